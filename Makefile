@@ -1,0 +1,62 @@
+# Weft: `make test` installs what it needs, builds and runs every test; `make demo` shows a cluster.
+# Everything runs on the Node 24 pinned in package.json (node_modules/.bin/node), never the system Node.
+
+SHELL := /bin/bash
+NODE := $(CURDIR)/node_modules/.bin/node
+export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
+
+DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
+	iproute2 nftables iptables iperf3 python3 make g++ pkg-config
+
+TEST_FLAGS := --test-reporter=spec --test-concurrency=2
+
+.PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
+	typecheck bench-netlink clean
+
+all: build
+
+deps: deps-debian deps-npm
+
+# Installs only what is missing, so a second run is quick and needs no network.
+deps-debian:
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "make deps: need root to install:" $$missing >&2; exit 1; fi; \
+		echo "installing Debian packages:" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+# npm ci only when package-lock.json changed since the last install.
+deps-npm: node_modules/.weft-installed
+node_modules/.weft-installed: package-lock.json package.json
+	npm ci
+	@touch $@
+
+build: build-native build-ts
+
+# Node-API is ABI-stable; we build against the headers shipped with the pinned Node, offline.
+build-native: deps-npm
+	cd native && $(NODE) $(CURDIR)/node_modules/node-gyp/bin/node-gyp.js rebuild \
+		--nodedir="$$($(NODE) -p 'require("path").resolve(process.execPath, "../..")')" --jobs=2
+
+build-ts: deps-npm
+	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json
+
+typecheck: deps-npm
+	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json --noEmit
+
+test: deps build
+	$(NODE) --test $(TEST_FLAGS) 'test/unit/**/*.test.ts' 'test/integration/**/*.test.ts'
+
+test-unit: build
+	$(NODE) --test $(TEST_FLAGS) 'test/unit/**/*.test.ts'
+
+test-integration: build
+	$(NODE) --test $(TEST_FLAGS) 'test/integration/**/*.test.ts'
+
+bench-netlink: deps build
+	$(NODE) bench/netlink.bench.ts
+
+clean:
+	rm -rf dist native/build

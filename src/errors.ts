@@ -1,0 +1,116 @@
+/**
+ * The one error taxonomy of Weft. Callers branch on the class (or on `code`, which is stable
+ * across releases); messages read `failed to <verb> <object> <id>: <cause>`. Foreign errors are
+ * mapped in at the edge that received them, so everything above the edges sees only these.
+ */
+
+export interface WeftErrorOptions {
+  cause?: unknown;
+  /** True when trying the same thing again later may succeed. */
+  retryable?: boolean;
+}
+
+export class WeftError extends Error {
+  /** Stable machine-readable identifier, e.g. `ENETLINK`, `ECONFIG`. */
+  readonly code: string;
+  readonly retryable: boolean;
+
+  constructor(code: string, message: string, options: WeftErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.retryable = options.retryable ?? false;
+  }
+}
+
+/** A user-supplied setting (flag, environment variable, net-conf.json field) is wrong. */
+export class ConfigError extends WeftError {
+  /** Path of the offending field, e.g. `Backend.VNI` or `--iface`. */
+  readonly field: string;
+
+  constructor(field: string, message: string, options: WeftErrorOptions = {}) {
+    super('ECONFIG', `${field}: ${message}`, options);
+    this.field = field;
+  }
+}
+
+/** Why a netlink request failed, as callers need to branch on it. */
+export type NetlinkErrorKind = 'not-found' | 'exists' | 'unreachable' | 'invalid' | 'permission' | 'busy' | 'other';
+
+const ERRNO_KIND: Record<string, NetlinkErrorKind> = {
+  ENOENT: 'not-found',
+  ESRCH: 'not-found',
+  ENODEV: 'not-found',
+  EADDRNOTAVAIL: 'not-found',
+  EEXIST: 'exists',
+  ENETUNREACH: 'unreachable',
+  EHOSTUNREACH: 'unreachable',
+  EINVAL: 'invalid',
+  ERANGE: 'invalid',
+  EAFNOSUPPORT: 'invalid',
+  EOPNOTSUPP: 'invalid',
+  EPERM: 'permission',
+  EACCES: 'permission',
+  EBUSY: 'busy',
+  EAGAIN: 'busy',
+  ENOBUFS: 'busy',
+};
+
+/** A kernel request through the native netlink layer failed; `errno` is the kernel's own. */
+export class NetlinkError extends WeftError {
+  readonly op: string;
+  /** Symbolic errno as the kernel reported it, e.g. `ESRCH`. */
+  readonly errno: string;
+  readonly kind: NetlinkErrorKind;
+  /** What the request was about, e.g. `10.244.2.0/24 via 10.244.2.0 dev flannel.1`. */
+  readonly object: string;
+
+  constructor(op: string, errno: string, object: string, detail?: string) {
+    const kind = ERRNO_KIND[errno] ?? 'other';
+    super('ENETLINK', `failed to ${op} ${object}: ${detail ?? errno}`, { retryable: kind === 'busy' });
+    this.op = op;
+    this.errno = errno;
+    this.kind = kind;
+    this.object = object;
+  }
+
+  get notFound(): boolean {
+    return this.kind === 'not-found';
+  }
+
+  get exists(): boolean {
+    return this.kind === 'exists';
+  }
+}
+
+/** Another node took the subnet we tried to claim; pick again. */
+export class LeaseConflictError extends WeftError {
+  constructor(subnet: string, options: WeftErrorOptions = {}) {
+    super('ELEASECONFLICT', `failed to acquire lease ${subnet}: taken by another node`, {
+      retryable: true,
+      ...options,
+    });
+  }
+}
+
+/** The lease datastore (etcd or the Kubernetes API) cannot be reached or refused the request. */
+export class DatastoreUnavailableError extends WeftError {
+  constructor(message: string, options: WeftErrorOptions = {}) {
+    super('EDATASTORE', message, { retryable: true, ...options });
+  }
+}
+
+/** Another node published data we cannot use; the peer is skipped, never fatal. */
+export class PeerDataError extends WeftError {
+  /** Which peer: an etcd key or a Node name. */
+  readonly peer: string;
+
+  constructor(peer: string, message: string, options: WeftErrorOptions = {}) {
+    super('EPEERDATA', `ignoring peer ${peer}: ${message}`, options);
+    this.peer = peer;
+  }
+}
+
+export function isRetryable(e: unknown): boolean {
+  return e instanceof WeftError && e.retryable;
+}
