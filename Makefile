@@ -35,10 +35,14 @@ node_modules/.weft-installed: package-lock.json package.json
 
 build: build-native build-ts
 
-# Node-API is ABI-stable; we build against the headers shipped with the pinned Node, offline.
+# Node-API is ABI-stable, so the addon builds offline against whichever Node headers are here:
+# those shipped with the pinned Node (npm may prune them later), else the machine's in /usr.
+NODE_HEADERS = $(patsubst %/include/node/node_api.h,%,$(firstword $(wildcard \
+	$(CURDIR)/node_modules/node/node_modules/node-linux-*/include/node/node_api.h \
+	/usr/include/node/node_api.h)))
+
 build-native: deps-npm
-	cd native && $(NODE) $(CURDIR)/node_modules/node-gyp/bin/node-gyp.js rebuild \
-		--nodedir="$$($(NODE) -p 'require("path").resolve(process.execPath, "../..")')" --jobs=2
+	cd native && $(NODE) $(CURDIR)/node_modules/node-gyp/bin/node-gyp.js rebuild --nodedir="$(NODE_HEADERS)" --jobs=2
 
 build-ts: deps-npm
 	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json

@@ -1,0 +1,374 @@
+// The JS surface: class Handle, bound to one network namespace.
+//
+//   new Handle(netnsPath?)                 netnsPath "" or absent: the process's namespace
+//   handle.apply(ops)        -> Promise<(null | {errno, message})[]>, one result per op, in order
+//   handle.dump(kind, filter) -> Promise<record[]>   kind: "link" | "addr" | "route" | "neigh"
+//   handle.linkGet(nameOrIndex) -> Promise<record>
+//   handle.routeGet(dst, oif?) -> Promise<record>
+//   handle.monitor(groups, callback, rcvbuf?) -> Promise<void>; callback(events[])
+//   handle.unmonitor(), handle.close()
+//
+// Failures reject with an Error carrying `errno` (the kernel's symbolic errno) and `detail`.
+#include "common.h"
+#include "monitor.h"
+#include "worker.h"
+
+#include <arpa/inet.h>
+#include <linux/rtnetlink.h>
+
+#include <atomic>
+#include <cstring>
+#include <cerrno>
+#include <memory>
+
+namespace weft {
+
+namespace {
+
+Napi::Error failureError(Napi::Env env, const Failure& f) {
+  std::string name = errnoName(f.err);
+  Napi::Error e = Napi::Error::New(env, f.detail.empty() ? name : name + ": " + f.detail);
+  e.Set("errno", name);
+  e.Set("detail", f.detail.empty() ? std::string(strerror(f.err)) : f.detail);
+  return e;
+}
+
+// Work done on the worker thread, then settled on the JS thread.
+struct Job {
+  Napi::Promise::Deferred deferred;
+  Failure failure;
+  explicit Job(Napi::Env env) : deferred(Napi::Promise::Deferred::New(env)) {}
+  virtual ~Job() = default;
+  virtual void run(Worker& w) = 0;
+  virtual Napi::Value result(Napi::Env env) = 0;
+  virtual void complete(Napi::Env env) {
+    if (failure) deferred.Reject(failureError(env, failure).Value());
+    else deferred.Resolve(result(env));
+  }
+};
+
+class Handle;
+
+struct ApplyJob : Job {
+  std::vector<Op> ops;
+  std::vector<Failure> results;
+  using Job::Job;
+  void run(Worker& w) override {
+    results.resize(ops.size());
+    for (size_t i = 0; i < ops.size(); i++) {
+      struct nl_msg* msg = buildRequest(ops[i], results[i]);
+      if (msg) results[i] = w.ack(msg);
+    }
+  }
+  Napi::Value result(Napi::Env env) override {
+    Napi::Array arr = Napi::Array::New(env, results.size());
+    for (size_t i = 0; i < results.size(); i++) {
+      arr.Set(static_cast<uint32_t>(i), results[i] ? Napi::Value(failureToJs(env, results[i])) : env.Null());
+    }
+    return arr;
+  }
+};
+
+struct DumpJob : Job {
+  int kind = 0;
+  DumpFilter filter;
+  std::vector<Record> records;
+  using Job::Job;
+  void run(Worker& w) override { failure = w.dump(kind, filter, records); }
+  Napi::Value result(Napi::Env env) override {
+    Napi::Array arr = Napi::Array::New(env, records.size());
+    for (size_t i = 0; i < records.size(); i++) arr.Set(static_cast<uint32_t>(i), recordToJs(env, records[i]));
+    return arr;
+  }
+};
+
+// A request answered by exactly one record (link get, route get).
+struct GetJob : Job {
+  std::function<struct nl_msg*(Failure&)> build;
+  std::vector<Record> records;
+  using Job::Job;
+  void run(Worker& w) override {
+    struct nl_msg* msg = build(failure);
+    if (!msg) return;
+    failure = w.get(msg, records);
+    if (!failure && records.empty()) failure = {ENOENT, "the kernel sent no answer"};
+  }
+  Napi::Value result(Napi::Env env) override { return recordToJs(env, records.front()); }
+};
+
+struct MonitorJob : Job {
+  Handle* handle;
+  std::vector<int> groups;
+  int rcvbuf = 0;
+  struct nl_sock* sk = nullptr;
+  MonitorJob(Napi::Env env, Handle* h) : Job(env), handle(h) {}
+  ~MonitorJob() override {
+    if (sk) nl_socket_free(sk);
+  }
+  void run(Worker& w) override { failure = w.openMonitorSocket(groups, rcvbuf, &sk); }
+  Napi::Value result(Napi::Env env) override { return env.Undefined(); }
+  void complete(Napi::Env env) override;  // hands the socket to the handle first
+};
+
+class Handle : public Napi::ObjectWrap<Handle> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Handle",
+                       {
+                           InstanceMethod<&Handle::Apply>("apply"),
+                           InstanceMethod<&Handle::Dump>("dump"),
+                           InstanceMethod<&Handle::LinkGet>("linkGet"),
+                           InstanceMethod<&Handle::RouteGet>("routeGet"),
+                           InstanceMethod<&Handle::MonitorStart>("monitor"),
+                           InstanceMethod<&Handle::MonitorStop>("unmonitor"),
+                           InstanceMethod<&Handle::Close>("close"),
+                       });
+  }
+
+  explicit Handle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Handle>(info) {
+    Napi::Env env = info.Env();
+    std::string path;
+    if (info.Length() > 0 && info[0].IsString()) path = info[0].As<Napi::String>().Utf8Value();
+    worker_ = std::make_unique<Worker>(path);
+    if (worker_->startError()) {
+      failureError(env, worker_->startError()).ThrowAsJavaScriptException();
+      worker_.reset();
+      return;
+    }
+    tsfn_ = Napi::ThreadSafeFunction::New(env, Napi::Function::New(env, [](const Napi::CallbackInfo&) {}),
+                                          "weft-netlink", 0, 1);
+    tsfn_.Unref(env);
+  }
+
+  ~Handle() override { shutdown(); }
+
+ private:
+  void shutdown() {
+    if (monitor_) {
+      monitor_->close();
+      monitor_.reset();
+    }
+    if (worker_) {
+      worker_->stop();  // runs what was queued; completions still reach JS through tsfn_
+      worker_.reset();
+      tsfn_.Release();
+    }
+  }
+
+  bool usable(Napi::Env env) {
+    if (worker_) return true;
+    Napi::Error::New(env, "netlink handle is closed").ThrowAsJavaScriptException();
+    return false;
+  }
+
+  Napi::Value submit(Napi::Env env, Job* job) {
+    Napi::Promise promise = job->deferred.Promise();
+    if (pending_++ == 0) tsfn_.Ref(env);
+    Napi::ThreadSafeFunction tsfn = tsfn_;
+    Handle* self = this;
+    worker_->post([job, tsfn, self]() mutable {
+      job->run(*self->worker_);
+      tsfn.NonBlockingCall(job, [self](Napi::Env env, Napi::Function, Job* done) {
+        std::unique_ptr<Job> owned(done);
+        owned->complete(env);
+        self->settled(env);
+      });
+    });
+    return promise;
+  }
+
+  void settled(Napi::Env env) {
+    if (--pending_ == 0 && worker_) tsfn_.Unref(env);
+  }
+
+  Napi::Value Apply(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!usable(env)) return env.Undefined();
+    if (info.Length() < 1 || !info[0].IsArray()) {
+      Napi::TypeError::New(env, "apply(ops): ops must be an array").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    Napi::Array arr = info[0].As<Napi::Array>();
+    auto* job = new ApplyJob(env);
+    job->ops.reserve(arr.Length());
+    for (uint32_t i = 0; i < arr.Length(); i++) job->ops.push_back(opFromJs(arr.Get(i)));
+    return submit(env, job);
+  }
+
+  Napi::Value Dump(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!usable(env)) return env.Undefined();
+    std::string kind = info.Length() > 0 && info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
+    auto* job = new DumpJob(env);
+    if (kind == "link") job->kind = RTM_GETLINK;
+    else if (kind == "addr") job->kind = RTM_GETADDR;
+    else if (kind == "route") job->kind = RTM_GETROUTE;
+    else if (kind == "neigh") job->kind = RTM_GETNEIGH;
+    else {
+      delete job;
+      Napi::TypeError::New(env, "dump(kind): kind must be link, addr, route or neigh").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    if (info.Length() > 1 && info[1].IsObject()) {
+      Napi::Object f = info[1].As<Napi::Object>();
+      auto num = [&](const char* key, auto& out) {
+        Napi::Value v = f.Get(key);
+        if (v.IsNumber()) out = static_cast<std::remove_reference_t<decltype(out)>>(v.As<Napi::Number>().Int64Value());
+      };
+      num("family", job->filter.family);
+      num("index", job->filter.index);
+      num("table", job->filter.table);
+      num("protocol", job->filter.protocol);
+    }
+    return submit(env, job);
+  }
+
+  Napi::Value LinkGet(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!usable(env)) return env.Undefined();
+    int index = 0;
+    std::string name;
+    if (info.Length() > 0 && info[0].IsNumber()) index = info[0].As<Napi::Number>().Int32Value();
+    else if (info.Length() > 0 && info[0].IsString()) name = info[0].As<Napi::String>().Utf8Value();
+    else {
+      Napi::TypeError::New(env, "linkGet(nameOrIndex): a name or an index is required").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    auto* job = new GetJob(env);
+    job->build = [index, name](Failure& fail) -> struct nl_msg* {
+      struct nl_msg* msg = nullptr;
+      int rc = rtnl_link_build_get_request(index, name.empty() ? nullptr : name.c_str(), &msg);
+      if (rc < 0) {
+        fail = {errnoFromNl(rc), nl_geterror(rc)};
+        return nullptr;
+      }
+      return msg;
+    };
+    return submit(env, job);
+  }
+
+  Napi::Value RouteGet(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!usable(env)) return env.Undefined();
+    if (info.Length() < 1 || !info[0].IsString()) {
+      Napi::TypeError::New(env, "routeGet(dst): dst must be an address string").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    std::string dst = info[0].As<Napi::String>().Utf8Value();
+    int oif = info.Length() > 1 && info[1].IsNumber() ? info[1].As<Napi::Number>().Int32Value() : 0;
+    auto* job = new GetJob(env);
+    job->build = [dst, oif](Failure& fail) -> struct nl_msg* {
+      unsigned char bin[16];
+      int family = inet_pton(AF_INET, dst.c_str(), bin) == 1    ? AF_INET
+                   : inet_pton(AF_INET6, dst.c_str(), bin) == 1 ? AF_INET6
+                                                                : 0;
+      if (!family) {
+        fail = {EINVAL, "invalid destination address \"" + dst + "\""};
+        return nullptr;
+      }
+      int len = family == AF_INET ? 4 : 16;
+      struct rtmsg rtm = {};
+      rtm.rtm_family = static_cast<unsigned char>(family);
+      rtm.rtm_dst_len = static_cast<unsigned char>(len * 8);
+      struct nl_msg* msg = nlmsg_alloc_simple(RTM_GETROUTE, 0);
+      if (!msg || nlmsg_append(msg, &rtm, sizeof rtm, NLMSG_ALIGNTO) < 0 || nla_put(msg, RTA_DST, len, bin) < 0 ||
+          (oif && nla_put_u32(msg, RTA_OIF, static_cast<uint32_t>(oif)) < 0)) {
+        if (msg) nlmsg_free(msg);
+        fail = {ENOMEM, "cannot build route get request"};
+        return nullptr;
+      }
+      return msg;
+    };
+    return submit(env, job);
+  }
+
+  Napi::Value MonitorStart(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!usable(env)) return env.Undefined();
+    if (monitor_) {
+      Napi::Error::New(env, "this handle is already monitoring").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    if (info.Length() < 2 || !info[0].IsArray() || !info[1].IsFunction()) {
+      Napi::TypeError::New(env, "monitor(groups, callback): groups must be an array and callback a function")
+          .ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    auto* job = new MonitorJob(env, this);
+    Napi::Array groups = info[0].As<Napi::Array>();
+    for (uint32_t i = 0; i < groups.Length(); i++) {
+      std::string g = groups.Get(i).ToString().Utf8Value();
+      if (g == "link") job->groups.push_back(RTNLGRP_LINK);
+      else if (g == "addr") job->groups.insert(job->groups.end(), {RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV6_IFADDR});
+      else if (g == "route") job->groups.insert(job->groups.end(), {RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE});
+      else if (g == "neigh") job->groups.push_back(RTNLGRP_NEIGH);
+      else {
+        delete job;
+        Napi::TypeError::New(env, "monitor: unknown group \"" + g + "\" (link, addr, route, neigh)")
+            .ThrowAsJavaScriptException();
+        return env.Undefined();
+      }
+    }
+    if (info.Length() > 2 && info[2].IsNumber()) job->rcvbuf = info[2].As<Napi::Number>().Int32Value();
+    // The socket is made on the worker (inside the namespace); polling starts when it is handed over.
+    Napi::Promise created = submit(env, job).As<Napi::Promise>();
+    monitorCallback_ = Napi::Persistent(info[1].As<Napi::Function>());
+    monitorJob_ = job;
+    return created;
+  }
+
+  Napi::Value MonitorStop(const Napi::CallbackInfo& info) {
+    if (monitor_) {
+      monitor_->close();
+      monitor_.reset();
+    }
+    monitorCallback_.Reset();
+    return info.Env().Undefined();
+  }
+
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    shutdown();
+    return info.Env().Undefined();
+  }
+
+ public:
+  // Called on the JS thread when a monitor socket has been created on the worker.
+  void adoptMonitor(Napi::Env env, MonitorJob* job) {
+    if (job != monitorJob_) return;
+    monitorJob_ = nullptr;
+    if (job->failure || monitorCallback_.IsEmpty() || !worker_) return;
+    monitor_ = std::make_unique<Monitor>(env, job->sk, monitorCallback_.Value());
+    job->sk = nullptr;
+    monitorCallback_.Reset();
+    if (!monitor_->ok()) {
+      monitor_->close();
+      monitor_.reset();
+      job->failure = {EIO, "cannot poll the monitor socket"};
+    }
+  }
+
+ private:
+  std::unique_ptr<Worker> worker_;
+  Napi::ThreadSafeFunction tsfn_;
+  std::atomic<int> pending_{0};
+  std::unique_ptr<Monitor> monitor_;
+  Napi::FunctionReference monitorCallback_;
+  MonitorJob* monitorJob_ = nullptr;
+};
+
+void MonitorJob::complete(Napi::Env env) {
+  handle->adoptMonitor(env, this);
+  Job::complete(env);
+}
+
+}  // namespace
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("Handle", Handle::Define(env));
+  return exports;
+}
+
+}  // namespace weft
+
+static Napi::Object InitWeftNetlink(Napi::Env env, Napi::Object exports) { return weft::Init(env, exports); }
+NODE_API_MODULE(weft_netlink, InitWeftNetlink)

@@ -1,0 +1,172 @@
+// Shared declarations of the weft netlink addon.
+//
+// The addon is deliberately policy-free: it turns plain records into netlink requests through
+// libnl-route-3, runs them on one thread per handle (libnl sockets are not thread-safe, and the
+// thread lives in the handle's network namespace), and turns kernel messages back into plain
+// records. Everything that decides *what* to program lives in TypeScript.
+#pragma once
+
+#include <napi.h>
+
+#include <netlink/netlink.h>
+#include <netlink/route/addr.h>
+#include <netlink/route/link.h>
+#include <netlink/route/neighbour.h>
+#include <netlink/route/route.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace weft {
+
+// ---- records: what the kernel holds, as plain data ----------------------------------------------
+
+struct VxlanInfo {
+  uint32_t vni = 0;
+  std::string local;   // "" when unset
+  uint32_t link = 0;   // VTEP device index, 0 when unset
+  uint16_t port = 0;   // destination UDP port, host order; 0 when unset
+  bool learning = false;
+  bool gbp = false;
+  bool l2miss = false;
+  bool l3miss = false;
+};
+
+struct LinkRec {
+  int index = 0;
+  std::string name;
+  std::string kind;    // rtnl link info kind ("vxlan", "veth", "bridge"...), "" for none
+  std::string mac;
+  uint32_t mtu = 0;
+  uint32_t flags = 0;  // IFF_*
+  uint8_t operstate = 0;
+  int master = 0;
+  std::optional<VxlanInfo> vxlan;
+};
+
+struct AddrRec {
+  int index = 0;
+  int family = 0;
+  std::string local;
+  int prefixLen = 0;
+  int scope = 0;
+  uint32_t flags = 0;  // IFA_F_*
+  std::string label;
+  uint32_t validLft = 0;
+  uint32_t preferredLft = 0;
+};
+
+struct RouteRec {
+  int family = 0;
+  std::string dst;     // "" for the default route
+  int dstLen = 0;
+  uint32_t table = 0;
+  int protocol = 0;
+  int scope = 0;
+  int type = 0;
+  uint32_t priority = 0;
+  uint32_t flags = 0;  // RTM_F_* and RTNH_F_* of the route
+  int oif = 0;
+  std::string gateway;
+  std::string prefsrc;
+  uint32_t nhFlags = 0;  // RTNH_F_* of the (first) next hop, e.g. RTNH_F_ONLINK
+  int nexthops = 0;
+};
+
+struct NeighRec {
+  int family = 0;      // AF_INET, AF_INET6 or AF_BRIDGE (FDB)
+  int index = 0;
+  std::string ip;      // NDA_DST: neighbour address, or the remote VTEP of an FDB entry
+  std::string mac;     // NDA_LLADDR
+  int state = 0;       // NUD_*
+  int flags = 0;       // NTF_*
+  int vlan = 0;
+  int master = 0;
+};
+
+using Record = std::variant<LinkRec, AddrRec, RouteRec, NeighRec>;
+
+// What a monitor saw: a record with the message type that carried it, or a receive overrun.
+struct Event {
+  enum class Action { New, Del, Get, Overrun } action = Action::New;
+  std::optional<Record> record;
+};
+
+// ---- conversions (records.cc) --------------------------------------------------------------------
+
+std::string addrToString(struct nl_addr* addr);
+std::optional<Record> recordFromObject(struct nl_object* obj);
+Napi::Value recordToJs(Napi::Env env, const Record& rec);
+Napi::Value eventToJs(Napi::Env env, const Event& ev);
+
+// ---- failures ------------------------------------------------------------------------------------
+
+// A failure: the kernel's errno (positive) and its extended-ack text when it gave one.
+struct Failure {
+  int err = 0;
+  std::string detail;
+  explicit operator bool() const { return err != 0; }
+};
+
+std::string errnoName(int err);
+Napi::Object failureToJs(Napi::Env env, const Failure& f);
+
+// ---- requests (requests.cc) ----------------------------------------------------------------------
+
+enum class OpKind {
+  LinkAddVxlan, LinkSet, LinkDel,
+  AddrAdd, AddrReplace, AddrDel,
+  RouteAdd, RouteReplace, RouteDel,
+  NeighAdd, NeighReplace, NeighAppend, NeighDel,
+};
+
+// One request, read from a JS object on the main thread and built into a message on the worker.
+struct Op {
+  OpKind kind = OpKind::LinkSet;
+  std::string invalid;  // set when the JS object could not be read; the op then fails with EINVAL
+
+  int index = 0;
+  int family = 0;
+  std::string name;
+  std::optional<bool> up;
+  uint32_t mtu = 0;
+  std::string mac;
+
+  // vxlan
+  uint32_t vni = 0;
+  std::string local;
+  uint32_t vtepIndex = 0;
+  uint16_t port = 0;
+  bool learning = false;
+  bool gbp = false;
+  bool l2miss = false;
+  bool l3miss = false;
+
+  // address: `local`/`prefixLen`; route: dst/dstLen, gateway...
+  int prefixLen = 0;
+  int scope = -1;  // -1: kernel / libnl default
+  std::string dst;
+  int dstLen = 0;
+  std::string gateway;
+  std::string prefsrc;
+  uint32_t table = 0;
+  int protocol = -1;
+  uint32_t priority = 0;
+  bool hasPriority = false;
+  int type = -1;
+  bool onlink = false;
+
+  // neighbour / FDB: `dst` is NDA_DST, `mac` is NDA_LLADDR
+  int state = -1;
+  int flags = 0;
+  int vlan = 0;
+};
+
+Op opFromJs(const Napi::Value& v);
+// Builds the netlink message for `op`; on failure returns nullptr and fills `fail`.
+struct nl_msg* buildRequest(const Op& op, Failure& fail);
+
+}  // namespace weft

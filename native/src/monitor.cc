@@ -1,0 +1,116 @@
+#include "monitor.h"
+
+#include <linux/rtnetlink.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+
+namespace weft {
+
+namespace {
+
+// Enough for every notification the kernel batches into one datagram.
+constexpr size_t kBufSize = 64 * 1024;
+// Bound the work per wakeup so a flood cannot starve the event loop; libuv polls again.
+constexpr int kMaxDatagramsPerWakeup = 2048;
+
+std::optional<Event> parseNotification(struct nlmsghdr* hdr) {
+  Event ev;
+  switch (hdr->nlmsg_type) {
+    case RTM_NEWROUTE:
+    case RTM_NEWNEIGH:
+    case RTM_NEWLINK:
+    case RTM_NEWADDR: ev.action = Event::Action::New; break;
+    case RTM_DELROUTE:
+    case RTM_DELNEIGH:
+    case RTM_DELLINK:
+    case RTM_DELADDR: ev.action = Event::Action::Del; break;
+    case RTM_GETNEIGH: ev.action = Event::Action::Get; break;  // vxlan L2/L3 miss
+    default: return std::nullopt;
+  }
+  if (hdr->nlmsg_type == RTM_NEWROUTE || hdr->nlmsg_type == RTM_DELROUTE) {
+    struct rtnl_route* rt = nullptr;
+    if (rtnl_route_parse(hdr, &rt) < 0) return std::nullopt;
+    ev.record = recordFromObject(reinterpret_cast<nl_object*>(rt));
+    rtnl_route_put(rt);
+    return ev;
+  }
+  if (hdr->nlmsg_type == RTM_NEWNEIGH || hdr->nlmsg_type == RTM_DELNEIGH || hdr->nlmsg_type == RTM_GETNEIGH) {
+    struct rtnl_neigh* n = nullptr;
+    if (rtnl_neigh_parse(hdr, &n) < 0) return std::nullopt;
+    ev.record = recordFromObject(reinterpret_cast<nl_object*>(n));
+    rtnl_neigh_put(n);
+    return ev;
+  }
+  struct nl_msg* msg = nlmsg_convert(hdr);
+  if (!msg) return std::nullopt;
+  nlmsg_set_proto(msg, NETLINK_ROUTE);
+  nl_msg_parse(
+      msg, [](struct nl_object* obj, void* arg) { static_cast<Event*>(arg)->record = recordFromObject(obj); },
+      &ev);
+  nlmsg_free(msg);
+  if (!ev.record) return std::nullopt;
+  return ev;
+}
+
+}  // namespace
+
+Monitor::Monitor(Napi::Env env, struct nl_sock* sk, Napi::Function callback)
+    : env_(env), sk_(sk), callback_(Napi::Persistent(callback)) {
+  uv_loop_t* loop = nullptr;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok) return;
+  poll_ = new uv_poll_t;
+  if (uv_poll_init_socket(loop, poll_, nl_socket_get_fd(sk_)) != 0) {
+    delete poll_;
+    poll_ = nullptr;
+    return;
+  }
+  poll_->data = this;
+  started_ = uv_poll_start(poll_, UV_READABLE, &Monitor::onReadable) == 0;
+}
+
+void Monitor::close() {
+  if (poll_) {
+    uv_poll_stop(poll_);
+    uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
+    poll_ = nullptr;
+  }
+  if (sk_) {
+    nl_socket_free(sk_);
+    sk_ = nullptr;
+  }
+  callback_.Reset();
+}
+
+void Monitor::onReadable(uv_poll_t* handle, int status, int events) {
+  static_cast<Monitor*>(handle->data)->drain();
+}
+
+void Monitor::drain() {
+  static thread_local std::vector<unsigned char> buf(kBufSize);
+  std::vector<Event> batch;
+  int fd = nl_socket_get_fd(sk_);
+  for (int i = 0; i < kMaxDatagramsPerWakeup; i++) {
+    ssize_t n = recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      // The kernel dropped notifications: say so, so the caller resyncs. The socket keeps working.
+      if (errno == ENOBUFS) {
+        batch.push_back(Event{Event::Action::Overrun, std::nullopt});
+        continue;
+      }
+      break;  // EAGAIN: drained
+    }
+    int len = static_cast<int>(n);
+    for (auto* hdr = reinterpret_cast<struct nlmsghdr*>(buf.data()); nlmsg_ok(hdr, len); hdr = nlmsg_next(hdr, &len)) {
+      if (std::optional<Event> ev = parseNotification(hdr)) batch.push_back(std::move(*ev));
+    }
+  }
+  if (batch.empty() || callback_.IsEmpty()) return;
+  Napi::HandleScope scope(env_);
+  Napi::Array arr = Napi::Array::New(env_, batch.size());
+  for (size_t i = 0; i < batch.size(); i++) arr.Set(static_cast<uint32_t>(i), eventToJs(env_, batch[i]));
+  callback_.MakeCallback(env_.Global(), {arr});
+}
+
+}  // namespace weft

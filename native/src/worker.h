@@ -1,0 +1,72 @@
+// One thread per handle: it enters the handle's network namespace once, owns the libnl socket,
+// and runs requests strictly in order. Nothing on it touches JS.
+#pragma once
+
+#include "common.h"
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace weft {
+
+// Filters applied while a dump is parsed, so only wanted records cross into JS.
+struct DumpFilter {
+  int family = 0;     // AF_UNSPEC: all
+  int index = 0;      // link index (neigh, addr: the device; route: the output device)
+  uint32_t table = 0; // routes: 0 = any
+  int protocol = -1;  // routes: -1 = any
+};
+
+class Worker {
+ public:
+  // Starts the thread in the namespace at `netnsPath` ("" = the caller's). Check startError().
+  explicit Worker(const std::string& netnsPath);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  const Failure& startError() const { return startError_; }
+
+  // Queues `task` to run on the worker thread, after every task queued before it.
+  void post(std::function<void()> task);
+  // Runs the queued tasks, then stops the thread. Idempotent.
+  void stop();
+
+  // ---- worker-thread only ----
+  Failure ack(struct nl_msg* msg);
+  Failure dump(int kind, const DumpFilter& filter, std::vector<Record>& out);
+  Failure get(struct nl_msg* msg, std::vector<Record>& out);
+  // A new non-blocking socket in this namespace, joined to the given rtnetlink groups.
+  Failure openMonitorSocket(const std::vector<int>& groups, int rcvbuf, struct nl_sock** out);
+
+ private:
+  void run(const std::string& netnsPath);
+  Failure receive(std::vector<Record>* out, const DumpFilter* filter);
+  static int onError(struct sockaddr_nl*, struct nlmsgerr* e, void* arg);
+  static int onValid(struct nl_msg* msg, void* arg);
+
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  Failure startError_;
+
+  struct nl_sock* sk_ = nullptr;
+  struct nl_cb* cb_ = nullptr;
+  Failure kernelError_;
+
+  struct ParseTarget {
+    std::vector<Record>* out;
+    const DumpFilter* filter;
+  };
+};
+
+// libnl's NLE_* code to the nearest errno, for failures that never reached the kernel.
+int errnoFromNl(int nlerr);
+
+}  // namespace weft
