@@ -6,7 +6,7 @@ NODE := $(CURDIR)/node_modules/.bin/node
 export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 
 DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
-	iproute2 nftables iptables iperf3 python3 make g++ pkg-config
+	iproute2 iputils-ping nftables iptables iperf3 python3 make g++ pkg-config
 
 TEST_FLAGS := --test-reporter=spec --test-concurrency=2
 

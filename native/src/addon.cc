@@ -146,7 +146,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
   void shutdown() {
     if (monitor_) {
       monitor_->close();
-      monitor_.reset();
+      monitor_ = nullptr;
     }
     if (worker_) {
       worker_->stop();  // runs what was queued; completions still reach JS through tsfn_
@@ -320,7 +320,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
   Napi::Value MonitorStop(const Napi::CallbackInfo& info) {
     if (monitor_) {
       monitor_->close();
-      monitor_.reset();
+      monitor_ = nullptr;
     }
     monitorCallback_.Reset();
     return info.Env().Undefined();
@@ -337,12 +337,12 @@ class Handle : public Napi::ObjectWrap<Handle> {
     if (job != monitorJob_) return;
     monitorJob_ = nullptr;
     if (job->failure || monitorCallback_.IsEmpty() || !worker_) return;
-    monitor_ = std::make_unique<Monitor>(env, job->sk, monitorCallback_.Value());
+    monitor_ = new Monitor(env, job->sk, monitorCallback_.Value());
     job->sk = nullptr;
     monitorCallback_.Reset();
     if (!monitor_->ok()) {
       monitor_->close();
-      monitor_.reset();
+      monitor_ = nullptr;
       job->failure = {EIO, "cannot poll the monitor socket"};
     }
   }
@@ -351,7 +351,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
   std::unique_ptr<Worker> worker_;
   Napi::ThreadSafeFunction tsfn_;
   std::atomic<int> pending_{0};
-  std::unique_ptr<Monitor> monitor_;
+  Monitor* monitor_ = nullptr;  // frees itself on close()
   Napi::FunctionReference monitorCallback_;
   MonitorJob* monitorJob_ = nullptr;
 };

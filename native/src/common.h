@@ -33,6 +33,7 @@ struct VxlanInfo {
   bool gbp = false;
   bool l2miss = false;
   bool l3miss = false;
+  bool proxy = false;
 };
 
 struct LinkRec {
@@ -144,6 +145,7 @@ struct Op {
   bool gbp = false;
   bool l2miss = false;
   bool l3miss = false;
+  bool proxy = false;
 
   // address: `local`/`prefixLen`; route: dst/dstLen, gateway...
   int prefixLen = 0;

@@ -70,20 +70,30 @@ Monitor::Monitor(Napi::Env env, struct nl_sock* sk, Napi::Function callback)
 }
 
 void Monitor::close() {
-  if (poll_) {
-    uv_poll_stop(poll_);
-    uv_close(reinterpret_cast<uv_handle_t*>(poll_), [](uv_handle_t* h) { delete reinterpret_cast<uv_poll_t*>(h); });
-    poll_ = nullptr;
-  }
-  if (sk_) {
-    nl_socket_free(sk_);
-    sk_ = nullptr;
-  }
+  if (closed_) return;
+  closed_ = true;
   callback_.Reset();
+  if (poll_) {
+    uv_close(reinterpret_cast<uv_handle_t*>(poll_), &Monitor::onClosed);
+  } else {
+    nl_socket_free(sk_);
+    delete this;
+  }
+}
+
+void Monitor::onClosed(uv_handle_t* handle) {
+  auto* self = static_cast<Monitor*>(handle->data);
+  delete reinterpret_cast<uv_poll_t*>(handle);
+  nl_socket_free(self->sk_);
+  delete self;
 }
 
 void Monitor::onReadable(uv_poll_t* handle, int status, int events) {
-  static_cast<Monitor*>(handle->data)->drain();
+  auto* self = static_cast<Monitor*>(handle->data);
+  self->drain();
+  // An overrun sets the socket's error (POLLERR), on which libuv stops the poll handle. The drain
+  // has read the error; poll again, or no event would ever arrive after the first overrun.
+  if (status < 0 && !self->closed_) uv_poll_start(handle, UV_READABLE, &Monitor::onReadable);
 }
 
 void Monitor::drain() {
@@ -106,7 +116,7 @@ void Monitor::drain() {
       if (std::optional<Event> ev = parseNotification(hdr)) batch.push_back(std::move(*ev));
     }
   }
-  if (batch.empty() || callback_.IsEmpty()) return;
+  if (batch.empty() || closed_) return;
   Napi::HandleScope scope(env_);
   Napi::Array arr = Napi::Array::New(env_, batch.size());
   for (size_t i = 0; i < batch.size(); i++) arr.Set(static_cast<uint32_t>(i), eventToJs(env_, batch[i]));

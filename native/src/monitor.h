@@ -11,12 +11,15 @@ class Monitor {
  public:
   // Takes ownership of `sk` and starts polling; `callback` receives arrays of events.
   Monitor(Napi::Env env, struct nl_sock* sk, Napi::Function callback);
-  // Stops polling and frees the socket once libuv has let go of the poll handle.
+  // Stops polling; the socket and this object are freed once libuv lets go of the poll handle,
+  // so close() is safe from inside the callback. Do not touch the object afterwards.
   void close();
   bool ok() const { return started_; }
 
  private:
+  ~Monitor() = default;
   static void onReadable(uv_poll_t* handle, int status, int events);
+  static void onClosed(uv_handle_t* handle);
   void drain();
 
   Napi::Env env_;
@@ -24,6 +27,7 @@ class Monitor {
   Napi::FunctionReference callback_;
   uv_poll_t* poll_ = nullptr;
   bool started_ = false;
+  bool closed_ = false;
 };
 
 }  // namespace weft

@@ -57,6 +57,7 @@ static LinkRec linkFrom(struct rtnl_link* l) {
     if (rtnl_link_vxlan_get_flags(l, &fl) == 0) v.gbp = (fl & RTNL_LINK_VXLAN_F_GBP) != 0;
     v.l2miss = rtnl_link_vxlan_get_l2miss(l) == 1;
     v.l3miss = rtnl_link_vxlan_get_l3miss(l) == 1;
+    v.proxy = rtnl_link_vxlan_get_proxy(l) == 1;
     r.vxlan = v;
   }
   return r;
@@ -151,6 +152,7 @@ static Napi::Object linkToJs(Napi::Env env, const LinkRec& r) {
     v.Set("gbp", r.vxlan->gbp);
     v.Set("l2miss", r.vxlan->l2miss);
     v.Set("l3miss", r.vxlan->l3miss);
+    v.Set("proxy", r.vxlan->proxy);
     o.Set("vxlan", v);
   }
   return o;

@@ -159,6 +159,7 @@ nl_msg* buildLink(const Op& op, Failure& fail) {
   if (op.gbp) rtnl_link_vxlan_set_flags(link.p, RTNL_LINK_VXLAN_F_GBP, 1);
   if (op.l2miss) rtnl_link_vxlan_set_l2miss(link.p, 1);
   if (op.l3miss) rtnl_link_vxlan_set_l3miss(link.p, 1);
+  if (op.proxy) rtnl_link_vxlan_set_proxy(link.p, 1);
   return fromLibnl(rtnl_link_build_add_request(link.p, NLM_F_CREATE | NLM_F_EXCL, &msg), &msg, fail);
 }
 
@@ -312,6 +313,7 @@ Op opFromJs(const Napi::Value& v) {
   r.flag("gbp", op.gbp);
   r.flag("l2miss", op.l2miss);
   r.flag("l3miss", op.l3miss);
+  r.flag("proxy", op.proxy);
   r.num("prefixLen", op.prefixLen, 0, 128);
   r.num("scope", op.scope, 0, 255);
   r.str("dst", op.dst);

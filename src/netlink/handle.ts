@@ -1,0 +1,572 @@
+/**
+ * The typed netlink API: one {@link NetlinkHandle} per network namespace, verbs named after
+ * iproute2. Every call runs in order on the handle's own native thread and returns a Promise;
+ * the JS thread never blocks on the kernel. Failures are {@link NetlinkError}s carrying the
+ * kernel's own errno (ESRCH for a missing route, ENOENT for a missing neighbour, ...).
+ */
+import { NetlinkError } from '../errors.ts';
+import { loadAddon } from './native.ts';
+import type { RawEvent, RawFailure, RawHandle, RawOp } from './native.ts';
+import {
+  AF_BRIDGE,
+  afOf,
+  addrFromRaw,
+  fdbFromRaw,
+  linkFromRaw,
+  neighFromRaw,
+  NTF_SELF,
+  NUD_PERMANENT,
+  routeFromRaw,
+} from './records.ts';
+import type { Addr, Family, Fdb, Link, Neigh, Route } from './records.ts';
+
+export interface RouteSpec {
+  /** CIDR text, e.g. `10.244.2.0/24`; `0.0.0.0/0` or `::/0` for a default route. */
+  dst: string;
+  gateway?: string;
+  linkIndex?: number;
+  /** Default: main (254). */
+  table?: number;
+  /** rtm_protocol; default boot (3) on add/replace, any on delete. */
+  protocol?: number;
+  /** Default: derived by the kernel (universe with a gateway, link without); any on delete. */
+  scope?: number;
+  /** Route type (RTN_*), default unicast. */
+  type?: number;
+  metric?: number;
+  onlink?: boolean;
+  prefsrc?: string;
+}
+
+export interface NeighSpec {
+  linkIndex: number;
+  ip: string;
+  mac?: string;
+  /** NUD_* state; default permanent. */
+  state?: number;
+}
+
+export interface FdbSpec {
+  linkIndex: number;
+  mac: string;
+  /** Remote VTEP address. */
+  dst: string;
+  /** Default: permanent. */
+  state?: number;
+  /** Default: NTF_SELF (an entry of the device itself, as on a vxlan device). */
+  flags?: number;
+}
+
+export interface AddrSpec {
+  linkIndex: number;
+  address: string;
+  prefixLen: number;
+  scope?: number;
+}
+
+export interface VxlanSpec {
+  name: string;
+  vni: number;
+  /** Source address of the tunnel (IPv4 or IPv6). */
+  local?: string;
+  /** Underlay device index. */
+  vtepIndex?: number;
+  /** 0 or absent: the kernel default (8472). */
+  port?: number;
+  learning?: boolean;
+  gbp?: boolean;
+  l2miss?: boolean;
+  l3miss?: boolean;
+  proxy?: boolean;
+  mac?: string;
+  mtu?: number;
+  up?: boolean;
+}
+
+export interface LinkChanges {
+  up?: boolean;
+  mtu?: number;
+  mac?: string;
+}
+
+/** One kernel change, for {@link NetlinkHandle.batch}. */
+export type Operation =
+  | { op: 'routeAdd' | 'routeReplace' | 'routeDel'; route: RouteSpec }
+  | { op: 'neighAdd' | 'neighReplace' | 'neighDel'; neigh: NeighSpec }
+  | { op: 'fdbAdd' | 'fdbAppend' | 'fdbReplace' | 'fdbDel'; fdb: FdbSpec }
+  | { op: 'addrAdd' | 'addrReplace' | 'addrDel'; addr: AddrSpec }
+  | { op: 'linkAddVxlan'; vxlan: VxlanSpec }
+  | { op: 'linkSet'; index: number; changes: LinkChanges }
+  | { op: 'linkDel'; index: number };
+
+export type EventAction = 'new' | 'del';
+
+export type NetlinkEvent =
+  | { kind: 'link'; action: EventAction; link: Link }
+  | { kind: 'addr'; action: EventAction; addr: Addr }
+  | { kind: 'route'; action: EventAction; route: Route }
+  | { kind: 'neigh'; action: EventAction; neigh: Neigh }
+  | { kind: 'fdb'; action: EventAction; fdb: Fdb }
+  /** A vxlan L3 miss: the kernel asks for the MAC of `ip` on device `linkIndex`. */
+  | { kind: 'l3miss'; linkIndex: number; ip: string }
+  /** A vxlan L2 miss: the kernel asks for the remote VTEP of `mac` on device `linkIndex`. */
+  | { kind: 'l2miss'; linkIndex: number; mac: string }
+  /** The kernel dropped notifications (ENOBUFS): the listener should resync from a dump. */
+  | { kind: 'overrun' };
+
+export type MonitorGroup = 'link' | 'addr' | 'route' | 'neigh';
+
+export interface MonitorOptions {
+  /** Receive buffer of the monitor socket in bytes; default the system's. */
+  rcvbuf?: number;
+}
+
+export interface RouteFilter {
+  family?: Family;
+  table?: number;
+  protocol?: number;
+  linkIndex?: number;
+}
+
+function splitCidr(cidr: string): { ip: string; len: number } {
+  const slash = cidr.lastIndexOf('/');
+  const ip = slash < 0 ? cidr : cidr.slice(0, slash);
+  const len = slash < 0 ? (ip.includes(':') ? 128 : 32) : Number(cidr.slice(slash + 1));
+  return { ip, len };
+}
+
+function isDefault(ip: string): boolean {
+  return ip === '0.0.0.0' || ip === '::';
+}
+
+function rawOp(o: Operation): RawOp {
+  switch (o.op) {
+    case 'routeAdd':
+    case 'routeReplace':
+    case 'routeDel': {
+      const r = o.route;
+      const { ip, len } = splitCidr(r.dst);
+      return {
+        op: o.op,
+        family: ip.includes(':') ? afOf(6) : afOf(4),
+        dst: len === 0 && isDefault(ip) ? undefined : ip,
+        dstLen: len,
+        gateway: r.gateway,
+        index: r.linkIndex,
+        table: r.table,
+        protocol: r.protocol,
+        scope: r.scope,
+        routeType: r.type,
+        priority: r.metric,
+        onlink: r.onlink,
+        prefsrc: r.prefsrc,
+      };
+    }
+    case 'neighAdd':
+    case 'neighReplace':
+    case 'neighDel': {
+      const n = o.neigh;
+      return {
+        op: o.op,
+        family: n.ip.includes(':') ? afOf(6) : afOf(4),
+        index: n.linkIndex,
+        dst: n.ip,
+        mac: n.mac,
+        state: o.op === 'neighDel' ? undefined : (n.state ?? NUD_PERMANENT),
+      };
+    }
+    case 'fdbAdd':
+    case 'fdbAppend':
+    case 'fdbReplace':
+    case 'fdbDel': {
+      const f = o.fdb;
+      const op = { fdbAdd: 'neighAdd', fdbAppend: 'neighAppend', fdbReplace: 'neighReplace', fdbDel: 'neighDel' }[o.op];
+      return {
+        op,
+        family: AF_BRIDGE,
+        index: f.linkIndex,
+        dst: f.dst,
+        mac: f.mac,
+        state: o.op === 'fdbDel' ? undefined : (f.state ?? NUD_PERMANENT),
+        flags: f.flags ?? NTF_SELF,
+      };
+    }
+    case 'addrAdd':
+    case 'addrReplace':
+    case 'addrDel': {
+      const a = o.addr;
+      return { op: o.op, index: a.linkIndex, local: a.address, prefixLen: a.prefixLen, scope: a.scope };
+    }
+    case 'linkAddVxlan': {
+      const v = o.vxlan;
+      return {
+        op: o.op,
+        name: v.name,
+        vni: v.vni,
+        local: v.local,
+        vtepIndex: v.vtepIndex,
+        port: v.port,
+        learning: v.learning ?? false,
+        gbp: v.gbp,
+        l2miss: v.l2miss,
+        l3miss: v.l3miss,
+        proxy: v.proxy,
+        mac: v.mac,
+        mtu: v.mtu,
+        up: v.up,
+      };
+    }
+    case 'linkSet':
+      return { op: o.op, index: o.index, up: o.changes.up, mtu: o.changes.mtu, mac: o.changes.mac };
+    case 'linkDel':
+      return { op: o.op, index: o.index };
+  }
+}
+
+/** Human words for an operation, for error messages: the verb and the object. */
+export function describe(o: Operation): { verb: string; object: string } {
+  switch (o.op) {
+    case 'routeAdd':
+    case 'routeReplace':
+    case 'routeDel': {
+      const r = o.route;
+      const parts = [r.dst, r.gateway ? `via ${r.gateway}` : '', r.linkIndex ? `dev #${r.linkIndex}` : '', r.onlink ? 'onlink' : ''];
+      return { verb: `${o.op.slice(5).toLowerCase()} route`, object: parts.filter(Boolean).join(' ') };
+    }
+    case 'neighAdd':
+    case 'neighReplace':
+    case 'neighDel':
+      return {
+        verb: `${o.op.slice(5).toLowerCase()} neighbour`,
+        object: `${o.neigh.ip}${o.neigh.mac ? ` lladdr ${o.neigh.mac}` : ''} dev #${o.neigh.linkIndex}`,
+      };
+    case 'fdbAdd':
+    case 'fdbAppend':
+    case 'fdbReplace':
+    case 'fdbDel':
+      return {
+        verb: `${o.op.slice(3).toLowerCase()} fdb entry`,
+        object: `${o.fdb.mac} dst ${o.fdb.dst} dev #${o.fdb.linkIndex}`,
+      };
+    case 'addrAdd':
+    case 'addrReplace':
+    case 'addrDel':
+      return {
+        verb: `${o.op.slice(4).toLowerCase()} address`,
+        object: `${o.addr.address}/${o.addr.prefixLen} dev #${o.addr.linkIndex}`,
+      };
+    case 'linkAddVxlan':
+      return { verb: 'add vxlan link', object: `${o.vxlan.name} id ${o.vxlan.vni}` };
+    case 'linkSet':
+      return { verb: 'set link', object: `#${o.index}` };
+    case 'linkDel':
+      return { verb: 'delete link', object: `#${o.index}` };
+  }
+}
+
+function failure(o: Operation, f: RawFailure): NetlinkError {
+  const { verb, object } = describe(o);
+  return new NetlinkError(verb, f.errno, object, `${f.errno} (${f.message})`);
+}
+
+function rejected(verb: string, object: string, e: unknown): NetlinkError {
+  const err = e as { errno?: string; detail?: string; message?: string };
+  const errno = err.errno ?? 'EIO';
+  return new NetlinkError(verb, errno, object, `${errno} (${err.detail ?? err.message ?? 'unknown error'})`);
+}
+
+function eventFromRaw(e: RawEvent): NetlinkEvent | undefined {
+  if (e.action === 'overrun') return { kind: 'overrun' };
+  const r = e.record;
+  if (r === undefined) return undefined;
+  if (e.action === 'get') {
+    if (r.type !== 'neigh') return undefined;
+    if (r.ip) return { kind: 'l3miss', linkIndex: r.index, ip: r.ip };
+    return { kind: 'l2miss', linkIndex: r.index, mac: r.mac ?? '' };
+  }
+  const action = e.action;
+  switch (r.type) {
+    case 'link':
+      return { kind: 'link', action, link: linkFromRaw(r) };
+    case 'addr':
+      return { kind: 'addr', action, addr: addrFromRaw(r) };
+    case 'route':
+      return { kind: 'route', action, route: routeFromRaw(r) };
+    case 'neigh':
+      return r.family === AF_BRIDGE
+        ? { kind: 'fdb', action, fdb: fdbFromRaw(r) }
+        : { kind: 'neigh', action, neigh: neighFromRaw(r) };
+  }
+}
+
+/** A running subscription to kernel notifications; see {@link NetlinkHandle.monitor}. */
+export interface Monitor {
+  stop(): void;
+}
+
+export class NetlinkHandle {
+  readonly netnsPath: string;
+  readonly #raw: RawHandle;
+
+  private constructor(netnsPath: string, raw: RawHandle) {
+    this.netnsPath = netnsPath;
+    this.#raw = raw;
+  }
+
+  /**
+   * A handle bound to the network namespace at `netnsPath` (e.g. `/run/netns/node1`), or to the
+   * caller's namespace when omitted. The process itself never changes namespace.
+   */
+  static open(netnsPath = ''): NetlinkHandle {
+    try {
+      return new NetlinkHandle(netnsPath, new (loadAddon().Handle)(netnsPath));
+    } catch (e) {
+      throw rejected('open netlink handle in', netnsPath || 'the current namespace', e);
+    }
+  }
+
+  /** Releases the native thread and socket; pending calls still settle. Idempotent. */
+  close(): void {
+    this.#raw.close();
+  }
+
+  async #one(o: Operation): Promise<void> {
+    const [result] = await this.#raw.apply([rawOp(o)]);
+    if (result) throw failure(o, result);
+  }
+
+  /**
+   * Applies `ops` in order in one native call; one result per op, `null` for success. A failed op
+   * does not stop the ones after it. Equals a sequence of `ip -batch` / `bridge -batch` lines.
+   */
+  async batch(ops: readonly Operation[]): Promise<(NetlinkError | null)[]> {
+    const results = await this.#raw.apply(ops.map(rawOp));
+    return results.map((r, i) => (r ? failure(ops[i]!, r) : null));
+  }
+
+  // ---- links ----
+
+  /** `ip link show dev <name>`. Rejects with kind `not-found` when absent. */
+  async linkByName(name: string): Promise<Link> {
+    try {
+      return linkFromRaw(await this.#raw.linkGet(name));
+    } catch (e) {
+      throw rejected('get link', name, e);
+    }
+  }
+
+  /** `ip link show` of the device with index `index`. */
+  async linkByIndex(index: number): Promise<Link> {
+    try {
+      return linkFromRaw(await this.#raw.linkGet(index));
+    } catch (e) {
+      throw rejected('get link', `#${index}`, e);
+    }
+  }
+
+  /** `ip -d link show`. */
+  async linkList(): Promise<Link[]> {
+    try {
+      return (await this.#raw.dump('link')).map(linkFromRaw);
+    } catch (e) {
+      throw rejected('list', 'links', e);
+    }
+  }
+
+  /** `ip link add <name> type vxlan id <vni> local <ip> dev <vtep> dstport <port> [no]learning [gbp]`; fails if it exists. */
+  vxlanAdd(spec: VxlanSpec): Promise<void> {
+    return this.#one({ op: 'linkAddVxlan', vxlan: spec });
+  }
+
+  /** `ip link set dev <#index> [up|down] [mtu N] [address MAC]`. */
+  linkSet(index: number, changes: LinkChanges): Promise<void> {
+    return this.#one({ op: 'linkSet', index, changes });
+  }
+
+  /** `ip link set dev <#index> up`. */
+  linkSetUp(index: number): Promise<void> {
+    return this.linkSet(index, { up: true });
+  }
+
+  /** `ip link set dev <#index> down`. */
+  linkSetDown(index: number): Promise<void> {
+    return this.linkSet(index, { up: false });
+  }
+
+  /** `ip link set dev <#index> mtu <mtu>`. */
+  linkSetMtu(index: number, mtu: number): Promise<void> {
+    return this.linkSet(index, { mtu });
+  }
+
+  /** `ip link set dev <#index> address <mac>`. */
+  linkSetMac(index: number, mac: string): Promise<void> {
+    return this.linkSet(index, { mac });
+  }
+
+  /** `ip link del dev <#index>`. */
+  linkDel(index: number): Promise<void> {
+    return this.#one({ op: 'linkDel', index });
+  }
+
+  // ---- addresses ----
+
+  /** `ip addr show [dev <#linkIndex>]`, one family or both. */
+  async addrList(filter: { family?: Family; linkIndex?: number } = {}): Promise<Addr[]> {
+    try {
+      const raw = await this.#raw.dump('addr', {
+        family: filter.family ? afOf(filter.family) : 0,
+        index: filter.linkIndex ?? 0,
+      });
+      return raw.map(addrFromRaw);
+    } catch (e) {
+      throw rejected('list', 'addresses', e);
+    }
+  }
+
+  /** `ip addr add <address>/<prefixLen> dev <#linkIndex>`; fails if present. */
+  addrAdd(addr: AddrSpec): Promise<void> {
+    return this.#one({ op: 'addrAdd', addr });
+  }
+
+  /** `ip addr replace <address>/<prefixLen> dev <#linkIndex>`; idempotent. */
+  addrReplace(addr: AddrSpec): Promise<void> {
+    return this.#one({ op: 'addrReplace', addr });
+  }
+
+  /** `ip addr del <address>/<prefixLen> dev <#linkIndex>`. */
+  addrDel(addr: AddrSpec): Promise<void> {
+    return this.#one({ op: 'addrDel', addr });
+  }
+
+  // ---- routes ----
+
+  /**
+   * `ip route show table all`, as a raw dump: routes that differ only in next hop stay
+   * separate records (libnl's cache would merge them). Filtering happens before JS sees them.
+   */
+  async routeList(filter: RouteFilter = {}): Promise<Route[]> {
+    try {
+      const raw = await this.#raw.dump('route', {
+        family: filter.family ? afOf(filter.family) : 0,
+        table: filter.table ?? 0,
+        protocol: filter.protocol ?? -1,
+        index: filter.linkIndex ?? 0,
+      });
+      return raw.map(routeFromRaw);
+    } catch (e) {
+      throw rejected('list', 'routes', e);
+    }
+  }
+
+  /** `ip route add ...`; fails with `exists` if the route is there. */
+  routeAdd(route: RouteSpec): Promise<void> {
+    return this.#one({ op: 'routeAdd', route });
+  }
+
+  /** `ip route replace ...`; idempotent. */
+  routeReplace(route: RouteSpec): Promise<void> {
+    return this.#one({ op: 'routeReplace', route });
+  }
+
+  /** `ip route del ...`; fails with `not-found` (ESRCH) when absent. */
+  routeDel(route: RouteSpec): Promise<void> {
+    return this.#one({ op: 'routeDel', route });
+  }
+
+  /** `ip route get <dst> [oif <#linkIndex>]`: the route the kernel would use. */
+  async routeGet(dst: string, linkIndex?: number): Promise<Route> {
+    try {
+      return routeFromRaw(await this.#raw.routeGet(dst, linkIndex));
+    } catch (e) {
+      throw rejected('get route to', dst, e);
+    }
+  }
+
+  // ---- neighbours ----
+
+  /** `ip neigh show [dev <#linkIndex>]` for one family or both (bridge FDB entries excluded). */
+  async neighList(filter: { family?: Family; linkIndex?: number } = {}): Promise<Neigh[]> {
+    try {
+      const raw = await this.#raw.dump('neigh', {
+        family: filter.family ? afOf(filter.family) : 0,
+        index: filter.linkIndex ?? 0,
+      });
+      return raw.filter((r) => r.family !== AF_BRIDGE).map(neighFromRaw);
+    } catch (e) {
+      throw rejected('list', 'neighbours', e);
+    }
+  }
+
+  /** `ip neigh add <ip> lladdr <mac> dev <#linkIndex> nud permanent`; fails if present. */
+  neighAdd(neigh: NeighSpec): Promise<void> {
+    return this.#one({ op: 'neighAdd', neigh });
+  }
+
+  /** `ip neigh replace <ip> lladdr <mac> dev <#linkIndex> nud permanent`; idempotent. */
+  neighReplace(neigh: NeighSpec): Promise<void> {
+    return this.#one({ op: 'neighReplace', neigh });
+  }
+
+  /** `ip neigh del <ip> dev <#linkIndex>`; fails with `not-found` (ENOENT) when absent. */
+  neighDel(neigh: NeighSpec): Promise<void> {
+    return this.#one({ op: 'neighDel', neigh });
+  }
+
+  // ---- bridge FDB ----
+
+  /** `bridge fdb show [dev <#linkIndex>]`. */
+  async fdbList(filter: { linkIndex?: number } = {}): Promise<Fdb[]> {
+    try {
+      return (await this.#raw.dump('neigh', { family: AF_BRIDGE, index: filter.linkIndex ?? 0 })).map(fdbFromRaw);
+    } catch (e) {
+      throw rejected('list', 'fdb entries', e);
+    }
+  }
+
+  /** `bridge fdb append <mac> dev <#linkIndex> dst <dst> self permanent`: adds a remote for the MAC. */
+  fdbAppend(fdb: FdbSpec): Promise<void> {
+    return this.#one({ op: 'fdbAppend', fdb });
+  }
+
+  /** `bridge fdb replace <mac> dev <#linkIndex> dst <dst> self permanent`; idempotent. */
+  fdbReplace(fdb: FdbSpec): Promise<void> {
+    return this.#one({ op: 'fdbReplace', fdb });
+  }
+
+  /** `bridge fdb del <mac> dev <#linkIndex> dst <dst> self`. */
+  fdbDel(fdb: FdbSpec): Promise<void> {
+    return this.#one({ op: 'fdbDel', fdb });
+  }
+
+  // ---- notifications ----
+
+  /**
+   * `ip monitor link address route neigh`: calls `listener` with batches of events as the kernel
+   * reports them, including vxlan L2/L3 misses and receive overruns. One monitor per handle.
+   * Keeps the event loop alive until {@link Monitor.stop}.
+   */
+  async monitor(
+    groups: readonly MonitorGroup[],
+    listener: (events: NetlinkEvent[]) => void,
+    options: MonitorOptions = {},
+  ): Promise<Monitor> {
+    const raw = this.#raw;
+    try {
+      await raw.monitor(
+        [...groups],
+        (batch) => {
+          const events: NetlinkEvent[] = [];
+          for (const e of batch) {
+            const ev = eventFromRaw(e);
+            if (ev) events.push(ev);
+          }
+          if (events.length > 0) listener(events);
+        },
+        options.rcvbuf ?? 0,
+      );
+    } catch (e) {
+      throw rejected('subscribe to', groups.join(','), e);
+    }
+    return { stop: () => raw.unmonitor() };
+  }
+}

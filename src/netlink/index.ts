@@ -1,0 +1,18 @@
+/** The kernel, as Weft sees it: typed records and a namespaced handle with iproute2-named verbs. */
+export * from './records.ts';
+export { NetlinkHandle, describe } from './handle.ts';
+export type {
+  AddrSpec,
+  EventAction,
+  FdbSpec,
+  LinkChanges,
+  Monitor,
+  MonitorGroup,
+  MonitorOptions,
+  NeighSpec,
+  NetlinkEvent,
+  Operation,
+  RouteFilter,
+  RouteSpec,
+  VxlanSpec,
+} from './handle.ts';

@@ -1,0 +1,137 @@
+/**
+ * Loads the native addon (native/build/Release/weft_netlink.node) and describes its raw shapes.
+ * Only src/netlink imports this file; everything else uses the typed API in handle.ts.
+ */
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** An operation as the addon reads it; see native/src/requests.cc for every field. */
+export interface RawOp {
+  op: string;
+  [field: string]: string | number | boolean | undefined;
+}
+
+export interface RawFailure {
+  errno: string;
+  message: string;
+}
+
+export interface RawLink {
+  type: 'link';
+  index: number;
+  name: string;
+  kind: string;
+  mac: string;
+  mtu: number;
+  flags: number;
+  operstate: number;
+  master: number;
+  vxlan?: {
+    vni: number;
+    local: string;
+    link: number;
+    port: number;
+    learning: boolean;
+    gbp: boolean;
+    l2miss: boolean;
+    l3miss: boolean;
+    proxy: boolean;
+  };
+}
+
+export interface RawAddr {
+  type: 'addr';
+  index: number;
+  family: number;
+  local: string;
+  prefixLen: number;
+  scope: number;
+  flags: number;
+  label: string;
+  validLft: number;
+  preferredLft: number;
+}
+
+export interface RawRoute {
+  type: 'route';
+  family: number;
+  dst: string;
+  dstLen: number;
+  table: number;
+  protocol: number;
+  scope: number;
+  routeType: number;
+  priority: number;
+  flags: number;
+  oif: number;
+  gateway?: string;
+  prefsrc?: string;
+  nhFlags: number;
+  nexthops: number;
+}
+
+export interface RawNeigh {
+  type: 'neigh';
+  family: number;
+  index: number;
+  ip?: string;
+  mac?: string;
+  state: number;
+  flags: number;
+  vlan: number;
+  master: number;
+}
+
+export type RawRecord = RawLink | RawAddr | RawRoute | RawNeigh;
+
+export interface RawEvent {
+  action: 'new' | 'del' | 'get' | 'overrun';
+  record?: RawRecord;
+}
+
+export interface RawDumpFilter {
+  family?: number;
+  index?: number;
+  table?: number;
+  protocol?: number;
+}
+
+/** The addon's handle; failures reject with an Error carrying `errno` and `detail`. */
+export interface RawHandle {
+  apply(ops: RawOp[]): Promise<(RawFailure | null)[]>;
+  dump(kind: 'link', filter?: RawDumpFilter): Promise<RawLink[]>;
+  dump(kind: 'addr', filter?: RawDumpFilter): Promise<RawAddr[]>;
+  dump(kind: 'route', filter?: RawDumpFilter): Promise<RawRoute[]>;
+  dump(kind: 'neigh', filter?: RawDumpFilter): Promise<RawNeigh[]>;
+  linkGet(nameOrIndex: string | number): Promise<RawLink>;
+  routeGet(dst: string, oif?: number): Promise<RawRoute>;
+  monitor(groups: string[], callback: (events: RawEvent[]) => void, rcvbuf?: number): Promise<void>;
+  unmonitor(): void;
+  close(): void;
+}
+
+interface Addon {
+  Handle: new (netnsPath?: string) => RawHandle;
+}
+
+function packageRoot(from: string): string {
+  for (let dir = from; ; dir = dirname(dir)) {
+    if (existsSync(join(dir, 'package.json'))) return dir;
+    if (dirname(dir) === dir) throw new Error(`cannot find the weft package root above ${from}`);
+  }
+}
+
+let addon: Addon | undefined;
+
+/** The addon, loaded on first use so that pure modules never pay for it. */
+export function loadAddon(): Addon {
+  if (addon === undefined) {
+    const root = packageRoot(dirname(fileURLToPath(import.meta.url)));
+    const path = join(root, 'native', 'build', 'Release', 'weft_netlink.node');
+    if (!existsSync(path)) throw new Error(`native addon missing at ${path}: run \`make build\``);
+    addon = createRequire(import.meta.url)(path) as Addon;
+  }
+  return addon;
+}

@@ -1,0 +1,83 @@
+/**
+ * Throwaway network namespaces for tests. Names carry a per-run prefix so parallel runs never
+ * collide, and only namespaces this process created are ever removed.
+ */
+import { execFile, execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+/** Unique to this process: every namespace it creates starts with it. */
+export const RUN_PREFIX = `weft-${process.pid}-${randomBytes(2).toString('hex')}`;
+
+let counter = 0;
+
+export function isRoot(): boolean {
+  return process.getuid?.() === 0;
+}
+
+/** For `test(..., { skip })`: a reason when the test cannot run here, else false. */
+export const needsRoot: string | false = isRoot() ? false : 'needs root: creates network namespaces';
+
+export class Netns {
+  readonly name: string;
+
+  constructor(name: string) {
+    this.name = name;
+  }
+
+  get path(): string {
+    return `/run/netns/${this.name}`;
+  }
+
+  /** `ip -n <ns> <args>`; returns stdout. */
+  async ip(...args: string[]): Promise<string> {
+    return (await run('ip', ['-n', this.name, ...args])).stdout;
+  }
+
+  /** `ip -n <ns> -j <args>`, parsed. */
+  async ipJson<T = Record<string, unknown>[]>(...args: string[]): Promise<T> {
+    const out = await this.ip('-j', ...args);
+    return JSON.parse(out.trim() === '' ? '[]' : out) as T;
+  }
+
+  /** `bridge -n <ns> -j <args>`, parsed. */
+  async bridgeJson<T = Record<string, unknown>[]>(...args: string[]): Promise<T> {
+    const out = (await run('bridge', ['-n', this.name, '-j', ...args])).stdout;
+    return JSON.parse(out.trim() === '' ? '[]' : out) as T;
+  }
+
+  /** Runs a command inside the namespace; returns stdout. */
+  async exec(cmd: string, ...args: string[]): Promise<string> {
+    return (await run('ip', ['netns', 'exec', this.name, cmd, ...args], { maxBuffer: 64 << 20 })).stdout;
+  }
+
+  /** Like {@link exec} but blocks the JS thread: for tests that need the event loop stalled. */
+  execSync(cmd: string, ...args: string[]): string {
+    return execFileSync('ip', ['netns', 'exec', this.name, cmd, ...args], { encoding: 'utf8' });
+  }
+
+  async remove(): Promise<void> {
+    await run('ip', ['netns', 'del', this.name]).catch(() => undefined);
+  }
+}
+
+/** Creates a namespace named `<RUN_PREFIX>-<n>-<tag>` with loopback up. */
+export async function createNetns(tag: string): Promise<Netns> {
+  const ns = new Netns(`${RUN_PREFIX}-${++counter}-${tag}`);
+  await run('ip', ['netns', 'add', ns.name]);
+  await ns.ip('link', 'set', 'lo', 'up');
+  return ns;
+}
+
+/** Runs `fn` with fresh namespaces, one per tag, and removes them afterwards, even on failure. */
+export async function withNetns<T>(tags: string[], fn: (...ns: Netns[]) => Promise<T>): Promise<T> {
+  const made: Netns[] = [];
+  try {
+    for (const tag of tags) made.push(await createNetns(tag));
+    return await fn(...made);
+  } finally {
+    for (const ns of made) await ns.remove();
+  }
+}
