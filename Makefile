@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
 	iproute2 iputils-ping nftables iptables iperf3 python3 make g++ pkg-config
 
-TEST_FLAGS := --test-reporter=spec --test-concurrency=2
+TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
 	typecheck bench-netlink clean

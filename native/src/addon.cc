@@ -75,11 +75,7 @@ struct DumpJob : Job {
   std::vector<Record> records;
   using Job::Job;
   void run(Worker& w) override { failure = w.dump(kind, filter, records); }
-  Napi::Value result(Napi::Env env) override {
-    Napi::Array arr = Napi::Array::New(env, records.size());
-    for (size_t i = 0; i < records.size(); i++) arr.Set(static_cast<uint32_t>(i), recordToJs(env, records[i]));
-    return arr;
-  }
+  Napi::Value result(Napi::Env env) override { return recordsToJs(env, records); }
 };
 
 // A request answered by exactly one record (link get, route get).

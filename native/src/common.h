@@ -101,7 +101,8 @@ struct Event {
 std::string addrToString(struct nl_addr* addr);
 std::optional<Record> recordFromObject(struct nl_object* obj);
 Napi::Value recordToJs(Napi::Env env, const Record& rec);
-Napi::Value eventToJs(Napi::Env env, const Event& ev);
+Napi::Array recordsToJs(Napi::Env env, const std::vector<Record>& recs);
+Napi::Array eventsToJs(Napi::Env env, const std::vector<Event>& events);
 
 // ---- failures ------------------------------------------------------------------------------------
 

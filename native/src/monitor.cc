@@ -118,9 +118,7 @@ void Monitor::drain() {
   }
   if (batch.empty() || closed_) return;
   Napi::HandleScope scope(env_);
-  Napi::Array arr = Napi::Array::New(env_, batch.size());
-  for (size_t i = 0; i < batch.size(); i++) arr.Set(static_cast<uint32_t>(i), eventToJs(env_, batch[i]));
-  callback_.MakeCallback(env_.Global(), {arr});
+  callback_.MakeCallback(env_.Global(), {eventsToJs(env_, batch)});
 }
 
 }  // namespace weft

@@ -126,108 +126,160 @@ std::optional<Record> recordFromObject(struct nl_object* obj) {
 }
 
 // ---- to JS ---------------------------------------------------------------------------------------
+//
+// Dumps turn tens of thousands of records into objects, so property names are created once per
+// batch (JsKeys) and each object is defined in one napi_define_properties call.
 
-static void setStr(Napi::Object& o, const char* key, const std::string& s) {
-  if (!s.empty()) o.Set(key, s);
-}
+#define WEFT_KEYS(X)                                                                                  \
+  X(type) X(index) X(name) X(kind) X(mac) X(mtu) X(flags) X(operstate) X(master) X(vxlan) X(vni)    \
+  X(local) X(link) X(port) X(learning) X(gbp) X(l2miss) X(l3miss) X(proxy) X(family) X(prefixLen)  \
+  X(scope) X(label) X(validLft) X(preferredLft) X(dst) X(dstLen) X(table) X(protocol) X(routeType) \
+  X(priority) X(oif) X(gateway) X(prefsrc) X(nhFlags) X(nexthops) X(ip) X(state) X(vlan) X(action) \
+  X(record)
 
-static Napi::Object linkToJs(Napi::Env env, const LinkRec& r) {
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("type", "link");
-  o.Set("index", r.index);
-  o.Set("name", r.name);
-  o.Set("kind", r.kind);
-  o.Set("mac", r.mac);
-  o.Set("mtu", r.mtu);
-  o.Set("flags", r.flags);
-  o.Set("operstate", r.operstate);
-  o.Set("master", r.master);
-  if (r.vxlan) {
-    Napi::Object v = Napi::Object::New(env);
-    v.Set("vni", r.vxlan->vni);
-    v.Set("local", r.vxlan->local);
-    v.Set("link", r.vxlan->link);
-    v.Set("port", r.vxlan->port);
-    v.Set("learning", r.vxlan->learning);
-    v.Set("gbp", r.vxlan->gbp);
-    v.Set("l2miss", r.vxlan->l2miss);
-    v.Set("l3miss", r.vxlan->l3miss);
-    v.Set("proxy", r.vxlan->proxy);
-    o.Set("vxlan", v);
+struct JsKeys {
+#define WEFT_DECLARE(k) napi_value k;
+  WEFT_KEYS(WEFT_DECLARE)
+#undef WEFT_DECLARE
+  napi_value tLink, tAddr, tRoute, tNeigh;
+  explicit JsKeys(napi_env env) {
+#define WEFT_CREATE(k) napi_create_string_utf8(env, #k, NAPI_AUTO_LENGTH, &k);
+    WEFT_KEYS(WEFT_CREATE)
+#undef WEFT_CREATE
+    napi_create_string_utf8(env, "link", NAPI_AUTO_LENGTH, &tLink);
+    napi_create_string_utf8(env, "addr", NAPI_AUTO_LENGTH, &tAddr);
+    napi_create_string_utf8(env, "route", NAPI_AUTO_LENGTH, &tRoute);
+    napi_create_string_utf8(env, "neigh", NAPI_AUTO_LENGTH, &tNeigh);
   }
-  return o;
+};
+
+namespace {
+
+class ObjBuilder {
+ public:
+  explicit ObjBuilder(napi_env env) : env_(env) {}
+  ObjBuilder& val(napi_value key, napi_value v) {
+    napi_property_descriptor& d = props_[n_++];
+    d = napi_property_descriptor{};
+    d.name = key;
+    d.value = v;
+    d.attributes = static_cast<napi_property_attributes>(napi_writable | napi_enumerable | napi_configurable);
+    return *this;
+  }
+  ObjBuilder& num(napi_value key, double v) {
+    napi_value x;
+    napi_create_double(env_, v, &x);
+    return val(key, x);
+  }
+  ObjBuilder& str(napi_value key, const std::string& v) {
+    napi_value x;
+    napi_create_string_utf8(env_, v.data(), v.size(), &x);
+    return val(key, x);
+  }
+  ObjBuilder& strIfSet(napi_value key, const std::string& v) { return v.empty() ? *this : str(key, v); }
+  ObjBuilder& flag(napi_value key, bool v) {
+    napi_value x;
+    napi_get_boolean(env_, v, &x);
+    return val(key, x);
+  }
+  napi_value build() {
+    napi_value o;
+    napi_create_object(env_, &o);
+    napi_define_properties(env_, o, n_, props_);
+    return o;
+  }
+
+ private:
+  napi_env env_;
+  napi_property_descriptor props_[20];
+  size_t n_ = 0;
+};
+
+napi_value linkToJs(napi_env env, const JsKeys& k, const LinkRec& r) {
+  ObjBuilder o(env);
+  o.val(k.type, k.tLink).num(k.index, r.index).str(k.name, r.name).str(k.kind, r.kind).str(k.mac, r.mac);
+  o.num(k.mtu, r.mtu).num(k.flags, r.flags).num(k.operstate, r.operstate).num(k.master, r.master);
+  if (r.vxlan) {
+    const VxlanInfo& v = *r.vxlan;
+    ObjBuilder x(env);
+    x.num(k.vni, v.vni).str(k.local, v.local).num(k.link, v.link).num(k.port, v.port).flag(k.learning, v.learning);
+    x.flag(k.gbp, v.gbp).flag(k.l2miss, v.l2miss).flag(k.l3miss, v.l3miss).flag(k.proxy, v.proxy);
+    o.val(k.vxlan, x.build());
+  }
+  return o.build();
 }
 
-static Napi::Object addrToJs(Napi::Env env, const AddrRec& r) {
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("type", "addr");
-  o.Set("index", r.index);
-  o.Set("family", r.family);
-  o.Set("local", r.local);
-  o.Set("prefixLen", r.prefixLen);
-  o.Set("scope", r.scope);
-  o.Set("flags", r.flags);
-  o.Set("label", r.label);
-  o.Set("validLft", r.validLft);
-  o.Set("preferredLft", r.preferredLft);
-  return o;
+napi_value addrToJs(napi_env env, const JsKeys& k, const AddrRec& r) {
+  ObjBuilder o(env);
+  o.val(k.type, k.tAddr).num(k.index, r.index).num(k.family, r.family).str(k.local, r.local);
+  o.num(k.prefixLen, r.prefixLen).num(k.scope, r.scope).num(k.flags, r.flags).str(k.label, r.label);
+  o.num(k.validLft, r.validLft).num(k.preferredLft, r.preferredLft);
+  return o.build();
 }
 
-static Napi::Object routeToJs(Napi::Env env, const RouteRec& r) {
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("type", "route");
-  o.Set("family", r.family);
-  o.Set("dst", r.dst);
-  o.Set("dstLen", r.dstLen);
-  o.Set("table", r.table);
-  o.Set("protocol", r.protocol);
-  o.Set("scope", r.scope);
-  o.Set("routeType", r.type);
-  o.Set("priority", r.priority);
-  o.Set("flags", r.flags);
-  o.Set("oif", r.oif);
-  setStr(o, "gateway", r.gateway);
-  setStr(o, "prefsrc", r.prefsrc);
-  o.Set("nhFlags", r.nhFlags);
-  o.Set("nexthops", r.nexthops);
-  return o;
+napi_value routeToJs(napi_env env, const JsKeys& k, const RouteRec& r) {
+  ObjBuilder o(env);
+  o.val(k.type, k.tRoute).num(k.family, r.family).str(k.dst, r.dst).num(k.dstLen, r.dstLen);
+  o.num(k.table, r.table).num(k.protocol, r.protocol).num(k.scope, r.scope).num(k.routeType, r.type);
+  o.num(k.priority, r.priority).num(k.flags, r.flags).num(k.oif, r.oif).strIfSet(k.gateway, r.gateway);
+  o.strIfSet(k.prefsrc, r.prefsrc).num(k.nhFlags, r.nhFlags).num(k.nexthops, r.nexthops);
+  return o.build();
 }
 
-static Napi::Object neighToJs(Napi::Env env, const NeighRec& r) {
-  Napi::Object o = Napi::Object::New(env);
-  o.Set("type", "neigh");
-  o.Set("family", r.family);
-  o.Set("index", r.index);
-  setStr(o, "ip", r.ip);
-  setStr(o, "mac", r.mac);
-  o.Set("state", r.state);
-  o.Set("flags", r.flags);
-  o.Set("vlan", r.vlan);
-  o.Set("master", r.master);
-  return o;
+napi_value neighToJs(napi_env env, const JsKeys& k, const NeighRec& r) {
+  ObjBuilder o(env);
+  o.val(k.type, k.tNeigh).num(k.family, r.family).num(k.index, r.index).strIfSet(k.ip, r.ip);
+  o.strIfSet(k.mac, r.mac).num(k.state, r.state).num(k.flags, r.flags).num(k.vlan, r.vlan).num(k.master, r.master);
+  return o.build();
+}
+
+napi_value toJs(napi_env env, const JsKeys& k, const Record& rec) {
+  struct Visitor {
+    napi_env env;
+    const JsKeys& k;
+    napi_value operator()(const LinkRec& r) const { return linkToJs(env, k, r); }
+    napi_value operator()(const AddrRec& r) const { return addrToJs(env, k, r); }
+    napi_value operator()(const RouteRec& r) const { return routeToJs(env, k, r); }
+    napi_value operator()(const NeighRec& r) const { return neighToJs(env, k, r); }
+  };
+  return std::visit(Visitor{env, k}, rec);
+}
+
+const char* actionName(Event::Action a) {
+  switch (a) {
+    case Event::Action::New: return "new";
+    case Event::Action::Del: return "del";
+    case Event::Action::Get: return "get";
+    case Event::Action::Overrun: return "overrun";
+  }
+  return "";
+}
+
+}  // namespace
+
+Napi::Array recordsToJs(Napi::Env env, const std::vector<Record>& recs) {
+  JsKeys k(env);
+  Napi::Array arr = Napi::Array::New(env, recs.size());
+  for (size_t i = 0; i < recs.size(); i++) napi_set_element(env, arr, static_cast<uint32_t>(i), toJs(env, k, recs[i]));
+  return arr;
 }
 
 Napi::Value recordToJs(Napi::Env env, const Record& rec) {
-  struct Visitor {
-    Napi::Env env;
-    Napi::Value operator()(const LinkRec& r) const { return linkToJs(env, r); }
-    Napi::Value operator()(const AddrRec& r) const { return addrToJs(env, r); }
-    Napi::Value operator()(const RouteRec& r) const { return routeToJs(env, r); }
-    Napi::Value operator()(const NeighRec& r) const { return neighToJs(env, r); }
-  };
-  return std::visit(Visitor{env}, rec);
+  JsKeys k(env);
+  return Napi::Value(env, toJs(env, k, rec));
 }
 
-Napi::Value eventToJs(Napi::Env env, const Event& ev) {
-  Napi::Object o = Napi::Object::New(env);
-  switch (ev.action) {
-    case Event::Action::New: o.Set("action", "new"); break;
-    case Event::Action::Del: o.Set("action", "del"); break;
-    case Event::Action::Get: o.Set("action", "get"); break;
-    case Event::Action::Overrun: o.Set("action", "overrun"); break;
+Napi::Array eventsToJs(Napi::Env env, const std::vector<Event>& events) {
+  JsKeys k(env);
+  Napi::Array arr = Napi::Array::New(env, events.size());
+  for (size_t i = 0; i < events.size(); i++) {
+    const Event& ev = events[i];
+    ObjBuilder o(env);
+    o.str(k.action, actionName(ev.action));
+    if (ev.record) o.val(k.record, toJs(env, k, *ev.record));
+    napi_set_element(env, arr, static_cast<uint32_t>(i), o.build());
   }
-  if (ev.record) o.Set("record", recordToJs(env, *ev.record));
-  return o;
+  return arr;
 }
 
 std::string errnoName(int err) {

@@ -99,6 +99,10 @@ void Worker::run(const std::string& netnsPath) {
     return;
   }
   nl_socket_set_buffer_size(sk_, 8 << 20, 1 << 20);
+  // One recvmsg per datagram instead of libnl's peek-then-read: the kernel never builds a dump
+  // datagram above 32 KiB for a reader offering more, so 64 KiB is never truncated.
+  nl_socket_disable_msg_peek(sk_);
+  nl_socket_set_msg_buf_size(sk_, 64 * 1024);
   int one = 1;
   // Extended acks carry the kernel's own explanation; capped acks skip echoing our request.
   setsockopt(nl_socket_get_fd(sk_), SOL_NETLINK, NETLINK_EXT_ACK, &one, sizeof one);
