@@ -1,0 +1,48 @@
+/**
+ * One reconcile pass: observe what of Weft's the kernel holds, diff against the desired state,
+ * apply the difference in one batch. See state.ts for the design notes.
+ */
+import type { NetlinkError } from '../errors.ts';
+import type { NetlinkHandle, Operation } from '../netlink/handle.ts';
+import { diff, ours } from './state.ts';
+import type { KernelState, Ownership } from './state.ts';
+
+/** Reads Weft's own routes, neighbours and FDB entries (raw dumps, filtered in native code). */
+export async function observe(h: NetlinkHandle, own: Ownership): Promise<KernelState> {
+  const [routes, perDevice] = await Promise.all([
+    h.routeList({ protocol: own.protocol }),
+    Promise.all(own.devices.map(async (linkIndex) => ({
+      neighs: await h.neighList({ linkIndex }),
+      fdb: await h.fdbList({ linkIndex }),
+    }))),
+  ]);
+  return ours({ routes, neighs: perDevice.flatMap((d) => d.neighs), fdb: perDevice.flatMap((d) => d.fdb) }, own);
+}
+
+export interface PassReport {
+  /** The operations the diff produced. */
+  ops: Operation[];
+  /** Operations the kernel refused; the next pass tries them again. */
+  failures: NetlinkError[];
+}
+
+function isDelete(o: Operation): boolean {
+  return o.op === 'routeDel' || o.op === 'neighDel' || o.op === 'fdbDel';
+}
+
+/** Applies `ops` in one batch; deleting what is already gone counts as done. */
+export async function apply(h: NetlinkHandle, ops: readonly Operation[]): Promise<NetlinkError[]> {
+  if (ops.length === 0) return [];
+  const results = await h.batch(ops);
+  const failures: NetlinkError[] = [];
+  results.forEach((r, i) => {
+    if (r && !(r.notFound && isDelete(ops[i]!))) failures.push(r);
+  });
+  return failures;
+}
+
+/** observe → diff → apply. */
+export async function reconcileOnce(h: NetlinkHandle, desired: KernelState, own: Ownership): Promise<PassReport> {
+  const ops = diff(desired, await observe(h, own));
+  return { ops, failures: await apply(h, ops) };
+}
