@@ -1,0 +1,82 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { NetlinkHandle } from '../../src/netlink/index.ts';
+import { Reconciler } from '../../src/reconcile/loop.ts';
+import type { PassInfo } from '../../src/reconcile/loop.ts';
+import { WEFT_RTPROT } from '../../src/reconcile/state.ts';
+import type { KernelState } from '../../src/reconcile/state.ts';
+import { needsRoot, withNetns } from '../support/netns.ts';
+import type { Netns } from '../support/netns.ts';
+
+function peers(vx: number, ns: number[]): KernelState {
+  return {
+    routes: ns.map((n) => ({ family: 4, dst: `10.244.${n}.0/24`, gateway: `10.244.${n}.0`, linkIndex: vx, table: 254, protocol: WEFT_RTPROT, scope: 0, type: 1, metric: 0, onlink: true }) as const),
+    neighs: ns.map((n) => ({ family: 4, linkIndex: vx, ip: `10.244.${n}.0`, mac: `6e:00:00:00:00:0${n}`, state: 0x80 }) as const),
+    fdb: ns.map((n) => ({ linkIndex: vx, mac: `6e:00:00:00:00:0${n}`, dst: `198.51.100.${n}`, state: 0x80, flags: 2 })),
+  };
+}
+
+async function eventually(what: string, check: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + 3000;
+  while (!(await check())) {
+    if (Date.now() > deadline) assert.fail(`${what} did not happen within 3 s`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+async function vxlanNode(ns: Netns): Promise<void> {
+  await ns.ip('link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0p');
+  await ns.ip('addr', 'add', '198.51.100.1/24', 'dev', 'eth0');
+  await ns.ip('link', 'set', 'eth0', 'up');
+  await ns.ip('link', 'add', 'flannel.1', 'type', 'vxlan', 'id', '1', 'local', '198.51.100.1', 'dev', 'eth0', 'dstport', '8472', 'nolearning');
+  await ns.ip('link', 'set', 'flannel.1', 'up');
+}
+
+test('the loop repairs hand-deleted routes, neighbours and FDB entries from kernel events alone', { skip: needsRoot }, async () => {
+  await withNetns(['loop'], async (ns) => {
+    await vxlanNode(ns!);
+    const h = NetlinkHandle.open(ns!.path);
+    const passes: PassInfo[] = [];
+    const gone: number[] = [];
+    try {
+      const vx = (await h.linkByName('flannel.1')).index;
+      let desired = peers(vx, [2, 3]);
+      const loop = new Reconciler({
+        handle: h,
+        desired: () => desired,
+        ownership: () => ({ protocol: WEFT_RTPROT, devices: [vx] }),
+        resyncPeriodMs: 3_600_000,
+        onPass: (p) => passes.push(p),
+        onDeviceGone: (i) => gone.push(i),
+      });
+      await loop.start();
+      try {
+        assert.deepEqual(passes[0]?.reasons, ['start-up']);
+        assert.equal(passes[0]?.ops.length, 6);
+        const routes = () => ns!.ip('route', 'show', 'proto', String(WEFT_RTPROT));
+        await ns!.ip('route', 'del', '10.244.2.0/24');
+        await eventually('route repair', async () => /10\.244\.2\.0\/24/.test(await routes()));
+        await ns!.ip('neigh', 'del', '10.244.3.0', 'dev', 'flannel.1');
+        await eventually('neighbour repair', async () => /10\.244\.3\.0 lladdr/.test(await ns!.ip('neigh', 'show', 'dev', 'flannel.1')));
+        await ns!.exec('bridge', 'fdb', 'del', '6e:00:00:00:00:02', 'dev', 'flannel.1', 'dst', '198.51.100.2', 'self');
+        await eventually('fdb repair', async () => /6e:00:00:00:00:02 dst 198\.51\.100\.2/.test(await ns!.exec('bridge', 'fdb', 'show', 'dev', 'flannel.1')));
+        await ns!.ip('route', 'add', '10.244.9.0/24', 'via', '198.51.100.9', 'proto', String(WEFT_RTPROT));
+        await eventually('unwanted tagged route removed', async () => !/10\.244\.9\.0/.test(await routes()));
+        assert.ok(passes.some((p) => p.reasons.some((r) => r.includes('10.244.2.0/24 deleted'))));
+
+        desired = peers(vx, [3]);
+        for (let i = 0; i < 10; i++) loop.trigger('lease batch');
+        await loop.idle();
+        assert.ok(passes.filter((p) => p.reasons.includes('lease batch')).length <= 2, 'ten triggers coalesce into at most two passes');
+        assert.doesNotMatch(await routes(), /10\.244\.2\.0/);
+
+        await ns!.ip('link', 'del', 'flannel.1');
+        await eventually('device loss reported', async () => gone.includes(vx));
+      } finally {
+        loop.stop();
+      }
+    } finally {
+      h.close();
+    }
+  });
+});
