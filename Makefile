@@ -51,10 +51,10 @@ typecheck: deps-npm
 	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json --noEmit
 
 test: deps build
-	$(NODE) --test $(TEST_FLAGS) 'test/unit/**/*.test.ts' 'test/integration/**/*.test.ts'
+	$(NODE) --test $(TEST_FLAGS) 'test/unit/**/*.test.ts' 'test/fuzz/**/*.test.ts' 'test/integration/**/*.test.ts'
 
 test-unit: build
-	$(NODE) --test $(TEST_FLAGS) 'test/unit/**/*.test.ts'
+	$(NODE) --test $(TEST_FLAGS) 'test/unit/**/*.test.ts' 'test/fuzz/**/*.test.ts'
 
 test-integration: build
 	$(NODE) --test $(TEST_FLAGS) 'test/integration/**/*.test.ts'

@@ -1,0 +1,75 @@
+/**
+ * Every parser of user or peer text raises only ConfigError on bad input, never a TypeError or
+ * RangeError, and valid input round-trips. Runs are bounded (a few hundred cases each).
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import fc from 'fast-check';
+import { checkNetworkConfig, parseNetConfig } from '../../src/config/netconf.ts';
+import { ConfigError } from '../../src/errors.ts';
+import { formatCIDR, formatIP, parseCIDR, parseIP, tryParseIP } from '../../src/ip/ip.ts';
+import { parseSubnetEnv, renderSubnetEnv } from '../../src/subnetenv/subnetenv.ts';
+
+const RUNS = { numRuns: 400 };
+
+function onlyConfigErrors(fn: () => unknown): void {
+  try {
+    fn();
+  } catch (e) {
+    if (!(e instanceof ConfigError)) throw e;
+  }
+}
+
+/** Mutates a valid text: drops, duplicates or replaces a character. */
+const mutated = (base: string) =>
+  fc.tuple(fc.nat(base.length), fc.constantFrom('drop', 'dup', 'swap'), fc.string({ minLength: 1, maxLength: 3 })).map(([i, how, s]) => {
+    if (how === 'drop') return base.slice(0, i) + base.slice(i + 1);
+    if (how === 'dup') return base.slice(0, i) + base.slice(i, i + 5) + base.slice(i);
+    return base.slice(0, i) + s + base.slice(i + 1);
+  });
+
+const ipv4 = fc.tuple(fc.nat(255), fc.nat(255), fc.nat(255), fc.nat(255)).map((p) => p.join('.'));
+const ipv6 = fc.array(fc.nat(0xffff), { minLength: 8, maxLength: 8 }).map((g) => g.map((x) => x.toString(16)).join(':'));
+
+test('CIDR and IP parsers: random and mutated text → ConfigError only; valid text round-trips', () => {
+  fc.assert(fc.property(fc.string(), (s) => onlyConfigErrors(() => parseCIDR(s, 'f'))), RUNS);
+  fc.assert(fc.property(fc.oneof(mutated('10.244.1.0/24'), mutated('2001:cafe:42::/56')), (s) => onlyConfigErrors(() => parseCIDR(s, 'f'))), RUNS);
+  fc.assert(fc.property(fc.string(), (s) => onlyConfigErrors(() => parseIP(s, 'f'))), RUNS);
+  fc.assert(fc.property(fc.oneof(ipv4, ipv6), (s) => {
+    const ip = parseIP(s, 'f');
+    assert.deepEqual(tryParseIP(formatIP(ip)), ip);
+  }), RUNS);
+  fc.assert(fc.property(fc.oneof(ipv4.chain((a) => fc.nat(32).map((n) => `${a}/${n}`)), ipv6.chain((a) => fc.nat(128).map((n) => `${a}/${n}`))), (s) => {
+    const c = parseCIDR(s, 'f');
+    assert.equal(formatCIDR(parseCIDR(formatCIDR(c), 'f')), formatCIDR(c));
+  }), RUNS);
+});
+
+const VALID_CONF = '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"2001:cafe:42::/56","SubnetLen":24,"Backend":{"Type":"vxlan","VNI":1,"Port":8472,"MTU":1500}}';
+
+test('net-conf.json: random JSON, random text and mutated documents → ConfigError only', () => {
+  fc.assert(fc.property(fc.string(), (s) => onlyConfigErrors(() => checkNetworkConfig(parseNetConfig(s)))), RUNS);
+  fc.assert(fc.property(mutated(VALID_CONF), (s) => onlyConfigErrors(() => checkNetworkConfig(parseNetConfig(s)))), RUNS);
+  const value = fc.oneof(fc.string(), fc.integer(), fc.double(), fc.boolean(), fc.constant(null), fc.array(fc.nat()), fc.constant({}));
+  const doc = fc.record({
+    Network: fc.oneof(value, fc.constant('10.244.0.0/16')),
+    SubnetLen: value, SubnetMin: value, SubnetMax: value, EnableIPv4: value, EnableIPv6: value, IPv6Network: value,
+    Backend: fc.oneof(value, fc.record({ Type: fc.oneof(value, fc.constantFrom('vxlan', 'host-gw')), VNI: value, Port: value, MTU: value, GBP: value })),
+  }, { requiredKeys: [] });
+  fc.assert(fc.property(doc, (d) => onlyConfigErrors(() => checkNetworkConfig(parseNetConfig(JSON.stringify(d))))), RUNS);
+});
+
+const VALID_ENV = renderSubnetEnv({
+  network: parseCIDR('10.244.0.0/16', 'n'), subnet: parseCIDR('10.244.1.0/24', 's'),
+  ipv6Network: parseCIDR('2001:cafe:42::/56', 'n6'), ipv6Subnet: parseCIDR('2001:cafe:42::/64', 's6'), mtu: 1450, ipMasq: true,
+});
+
+test('subnet.env: random and mutated text → ConfigError only; rendered files parse back', () => {
+  fc.assert(fc.property(fc.string(), (s) => onlyConfigErrors(() => parseSubnetEnv(s))), RUNS);
+  fc.assert(fc.property(mutated(VALID_ENV), (s) => onlyConfigErrors(() => parseSubnetEnv(s))), RUNS);
+  fc.assert(fc.property(fc.nat(8), fc.nat(0xffff), fc.boolean(), (a, mtu, masq) => {
+    const env = { network: parseCIDR(`10.${a}.0.0/16`, 'n'), subnet: parseCIDR(`10.${a}.3.0/24`, 's'), mtu, ipMasq: masq };
+    const back = parseSubnetEnv(renderSubnetEnv(env));
+    assert.equal(renderSubnetEnv(back), renderSubnetEnv(env));
+  }), RUNS);
+});
