@@ -40,6 +40,7 @@ export class Reconciler {
   readonly #opts: ReconcilerOptions;
   #reasons: string[] = [];
   #running: Promise<void> | undefined;
+  #busy = false;
   #monitor: Monitor | undefined;
   #timer: NodeJS.Timeout | undefined;
   #stopped = false;
@@ -74,14 +75,15 @@ export class Reconciler {
   trigger(reason: string): void {
     if (this.#stopped) return;
     this.#reasons.push(reason);
-    this.#running ??= this.#drain().finally(() => {
-      this.#running = undefined;
-    });
+    if (!this.#busy) {
+      this.#busy = true;
+      this.#running = this.#drain();
+    }
   }
 
   /** Resolves once no pass is running or pending. */
   async idle(): Promise<void> {
-    while (this.#running) await this.#running;
+    while (this.#busy) await this.#running;
   }
 
   async #drain(): Promise<void> {
@@ -98,6 +100,9 @@ export class Reconciler {
         this.#opts.onError?.(e);
       }
     }
+    // Cleared in the same synchronous step as the last empty check: a trigger arriving any later
+    // starts a new drain, none can fall between the two.
+    this.#busy = false;
   }
 
   #index(desired: KernelState): void {

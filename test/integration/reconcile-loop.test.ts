@@ -64,6 +64,28 @@ test('the loop repairs hand-deleted routes, neighbours and FDB entries from kern
         await eventually('unwanted tagged route removed', async () => !/10\.244\.9\.0/.test(await routes()));
         assert.ok(passes.some((p) => p.reasons.some((r) => r.includes('10.244.2.0/24 deleted'))));
 
+        // A trigger from a pass's own callback (as a lease source would) still gets its pass.
+        const before = passes.length;
+        const followUp = new Promise<void>((resolve) => {
+          const check = setInterval(() => {
+            if (passes.some((p) => p.reasons.includes('follow-up'))) {
+              clearInterval(check);
+              resolve();
+            }
+          }, 5);
+        });
+        loop.trigger('first');
+        await new Promise<void>((resolve) => {
+          const check = setInterval(() => {
+            if (passes.length > before) {
+              clearInterval(check);
+              loop.trigger('follow-up');
+              resolve();
+            }
+          }, 0);
+        });
+        await followUp;
+
         desired = peers(vx, [3]);
         for (let i = 0; i < 10; i++) loop.trigger('lease batch');
         await loop.idle();
