@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
-	typecheck bench-netlink clean
+	typecheck bench-netlink bench-reconcile clean
 
 all: build
 
@@ -61,6 +61,9 @@ test-integration: build
 
 bench-netlink: deps build
 	$(NODE) bench/netlink.bench.ts
+
+bench-reconcile: deps build
+	$(NODE) bench/reconcile.bench.ts
 
 clean:
 	rm -rf dist native/build
