@@ -13,7 +13,7 @@ import { performance } from 'node:perf_hooks';
 import { promisify } from 'node:util';
 import { NetlinkHandle } from '../src/netlink/index.ts';
 import type { Operation } from '../src/netlink/index.ts';
-import { isRoot, withNetns } from '../test/support/netns.ts';
+import { isRoot, vxlanNode, withNetns } from '../test/support/netns.ts';
 import type { Netns } from '../test/support/netns.ts';
 
 const run = promisify(execFile);
@@ -38,18 +38,9 @@ const peers: Peer[] = Array.from({ length: PEERS }, (_, i) => {
   };
 });
 
-async function node(ns: Netns): Promise<void> {
-  await ns.ip('link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0p');
-  await ns.ip('addr', 'add', '198.51.100.2/24', 'dev', 'eth0');
-  await ns.ip('link', 'set', 'eth0', 'up');
-  await ns.ip('link', 'set', 'eth0p', 'up');
-  await ns.ip('link', 'add', 'flannel.1', 'type', 'vxlan', 'id', '1', 'local', '198.51.100.2', 'dev', 'eth0', 'dstport', '8472', 'nolearning');
-  await ns.ip('addr', 'add', '10.244.1.0/32', 'dev', 'flannel.1');
-  await ns.ip('link', 'set', 'flannel.1', 'up');
-}
 
 async function weftRound(ns: Netns): Promise<{ programMs: number; dumpMs: number }> {
-  await node(ns);
+  await vxlanNode(ns, '198.51.100.2/24', '10.244.1.0/32');
   const h = NetlinkHandle.open(ns.path);
   try {
     const vx = await h.linkByName('flannel.1');
@@ -85,7 +76,7 @@ async function weftRound(ns: Netns): Promise<{ programMs: number; dumpMs: number
 }
 
 async function ipBatchRound(ns: Netns, dir: string): Promise<number> {
-  await node(ns);
+  await vxlanNode(ns, '198.51.100.2/24', '10.244.1.0/32');
   const ipFile = join(dir, `${ns.name}.ip`);
   const bridgeFile = join(dir, `${ns.name}.bridge`);
   const ipLines: string[] = [];

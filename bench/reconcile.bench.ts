@@ -22,7 +22,7 @@ import type { PassInfo } from '../src/reconcile/loop.ts';
 import { reconcileOnce } from '../src/reconcile/reconcile.ts';
 import { WEFT_RTPROT } from '../src/reconcile/state.ts';
 import type { KernelState, Ownership } from '../src/reconcile/state.ts';
-import { isRoot, withNetns } from '../test/support/netns.ts';
+import { isRoot, vxlanNode, withNetns } from '../test/support/netns.ts';
 import type { Netns } from '../test/support/netns.ts';
 
 const run = promisify(execFile);
@@ -43,15 +43,6 @@ function lease(i: number, type: string): Lease {
 
 const own: Lease = { peer: 'self', subnet: parseCIDR('10.127.0.0/24', 's'), attrs: { backendType: 'vxlan' } };
 
-async function node(ns: Netns): Promise<void> {
-  await ns.ip('link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0p');
-  await ns.ip('addr', 'add', '198.18.255.254/15', 'dev', 'eth0');
-  await ns.ip('link', 'set', 'eth0', 'up');
-  await ns.ip('link', 'set', 'eth0p', 'up');
-  await ns.ip('link', 'add', 'flannel.1', 'type', 'vxlan', 'id', '1', 'local', '198.18.255.254', 'dev', 'eth0', 'dstport', '8472', 'nolearning');
-  await ns.ip('addr', 'add', '10.127.0.0/32', 'dev', 'flannel.1');
-  await ns.ip('link', 'set', 'flannel.1', 'up');
-}
 
 interface Ctx {
   h: NetlinkHandle;
@@ -75,7 +66,7 @@ function plan(type: 'vxlan' | 'host-gw', input: PlanInput): KernelState {
 
 async function weftCold(type: 'vxlan' | 'host-gw'): Promise<number> {
   return withNetns([`rc-${type}`], async (ns) => {
-    await node(ns!);
+    await vxlanNode(ns!, '198.18.255.254/15', '10.127.0.0/32');
     const ctx = await context(ns!, type, LEASES);
     try {
       const t0 = performance.now();
@@ -91,7 +82,7 @@ async function weftCold(type: 'vxlan' | 'host-gw'): Promise<number> {
 
 async function ipCold(type: 'vxlan' | 'host-gw'): Promise<number> {
   return withNetns([`ri-${type}`], async (ns) => {
-    await node(ns!);
+    await vxlanNode(ns!, '198.18.255.254/15', '10.127.0.0/32');
     const ipLines: string[] = [];
     const brLines: string[] = [];
     for (let i = 0; i < LEASES; i++) {
@@ -135,7 +126,7 @@ const settle = () => new Promise((r) => setTimeout(r, 1000));
 
 async function loopFigures(): Promise<{ eventP99: number; repairP99: number; resync: number }> {
   return withNetns(['rl'], async (ns) => {
-    await node(ns!);
+    await vxlanNode(ns!, '198.18.255.254/15', '10.127.0.0/32');
     const ctx = await context(ns!, 'vxlan', LEASES + 50);
     const all = ctx.input.remotes;
     let count = LEASES;

@@ -5,8 +5,7 @@ import { Reconciler } from '../../src/reconcile/loop.ts';
 import type { PassInfo } from '../../src/reconcile/loop.ts';
 import { WEFT_RTPROT } from '../../src/reconcile/state.ts';
 import type { KernelState } from '../../src/reconcile/state.ts';
-import { needsRoot, withNetns } from '../support/netns.ts';
-import type { Netns } from '../support/netns.ts';
+import { needsRoot, vxlanNode, withNetns } from '../support/netns.ts';
 
 function peers(vx: number, ns: number[]): KernelState {
   return {
@@ -24,17 +23,10 @@ async function eventually(what: string, check: () => Promise<boolean>): Promise<
   }
 }
 
-async function vxlanNode(ns: Netns): Promise<void> {
-  await ns.ip('link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0p');
-  await ns.ip('addr', 'add', '198.51.100.1/24', 'dev', 'eth0');
-  await ns.ip('link', 'set', 'eth0', 'up');
-  await ns.ip('link', 'add', 'flannel.1', 'type', 'vxlan', 'id', '1', 'local', '198.51.100.1', 'dev', 'eth0', 'dstport', '8472', 'nolearning');
-  await ns.ip('link', 'set', 'flannel.1', 'up');
-}
 
 test('the loop repairs hand-deleted routes, neighbours and FDB entries from kernel events alone', { skip: needsRoot }, async () => {
   await withNetns(['loop'], async (ns) => {
-    await vxlanNode(ns!);
+    await vxlanNode(ns!, '198.51.100.1/24');
     const h = NetlinkHandle.open(ns!.path);
     const passes: PassInfo[] = [];
     const gone: number[] = [];

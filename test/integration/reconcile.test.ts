@@ -5,7 +5,7 @@ import type { Fdb, Neigh, Route } from '../../src/netlink/index.ts';
 import { reconcileOnce } from '../../src/reconcile/reconcile.ts';
 import { WEFT_RTPROT } from '../../src/reconcile/state.ts';
 import type { KernelState, Ownership } from '../../src/reconcile/state.ts';
-import { needsRoot, withNetns } from '../support/netns.ts';
+import { needsRoot, vxlanNode, withNetns } from '../support/netns.ts';
 
 function peers(vx: number, ns: number[]): KernelState {
   const routes: Route[] = [];
@@ -22,11 +22,7 @@ function peers(vx: number, ns: number[]): KernelState {
 
 test('a reconcile pass programs the flannel entries, repairs tampering, removes stale peers and leaves foreign entries', { skip: needsRoot }, async () => {
   await withNetns(['rec'], async (ns) => {
-    await ns!.ip('link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0p');
-    await ns!.ip('addr', 'add', '198.51.100.1/24', 'dev', 'eth0');
-    await ns!.ip('link', 'set', 'eth0', 'up');
-    await ns!.ip('link', 'add', 'flannel.1', 'type', 'vxlan', 'id', '1', 'local', '198.51.100.1', 'dev', 'eth0', 'dstport', '8472', 'nolearning');
-    await ns!.ip('link', 'set', 'flannel.1', 'up');
+    await vxlanNode(ns!, '198.51.100.1/24');
     // Not Weft's: a route in the pod range without the tag, and a permanent neighbour elsewhere.
     await ns!.ip('route', 'add', '10.244.200.0/24', 'via', '198.51.100.9', 'dev', 'eth0');
     await ns!.ip('neigh', 'add', '198.51.100.9', 'lladdr', '02:00:00:00:00:09', 'dev', 'eth0', 'nud', 'permanent');

@@ -81,3 +81,19 @@ export async function withNetns<T>(tags: string[], fn: (...ns: Netns[]) => Promi
     for (const ns of made) await ns.remove();
   }
 }
+
+/**
+ * A node as flannel leaves it: eth0 (a veth whose peer stays in the namespace, both up) on
+ * `underlay` (e.g. `198.51.100.2/24`) and flannel.1 (VNI 1, dstport 8472, nolearning) on it, up,
+ * with `vtepAddr` (e.g. `10.244.1.0/32`) when given.
+ */
+export async function vxlanNode(ns: Netns, underlay: string, vtepAddr?: string): Promise<void> {
+  const local = underlay.split('/')[0]!;
+  await ns.ip('link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0p');
+  await ns.ip('addr', 'add', underlay, 'dev', 'eth0');
+  await ns.ip('link', 'set', 'eth0', 'up');
+  await ns.ip('link', 'set', 'eth0p', 'up');
+  await ns.ip('link', 'add', 'flannel.1', 'type', 'vxlan', 'id', '1', 'local', local, 'dev', 'eth0', 'dstport', '8472', 'nolearning');
+  if (vtepAddr) await ns.ip('addr', 'add', vtepAddr, 'dev', 'flannel.1');
+  await ns.ip('link', 'set', 'flannel.1', 'up');
+}
