@@ -121,7 +121,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
                        });
   }
 
-  explicit Handle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Handle>(info) {
+  explicit Handle(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Handle>(info), env_(info.Env()) {
     Napi::Env env = info.Env();
     std::string path;
     if (info.Length() > 0 && info[0].IsString()) path = info[0].As<Napi::String>().Utf8Value();
@@ -134,11 +134,25 @@ class Handle : public Napi::ObjectWrap<Handle> {
     tsfn_ = Napi::ThreadSafeFunction::New(env, Napi::Function::New(env, [](const Napi::CallbackInfo&) {}),
                                           "weft-netlink", 0, 1);
     tsfn_.Unref(env);
+    // At environment teardown Node finalizes wrapped objects while holding the thread-safe
+    // function's lock, so releasing it from the finalizer would deadlock: release it earlier,
+    // from a cleanup hook, and let the finalizer find nothing left to do.
+    napi_add_env_cleanup_hook(env, &Handle::onEnvCleanup, this);
+    hooked_ = true;
   }
 
-  ~Handle() override { shutdown(); }
+  ~Handle() override {
+    if (hooked_) napi_remove_env_cleanup_hook(env_, &Handle::onEnvCleanup, this);
+    shutdown();
+  }
 
  private:
+  static void onEnvCleanup(void* arg) {
+    auto* self = static_cast<Handle*>(arg);
+    self->hooked_ = false;
+    self->shutdown();
+  }
+
   void shutdown() {
     if (monitor_) {
       monitor_->close();
@@ -159,7 +173,12 @@ class Handle : public Napi::ObjectWrap<Handle> {
 
   Napi::Value submit(Napi::Env env, Job* job) {
     Napi::Promise promise = job->deferred.Promise();
-    if (pending_++ == 0) tsfn_.Ref(env);
+    // While anything is pending, keep the JS object (and so this Handle) alive: completions
+    // reach back into it even if the caller dropped every reference.
+    if (pending_++ == 0) {
+      tsfn_.Ref(env);
+      Ref();
+    }
     Napi::ThreadSafeFunction tsfn = tsfn_;
     Handle* self = this;
     worker_->post([job, tsfn, self]() mutable {
@@ -174,7 +193,9 @@ class Handle : public Napi::ObjectWrap<Handle> {
   }
 
   void settled(Napi::Env env) {
-    if (--pending_ == 0 && worker_) tsfn_.Unref(env);
+    if (--pending_ != 0) return;
+    if (worker_) tsfn_.Unref(env);
+    Unref();
   }
 
   Napi::Value Apply(const Napi::CallbackInfo& info) {
@@ -344,6 +365,8 @@ class Handle : public Napi::ObjectWrap<Handle> {
   }
 
  private:
+  napi_env env_;
+  bool hooked_ = false;
   std::unique_ptr<Worker> worker_;
   Napi::ThreadSafeFunction tsfn_;
   std::atomic<int> pending_{0};

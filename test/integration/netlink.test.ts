@@ -421,3 +421,21 @@ test('no leak over 100,000 operations: RSS stays flat', { skip: needsRoot }, asy
     assert.ok(grown < 16, `RSS grew by ${grown.toFixed(1)} MiB over 90,000 replaces and 90,000 dumped routes`);
   });
 });
+
+test('a process exits with handles never closed, and handles dropped with work pending still settle it', async () => {
+  const { execFile } = await import('node:child_process');
+  const { promisify } = await import('node:util');
+  const handleUrl = new URL('../../src/netlink/handle.ts', import.meta.url).href;
+  const script = `
+    import { NetlinkHandle } from ${JSON.stringify(handleUrl)};
+    let settled = 0;
+    for (let i = 0; i < 100; i++) NetlinkHandle.open().linkList().then(() => settled++);
+    for (let i = 0; i < 3; i++) { globalThis.gc(); await new Promise((r) => setTimeout(r, 20)); }
+    await new Promise((r) => setTimeout(r, 100));
+    const kept = NetlinkHandle.open();
+    await kept.linkList();
+    console.log(settled);`;
+  // Before the fix the finalizer released the thread-safe function under its own lock: exit hung.
+  const { stdout } = await promisify(execFile)(process.execPath, ['--expose-gc', '--input-type=module', '-e', script], { timeout: 20_000 });
+  assert.equal(stdout.trim(), '100');
+});
