@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { checkNetworkConfig, parseNetConfig } from '../../src/config/netconf.ts';
-import { ConfigError } from '../../src/errors.ts';
+import { ConfigError, PeerDataError } from '../../src/errors.ts';
+import { decodeLease } from '../../src/lease/etcd/codec.ts';
 import { formatCIDR, formatIP, parseCIDR, parseIP, tryParseIP } from '../../src/ip/ip.ts';
 import { parseSubnetEnv, renderSubnetEnv } from '../../src/subnetenv/subnetenv.ts';
 
@@ -72,4 +73,20 @@ test('subnet.env: random and mutated text → ConfigError only; rendered files p
     const back = parseSubnetEnv(renderSubnetEnv(env));
     assert.equal(renderSubnetEnv(back), renderSubnetEnv(env));
   }), RUNS);
+});
+
+const VALID_LEASE = '{"PublicIP":"198.51.100.3","PublicIPv6":"fc00::3","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}}';
+const LEASE_KEY = '/coreos.com/network/subnets/10.244.3.0-24&fc00:0:0:3::-64';
+
+test('etcd lease keys and values (peer data): random and mutated text → PeerDataError only', () => {
+  const onlyPeerErrors = (fn: () => unknown) => {
+    try {
+      fn();
+    } catch (e) {
+      if (!(e instanceof PeerDataError)) throw e;
+    }
+  };
+  fc.assert(fc.property(fc.string(), fc.string(), (k, v) => onlyPeerErrors(() => decodeLease(k, v))), RUNS);
+  fc.assert(fc.property(mutated(LEASE_KEY), mutated(VALID_LEASE), (k, v) => onlyPeerErrors(() => decodeLease(k, v))), RUNS);
+  fc.assert(fc.property(fc.json(), (v) => onlyPeerErrors(() => decodeLease(LEASE_KEY, v))), RUNS);
 });
