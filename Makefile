@@ -6,12 +6,12 @@ NODE := $(CURDIR)/node_modules/.bin/node
 export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 
 DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
-	iproute2 iputils-ping nftables iptables iperf3 python3 make g++ pkg-config
+	iproute2 iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config
 
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
-	typecheck bench-netlink bench-reconcile clean
+	typecheck bench-netlink bench-reconcile bench-etcd clean
 
 all: build
 
@@ -64,6 +64,9 @@ bench-netlink: deps build
 
 bench-reconcile: deps build
 	$(NODE) bench/reconcile.bench.ts
+
+bench-etcd: deps build
+	$(NODE) bench/etcd.bench.ts
 
 clean:
 	rm -rf dist native/build

@@ -5,10 +5,14 @@
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { promisify } from 'node:util';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+
+const execFileAsync = promisify(execFile);
 
 /** A TCP port on 127.0.0.1 that was free a moment ago. */
 export function freePort(): Promise<number> {
@@ -26,30 +30,63 @@ export function freePort(): Promise<number> {
 export interface EtcdOptions {
   /** How long to wait for etcd to answer its health check; default 15 s. */
   startTimeoutMs?: number;
+  /** Serve clients over TLS only, requiring a client certificate signed by a throwaway CA. */
+  tls?: boolean;
+}
+
+/** Files of a throwaway PKI: the CA, and a client certificate and key it signed. */
+export interface TestPki {
+  caFile: string;
+  certFile: string;
+  keyFile: string;
+  serverCertFile: string;
+  serverKeyFile: string;
+}
+
+/** A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl in `dir`. */
+export async function makePki(dir: string): Promise<TestPki> {
+  await mkdir(dir, { recursive: true });
+  const f = (name: string) => join(dir, name);
+  const ssl = (...args: string[]) => execFileAsync('openssl', args, { cwd: dir });
+  await ssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
+    '-subj', '/CN=weft-test-ca', '-keyout', f('ca.key'), '-out', f('ca.crt'));
+  for (const [name, ext] of [['server', 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth'], ['client', 'extendedKeyUsage=clientAuth']] as const) {
+    await ssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', `/CN=weft-test-${name}`,
+      '-keyout', f(`${name}.key`), '-out', f(`${name}.csr`));
+    await writeFile(f(`${name}.ext`), `${ext}\n`);
+    await ssl('x509', '-req', '-in', f(`${name}.csr`), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial',
+      '-days', '2', '-extfile', f(`${name}.ext`), '-out', f(`${name}.crt`));
+  }
+  return { caFile: f('ca.crt'), certFile: f('client.crt'), keyFile: f('client.key'), serverCertFile: f('server.crt'), serverKeyFile: f('server.key') };
 }
 
 export class EtcdServer {
   readonly clientPort: number;
   readonly peerPort: number;
   readonly dataDir: string;
+  /** Where etcd answers /health over plain HTTP, whatever the client side speaks. */
+  readonly metricsPort: number;
+  /** The PKI when started with `tls`; clients need its CA and client certificate. */
+  readonly pki: TestPki | undefined;
   #proc: ChildProcess | undefined;
   #log = '';
 
-  private constructor(clientPort: number, peerPort: number, dataDir: string) {
-    this.clientPort = clientPort;
-    this.peerPort = peerPort;
+  private constructor(ports: number[], dataDir: string, pki: TestPki | undefined) {
+    [this.clientPort, this.peerPort, this.metricsPort] = ports as [number, number, number];
     this.dataDir = dataDir;
+    this.pki = pki;
   }
 
-  /** `http://127.0.0.1:<port>`. */
+  /** `http://127.0.0.1:<port>`, or https with `tls`. */
   get endpoint(): string {
-    return `http://127.0.0.1:${this.clientPort}`;
+    return `${this.pki ? 'https' : 'http'}://127.0.0.1:${this.clientPort}`;
   }
 
   /** Starts a fresh etcd and waits until it is healthy. */
   static async start(options: EtcdOptions = {}): Promise<EtcdServer> {
     const dir = await mkdtemp(join(tmpdir(), 'weft-etcd-'));
-    const server = new EtcdServer(await freePort(), await freePort(), join(dir, 'data'));
+    const pki = options.tls ? await makePki(join(dir, 'pki')) : undefined;
+    const server = new EtcdServer([await freePort(), await freePort(), await freePort()], join(dir, 'data'), pki);
     try {
       await server.resume(options);
     } catch (e) {
@@ -72,6 +109,9 @@ export class EtcdServer {
       '--initial-advertise-peer-urls', peer,
       '--initial-cluster', `weft-test=${peer}`,
       '--initial-cluster-state', 'new',
+      '--listen-metrics-urls', `http://127.0.0.1:${this.metricsPort}`,
+      ...(this.pki ? ['--cert-file', this.pki.serverCertFile, '--key-file', this.pki.serverKeyFile,
+        '--trusted-ca-file', this.pki.caFile, '--client-cert-auth'] : []),
       '--log-level', 'error',
     ], { stdio: ['ignore', 'ignore', 'pipe'] });
     this.#proc = proc;
@@ -81,7 +121,7 @@ export class EtcdServer {
     const deadline = Date.now() + (options.startTimeoutMs ?? 15_000);
     for (;;) {
       if (proc.exitCode !== null) throw new Error(`etcd exited with ${proc.exitCode}: ${this.#log}`);
-      const healthy = await fetch(`${this.endpoint}/health`, { signal: AbortSignal.timeout(500) })
+      const healthy = await fetch(`http://127.0.0.1:${this.metricsPort}/health`, { signal: AbortSignal.timeout(500) })
         .then(async (r) => r.ok && ((await r.json()) as { health?: string }).health === 'true')
         .catch(() => false);
       if (healthy) return;

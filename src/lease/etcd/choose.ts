@@ -96,7 +96,7 @@ export function chooseLease(input: ChooseInput): Choice {
   } else {
     subnet = pickRandom(cfg.subnetMin!, cfg.subnetMax!, cfg.subnetLen, taken4, random);
     if (!subnet) {
-      return { kind: 'exhausted', reason: `out of subnets: all of ${formatCIDR(cfg.network!)} in /${cfg.subnetLen} blocks between SubnetMin and SubnetMax are taken (${taken4.length} leases)` };
+      return { kind: 'exhausted', reason: `out of subnets: all of ${formatCIDR(cfg.network!)} in /${cfg.subnetLen} blocks between SubnetMin and SubnetMax are taken; leases held: ${taken4.length}` };
     }
     reasons.push(`${formatCIDR(subnet)} picked at random among the first ${PICK_AMONG} free subnets`);
   }
@@ -109,7 +109,7 @@ export function chooseLease(input: ChooseInput): Choice {
   } else {
     ipv6Subnet = pickRandom(cfg.ipv6SubnetMin!, cfg.ipv6SubnetMax!, cfg.ipv6SubnetLen, taken6, random);
     if (!ipv6Subnet) {
-      return { kind: 'exhausted', reason: `out of IPv6 subnets: all of ${formatCIDR(cfg.ipv6Network!)} in /${cfg.ipv6SubnetLen} blocks between IPv6SubnetMin and IPv6SubnetMax are taken (${taken6.length} leases)` };
+      return { kind: 'exhausted', reason: `out of IPv6 subnets: all of ${formatCIDR(cfg.ipv6Network!)} in /${cfg.ipv6SubnetLen} blocks between IPv6SubnetMin and IPv6SubnetMax are taken; leases held: ${taken6.length}` };
     }
     reasons.push(`${formatCIDR(ipv6Subnet)} picked at random among the first ${PICK_AMONG} free IPv6 subnets`);
   }

@@ -70,5 +70,5 @@ test('out of subnets: a clear reason with the counts', () => {
   const entries = ['10.244.1.0/24', '10.244.2.0/24', '10.244.3.0/24'].map((s) => entry(s));
   const c = chooseLease({ config: small, entries });
   assert.equal(c.kind, 'exhausted');
-  assert.match(c.reason, /out of subnets: .*10\.244\.0\.0\/22.*\(3 leases\)/);
+  assert.match(c.reason, /out of subnets: .*10\.244\.0\.0\/22.*leases held: 3$/);
 });

@@ -1,0 +1,513 @@
+/**
+ * DESIGN NOTES
+ *
+ * The etcd v3 registry, wire-compatible with flanneld (reference §2), on the `etcd3` client.
+ *
+ * Acquire: list `<prefix>/subnets`, decide with chooseLease (choose.ts), then write in one
+ * transaction guarded by what the listing saw — `Version == 0` for a new key, `Mod == <seen>` to
+ * take over or delete an existing one — under a fresh 24 h etcd lease. A failed guard means
+ * another node moved first: list and decide again. flanneld exits there (gap 3) and relies on a
+ * restart; Weft keeps going, so fifty nodes starting together all end up with a subnet.
+ *
+ * Renew: like flanneld, a new 24 h lease and the same value written again, `renew margin` before
+ * expiry, guarded by `Value == ours`; errors retry every minute. When our key is deleted (expired
+ * while the node was cut off, or removed by hand) flanneld shuts down (#904, #1240); Weft logs it
+ * loudly and acquires again, preferring the same subnet, and never touches the data plane for it.
+ *
+ * Watch: snapshot, then watch from its revision + 1. Each watch response becomes one LeaseTable
+ * batch (events of one key collapsed to the last). The client library reconnects a broken stream
+ * by itself from the last revision seen (backoff 100 ms → 5 s here); a cancelled watch (the
+ * revision it needs was compacted, #2470) or one silent for longer than `watchSilenceMs` (a
+ * half-dead connection) ends in a relist, diffed by the table against what it holds, and a new
+ * watch from the relist's revision. One TimeToLive per key on every list, as flanneld does
+ * (gap 5), is not needed: remote expiry arrives as a DELETE.
+ */
+import { readFile } from 'node:fs/promises';
+import { Etcd3 } from 'etcd3';
+import type { IOptions, IWatchResponse, Watcher } from 'etcd3';
+import { checkNetworkConfig, parseNetConfig } from '../../config/netconf.ts';
+import type { NetConfig } from '../../config/netconf.ts';
+import { ConfigError, DatastoreUnavailableError, PeerDataError, WeftError } from '../../errors.ts';
+import { equalCIDR, formatCIDR, overlaps } from '../../ip/ip.ts';
+import type { Logger } from '../../log.ts';
+import { Backoff, sleep } from '../../retry.ts';
+import type { Lease } from '../lease.ts';
+import type { AcquireRequest, LeaseSource } from '../source.ts';
+import type { LeaseTable } from '../table.ts';
+import { chooseLease } from './choose.ts';
+import type { RegistryEntry } from './choose.ts';
+import { configKey, decodeLease, decodeLeaseValue, encodeLeaseValue, leaseKey, parseLeaseKey, subnetsPrefix } from './codec.ts';
+
+export interface EtcdSourceOptions {
+  /** Client URLs, `http://` or `https://` (--etcd-endpoints). */
+  endpoints: string[];
+  /** Key prefix (--etcd-prefix, default `/coreos.com/network`). */
+  prefix: string;
+  /** TLS client key and certificate files (--etcd-keyfile, --etcd-certfile); both or neither. */
+  keyFile?: string;
+  certFile?: string;
+  /** CA bundle to verify etcd with (--etcd-cafile); the system roots when absent. */
+  caFile?: string;
+  /** Basic auth (--etcd-username, --etcd-password). */
+  username?: string;
+  password?: string;
+  log: Logger;
+  /** TTL of the etcd lease our key is attached to; default 86400 s as flanneld. */
+  leaseTtlSeconds?: number;
+  /** Renew this long before expiry (--subnet-lease-renew-margin); default 60 min. */
+  renewMarginMs?: number;
+  /** Retry period of a failed renewal; default 60 s. */
+  renewRetryMs?: number;
+  /** A watch with no response (not even a progress notification) this long is relisted; default 5 min. */
+  watchSilenceMs?: number;
+  /** Deadline of every unary etcd call; default 10 s. */
+  callTimeoutMs?: number;
+  /** Uniform in [0, 1) for the random subnet pick. */
+  random?: () => number;
+}
+
+interface OwnLease {
+  lease: Lease;
+  key: string;
+  value: string;
+  etcdLeaseId: string;
+}
+
+/** What the etcd3 watch manager expects of a backoff (cockatiel's IBackoff shape). */
+class WatchBackoff {
+  readonly duration: number;
+  constructor(ms: number) {
+    this.duration = ms;
+  }
+  next(): WatchBackoff {
+    return new WatchBackoff(Math.min(this.duration === 0 ? 100 : this.duration * 2, 5000));
+  }
+}
+
+function unavailable(what: string, e: unknown): Error {
+  if (e instanceof WeftError) return e;
+  return new DatastoreUnavailableError(`failed to ${what}: ${(e as Error).message}`, { cause: e });
+}
+
+async function readFlagFile(flag: string, path: string): Promise<Buffer> {
+  try {
+    return await readFile(path);
+  } catch (e) {
+    throw new ConfigError(flag, `cannot read ${path}: ${(e as Error).message}`, { cause: e });
+  }
+}
+
+/** Builds the etcd3 client options from the flanneld flags; ConfigError names a bad flag. */
+export async function clientOptions(o: EtcdSourceOptions): Promise<IOptions> {
+  if (o.endpoints.length === 0) throw new ConfigError('--etcd-endpoints', 'no endpoint given');
+  for (const ep of o.endpoints) {
+    if (!/^https?:\/\/[^/]+\/?$/.test(ep)) throw new ConfigError('--etcd-endpoints', `${JSON.stringify(ep)} is not an http:// or https:// URL`);
+  }
+  if (Boolean(o.keyFile) !== Boolean(o.certFile)) {
+    throw new ConfigError(o.keyFile ? '--etcd-certfile' : '--etcd-keyfile', 'TLS client authentication needs both --etcd-keyfile and --etcd-certfile');
+  }
+  const opts: IOptions = {
+    hosts: o.endpoints.map((e) => e.replace(/\/$/, '')),
+    dialTimeout: o.callTimeoutMs ?? 10_000,
+    defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + (o.callTimeoutMs ?? 10_000) }),
+    // Detects a connection that silently stopped carrying data (the watch would never notice).
+    grpcOptions: { 'grpc.keepalive_time_ms': 10_000, 'grpc.keepalive_timeout_ms': 5_000 },
+    faultHandling: { watchBackoff: new WatchBackoff(0) as never },
+  };
+  if (o.caFile || o.keyFile) {
+    opts.credentials = {
+      rootCertificate: o.caFile ? await readFlagFile('--etcd-cafile', o.caFile) : (null as unknown as Buffer),
+      ...(o.keyFile ? { privateKey: await readFlagFile('--etcd-keyfile', o.keyFile) } : {}),
+      ...(o.certFile ? { certChain: await readFlagFile('--etcd-certfile', o.certFile) } : {}),
+    };
+  }
+  if (o.username) opts.auth = { username: o.username, password: o.password ?? '' };
+  return opts;
+}
+
+export class EtcdLeaseSource implements LeaseSource {
+  readonly name = 'etcd';
+  readonly #o: EtcdSourceOptions;
+  readonly #client: Etcd3;
+  readonly #log: Logger;
+  #config: NetConfig | undefined;
+  #own: OwnLease | undefined;
+  #renewTimer: NodeJS.Timeout | undefined;
+  /** Serialises renewals and re-acquisitions of our own key. */
+  #ownWork: Promise<void> = Promise.resolve();
+  #onOwnLease: ((lease: Lease) => void) | undefined;
+  /** Keys whose value we already warned about, with that value: one warning per bad value. */
+  readonly #warned = new Map<string, string>();
+  #closed = new AbortController();
+
+  private constructor(o: EtcdSourceOptions, client: Etcd3) {
+    this.#o = o;
+    this.#client = client;
+    this.#log = o.log.child({ component: 'etcd' });
+  }
+
+  /** Validates the options (ConfigError naming the flag) and creates the client; connects lazily. */
+  static async create(o: EtcdSourceOptions): Promise<EtcdLeaseSource> {
+    const opts = await clientOptions(o);
+    if (!opts.credentials && o.endpoints.some((e) => e.startsWith('http://'))) {
+      o.log.warn('connecting to etcd without TLS', { endpoints: o.endpoints.join(',') });
+    }
+    return new EtcdLeaseSource(o, new Etcd3(opts));
+  }
+
+  /** This node's lease as last written, if any. */
+  get ownLease(): Lease | undefined {
+    return this.#own?.lease;
+  }
+
+  async networkConfig(signal: AbortSignal): Promise<NetConfig> {
+    const key = configKey(this.#o.prefix);
+    const backoff = new Backoff(500, 5000);
+    let waiting = false;
+    for (;;) {
+      let text: string | null = null;
+      try {
+        text = await this.#client.get(key).string();
+      } catch (e) {
+        this.#log.warn('cannot read the network configuration from etcd; retrying', { key, err: e });
+      }
+      if (text !== null) {
+        const cfg = checkNetworkConfig(parseNetConfig(text, key));
+        if (!cfg.enableIPv4) {
+          throw new ConfigError('EnableIPv4', `the etcd registry has no key form for IPv6-only leases (${key}); enable IPv4 or use --kube-subnet-mgr`);
+        }
+        this.#config = cfg;
+        this.#log.info('read the network configuration', { key, network: cfg.network && formatCIDR(cfg.network), ipv6Network: cfg.ipv6Network && formatCIDR(cfg.ipv6Network), backend: cfg.backend.type });
+        return cfg;
+      }
+      if (!waiting) {
+        this.#log.info('waiting for the network configuration to appear in etcd', { key });
+        waiting = true;
+      }
+      await sleep(backoff.next(), signal);
+    }
+  }
+
+  async acquire(req: AcquireRequest, signal: AbortSignal): Promise<Lease> {
+    const cfg = this.#config;
+    if (!cfg) throw new WeftError('ESTATE', 'networkConfig() must succeed before acquire()');
+    const backoff = new Backoff(100, 5000);
+    for (;;) {
+      signal.throwIfAborted();
+      try {
+        const lease = await this.#acquireOnce(cfg, req, signal);
+        if (lease) return lease;
+        // Lost a race to another node: decide again on a fresh listing, after a short random
+        // pause so that nodes colliding once do not collide again in lockstep.
+        await sleep(Math.floor((this.#o.random ?? Math.random)() * 50), signal);
+      } catch (e) {
+        if (!(e instanceof DatastoreUnavailableError)) throw e;
+        this.#log.warn('etcd unavailable while acquiring a lease; retrying', { err: e });
+        await sleep(backoff.next(), signal);
+      }
+    }
+  }
+
+  /** One listing and one guarded write; undefined when the guard failed. */
+  async #acquireOnce(cfg: NetConfig, req: AcquireRequest, signal: AbortSignal): Promise<Lease | undefined> {
+    const entries = await this.#listEntries();
+    const choice = chooseLease({ config: cfg, entries, publicIP: req.attrs.publicIP, previous: req.previous, random: this.#o.random });
+    switch (choice.kind) {
+      case 'exhausted':
+        throw new WeftError('EOUTOFSUBNETS', `failed to acquire a lease: ${choice.reason}`);
+      case 'delete': {
+        this.#log.warn('deleting our old lease: it does not fit the network configuration', { key: choice.entry.key });
+        await this.#guardedDelete(choice.entry);
+        return undefined;
+      }
+      case 'reuse':
+      case 'create': {
+        const subnets = choice.kind === 'reuse' ? choice.entry : choice;
+        const key = leaseKey(this.#o.prefix, subnets.subnet, subnets.ipv6Subnet);
+        const lease: Lease = { peer: key, subnet: subnets.subnet, attrs: req.attrs };
+        if (subnets.ipv6Subnet) lease.ipv6Subnet = subnets.ipv6Subnet;
+        const written = await this.#write(key, encodeLeaseValue(req.attrs), choice.kind === 'reuse' ? { mod: choice.entry.modRevision } : { absent: true });
+        if (!written) {
+          this.#log.info('another node took the subnet first; choosing again', { key });
+          return undefined;
+        }
+        signal.throwIfAborted();
+        this.#adopt(lease, encodeLeaseValue(req.attrs), written);
+        this.#log.info('acquired lease', { key, subnet: formatCIDR(subnets.subnet), ipv6Subnet: subnets.ipv6Subnet && formatCIDR(subnets.ipv6Subnet), reason: choice.reason });
+        return lease;
+      }
+    }
+  }
+
+  async #listEntries(): Promise<RegistryEntry[]> {
+    let res;
+    try {
+      res = await this.#client.getAll().prefix(subnetsPrefix(this.#o.prefix)).exec();
+    } catch (e) {
+      throw unavailable('list leases', e);
+    }
+    const entries: RegistryEntry[] = [];
+    for (const kv of res.kvs) {
+      const key = kv.key.toString();
+      const subnets = parseLeaseKey(key);
+      if (!subnets) continue;
+      const entry: RegistryEntry = { key, ...subnets, modRevision: kv.mod_revision };
+      try {
+        const ip = decodeLeaseValue(key, kv.value.toString()).publicIP;
+        if (ip) entry.publicIP = ip;
+      } catch {
+        // Still occupies its subnet; the watcher warns about the value.
+      }
+      entries.push(entry);
+    }
+    return entries;
+  }
+
+  /** Writes `key` under a new etcd lease if the guard holds; returns the etcd lease ID or undefined. */
+  async #write(key: string, value: string, guard: { absent: true } | { mod: string } | { value: string }): Promise<string | undefined> {
+    let id: string;
+    try {
+      id = (await this.#client.leaseClient.leaseGrant({ TTL: this.#o.leaseTtlSeconds ?? 86_400 })).ID;
+    } catch (e) {
+      throw unavailable('grant an etcd lease', e);
+    }
+    const cond = 'absent' in guard
+      ? this.#client.if(key, 'Version', '==', 0)
+      : 'mod' in guard ? this.#client.if(key, 'Mod', '==', guard.mod) : this.#client.if(key, 'Value', '==', guard.value);
+    let ok: boolean;
+    try {
+      ok = (await cond.then(this.#client.put(key).value(value).lease(id)).commit()).succeeded;
+    } catch (e) {
+      await this.#revoke(id);
+      throw unavailable(`write lease ${key}`, e);
+    }
+    if (!ok) {
+      await this.#revoke(id);
+      return undefined;
+    }
+    return id;
+  }
+
+  async #guardedDelete(entry: RegistryEntry): Promise<void> {
+    try {
+      await this.#client.if(entry.key, 'Mod', '==', entry.modRevision).then(this.#client.delete().key(entry.key)).commit();
+    } catch (e) {
+      throw unavailable(`delete lease ${entry.key}`, e);
+    }
+  }
+
+  /** Best effort: an etcd lease we no longer need expires by itself anyway. */
+  async #revoke(id: string): Promise<void> {
+    try {
+      await this.#client.leaseClient.leaseRevoke({ ID: id });
+    } catch (e) {
+      this.#log.debug('could not revoke an unused etcd lease; it will expire', { id, err: e });
+    }
+  }
+
+  #adopt(lease: Lease, value: string, etcdLeaseId: string): void {
+    this.#own = { lease, key: lease.peer, value, etcdLeaseId };
+    this.#scheduleRenewal(this.#renewDelay());
+  }
+
+  #renewDelay(): number {
+    const ttlMs = (this.#o.leaseTtlSeconds ?? 86_400) * 1000;
+    return Math.max(ttlMs - (this.#o.renewMarginMs ?? 60 * 60_000), 0);
+  }
+
+  #scheduleRenewal(ms: number): void {
+    clearTimeout(this.#renewTimer);
+    if (this.#closed.signal.aborted) return;
+    this.#renewTimer = setTimeout(() => this.#serialOwn(() => this.#renew()), ms);
+    this.#renewTimer.unref();
+  }
+
+  #serialOwn(work: () => Promise<void>): void {
+    this.#ownWork = this.#ownWork.then(work).catch((e: unknown) => {
+      if (!this.#closed.signal.aborted) this.#log.error('failed to maintain our lease', { err: e });
+    });
+  }
+
+  async #renew(): Promise<void> {
+    const own = this.#own;
+    if (!own) return;
+    try {
+      const id = await this.#write(own.key, own.value, { value: own.value });
+      if (id === undefined) {
+        await this.#reacquire('our lease was gone or changed when renewing it');
+        return;
+      }
+      await this.#revoke(own.etcdLeaseId);
+      own.etcdLeaseId = id;
+      this.#log.info('renewed lease', { key: own.key, ttlSeconds: this.#o.leaseTtlSeconds ?? 86_400 });
+      this.#scheduleRenewal(this.#renewDelay());
+    } catch (e) {
+      this.#log.warn('failed to renew lease; retrying', { key: own.key, err: e, retryInMs: this.#o.renewRetryMs ?? 60_000 });
+      this.#scheduleRenewal(this.#o.renewRetryMs ?? 60_000);
+    }
+  }
+
+  async #reacquire(why: string): Promise<void> {
+    const old = this.#own;
+    if (!old || this.#closed.signal.aborted) return;
+    this.#log.error(`lost our lease ${old.key}: ${why}; acquiring again (the data plane is left as it is)`);
+    clearTimeout(this.#renewTimer);
+    const lease = await this.acquire({ attrs: old.lease.attrs, previous: old.lease }, this.#closed.signal);
+    const same = lease.subnet && old.lease.subnet && equalCIDR(lease.subnet, old.lease.subnet);
+    if (same) {
+      this.#log.warn('re-acquired the same subnet', { key: lease.peer });
+    } else {
+      this.#log.error('re-acquired a DIFFERENT subnet; pods of the old one lose connectivity until restarted', { old: old.key, new: lease.peer });
+      this.#onOwnLease?.(lease);
+    }
+  }
+
+  async watch(table: LeaseTable, signal: AbortSignal, onOwnLease?: (lease: Lease) => void): Promise<void> {
+    this.#onOwnLease = onOwnLease;
+    const backoff = new Backoff(100, 5000);
+    const stop = AbortSignal.any([signal, this.#closed.signal]);
+    while (!stop.aborted) {
+      try {
+        const revision = await this.#relist(table);
+        backoff.reset();
+        const why = await this.#watchFrom(table, revision + 1n, stop);
+        if (why) this.#log.info(`relisting leases: ${why}`);
+      } catch (e) {
+        if (stop.aborted) break;
+        this.#log.warn('lease watch failed; retrying', { err: e });
+        await sleep(backoff.next(), stop).catch(() => {});
+      }
+    }
+  }
+
+  /** Replaces the table with a fresh listing; returns the listing's revision. */
+  async #relist(table: LeaseTable): Promise<bigint> {
+    let res;
+    try {
+      res = await this.#client.getAll().prefix(subnetsPrefix(this.#o.prefix)).exec();
+    } catch (e) {
+      throw unavailable('list leases', e);
+    }
+    const leases: Lease[] = [];
+    let ownSeen = false;
+    for (const kv of res.kvs) {
+      const key = kv.key.toString();
+      if (key === this.#own?.key) {
+        ownSeen = true;
+        continue;
+      }
+      const lease = this.#decode(key, kv.value.toString());
+      if (lease) leases.push(lease);
+    }
+    const batch = table.replaceAll(leases);
+    this.#log.info('listed leases', { count: leases.length, changed: batch.length, revision: res.header.revision });
+    if (this.#own && !ownSeen) this.#serialOwn(() => this.#reacquire('our key is missing from etcd (expired or deleted)'));
+    return BigInt(res.header.revision);
+  }
+
+  /** A remote lease, or undefined (with one warning per bad value) when it cannot be used. */
+  #decode(key: string, value: string): Lease | undefined {
+    try {
+      const lease = decodeLease(key, value);
+      const own = this.#own?.lease;
+      if (own?.subnet && lease.subnet && overlaps(own.subnet, lease.subnet)) {
+        throw new PeerDataError(key, `subnet overlaps our own lease ${formatCIDR(own.subnet)}`);
+      }
+      this.#warned.delete(key);
+      return lease;
+    } catch (e) {
+      if (!(e instanceof PeerDataError)) throw e;
+      if (this.#warned.get(key) !== value) {
+        this.#warned.set(key, value);
+        this.#log.warn('skipping lease', { key, err: e });
+      }
+      return undefined;
+    }
+  }
+
+  /**
+   * Watches from `revision` until a relist is needed (returns why) or `signal` aborts (returns
+   * undefined). Each response is applied to `table` as one batch.
+   */
+  async #watchFrom(table: LeaseTable, revision: bigint, signal: AbortSignal): Promise<string | undefined> {
+    const silenceMs = this.#o.watchSilenceMs ?? 5 * 60_000;
+    let watcher: Watcher | undefined;
+    let cancelled = false;
+    let silence: NodeJS.Timeout | undefined;
+    try {
+      return await new Promise<string | undefined>((resolve, reject) => {
+        const arm = () => {
+          clearTimeout(silence);
+          silence = setTimeout(() => resolve(`the watch was silent for ${silenceMs} ms`), silenceMs);
+        };
+        if (signal.aborted) {
+          resolve(undefined);
+          return;
+        }
+        signal.addEventListener('abort', () => resolve(undefined), { once: true });
+        arm();
+        this.#client.watch().prefix(subnetsPrefix(this.#o.prefix)).startRevision(revision.toString()).create().then((w) => {
+          watcher = w;
+          if (signal.aborted) return;
+          let disconnected = false;
+          w.on('data', (res: IWatchResponse) => {
+            arm();
+            try {
+              this.#onWatchResponse(table, res);
+            } catch (e) {
+              reject(e as Error);
+            }
+          });
+          w.on('disconnected', (err: Error) => {
+            if (!disconnected) this.#log.warn('etcd watch disconnected; reconnecting', { err });
+            disconnected = true;
+          });
+          w.on('connected', () => {
+            if (disconnected) this.#log.info('etcd watch reconnected', { fromRevision: w.lastRevision() });
+            disconnected = false;
+          });
+          w.on('error', (err: Error) => {
+            cancelled = true;
+            resolve(`the watch was cancelled (${err.message || 'revision compacted'})`);
+          });
+        }, (e: unknown) => resolve(`the watch could not start (${(e as Error).message})`));
+      });
+    } finally {
+      clearTimeout(silence);
+      // etcd already dropped a cancelled watch; on a dead connection the cancel would wait forever.
+      if (watcher && !cancelled) await Promise.race([watcher.cancel().catch(() => {}), sleep(1000)]);
+    }
+  }
+
+  #onWatchResponse(table: LeaseTable, res: IWatchResponse): void {
+    if (res.events.length === 0) return;
+    // The last event of each key wins; Map keeps first-insertion order, which is fine for a set.
+    const last = new Map<string, string | null>();
+    for (const ev of res.events) last.set(ev.kv.key.toString(), ev.type === 'Put' ? ev.kv.value.toString() : null);
+    const upserts: Lease[] = [];
+    const removals: string[] = [];
+    for (const [key, value] of last) {
+      if (key === this.#own?.key) {
+        if (value === null) this.#serialOwn(() => this.#reacquire('our key was deleted (expired or removed by hand)'));
+        else if (value !== this.#own.value) this.#log.warn('our lease key was overwritten by someone else', { key, value });
+        continue;
+      }
+      if (value === null) {
+        removals.push(key);
+        this.#warned.delete(key);
+        continue;
+      }
+      const lease = this.#decode(key, value);
+      if (lease) upserts.push(lease);
+      else removals.push(key);
+    }
+    table.apply(upserts, removals);
+  }
+
+  async close(): Promise<void> {
+    this.#closed.abort(new WeftError('ECLOSED', 'lease source closed'));
+    clearTimeout(this.#renewTimer);
+    await this.#ownWork;
+    this.#client.close();
+  }
+}
