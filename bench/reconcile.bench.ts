@@ -17,6 +17,7 @@ import type { PlanInput } from '../src/backend/plan.ts';
 import { parseCIDR, parseIP } from '../src/ip/ip.ts';
 import type { Lease } from '../src/lease/lease.ts';
 import { NetlinkHandle } from '../src/netlink/index.ts';
+import { DesiredState } from '../src/reconcile/desired.ts';
 import { Reconciler } from '../src/reconcile/loop.ts';
 import type { PassInfo } from '../src/reconcile/loop.ts';
 import { reconcileOnce } from '../src/reconcile/reconcile.ts';
@@ -129,8 +130,9 @@ async function loopFigures(): Promise<{ eventP99: number; repairP99: number; res
     await vxlanNode(ns!, '198.18.255.254/15', '10.127.0.0/32');
     const ctx = await context(ns!, 'vxlan', LEASES + 50);
     const all = ctx.input.remotes;
-    let count = LEASES;
-    const desired = () => planVxlan({ ...ctx.input, remotes: all.slice(0, count) }).state;
+    const planOne = (lease: Lease) => planVxlan({ ...ctx.input, remotes: [lease] }).state;
+    const desired = new DesiredState();
+    for (const lease of all.slice(0, LEASES)) desired.set(lease.peer, planOne(lease));
     let waiter: ((p: PassInfo) => void) | undefined;
     const loop = new Reconciler({
       handle: ctx.h,
@@ -148,14 +150,14 @@ async function loopFigures(): Promise<{ eventP99: number; repairP99: number; res
       for (let i = 0; i < 50; i++) {
         const done = nextPass();
         const t0 = performance.now();
-        count++;
-        loop.trigger('lease added');
+        const lease = all[LEASES + i]!;
+        loop.update(lease.peer, planOne(lease), 'lease added');
         await done;
         events.push(performance.now() - t0);
       }
 
       const repairs: number[] = [];
-      const routes = desired().routes;
+      const routes = desired.all().routes;
       for (let i = 0; i < 500; i++) {
         const r = routes[(i * 7) % routes.length]!;
         const done = nextPass();
@@ -169,7 +171,7 @@ async function loopFigures(): Promise<{ eventP99: number; repairP99: number; res
       const resyncs: number[] = [];
       for (let i = 0; i < 5; i++) {
         const t0 = performance.now();
-        const pass = await reconcileOnce(ctx.h, desired(), ctx.own);
+        const pass = await reconcileOnce(ctx.h, desired.all(), ctx.own);
         resyncs.push(performance.now() - t0);
         if (pass.ops.length > 0) throw new Error(`idle resync found ${pass.ops.length} operations`);
       }

@@ -1,16 +1,22 @@
 /**
- * The reconcile loop: runs a pass (observe → diff → apply) whenever something may have moved the
- * kernel away from the desired state, and never two at once. Triggers are coalesced: any number
- * arriving during a pass cause exactly one more pass after it.
+ * The reconcile loop, one pass at a time. Two kinds of pass:
  *
- * Triggers: {@link Reconciler.trigger} (lease batches, desired-state changes), kernel monitor
- * events that touch Weft's entries (a deleted route, neighbour or FDB entry of ours, a foreign
- * change under one of our route keys, a receive overrun), and the periodic resync.
+ * - a full pass (observe → diff → apply) on start-up, on a receive overrun, when a device of ours
+ *   goes, on a foreign route under one of our keys, on {@link Reconciler.trigger}, and on the
+ *   periodic resync. Triggers are coalesced: any number arriving during a pass cause exactly one
+ *   more pass after it.
+ * - a fast pass for a change of one owner's desired entries ({@link Reconciler.update}, i.e. a
+ *   lease event) and for the repair of one deleted entry of ours seen in a kernel event: only the
+ *   operations for those entries, no dump. A full pass supersedes fast work queued before it.
+ *
+ * The fast path is what keeps a lease event's way into the kernel in the low milliseconds with
+ * thousands of peers; the full pass is what keeps the fast path honest.
  */
-import type { NetlinkHandle, NetlinkEvent, Monitor } from '../netlink/handle.ts';
+import type { NetlinkHandle, NetlinkEvent, Monitor, Operation } from '../netlink/handle.ts';
 import { fdbKey, neighKey, routeEqual, routeKey } from '../netlink/records.ts';
-import type { Route } from '../netlink/records.ts';
-import { reconcileOnce } from './reconcile.ts';
+import { replaceOps } from './desired.ts';
+import type { DesiredState } from './desired.ts';
+import { apply, reconcileOnce } from './reconcile.ts';
 import type { PassReport } from './reconcile.ts';
 import type { KernelState, Ownership } from './state.ts';
 
@@ -18,12 +24,14 @@ export interface PassInfo extends PassReport {
   /** Why this pass ran: the triggers coalesced into it. */
   reasons: string[];
   durationMs: number;
+  /** `full`: dump, diff, apply; `fast`: only the operations of changed or repaired entries. */
+  kind: 'full' | 'fast';
 }
 
 export interface ReconcilerOptions {
   handle: NetlinkHandle;
-  /** Current desired state; read at the start of every pass. */
-  desired: () => KernelState;
+  /** The desired state; full passes read all of it, {@link Reconciler.update} changes it. */
+  desired: DesiredState;
   /** Current ownership (device indexes change when a device is recreated). */
   ownership: () => Ownership;
   /** Milliseconds between periodic passes. */
@@ -39,13 +47,13 @@ export interface ReconcilerOptions {
 export class Reconciler {
   readonly #opts: ReconcilerOptions;
   #reasons: string[] = [];
+  #fastOps: Operation[] = [];
+  #fastReasons: string[] = [];
   #running: Promise<void> | undefined;
   #busy = false;
   #monitor: Monitor | undefined;
   #timer: NodeJS.Timeout | undefined;
   #stopped = false;
-  /** Index of the last desired state, to tell a foreign change from our own echo. */
-  #wanted = { routes: new Map<string, Route>(), neighs: new Map<string, string>(), fdb: new Set<string>() };
 
   constructor(opts: ReconcilerOptions) {
     this.#opts = opts;
@@ -71,10 +79,26 @@ export class Reconciler {
     clearInterval(this.#timer);
   }
 
-  /** Asks for a pass; coalesced with any other pending request. */
+  /** Asks for a full pass; coalesced with any other pending request. */
   trigger(reason: string): void {
     if (this.#stopped) return;
     this.#reasons.push(reason);
+    this.#kick();
+  }
+
+  /** Sets what `owner` wants (undefined: nothing) and applies the change in a fast pass. */
+  update(owner: string, state: KernelState | undefined, reason: string): void {
+    this.#fast(this.#opts.desired.set(owner, state), reason);
+  }
+
+  #fast(ops: Operation[], reason: string): void {
+    if (this.#stopped || ops.length === 0) return;
+    this.#fastOps.push(...ops);
+    this.#fastReasons.push(reason);
+    this.#kick();
+  }
+
+  #kick(): void {
     if (!this.#busy) {
       this.#busy = true;
       this.#running = this.#drain();
@@ -87,15 +111,31 @@ export class Reconciler {
   }
 
   async #drain(): Promise<void> {
-    while (this.#reasons.length > 0 && !this.#stopped) {
-      const reasons = this.#reasons;
-      this.#reasons = [];
+    while ((this.#reasons.length > 0 || this.#fastOps.length > 0) && !this.#stopped) {
       const start = performance.now();
+      const full = this.#reasons.length > 0;
+      let reasons: string[];
+      if (full) {
+        // Reads the whole desired state, so fast work queued until now is covered by it.
+        reasons = [...this.#reasons, ...this.#fastReasons];
+        this.#reasons = [];
+        this.#fastOps = [];
+        this.#fastReasons = [];
+      } else {
+        reasons = this.#fastReasons;
+        this.#fastReasons = [];
+      }
       try {
-        const desired = this.#opts.desired();
-        this.#index(desired);
-        const report = await reconcileOnce(this.#opts.handle, desired, this.#opts.ownership());
-        this.#opts.onPass?.({ ...report, reasons, durationMs: performance.now() - start });
+        let report: PassReport;
+        if (full) {
+          report = await reconcileOnce(this.#opts.handle, this.#opts.desired.all(), this.#opts.ownership());
+        } else {
+          const ops = this.#fastOps;
+          this.#fastOps = [];
+          report = { ops, failures: await apply(this.#opts.handle, ops) };
+        }
+        this.#opts.onPass?.({ ...report, reasons, durationMs: performance.now() - start, kind: full ? 'full' : 'fast' });
+        if (!full && report.failures.length > 0) this.trigger('operations of a fast pass failed');
       } catch (e) {
         this.#opts.onError?.(e);
       }
@@ -105,18 +145,14 @@ export class Reconciler {
     this.#busy = false;
   }
 
-  #index(desired: KernelState): void {
-    this.#wanted = {
-      routes: new Map(desired.routes.map((r) => [routeKey(r), r])),
-      neighs: new Map(desired.neighs.map((n) => [neighKey(n), n.mac])),
-      fdb: new Set(desired.fdb.map(fdbKey)),
-    };
-  }
-
   /** Which kernel events can mean the kernel drifted from what we want. */
   #onEvents(events: NetlinkEvent[]): void {
     const own = this.#opts.ownership();
     const devices = new Set(own.devices);
+    const desired = this.#opts.desired;
+    const repair = (entry: Partial<KernelState>, why: string) => {
+      this.#fast(replaceOps({ routes: entry.routes ?? [], neighs: entry.neighs ?? [], fdb: entry.fdb ?? [] }), why);
+    };
     for (const e of events) {
       switch (e.kind) {
         case 'overrun':
@@ -129,25 +165,25 @@ export class Reconciler {
           }
           break;
         case 'route': {
-          // Deleted while wanted; replaced by something else; or an unwanted route carrying our tag.
-          const want = this.#wanted.routes.get(routeKey(e.route));
-          const drifted = e.action === 'del'
-            ? want !== undefined
-            : want !== undefined ? !routeEqual(want, e.route) : e.route.protocol === own.protocol;
-          if (drifted) this.trigger(`route ${e.route.dst} ${e.action === 'del' ? 'deleted' : 'changed'}`);
+          // Deleted while wanted: write it back. Replaced by something else, or an unwanted route
+          // carrying our tag: a full pass sorts out what else is under that key.
+          const want = desired.route(routeKey(e.route));
+          if (e.action === 'del') {
+            if (want && routeEqual(want, e.route)) repair({ routes: [want] }, `route ${e.route.dst} deleted`);
+          } else if (want ? !routeEqual(want, e.route) : e.route.protocol === own.protocol) {
+            this.trigger(`route ${e.route.dst} changed`);
+          }
           break;
         }
         case 'neigh':
           if (devices.has(e.neigh.linkIndex)) {
-            const mac = this.#wanted.neighs.get(neighKey(e.neigh));
-            if (e.action === 'del' ? mac !== undefined : mac !== undefined && mac !== e.neigh.mac) {
-              this.trigger(`neighbour ${e.neigh.ip} ${e.action === 'del' ? 'deleted' : 'changed'}`);
-            }
+            const want = desired.neigh(neighKey(e.neigh));
+            if (want && (e.action === 'del' || want.mac !== e.neigh.mac)) repair({ neighs: [want] }, `neighbour ${e.neigh.ip} ${e.action === 'del' ? 'deleted' : 'changed'}`);
           }
           break;
         case 'fdb':
-          if (e.action === 'del' && devices.has(e.fdb.linkIndex) && this.#wanted.fdb.has(fdbKey(e.fdb))) {
-            this.trigger(`fdb entry ${e.fdb.mac} deleted`);
+          if (e.action === 'del' && devices.has(e.fdb.linkIndex) && desired.wantsFdb(fdbKey(e.fdb))) {
+            repair({ fdb: [e.fdb] }, `fdb entry ${e.fdb.mac} deleted`);
           }
           break;
         default:

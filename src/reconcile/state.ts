@@ -47,7 +47,8 @@ export function ours(state: KernelState, own: Ownership): KernelState {
   };
 }
 
-function routeSpec(r: Route): Operation & { op: 'routeReplace' } {
+/** The replace operation that writes `r` (only the fields a route is created from). */
+export function routeSpec(r: Route): Operation & { op: 'routeReplace' } {
   return {
     op: 'routeReplace',
     route: {

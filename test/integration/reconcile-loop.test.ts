@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
+import { DesiredState } from '../../src/reconcile/desired.ts';
 import { Reconciler } from '../../src/reconcile/loop.ts';
 import type { PassInfo } from '../../src/reconcile/loop.ts';
 import { WEFT_RTPROT } from '../../src/reconcile/state.ts';
@@ -32,10 +33,11 @@ test('the loop repairs hand-deleted routes, neighbours and FDB entries from kern
     const gone: number[] = [];
     try {
       const vx = (await h.linkByName('flannel.1')).index;
-      let desired = peers(vx, [2, 3]);
+      const desired = new DesiredState();
+      desired.set('peers', peers(vx, [2, 3]));
       const loop = new Reconciler({
         handle: h,
-        desired: () => desired,
+        desired,
         ownership: () => ({ protocol: WEFT_RTPROT, devices: [vx] }),
         resyncPeriodMs: 3_600_000,
         onPass: (p) => passes.push(p),
@@ -54,7 +56,7 @@ test('the loop repairs hand-deleted routes, neighbours and FDB entries from kern
         await eventually('fdb repair', async () => /6e:00:00:00:00:02 dst 198\.51\.100\.2/.test(await ns!.exec('bridge', 'fdb', 'show', 'dev', 'flannel.1')));
         await ns!.ip('route', 'add', '10.244.9.0/24', 'via', '198.51.100.9', 'proto', String(WEFT_RTPROT));
         await eventually('unwanted tagged route removed', async () => !/10\.244\.9\.0/.test(await routes()));
-        assert.ok(passes.some((p) => p.reasons.some((r) => r.includes('10.244.2.0/24 deleted'))));
+        assert.ok(passes.some((p) => p.kind === 'fast' && p.reasons.includes('route 10.244.2.0/24 deleted')), 'repaired by a fast pass');
 
         // A trigger from a pass's own callback (as a lease source would) still gets its pass.
         const before = passes.length;
@@ -78,11 +80,23 @@ test('the loop repairs hand-deleted routes, neighbours and FDB entries from kern
         });
         await followUp;
 
-        desired = peers(vx, [3]);
+        desired.set('peers', peers(vx, [3]));
         for (let i = 0; i < 10; i++) loop.trigger('lease batch');
         await loop.idle();
         assert.ok(passes.filter((p) => p.reasons.includes('lease batch')).length <= 2, 'ten triggers coalesce into at most two passes');
         assert.doesNotMatch(await routes(), /10\.244\.2\.0/);
+
+        // The fast path: one owner's change applied without a dump, its leftovers deleted.
+        loop.update('node-4', peers(vx, [4]), 'lease added');
+        await loop.idle();
+        assert.match(await routes(), /10\.244\.4\.0\/24 via 10\.244\.4\.0 dev flannel\.1/);
+        assert.equal(passes.at(-1)?.kind, 'fast');
+        assert.equal(passes.at(-1)?.ops.length, 3);
+        loop.update('node-4', undefined, 'lease removed');
+        await loop.idle();
+        assert.doesNotMatch(await routes(), /10\.244\.4\.0/);
+        assert.doesNotMatch(await ns!.ip('neigh', 'show', 'dev', 'flannel.1'), /10\.244\.4\.0/);
+        assert.match(await routes(), /10\.244\.3\.0\/24/, 'other owners untouched');
 
         await ns!.ip('link', 'del', 'flannel.1');
         await eventually('device loss reported', async () => gone.includes(vx));

@@ -1,0 +1,145 @@
+/**
+ * The desired kernel state, held per owner (a remote node's lease, in practice) so that one lease
+ * event changes only that owner's entries. {@link DesiredState.set} returns the operations that
+ * take the kernel from the old to the new desired state, assuming it held the old one: the new
+ * entries replaced (idempotent, so a kernel that drifted is put right too), the old entries no
+ * owner wants any more deleted. That is the reconciler's fast path; full passes diff
+ * {@link DesiredState.all} against a dump of the kernel and catch anything the fast path assumed.
+ *
+ * Two owners may want the same key (two leases claiming one subnet, a misconfiguration): the one
+ * set last wins, and when it goes the other's entry is written back.
+ */
+import type { Operation } from '../netlink/handle.ts';
+import { fdbKey, neighKey, NUD_PERMANENT, routeKey } from '../netlink/records.ts';
+import type { Fdb, Neigh, Route } from '../netlink/records.ts';
+import { routeSpec } from './state.ts';
+import type { KernelState } from './state.ts';
+
+const EMPTY: KernelState = { routes: [], neighs: [], fdb: [] };
+
+/** Entries of one kind by key, each key with the owners that want it (the last one wins). */
+class Index<T> {
+  readonly #byKey = new Map<string, Map<string, T>>();
+  readonly #key: (e: T) => string;
+
+  constructor(key: (e: T) => string) {
+    this.#key = key;
+  }
+
+  get(key: string): T | undefined {
+    const owners = this.#byKey.get(key);
+    if (!owners) return undefined;
+    let last: T | undefined;
+    for (const e of owners.values()) last = e;
+    return last;
+  }
+
+  /** Removes `owner`'s entries; returns those no owner wants any more and those now won by another owner. */
+  remove(owner: string, entries: readonly T[], gone: T[], rewrite: T[]): void {
+    for (const e of entries) {
+      const k = this.#key(e);
+      const owners = this.#byKey.get(k);
+      if (!owners?.delete(owner)) continue;
+      if (owners.size === 0) {
+        this.#byKey.delete(k);
+        gone.push(e);
+      } else {
+        rewrite.push(this.get(k)!);
+      }
+    }
+  }
+
+  add(owner: string, entries: readonly T[]): void {
+    for (const e of entries) {
+      const k = this.#key(e);
+      let owners = this.#byKey.get(k);
+      if (!owners) this.#byKey.set(k, (owners = new Map()));
+      owners.delete(owner);
+      owners.set(owner, e);
+    }
+  }
+
+  has(key: string): boolean {
+    return this.#byKey.has(key);
+  }
+
+  values(): T[] {
+    return [...this.#byKey.keys()].map((k) => this.get(k)!);
+  }
+
+  get size(): number {
+    return this.#byKey.size;
+  }
+}
+
+function neighReplace(n: Neigh): Operation {
+  return { op: 'neighReplace', neigh: { linkIndex: n.linkIndex, ip: n.ip, mac: n.mac, state: NUD_PERMANENT } };
+}
+
+function fdbReplace(f: Fdb): Operation {
+  return { op: 'fdbReplace', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } };
+}
+
+/** The operations that (re)write `state`: L2 entries before the routes that need them. */
+export function replaceOps(state: KernelState): Operation[] {
+  return [...state.neighs.map(neighReplace), ...state.fdb.map(fdbReplace), ...state.routes.map(routeSpec)];
+}
+
+export class DesiredState {
+  readonly #owners = new Map<string, KernelState>();
+  readonly #routes = new Index<Route>(routeKey);
+  readonly #neighs = new Index<Neigh>(neighKey);
+  readonly #fdb = new Index<Fdb>(fdbKey);
+
+  /**
+   * Sets what `owner` wants (undefined: nothing any more) and returns the operations from the
+   * previous desired state to the new one: replaces first, then deletes (routes before L2).
+   */
+  set(owner: string, state: KernelState | undefined): Operation[] {
+    const before = this.#owners.get(owner) ?? EMPTY;
+    const after = state ?? EMPTY;
+    if (state) this.#owners.set(owner, state);
+    else this.#owners.delete(owner);
+    const goneRoutes: Route[] = [];
+    const goneNeighs: Neigh[] = [];
+    const goneFdb: Fdb[] = [];
+    const rewrite: KernelState = { routes: [], neighs: [], fdb: [] };
+    this.#routes.remove(owner, before.routes, goneRoutes, rewrite.routes);
+    this.#neighs.remove(owner, before.neighs, goneNeighs, rewrite.neighs);
+    this.#fdb.remove(owner, before.fdb, goneFdb, rewrite.fdb);
+    this.#routes.add(owner, after.routes);
+    this.#neighs.add(owner, after.neighs);
+    this.#fdb.add(owner, after.fdb);
+    // An entry the same owner still wants under the same key was re-added above: not gone.
+    const stillGone = <T>(gone: T[], index: Index<T>, key: (e: T) => string) => gone.filter((e) => !index.has(key(e)));
+    return [
+      ...replaceOps(rewrite),
+      ...replaceOps(after),
+      ...stillGone(goneRoutes, this.#routes, routeKey).map((r): Operation => ({ op: 'routeDel', route: routeSpec(r).route })),
+      ...stillGone(goneNeighs, this.#neighs, neighKey).map((n): Operation => ({ op: 'neighDel', neigh: { linkIndex: n.linkIndex, ip: n.ip } })),
+      ...stillGone(goneFdb, this.#fdb, fdbKey).map((f): Operation => ({ op: 'fdbDel', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } })),
+    ];
+  }
+
+  /** The whole desired state, one entry per key. */
+  all(): KernelState {
+    return { routes: this.#routes.values(), neighs: this.#neighs.values(), fdb: this.#fdb.values() };
+  }
+
+  route(key: string): Route | undefined {
+    return this.#routes.get(key);
+  }
+
+  neigh(key: string): Neigh | undefined {
+    return this.#neighs.get(key);
+  }
+
+  wantsFdb(key: string): boolean {
+    return this.#fdb.has(key);
+  }
+
+  /** Number of owners. */
+  get size(): number {
+    return this.#owners.size;
+  }
+}
