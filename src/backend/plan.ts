@@ -17,6 +17,7 @@
  * Peer data is never trusted: a lease of another backend type, without a usable address or
  * VTEP MAC, or overlapping our own subnet is skipped with a warning naming the peer.
  */
+import type { NetConfig } from '../config/netconf.ts';
 import { formatCIDR, formatIP, overlaps } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
 import type { Lease } from '../lease/lease.ts';
@@ -48,6 +49,11 @@ export interface Plan {
   state: KernelState;
   /** One line per skipped peer, for the log. */
   warnings: string[];
+}
+
+/** The families a network configuration enables. */
+export function enabledFamilies(cfg: Pick<NetConfig, 'enableIPv4' | 'enableIPv6'>): Family[] {
+  return [...(cfg.enableIPv4 ? [4 as const] : []), ...(cfg.enableIPv6 ? [6 as const] : [])];
 }
 
 const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;

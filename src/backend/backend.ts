@@ -1,0 +1,56 @@
+/**
+ * The Backend seam (flannel's backend.Backend + backend.Network) and its registry. A backend owns
+ * its devices (I/O, done once and again when one disappears) and turns one remote lease into the
+ * kernel entries it wants (planning itself is pure, in plan.ts). Everything else — keeping the
+ * kernel in line with those entries — is the reconciler's.
+ */
+import type { NetConfig } from '../config/netconf.ts';
+import { SUPPORTED_BACKENDS } from '../config/netconf.ts';
+import { ConfigError } from '../errors.ts';
+import type { ExternalInterface } from '../iface/select.ts';
+import type { Lease, LeaseAttrs } from '../lease/lease.ts';
+import type { Logger } from '../log.ts';
+import type { NetlinkHandle } from '../netlink/handle.ts';
+import type { Ownership } from '../reconcile/state.ts';
+import type { Plan } from './plan.ts';
+import { HostGwBackend } from './host-gw.ts';
+import { VxlanBackend } from './vxlan.ts';
+
+export interface BackendDeps {
+  handle: NetlinkHandle;
+  config: NetConfig;
+  ext: ExternalInterface;
+  log: Logger;
+}
+
+export interface Backend {
+  readonly type: string;
+  /**
+   * Creates or adopts the devices and returns what this node publishes in its lease (public
+   * addresses, backend data such as the VTEP MAC). `published` is what an earlier run published,
+   * so a restart keeps the same MAC. Throws ConfigError when the backend cannot run here.
+   */
+  setup(published?: LeaseAttrs): Promise<LeaseAttrs>;
+  /** With the own lease known: device addresses. Idempotent. */
+  configure(own: Lease): Promise<void>;
+  /** The pod MTU for subnet.env (FLANNEL_MTU). Valid after setup(). */
+  readonly mtu: number;
+  /** What in the kernel is this backend's; device indexes change when a device is recreated. */
+  ownership(): Ownership;
+  /** The kernel entries wanted for one remote lease. */
+  plan(own: Lease, remote: Lease): Promise<Plan>;
+  /** A device of ours disappeared: set it up again as it was (same MAC) and configure it. */
+  repair(own: Lease): Promise<void>;
+}
+
+const REGISTRY: Record<string, (deps: BackendDeps) => Backend> = {
+  vxlan: (d) => new VxlanBackend(d),
+  'host-gw': (d) => new HostGwBackend(d),
+};
+
+/** The backend named by Backend.Type (case-insensitive). */
+export function createBackend(deps: BackendDeps): Backend {
+  const make = REGISTRY[deps.config.backend.type.toLowerCase()];
+  if (!make) throw new ConfigError('Backend.Type', `unsupported backend ${JSON.stringify(deps.config.backend.type)}; supported backends: ${SUPPORTED_BACKENDS.join(', ')}`);
+  return make(deps);
+}

@@ -1,0 +1,149 @@
+/**
+ * The running data plane of one node: the LeaseTable's remote leases, planned one by one by the
+ * backend into the desired state, kept in the kernel by the reconciler. A lease event re-plans
+ * only its peer (the reconciler's fast path); a device that disappears is set up again and
+ * everything re-planned, since its index changed.
+ *
+ * Nothing touches the kernel before the lease source has delivered its first listing: the first
+ * full pass removes entries of ours that no lease wants (nodes that left while we were down,
+ * flannel #2554), which must not happen against an empty table. A peer's warnings (wrong backend
+ * type, unusable data) are logged once per distinct message, not on every pass.
+ */
+import type { Lease } from '../lease/lease.ts';
+import type { LeaseEvent, LeaseTable } from '../lease/table.ts';
+import type { Logger } from '../log.ts';
+import type { NetlinkHandle } from '../netlink/handle.ts';
+import { DesiredState } from '../reconcile/desired.ts';
+import { Reconciler } from '../reconcile/loop.ts';
+import type { PassInfo } from '../reconcile/loop.ts';
+import type { Backend } from './backend.ts';
+
+export interface NetworkOptions {
+  handle: NetlinkHandle;
+  backend: Backend;
+  table: LeaseTable;
+  own: Lease;
+  log: Logger;
+  /** Milliseconds between full passes (--resync-period). */
+  resyncPeriodMs: number;
+  onPass?: (info: PassInfo) => void;
+}
+
+export class Network {
+  readonly #o: NetworkOptions;
+  readonly #desired = new DesiredState();
+  readonly #reconciler: Reconciler;
+  readonly #warned = new Map<string, string>();
+  #own: Lease;
+  /** Lease batches and device repairs, one at a time and in order. */
+  #work: Promise<void> = Promise.resolve();
+  #unsubscribe: (() => void) | undefined;
+
+  constructor(o: NetworkOptions) {
+    this.#o = o;
+    this.#own = o.own;
+    this.#reconciler = new Reconciler({
+      handle: o.handle,
+      desired: this.#desired,
+      ownership: () => o.backend.ownership(),
+      resyncPeriodMs: o.resyncPeriodMs,
+      onPass: (p) => {
+        if (p.kind === 'full' && p.ops.length > 0) o.log.info('reconciled', { reasons: p.reasons.join(', '), ops: p.ops.length, failures: p.failures.length, ms: Math.round(p.durationMs) });
+        for (const f of p.failures) o.log.warn('kernel refused an operation; a later pass retries it', { err: f });
+        o.onPass?.(p);
+      },
+      onError: (e) => o.log.error('reconcile pass failed; the next trigger retries', { err: e }),
+      onDeviceGone: (index) => this.#serial(() => this.#repair(index)),
+    });
+  }
+
+  /**
+   * Waits for the lease table's first listing, plans every lease, then starts the reconciler and
+   * resolves after its first full pass (the point at which the node is ready).
+   */
+  async start(signal: AbortSignal): Promise<void> {
+    const table = this.#o.table;
+    if (!table.synced) {
+      this.#o.log.info('waiting for the lease source to list the leases before touching the kernel');
+      await new Promise<void>((resolve, reject) => {
+        const off = table.subscribe(() => {
+          if (table.synced) {
+            off();
+            resolve();
+          }
+        });
+        signal.addEventListener('abort', () => {
+          off();
+          reject(signal.reason as Error);
+        }, { once: true });
+      });
+    }
+    this.#unsubscribe = table.subscribe((batch) => this.#serial(() => this.#onBatch(batch)));
+    await this.#serial(() => this.#planAll());
+    await this.#reconciler.start(signal);
+  }
+
+  stop(): void {
+    this.#unsubscribe?.();
+    this.#reconciler.stop();
+  }
+
+  /** Our own lease changed (re-acquired with another subnet): configure and re-plan everything. */
+  setOwn(own: Lease): Promise<void> {
+    return this.#serial(async () => {
+      this.#own = own;
+      await this.#o.backend.configure(own);
+      await this.#planAll();
+      this.#reconciler.trigger('own lease changed');
+    });
+  }
+
+  /** Resolves when queued lease batches and the passes they caused are done. */
+  async idle(): Promise<void> {
+    await this.#work;
+    await this.#reconciler.idle();
+  }
+
+  #serial(fn: () => Promise<void>): Promise<void> {
+    const run = this.#work.then(fn);
+    this.#work = run.catch((e: unknown) => this.#o.log.error('data plane update failed', { err: e }));
+    return run;
+  }
+
+  async #plan(lease: Lease) {
+    const { state, warnings } = await this.#o.backend.plan(this.#own, lease);
+    const text = warnings.join('; ');
+    if (text === '') {
+      this.#warned.delete(lease.peer);
+    } else if (this.#warned.get(lease.peer) !== text) {
+      this.#warned.set(lease.peer, text);
+      for (const w of warnings) this.#o.log.warn(w, { peer: lease.peer });
+    }
+    return state;
+  }
+
+  async #planAll(): Promise<void> {
+    const leases = this.#o.table.leases();
+    const peers = new Set(leases.map((l) => l.peer));
+    for (const l of leases) this.#desired.set(l.peer, await this.#plan(l));
+    for (const peer of this.#warned.keys()) if (!peers.has(peer)) this.#warned.delete(peer);
+  }
+
+  async #onBatch(batch: readonly LeaseEvent[]): Promise<void> {
+    for (const e of batch) {
+      if (e.type === 'removed') {
+        this.#warned.delete(e.lease.peer);
+        this.#reconciler.update(e.lease.peer, undefined, `lease ${e.lease.peer} removed`);
+      } else {
+        this.#reconciler.update(e.lease.peer, await this.#plan(e.lease), `lease ${e.lease.peer} ${e.previous ? 'changed' : 'added'}`);
+      }
+    }
+  }
+
+  async #repair(index: number): Promise<void> {
+    this.#o.log.warn('a device of ours disappeared; setting it up again', { index });
+    await this.#o.backend.repair(this.#own);
+    await this.#planAll();
+    this.#reconciler.trigger('device recreated');
+  }
+}

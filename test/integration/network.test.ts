@@ -1,0 +1,186 @@
+/**
+ * The data plane as weftd runs it — backend set-up, per-lease planning, the reconcile loop — on
+ * three nodes driven by in-memory lease tables.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { createBackend } from '../../src/backend/backend.ts';
+import type { Backend } from '../../src/backend/backend.ts';
+import { Network } from '../../src/backend/network.ts';
+import { parseNetConfig } from '../../src/config/netconf.ts';
+import { netlinkView, selectExternalInterface } from '../../src/iface/select.ts';
+import { parseCIDR } from '../../src/ip/ip.ts';
+import type { Lease } from '../../src/lease/lease.ts';
+import { LeaseTable } from '../../src/lease/table.ts';
+import { memoryLogger } from '../../src/log.ts';
+import { NetlinkHandle } from '../../src/netlink/index.ts';
+import { needsRoot, withNetns } from '../support/netns.ts';
+import type { Netns } from '../support/netns.ts';
+
+interface Node {
+  ns: Netns;
+  n: number;
+  h: NetlinkHandle;
+  backend: Backend;
+  lease: Lease;
+}
+
+const DUAL_VXLAN = '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00::/48","Backend":{"Type":"vxlan"}}';
+
+async function eventually(what: string, cond: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+async function node(ns: Netns, n: number, netConf: string): Promise<Node> {
+  await ns.ip('link', 'add', 'cni0', 'type', 'bridge');
+  await ns.ip('addr', 'add', `10.244.${n}.1/24`, 'dev', 'cni0');
+  await ns.ip('-6', 'addr', 'add', `fd00:0:${n}::1/64`, 'dev', 'cni0', 'nodad');
+  await ns.ip('link', 'set', 'cni0', 'up');
+  const h = NetlinkHandle.open(ns.path);
+  const config = parseNetConfig(netConf);
+  const ext = await selectExternalInterface(netlinkView(h), {
+    ipv4: true, ipv6: config.enableIPv6, iface: ['eth0'], ifaceRegex: [], ifaceCanReach: '', publicIp: '', publicIpv6: '',
+  });
+  const backend = createBackend({ handle: h, config, ext, log: memoryLogger() });
+  const attrs = await backend.setup();
+  const lease: Lease = { peer: `node-${n}`, subnet: parseCIDR(`10.244.${n}.0/24`, 's'), attrs };
+  if (config.enableIPv6) lease.ipv6Subnet = parseCIDR(`fd00:0:${n}::/64`, 's');
+  await backend.configure(lease);
+  return { ns, n, h, backend, lease };
+}
+
+/** Nodes 1..k on one underlay bridge (198.51.100.n, 2001:db8::n on eth0). */
+async function cluster(k: number, netConf: string, fn: (nodes: Node[]) => Promise<void>): Promise<void> {
+  const names = ['ul', ...Array.from({ length: k }, (_, i) => `n${i + 1}`)];
+  await withNetns(names, async (ul, ...nss) => {
+    await ul!.ip('link', 'add', 'br0', 'type', 'bridge');
+    await ul!.ip('link', 'set', 'br0', 'up');
+    const nodes: Node[] = [];
+    try {
+      for (const [i, ns] of nss.entries()) {
+        const n = i + 1;
+        await ul!.ip('link', 'add', `p${n}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns!.name);
+        await ul!.ip('link', 'set', `p${n}`, 'master', 'br0', 'up');
+        await ns!.ip('addr', 'add', `198.51.100.${n}/24`, 'dev', 'eth0');
+        await ns!.ip('-6', 'addr', 'add', `2001:db8::${n}/64`, 'dev', 'eth0', 'nodad');
+        await ns!.ip('link', 'set', 'eth0', 'up');
+        nodes.push(await node(ns!, n, netConf));
+      }
+      // A fresh IPv6 underlay answers neighbour solicitations only after a moment.
+      await eventually('the IPv6 underlay', async () => nodes[0]!.ns.exec('ping', '-c', '1', '-W', '1', '2001:db8::2').then(() => true, () => false));
+      await fn(nodes);
+    } finally {
+      for (const x of nodes) x.h.close();
+    }
+  });
+}
+
+function run(x: Node, remotes: Lease[], log = memoryLogger()): { network: Network; table: LeaseTable; ctl: AbortController } {
+  const table = new LeaseTable();
+  table.replaceAll(remotes);
+  const network = new Network({ handle: x.h, backend: x.backend, table, own: x.lease, log, resyncPeriodMs: 3_600_000 });
+  return { network, table, ctl: new AbortController() };
+}
+
+async function reaches(from: Node, src: string, dst: string): Promise<boolean> {
+  return from.ns.exec('ping', '-c', '1', '-W', '1', '-I', src, dst).then(() => true, () => false);
+}
+
+test('vxlan, three nodes, dual stack: weftd\'s data plane carries pod traffic, repairs a deleted device, removes what leaves', { skip: needsRoot }, async () => {
+  await cluster(3, DUAL_VXLAN, async (nodes) => {
+    const runs = nodes.map((x) => run(x, nodes.filter((o) => o !== x).map((o) => o.lease)));
+    try {
+      await Promise.all(runs.map((r) => r.network.start(r.ctl.signal)));
+      const [a, b, c] = nodes as [Node, Node, Node];
+      for (const [from, to] of [[a, b], [a, c], [c, b]] as const) {
+        assert.ok(await reaches(from, `10.244.${from.n}.1`, `10.244.${to.n}.1`), `IPv4 ${from.n} → ${to.n}`);
+        assert.ok(await reaches(from, `fd00:0:${from.n}::1`, `fd00:0:${to.n}::1`), `IPv6 ${from.n} → ${to.n}`);
+      }
+      assert.match(await a.ns.ip('route'), /^10\.244\.2\.0\/24 via 10\.244\.2\.0 dev flannel\.1 proto 201 onlink $/m);
+
+      // The vxlan device deleted by hand: recreated with the same MAC, entries back, traffic flows.
+      const mac = (await a.h.linkByName('flannel.1')).mac;
+      await a.ns.ip('link', 'del', 'flannel.1');
+      await eventually('flannel.1 recreated with its entries', async () => /10\.244\.3\.0\/24 via 10\.244\.3\.0 dev flannel\.1/.test(await a.ns.ip('route')));
+      assert.equal((await a.h.linkByName('flannel.1')).mac, mac);
+      await eventually('traffic after the repair', () => reaches(a, '10.244.1.1', '10.244.3.1'));
+
+      // A node leaves: its entries go at once.
+      runs[0]!.table.apply([], ['node-3']);
+      await runs[0]!.network.idle();
+      assert.doesNotMatch(await a.ns.ip('route'), /10\.244\.3\.0/);
+      assert.doesNotMatch(await a.ns.exec('bridge', 'fdb', 'show', 'dev', 'flannel.1'), /dst 198\.51\.100\.3/);
+    } finally {
+      for (const r of runs) r.network.stop();
+    }
+  });
+});
+
+test('restart: stale entries of a node that left meanwhile are removed, foreign routes kept, the VTEP MAC reused', { skip: needsRoot }, async () => {
+  await cluster(3, DUAL_VXLAN, async (nodes) => {
+    const [a, b, c] = nodes as [Node, Node, Node];
+    const first = run(a, [b.lease, c.lease]);
+    await first.network.start(first.ctl.signal);
+    first.network.stop();
+    await a.ns.ip('route', 'add', '10.244.9.0/24', 'via', '198.51.100.3');
+    const mac = (await a.h.linkByName('flannel.1')).mac;
+
+    // weftd comes back; node 3 left while it was down.
+    const log = memoryLogger();
+    a.backend = createBackend({ handle: a.h, config: parseNetConfig(DUAL_VXLAN), ext: await selectExternalInterface(netlinkView(a.h), {
+      ipv4: true, ipv6: true, iface: ['eth0'], ifaceRegex: [], ifaceCanReach: '', publicIp: '', publicIpv6: '',
+    }), log });
+    const attrs = await a.backend.setup();
+    assert.deepEqual(attrs.backendData, { VNI: 1, VtepMAC: mac }, 'the existing device\'s MAC is kept and published');
+    const second = run(a, [b.lease], log);
+    try {
+      await second.network.start(second.ctl.signal);
+      const routes = await a.ns.ip('route');
+      assert.doesNotMatch(routes, /10\.244\.3\.0/);
+      assert.match(routes, /10\.244\.2\.0\/24 via 10\.244\.2\.0 dev flannel\.1/);
+      assert.match(routes, /^10\.244\.9\.0\/24 via 198\.51\.100\.3 dev eth0 $/m, 'a foreign route in the range stays');
+      assert.doesNotMatch(await a.ns.ip('neigh', 'show', 'dev', 'flannel.1'), /10\.244\.3\.0/);
+    } finally {
+      second.network.stop();
+    }
+  });
+});
+
+test('a peer of another backend type: skipped with one warning, however often it is planned', { skip: needsRoot }, async () => {
+  await cluster(2, DUAL_VXLAN, async (nodes) => {
+    const [a, b] = nodes as [Node, Node];
+    const odd: Lease = { ...b.lease, attrs: { ...b.lease.attrs, backendType: 'host-gw' } };
+    const log = memoryLogger();
+    const r = run(a, [odd], log);
+    try {
+      await r.network.start(r.ctl.signal);
+      r.table.apply([{ ...odd, attrs: { ...odd.attrs } }]);
+      await r.network.setOwn(a.lease);
+      await r.network.idle();
+      assert.equal(log.records.filter((x) => x.level === 'warn' && x.fields.peer === 'node-2').length, 1);
+      assert.doesNotMatch(await a.ns.ip('route'), /10\.244\.2\.0/);
+    } finally {
+      r.network.stop();
+    }
+  });
+});
+
+test('vxlan DirectRouting: a peer on the same segment is routed to directly', { skip: needsRoot }, async () => {
+  await cluster(2, '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","DirectRouting":true}}', async (nodes) => {
+    const [a, b] = nodes as [Node, Node];
+    const r = run(a, [b.lease]);
+    const rb = run(b, [a.lease]);
+    try {
+      await Promise.all([r.network.start(r.ctl.signal), rb.network.start(rb.ctl.signal)]);
+      assert.match(await a.ns.ip('route'), /^10\.244\.2\.0\/24 via 198\.51\.100\.2 dev eth0 proto 201 $/m);
+      assert.ok(await reaches(a, '10.244.1.1', '10.244.2.1'));
+    } finally {
+      r.network.stop();
+      rb.network.stop();
+    }
+  });
+});
