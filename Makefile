@@ -51,13 +51,13 @@ typecheck: deps-npm
 	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json --noEmit
 
 test: deps build
-	$(NODE) --test $(TEST_FLAGS) 'test/unit/**/*.test.ts' 'test/fuzz/**/*.test.ts' 'test/integration/**/*.test.ts'
+	$(NODE) --test $(TEST_FLAGS) 'test/unit/**/*.test.ts' 'test/fuzz/**/*.test.ts' 'test/integration/**/*.test.ts' 'test/e2e/**/*.test.ts'
 
 test-unit: build
 	$(NODE) --test $(TEST_FLAGS) 'test/unit/**/*.test.ts' 'test/fuzz/**/*.test.ts'
 
 test-integration: build
-	$(NODE) --test $(TEST_FLAGS) 'test/integration/**/*.test.ts'
+	$(NODE) --test $(TEST_FLAGS) 'test/integration/**/*.test.ts' 'test/e2e/**/*.test.ts'
 
 bench-netlink: deps build
 	$(NODE) bench/netlink.bench.ts

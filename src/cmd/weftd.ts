@@ -1,38 +1,52 @@
 /**
  * weftd entry point: parses the command line, builds the parts and runs them. No logic here.
- *
- * What runs today: flags (with the FLANNELD_ environment fallback) and the external interface
- * choice. The lease sources, data plane and traffic rules are wired in by the daemon issue;
- * until then weftd reports its interface decision and exits non-zero, saying so.
+ * SIGTERM and SIGINT stop it cleanly (exit 0) leaving the data plane in place.
  */
 import { CommanderError } from 'commander';
+import { runAgent } from '../agent/agent.ts';
 import { parseFlags } from '../config/flags.ts';
-import { WeftError } from '../errors.ts';
-import { netlinkView, selectExternalInterface } from '../iface/select.ts';
+import type { Flags } from '../config/flags.ts';
+import { ConfigError, WeftError } from '../errors.ts';
+import { EtcdLeaseSource } from '../lease/etcd/source.ts';
+import type { LeaseSource } from '../lease/source.ts';
+import { createLogger } from '../log.ts';
+import type { Logger } from '../log.ts';
 import { NetlinkHandle } from '../netlink/index.ts';
+
+async function leaseSource(flags: Flags, log: Logger): Promise<LeaseSource> {
+  if (flags.kubeSubnetMgr) {
+    throw new ConfigError('--kube-subnet-mgr', 'the Kubernetes lease source is not part of this build yet; use the etcd registry (--etcd-endpoints)');
+  }
+  return EtcdLeaseSource.create({
+    endpoints: flags.etcdEndpoints, prefix: flags.etcdPrefix,
+    keyFile: flags.etcdKeyfile, certFile: flags.etcdCertfile, caFile: flags.etcdCafile,
+    username: flags.etcdUsername, password: flags.etcdPassword,
+    renewMarginMs: flags.subnetLeaseRenewMargin * 60_000, log,
+  });
+}
 
 async function main(argv: string[]): Promise<number> {
   const flags = parseFlags(argv);
-  const netlink = NetlinkHandle.open();
-  try {
-    const ext = await selectExternalInterface(netlinkView(netlink), {
-      ipv4: true,
-      ipv6: flags.publicIpv6 !== '',
-      iface: flags.iface,
-      ifaceRegex: flags.ifaceRegex,
-      ifaceCanReach: flags.ifaceCanReach,
-      publicIp: flags.publicIp,
-      publicIpv6: flags.publicIpv6,
+  const log = createLogger({ level: flags.logLevel, format: flags.logFormat });
+  const stop = new AbortController();
+  for (const sig of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(sig, () => {
+      log.info(`received ${sig}, shutting down (the data plane stays)`);
+      stop.abort(new WeftError('ESTOPPED', `stopped by ${sig}`));
     });
-    console.error(
-      `using interface ${ext.link.name} (index ${ext.link.index}, MTU ${ext.mtu}) address ${ext.ifaceAddr ?? ext.ifaceAddr6}` +
-        ` public ${ext.extAddr ?? ext.extAddr6}: ${ext.reason}`,
-    );
-  } finally {
-    netlink.close();
   }
-  console.error('weftd: no lease source is wired in yet (etcd and Kubernetes land with the daemon issue); exiting');
-  return 1;
+  const handle = NetlinkHandle.open();
+  const source = await leaseSource(flags, log);
+  try {
+    await runAgent({ flags, source, handle, log }, stop.signal);
+  } catch (e) {
+    if (!stop.signal.aborted) throw e;
+  } finally {
+    await source.close();
+    handle.close();
+  }
+  log.info('Exiting cleanly...');
+  return 0;
 }
 
 try {

@@ -32,6 +32,11 @@ export interface EtcdOptions {
   startTimeoutMs?: number;
   /** Serve clients over TLS only, requiring a client certificate signed by a throwaway CA. */
   tls?: boolean;
+  /**
+   * Serve clients on a unix socket instead of loopback TCP: a socket file is reachable from every
+   * network namespace, so weftd processes inside node namespaces can use this etcd.
+   */
+  unixSocket?: boolean;
 }
 
 /** Files of a throwaway PKI: the CA, and a client certificate and key it signed. */
@@ -68,25 +73,33 @@ export class EtcdServer {
   readonly metricsPort: number;
   /** The PKI when started with `tls`; clients need its CA and client certificate. */
   readonly pki: TestPki | undefined;
+  readonly #unix: boolean;
   #proc: ChildProcess | undefined;
   #log = '';
 
-  private constructor(ports: number[], dataDir: string, pki: TestPki | undefined) {
+  private constructor(ports: number[], dataDir: string, pki: TestPki | undefined, unix: boolean) {
     [this.clientPort, this.peerPort, this.metricsPort] = ports as [number, number, number];
     this.dataDir = dataDir;
     this.pki = pki;
+    this.#unix = unix;
   }
 
-  /** `http://127.0.0.1:<port>`, or https with `tls`. */
+  /** `http://127.0.0.1:<port>`, https with `tls`, or `unix://<dir>/localhost:<port>` with `unixSocket`. */
   get endpoint(): string {
+    if (this.#unix) return `unix://${join(this.dataDir, '..')}/localhost:${this.clientPort}`;
     return `${this.pki ? 'https' : 'http'}://127.0.0.1:${this.clientPort}`;
+  }
+
+  /** The client URL as etcd takes it: a unix socket is named `localhost:<port>` in etcd's working directory. */
+  get #listenUrl(): string {
+    return this.#unix ? `unix://localhost:${this.clientPort}` : this.endpoint;
   }
 
   /** Starts a fresh etcd and waits until it is healthy. */
   static async start(options: EtcdOptions = {}): Promise<EtcdServer> {
     const dir = await mkdtemp(join(tmpdir(), 'weft-etcd-'));
     const pki = options.tls ? await makePki(join(dir, 'pki')) : undefined;
-    const server = new EtcdServer([await freePort(), await freePort(), await freePort()], join(dir, 'data'), pki);
+    const server = new EtcdServer([await freePort(), await freePort(), await freePort()], join(dir, 'data'), pki, options.unixSocket ?? false);
     try {
       await server.resume(options);
     } catch (e) {
@@ -103,8 +116,8 @@ export class EtcdServer {
     const proc = spawn('etcd', [
       '--name', 'weft-test',
       '--data-dir', this.dataDir,
-      '--listen-client-urls', this.endpoint,
-      '--advertise-client-urls', this.endpoint,
+      '--listen-client-urls', this.#listenUrl,
+      '--advertise-client-urls', this.#listenUrl,
       '--listen-peer-urls', peer,
       '--initial-advertise-peer-urls', peer,
       '--initial-cluster', `weft-test=${peer}`,
@@ -113,7 +126,7 @@ export class EtcdServer {
       ...(this.pki ? ['--cert-file', this.pki.serverCertFile, '--key-file', this.pki.serverKeyFile,
         '--trusted-ca-file', this.pki.caFile, '--client-cert-auth'] : []),
       '--log-level', 'error',
-    ], { stdio: ['ignore', 'ignore', 'pipe'] });
+    ], { stdio: ['ignore', 'ignore', 'pipe'], cwd: join(this.dataDir, '..') });
     this.#proc = proc;
     proc.stderr?.on('data', (chunk: Buffer) => {
       this.#log = (this.#log + chunk.toString()).slice(-4000);

@@ -39,7 +39,7 @@ import type { RegistryEntry } from './choose.ts';
 import { configKey, decodeLease, decodeLeaseValue, encodeLeaseValue, leaseKey, parseLeaseKey, subnetsPrefix } from './codec.ts';
 
 export interface EtcdSourceOptions {
-  /** Client URLs, `http://` or `https://` (--etcd-endpoints). */
+  /** Client URLs: `http://`, `https://`, or `unix://<socket path>` (--etcd-endpoints). */
   endpoints: string[];
   /** Key prefix (--etcd-prefix, default `/coreos.com/network`). */
   prefix: string;
@@ -101,13 +101,13 @@ async function readFlagFile(flag: string, path: string): Promise<Buffer> {
 export async function clientOptions(o: EtcdSourceOptions): Promise<IOptions> {
   if (o.endpoints.length === 0) throw new ConfigError('--etcd-endpoints', 'no endpoint given');
   for (const ep of o.endpoints) {
-    if (!/^https?:\/\/[^/]+\/?$/.test(ep)) throw new ConfigError('--etcd-endpoints', `${JSON.stringify(ep)} is not an http:// or https:// URL`);
+    if (!/^(https?:\/\/[^/]+\/?|unix:\/\/.+)$/.test(ep)) throw new ConfigError('--etcd-endpoints', `${JSON.stringify(ep)} is not an http://, https:// or unix:// URL`);
   }
   if (Boolean(o.keyFile) !== Boolean(o.certFile)) {
     throw new ConfigError(o.keyFile ? '--etcd-certfile' : '--etcd-keyfile', 'TLS client authentication needs both --etcd-keyfile and --etcd-certfile');
   }
   const opts: IOptions = {
-    hosts: o.endpoints.map((e) => e.replace(/\/$/, '')),
+    hosts: o.endpoints.map((e) => (e.startsWith('unix:') ? e : e.replace(/\/$/, ''))),
     dialTimeout: o.callTimeoutMs ?? 10_000,
     defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + (o.callTimeoutMs ?? 10_000) }),
     // Detects a connection that silently stopped carrying data (the watch would never notice).

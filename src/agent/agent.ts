@@ -1,0 +1,83 @@
+/**
+ * What weftd does, in order (flanneld's main, reference §10): read the network configuration,
+ * pick the external interface, set up the backend's devices, acquire this node's lease, write
+ * subnet.env, then keep the kernel in line with every other node's lease until told to stop.
+ * Stopping tears nothing down: devices, routes, rules, subnet.env and the lease all stay, so
+ * pods keep working across a restart.
+ */
+import { createBackend } from '../backend/backend.ts';
+import { Network } from '../backend/network.ts';
+import type { Flags } from '../config/flags.ts';
+import type { NetConfig } from '../config/netconf.ts';
+import { netlinkView, selectExternalInterface } from '../iface/select.ts';
+import { formatCIDR } from '../ip/ip.ts';
+import type { Lease } from '../lease/lease.ts';
+import type { LeaseSource } from '../lease/source.ts';
+import { LeaseTable } from '../lease/table.ts';
+import type { Logger } from '../log.ts';
+import type { NetlinkHandle } from '../netlink/handle.ts';
+import { readSubnetEnv, writeSubnetEnv } from '../subnetenv/subnetenv.ts';
+
+export interface AgentDeps {
+  flags: Flags;
+  source: LeaseSource;
+  handle: NetlinkHandle;
+  log: Logger;
+}
+
+/** The subnet.env of a lease: what the CNI plugin wires pods with. */
+async function writeEnv(path: string, config: NetConfig, own: Lease, mtu: number, ipMasq: boolean): Promise<void> {
+  await writeSubnetEnv(path, {
+    ...(config.enableIPv4 && config.network && own.subnet ? { network: config.network, subnet: own.subnet } : {}),
+    ...(config.enableIPv6 && config.ipv6Network && own.ipv6Subnet ? { ipv6Network: config.ipv6Network, ipv6Subnet: own.ipv6Subnet } : {}),
+    mtu,
+    ipMasq,
+  });
+}
+
+/**
+ * Runs weftd until `signal` aborts. `onReady` is called once the first full reconcile is done.
+ * Rejects on what no retry can fix (bad configuration, a backend that cannot run here).
+ */
+export async function runAgent(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Promise<void> {
+  const { flags, source, handle, log } = d;
+  log.info('starting', { leaseSource: source.name });
+  const config = await source.networkConfig(signal);
+  const ext = await selectExternalInterface(netlinkView(handle), {
+    ipv4: config.enableIPv4, ipv6: config.enableIPv6, iface: flags.iface, ifaceRegex: flags.ifaceRegex,
+    ifaceCanReach: flags.ifaceCanReach, publicIp: flags.publicIp, publicIpv6: flags.publicIpv6,
+  });
+  log.info('using external interface', { iface: ext.link.name, address: ext.ifaceAddr ?? ext.ifaceAddr6, public: ext.extAddr ?? ext.extAddr6, mtu: ext.mtu, reason: ext.reason });
+
+  const backend = createBackend({ handle, config, ext, log: log.child({ backend: config.backend.type }) });
+  let previous;
+  try {
+    previous = await readSubnetEnv(flags.subnetFile);
+  } catch (e) {
+    log.warn('ignoring the previous subnet file', { file: flags.subnetFile, err: e });
+  }
+  const attrs = await backend.setup();
+  let own = await source.acquire({ attrs, ...(previous ? { previous: { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet } } : {}) }, signal);
+  await backend.configure(own);
+  await writeEnv(flags.subnetFile, config, own, backend.mtu, flags.ipMasq);
+  log.info('wrote the subnet file', { file: flags.subnetFile, subnet: own.subnet && formatCIDR(own.subnet), ipv6Subnet: own.ipv6Subnet && formatCIDR(own.ipv6Subnet), mtu: backend.mtu });
+
+  const table = new LeaseTable();
+  const network = new Network({ handle, backend, table, own, log, resyncPeriodMs: flags.resyncPeriod * 1000 });
+  const watching = source.watch(table, signal, (lease) => {
+    own = lease;
+    void network.setOwn(lease).then(() => writeEnv(flags.subnetFile, config, lease, backend.mtu, flags.ipMasq)).catch((e: unknown) => {
+      log.error('failed to move to the new lease', { err: e });
+    });
+  });
+  try {
+    await Promise.race([network.start(signal), watching.then(() => signal.throwIfAborted())]);
+    await source.complete?.(signal);
+    log.info('ready: the kernel holds every lease', { peers: table.size });
+    onReady?.();
+    await watching;
+  } finally {
+    network.stop();
+    await watching.catch(() => {});
+  }
+}
