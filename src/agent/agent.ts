@@ -57,15 +57,17 @@ export async function runAgent(d: AgentDeps, signal: AbortSignal, onReady?: () =
     log.warn('ignoring the previous subnet file', { file: flags.subnetFile, err: e });
   }
   const attrs = await backend.setup();
-  let own = await source.acquire({ attrs, ...(previous ? { previous: { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet } } : {}) }, signal);
+  const own = await source.acquire({ attrs, ...(previous ? { previous: { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet } } : {}) }, signal);
   await backend.configure(own);
   await writeEnv(flags.subnetFile, config, own, backend.mtu, flags.ipMasq);
   log.info('wrote the subnet file', { file: flags.subnetFile, subnet: own.subnet && formatCIDR(own.subnet), ipv6Subnet: own.ipv6Subnet && formatCIDR(own.ipv6Subnet), mtu: backend.mtu });
 
+  if (flags.ipMasq) {
+    log.warn('--ip-masq: this build does not install masquerade rules yet; pod traffic leaving the cluster is not masqueraded by weftd');
+  }
   const table = new LeaseTable();
   const network = new Network({ handle, backend, table, own, log, resyncPeriodMs: flags.resyncPeriod * 1000 });
   const watching = source.watch(table, signal, (lease) => {
-    own = lease;
     void network.setOwn(lease).then(() => writeEnv(flags.subnetFile, config, lease, backend.mtu, flags.ipMasq)).catch((e: unknown) => {
       log.error('failed to move to the new lease', { err: e });
     });

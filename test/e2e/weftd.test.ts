@@ -12,7 +12,7 @@ import { test } from 'node:test';
 import { promisify } from 'node:util';
 import { Etcd3 } from 'etcd3';
 import { EtcdServer } from '../support/etcd.ts';
-import { needsRoot, withNetns } from '../support/netns.ts';
+import { joinUnderlay, needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
 const WEFTD = join(import.meta.dirname, '../../bin/weftd');
@@ -40,21 +40,15 @@ async function eventually(what: string, cond: () => Promise<boolean> | boolean, 
   }
 }
 
+/** SIGTERM, and SIGKILL if weftd has not exited 10 s later: its exit code, or null if killed. */
 async function stopWeftd(w: Weftd): Promise<number | null> {
-  if (w.proc.exitCode === null) w.proc.kill('SIGTERM');
-  return w.exited;
-}
-
-/** Node namespaces n1..nk on an underlay bridge, eth0 = 198.51.100.n/24. */
-async function underlay(ul: Netns, nodes: Netns[]): Promise<void> {
-  await ul.ip('link', 'add', 'br0', 'type', 'bridge');
-  await ul.ip('link', 'set', 'br0', 'up');
-  for (const [i, ns] of nodes.entries()) {
-    await ul.ip('link', 'add', `p${i + 1}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.name);
-    await ul.ip('link', 'set', `p${i + 1}`, 'master', 'br0', 'up');
-    await ns.ip('addr', 'add', `198.51.100.${i + 1}/24`, 'dev', 'eth0');
-    await ns.ip('link', 'set', 'eth0', 'up');
-    await ns.ip('link', 'set', 'lo', 'up');
+  if (w.proc.exitCode !== null) return w.proc.exitCode;
+  w.proc.kill('SIGTERM');
+  const timer = setTimeout(() => w.proc.kill('SIGKILL'), 10_000);
+  try {
+    return await w.exited;
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -68,7 +62,7 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
       await admin.put(`${PREFIX}/config`).value(`{"Network":"10.244.0.0/16","Backend":{"Type":"${backend}"}}`);
       await withNetns(['e2eul', 'e2e1', 'e2e2'], async (ul, n1, n2) => {
         const nodes = [n1!, n2!];
-        await underlay(ul!, nodes);
+        await joinUnderlay(ul!, nodes);
         for (const [i, ns] of nodes.entries()) {
           daemons.push(startWeftd(ns, [`--etcd-endpoints=${etcd.endpoint}`, '--iface=eth0', `--subnet-file=${dir}/n${i + 1}/subnet.env`, '--ip-masq']));
         }
@@ -146,7 +140,9 @@ test('bin/weftd: FLANNELD_IFACE picks the interface when --iface is absent; --if
         }
       }
       const bad = startWeftd(ns!, [`--etcd-endpoints=${etcd.endpoint}`, `--subnet-file=${dir}/subnet.env`, '--iface', 'nosuch']);
-      assert.equal(await bad.exited, 1);
+      const code = await Promise.race([bad.exited, new Promise((r) => setTimeout(r, 20_000, 'still running'))]);
+      if (code === 'still running') await stopWeftd(bad);
+      assert.equal(code, 1);
       assert.match(bad.log(), /weftd: --iface: no interface matches \(--iface nosuch\)/);
     });
   } finally {

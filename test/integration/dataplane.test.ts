@@ -7,7 +7,7 @@ import type { Lease } from '../../src/lease/lease.ts';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
 import { reconcileOnce } from '../../src/reconcile/reconcile.ts';
 import { WEFT_RTPROT } from '../../src/reconcile/state.ts';
-import { needsRoot, withNetns } from '../support/netns.ts';
+import { joinUnderlay, needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
 interface Node {
@@ -19,15 +19,9 @@ interface Node {
 /** Two nodes on one underlay bridge (in its own namespace), each with a pod-side address on cni0. */
 async function cluster(type: 'vxlan' | 'host-gw', fn: (a: Node, b: Node) => Promise<void>): Promise<void> {
   await withNetns(['ul', 'na', 'nb'], async (ul, na, nb) => {
-    await ul!.ip('link', 'add', 'br0', 'type', 'bridge');
-    await ul!.ip('link', 'set', 'br0', 'up');
+    await joinUnderlay(ul!, [na!, nb!], { ipv6: true });
     const nodes: Node[] = [];
     for (const [ns, n] of [[na!, 1], [nb!, 2]] as const) {
-      await ul!.ip('link', 'add', `p${n}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.name);
-      await ul!.ip('link', 'set', `p${n}`, 'master', 'br0', 'up');
-      await ns.ip('addr', 'add', `198.51.100.${n}/24`, 'dev', 'eth0');
-      await ns.ip('-6', 'addr', 'add', `2001:db8::${n}/64`, 'dev', 'eth0', 'nodad');
-      await ns.ip('link', 'set', 'eth0', 'up');
       await ns.ip('link', 'add', 'cni0', 'type', 'bridge');
       await ns.ip('addr', 'add', `10.244.${n}.1/24`, 'dev', 'cni0');
       await ns.ip('-6', 'addr', 'add', `fd00:0:0:${n}::1/64`, 'dev', 'cni0', 'nodad');

@@ -14,7 +14,7 @@ import type { Lease } from '../../src/lease/lease.ts';
 import { LeaseTable } from '../../src/lease/table.ts';
 import { memoryLogger } from '../../src/log.ts';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
-import { needsRoot, withNetns } from '../support/netns.ts';
+import { joinUnderlay, needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
 interface Node {
@@ -57,19 +57,10 @@ async function node(ns: Netns, n: number, netConf: string): Promise<Node> {
 async function cluster(k: number, netConf: string, fn: (nodes: Node[]) => Promise<void>): Promise<void> {
   const names = ['ul', ...Array.from({ length: k }, (_, i) => `n${i + 1}`)];
   await withNetns(names, async (ul, ...nss) => {
-    await ul!.ip('link', 'add', 'br0', 'type', 'bridge');
-    await ul!.ip('link', 'set', 'br0', 'up');
+    await joinUnderlay(ul!, nss as Netns[], { ipv6: true });
     const nodes: Node[] = [];
     try {
-      for (const [i, ns] of nss.entries()) {
-        const n = i + 1;
-        await ul!.ip('link', 'add', `p${n}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns!.name);
-        await ul!.ip('link', 'set', `p${n}`, 'master', 'br0', 'up');
-        await ns!.ip('addr', 'add', `198.51.100.${n}/24`, 'dev', 'eth0');
-        await ns!.ip('-6', 'addr', 'add', `2001:db8::${n}/64`, 'dev', 'eth0', 'nodad');
-        await ns!.ip('link', 'set', 'eth0', 'up');
-        nodes.push(await node(ns!, n, netConf));
-      }
+      for (const [i, ns] of nss.entries()) nodes.push(await node(ns!, i + 1, netConf));
       // A fresh IPv6 underlay answers neighbour solicitations only after a moment.
       await eventually('the IPv6 underlay', async () => nodes[0]!.ns.exec('ping', '-c', '1', '-W', '1', '2001:db8::2').then(() => true, () => false));
       await fn(nodes);

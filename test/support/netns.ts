@@ -97,3 +97,21 @@ export async function vxlanNode(ns: Netns, underlay: string, vtepAddr?: string):
   if (vtepAddr) await ns.ip('addr', 'add', vtepAddr, 'dev', 'flannel.1');
   await ns.ip('link', 'set', 'flannel.1', 'up');
 }
+
+/**
+ * Joins node namespaces on one underlay: a bridge br0 in `ul`, and in the i-th node an eth0 (a
+ * veth whose peer is on br0) with 198.51.100.<i+1>/24 and, with `ipv6`, 2001:db8::<i+1>/64; lo up.
+ */
+export async function joinUnderlay(ul: Netns, nodes: readonly Netns[], opts: { ipv6?: boolean } = {}): Promise<void> {
+  await ul.ip('link', 'add', 'br0', 'type', 'bridge');
+  await ul.ip('link', 'set', 'br0', 'up');
+  for (const [i, ns] of nodes.entries()) {
+    const n = i + 1;
+    await ul.ip('link', 'add', `p${n}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.name);
+    await ul.ip('link', 'set', `p${n}`, 'master', 'br0', 'up');
+    await ns.ip('addr', 'add', `198.51.100.${n}/24`, 'dev', 'eth0');
+    if (opts.ipv6) await ns.ip('-6', 'addr', 'add', `2001:db8::${n}/64`, 'dev', 'eth0', 'nodad');
+    await ns.ip('link', 'set', 'eth0', 'up');
+    await ns.ip('link', 'set', 'lo', 'up');
+  }
+}

@@ -155,11 +155,6 @@ export class EtcdLeaseSource implements LeaseSource {
     return new EtcdLeaseSource(o, new Etcd3(opts));
   }
 
-  /** This node's lease as last written, if any. */
-  get ownLease(): Lease | undefined {
-    return this.#own?.lease;
-  }
-
   async networkConfig(signal: AbortSignal): Promise<NetConfig> {
     const key = configKey(this.#o.prefix);
     const backoff = new Backoff(500, 5000);
