@@ -11,6 +11,7 @@ import type { ExternalInterface } from '../iface/select.ts';
 import type { Lease, LeaseAttrs } from '../lease/lease.ts';
 import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
+import type { Link } from '../netlink/records.ts';
 import type { Ownership } from '../reconcile/state.ts';
 import type { Plan } from './plan.ts';
 import { HostGwBackend } from './host-gw.ts';
@@ -39,7 +40,9 @@ export interface Backend {
   ownership(): Ownership;
   /** The kernel entries wanted for one remote lease. */
   plan(own: Lease, remote: Lease): Promise<Plan>;
-  /** A device of ours disappeared: set it up again as it was (same MAC) and configure it. */
+  /** How `link`, a device of ours, differs from how we set it up (e.g. a MAC udev rewrote), if it does. */
+  drifted(link: Link): string | undefined;
+  /** A device of ours disappeared or drifted: set it up again as it was (same MAC) and configure it. */
   repair(own: Lease): Promise<void>;
 }
 

@@ -49,5 +49,9 @@ export class HostGwBackend implements Backend {
     return planHostGw({ own, remotes: [remote], enabled: enabledFamilies(this.#d.config), extIndex: this.#d.ext.link.index });
   }
 
+  drifted(): undefined {
+    return undefined;
+  }
+
   async repair(): Promise<void> {}
 }

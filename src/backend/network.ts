@@ -53,7 +53,11 @@ export class Network {
         o.onPass?.(p);
       },
       onError: (e) => o.log.error('reconcile pass failed; the next trigger retries', { err: e }),
-      onDeviceGone: (index) => this.#serial(() => this.#repair(index)),
+      onDeviceGone: (index) => this.#queue(() => this.#repair(`device #${index} disappeared`)),
+      onDeviceChanged: (link) => {
+        const why = o.backend.drifted(link);
+        if (why) this.#queue(() => this.#repair(`device ${link.name} was changed by someone else (${why})`));
+      },
     });
   }
 
@@ -78,7 +82,7 @@ export class Network {
         }, { once: true });
       });
     }
-    this.#unsubscribe = table.subscribe((batch) => this.#serial(() => this.#onBatch(batch)));
+    this.#unsubscribe = table.subscribe((batch) => this.#queue(() => this.#onBatch(batch)));
     await this.#serial(() => this.#planAll());
     await this.#reconciler.start(signal);
   }
@@ -108,6 +112,11 @@ export class Network {
     const run = this.#work.then(fn);
     this.#work = run.catch((e: unknown) => this.#o.log.error('data plane update failed', { err: e }));
     return run;
+  }
+
+  /** {@link #serial} for callers that do not wait: the failure is logged there. */
+  #queue(fn: () => Promise<void>): void {
+    this.#serial(fn).catch(() => {});
   }
 
   async #plan(lease: Lease) {
@@ -140,8 +149,8 @@ export class Network {
     }
   }
 
-  async #repair(index: number): Promise<void> {
-    this.#o.log.warn('a device of ours disappeared; setting it up again', { index });
+  async #repair(why: string): Promise<void> {
+    this.#o.log.warn(`${why}; setting it up again`);
     await this.#o.backend.repair(this.#own);
     await this.#planAll();
     this.#reconciler.trigger('device recreated');

@@ -114,6 +114,16 @@ export class VxlanBackend implements Backend {
     return direct;
   }
 
+  drifted(link: Link): string | undefined {
+    const mine = [...this.#devices.values()].find((l) => l.index === link.index);
+    if (!mine) return undefined;
+    const diffs: string[] = [];
+    if (link.mac !== mine.mac) diffs.push(`MAC ${link.mac}, ours ${mine.mac}`);
+    if (link.mtu !== mine.mtu) diffs.push(`MTU ${link.mtu}, ours ${mine.mtu}`);
+    if (!link.up) diffs.push('set down');
+    return diffs.length > 0 ? diffs.join(', ') : undefined;
+  }
+
   async repair(own: Lease): Promise<void> {
     this.#devices.clear();
     await this.setup(this.#attrs);

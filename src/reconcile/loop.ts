@@ -14,6 +14,7 @@
  */
 import type { NetlinkHandle, NetlinkEvent, Monitor, Operation } from '../netlink/handle.ts';
 import { fdbKey, neighKey, routeEqual, routeKey } from '../netlink/records.ts';
+import type { Link } from '../netlink/records.ts';
 import { replaceOps } from './desired.ts';
 import type { DesiredState } from './desired.ts';
 import { apply, reconcileOnce } from './reconcile.ts';
@@ -42,6 +43,8 @@ export interface ReconcilerOptions {
   onError?: (e: unknown) => void;
   /** Called when a device of ours disappears: the backend must recreate it. */
   onDeviceGone?: (linkIndex: number) => void;
+  /** Called when a device of ours changed (its MAC, MTU or state may have been altered). */
+  onDeviceChanged?: (link: Link) => void;
 }
 
 export class Reconciler {
@@ -159,9 +162,12 @@ export class Reconciler {
           this.trigger('kernel event overrun');
           break;
         case 'link':
-          if (e.action === 'del' && devices.has(e.link.index)) {
+          if (!devices.has(e.link.index)) break;
+          if (e.action === 'del') {
             this.#opts.onDeviceGone?.(e.link.index);
             this.trigger(`device ${e.link.name} deleted`);
+          } else {
+            this.#opts.onDeviceChanged?.(e.link);
           }
           break;
         case 'route': {

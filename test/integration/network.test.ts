@@ -100,6 +100,10 @@ test('vxlan, three nodes, dual stack: weftd\'s data plane carries pod traffic, r
       assert.equal((await a.h.linkByName('flannel.1')).mac, mac);
       await eventually('traffic after the repair', () => reaches(a, '10.244.1.1', '10.244.3.1'));
 
+      // Its MAC rewritten (as udev's MACAddressPolicy=persistent does): set back.
+      await a.ns.ip('link', 'set', 'flannel.1', 'address', '02:11:22:33:44:55');
+      await eventually('the VTEP MAC restored', async () => (await a.h.linkByName('flannel.1')).mac === mac);
+
       // A node leaves: its entries go at once.
       runs[0]!.table.apply([], ['node-3']);
       await runs[0]!.network.idle();
