@@ -83,35 +83,31 @@ export function chooseLease(input: ChooseInput): Choice {
         : { kind: 'delete', entry: mine, reason: `lease ${mine.key} carries our public IP but does not fit the network configuration` };
     }
   }
-  const taken4 = entries.map((e) => e.subnet);
-  const taken6 = entries.flatMap((e) => (e.ipv6Subnet ? [e.ipv6Subnet] : []));
-  const prev4 = input.previous?.subnet;
-  const prev6 = input.previous?.ipv6Subnet;
   const reasons: string[] = [];
-
-  let subnet: CIDR | undefined;
-  if (fitsV4(cfg, prev4) && free(prev4, taken4)) {
-    subnet = prev4;
-    reasons.push(`${formatCIDR(prev4)} from the subnet file is still free`);
-  } else {
-    subnet = pickRandom(cfg.subnetMin!, cfg.subnetMax!, cfg.subnetLen, taken4, random);
-    if (!subnet) {
-      return { kind: 'exhausted', reason: `out of subnets: all of ${formatCIDR(cfg.network!)} in /${cfg.subnetLen} blocks between SubnetMin and SubnetMax are taken; leases held: ${taken4.length}` };
-    }
-    reasons.push(`${formatCIDR(subnet)} picked at random among the first ${PICK_AMONG} free subnets`);
-  }
+  const subnet = pickFamily(4, cfg, input.previous?.subnet, entries.map((e) => e.subnet), random, reasons);
+  if (typeof subnet === 'string') return { kind: 'exhausted', reason: subnet };
   if (!cfg.enableIPv6) return { kind: 'create', subnet, reason: reasons.join('; ') };
-
-  let ipv6Subnet: CIDR | undefined;
-  if (fitsV6(cfg, prev6) && free(prev6, taken6)) {
-    ipv6Subnet = prev6;
-    reasons.push(`${formatCIDR(prev6)} from the subnet file is still free`);
-  } else {
-    ipv6Subnet = pickRandom(cfg.ipv6SubnetMin!, cfg.ipv6SubnetMax!, cfg.ipv6SubnetLen, taken6, random);
-    if (!ipv6Subnet) {
-      return { kind: 'exhausted', reason: `out of IPv6 subnets: all of ${formatCIDR(cfg.ipv6Network!)} in /${cfg.ipv6SubnetLen} blocks between IPv6SubnetMin and IPv6SubnetMax are taken; leases held: ${taken6.length}` };
-    }
-    reasons.push(`${formatCIDR(ipv6Subnet)} picked at random among the first ${PICK_AMONG} free IPv6 subnets`);
-  }
+  const taken6 = entries.flatMap((e) => (e.ipv6Subnet ? [e.ipv6Subnet] : []));
+  const ipv6Subnet = pickFamily(6, cfg, input.previous?.ipv6Subnet, taken6, random, reasons);
+  if (typeof ipv6Subnet === 'string') return { kind: 'exhausted', reason: ipv6Subnet };
   return { kind: 'create', subnet, ipv6Subnet, reason: reasons.join('; ') };
+}
+
+/** One family's subnet: the previous one if it fits and is free, else a random free one; a string says why none. */
+function pickFamily(family: 4 | 6, cfg: NetConfig, previous: CIDR | undefined, taken: readonly CIDR[], random: () => number, reasons: string[]): CIDR | string {
+  const v4 = family === 4;
+  if ((v4 ? fitsV4(cfg, previous) : fitsV6(cfg, previous)) && free(previous!, taken)) {
+    reasons.push(`${formatCIDR(previous!)} from the subnet file is still free`);
+    return previous!;
+  }
+  const [min, max, len, network] = v4
+    ? [cfg.subnetMin!, cfg.subnetMax!, cfg.subnetLen, cfg.network!]
+    : [cfg.ipv6SubnetMin!, cfg.ipv6SubnetMax!, cfg.ipv6SubnetLen, cfg.ipv6Network!];
+  const picked = pickRandom(min, max, len, taken, random);
+  const what = v4 ? '' : 'IPv6 ';
+  if (!picked) {
+    return `out of ${what}subnets: all of ${formatCIDR(network)} in /${len} blocks between ${v4 ? '' : 'IPv6'}SubnetMin and ${v4 ? '' : 'IPv6'}SubnetMax are taken; leases held: ${taken.length}`;
+  }
+  reasons.push(`${formatCIDR(picked)} picked at random among the first ${PICK_AMONG} free ${what}subnets`);
+  return picked;
 }
