@@ -1,0 +1,127 @@
+/**
+ * The Kubernetes API client from flanneld's flags (client-go's BuildConfigFromFlags):
+ * --kubeconfig-file (its current context), with --kube-api-url overriding the server when both
+ * are given; --kube-api-url alone (no credentials); neither: the in-cluster service account
+ * (KUBERNETES_SERVICE_HOST/PORT, the token and CA under /var/run/secrets/kubernetes.io).
+ * Also the one place client-node errors are mapped into Weft's taxonomy.
+ */
+import { existsSync } from 'node:fs';
+import { ApiException, KubeConfig } from '@kubernetes/client-node';
+import { ConfigError, DatastoreUnavailableError, WeftError } from '../../errors.ts';
+
+/** The flags that pick the API server and credentials. */
+export interface ClientFlags {
+  /** --kubeconfig-file; empty: none. */
+  kubeconfigFile?: string;
+  /** --kube-api-url; empty: the server of the kubeconfig or the in-cluster one. */
+  apiUrl?: string;
+  /** Where the in-cluster service account files live; default `` (the real /var/run/secrets/…). */
+  inClusterPathPrefix?: string;
+}
+
+/** A KubeConfig for the flags; ConfigError names the flag at fault. */
+export function kubeConfigFromFlags(f: ClientFlags, env: NodeJS.ProcessEnv = process.env): KubeConfig {
+  const kc = new KubeConfig();
+  if (f.kubeconfigFile) {
+    try {
+      kc.loadFromFile(f.kubeconfigFile);
+    } catch (e) {
+      throw new ConfigError('--kubeconfig-file', `cannot load ${f.kubeconfigFile}: ${(e as Error).message}`, { cause: e });
+    }
+    const cluster = kc.getCurrentCluster();
+    if (!cluster) throw new ConfigError('--kubeconfig-file', `${f.kubeconfigFile} has no current context with a cluster`);
+    if (f.apiUrl) {
+      kc.loadFromOptions({
+        clusters: kc.clusters.map((c) => (c.name === cluster.name ? { ...c, server: f.apiUrl } : c)),
+        users: kc.users, contexts: kc.contexts, currentContext: kc.currentContext,
+      });
+    }
+    return kc;
+  }
+  if (f.apiUrl) {
+    if (!/^https?:\/\/[^/]+/.test(f.apiUrl)) throw new ConfigError('--kube-api-url', `${JSON.stringify(f.apiUrl)} is not an http:// or https:// URL`);
+    kc.loadFromClusterAndUser({ name: 'weft', server: f.apiUrl.replace(/\/+$/, ''), skipTLSVerify: false }, { name: 'weft' });
+    return kc;
+  }
+  if (!env.KUBERNETES_SERVICE_HOST || !env.KUBERNETES_SERVICE_PORT) {
+    throw new ConfigError('--kubeconfig-file', 'not running in a cluster (KUBERNETES_SERVICE_HOST/PORT unset); give --kubeconfig-file or --kube-api-url');
+  }
+  const prefix = f.inClusterPathPrefix ?? '';
+  const token = `${prefix}/var/run/secrets/kubernetes.io/serviceaccount/token`;
+  if (!existsSync(token)) throw new ConfigError('--kubeconfig-file', `in-cluster configuration: service account token ${token} is missing`);
+  const saved = { host: process.env.KUBERNETES_SERVICE_HOST, port: process.env.KUBERNETES_SERVICE_PORT };
+  // loadFromCluster reads process.env; give it the caller's environment.
+  process.env.KUBERNETES_SERVICE_HOST = env.KUBERNETES_SERVICE_HOST;
+  process.env.KUBERNETES_SERVICE_PORT = env.KUBERNETES_SERVICE_PORT;
+  try {
+    kc.loadFromCluster(prefix);
+  } finally {
+    for (const [k, v] of [['KUBERNETES_SERVICE_HOST', saved.host], ['KUBERNETES_SERVICE_PORT', saved.port]] as const) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+  return kc;
+}
+
+/**
+ * The API server answered a request with an error no retry fixes by itself (401, 403, 404,
+ * 422…). `verb` and `resource` are the RBAC terms (`patch`, `nodes/status`).
+ */
+export class KubeApiError extends WeftError {
+  readonly verb: string;
+  readonly resource: string;
+  /** The HTTP status. */
+  readonly status: number;
+
+  constructor(verb: string, resource: string, status: number, message: string, options: { cause?: unknown } = {}) {
+    super(status === 401 ? 'EKUBEUNAUTHORIZED' : status === 403 ? 'EKUBEFORBIDDEN' : 'EKUBEAPI', message, options);
+    this.verb = verb;
+    this.resource = resource;
+    this.status = status;
+  }
+
+  get notFound(): boolean {
+    return this.status === 404;
+  }
+}
+
+function statusMessage(body: unknown): string {
+  if (typeof body === 'string') {
+    try {
+      return statusMessage(JSON.parse(body));
+    } catch {
+      return body.slice(0, 200);
+    }
+  }
+  const m = (body as { message?: unknown } | undefined)?.message;
+  return typeof m === 'string' ? m : '';
+}
+
+function httpStatus(e: unknown): number | undefined {
+  if (e instanceof ApiException) return e.code;
+  const code = (e as { statusCode?: unknown } | null)?.statusCode;
+  return typeof code === 'number' ? code : undefined;
+}
+
+/**
+ * Maps a client-node failure of `<verb> <resource> [name]` into the taxonomy: 401/403 and other
+ * client errors become KubeApiError (403 says which RBAC rule is missing); 409, 429, 5xx and
+ * transport failures become DatastoreUnavailableError (retryable).
+ */
+export function kubeError(verb: string, resource: string, name: string | undefined, e: unknown): WeftError {
+  if (e instanceof WeftError) return e;
+  const what = `${resource}${name ? ` ${JSON.stringify(name)}` : ''}`;
+  const status = httpStatus(e);
+  const detail = e instanceof ApiException ? statusMessage(e.body) : (e as Error).message;
+  if (status === undefined || status === 409 || status === 429 || status >= 500) {
+    return new DatastoreUnavailableError(`failed to ${verb} ${what}: ${status ? `HTTP ${status}: ` : ''}${detail}`, { cause: e });
+  }
+  if (status === 401) {
+    return new KubeApiError(verb, resource, status, `failed to ${verb} ${what}: unauthorized (HTTP 401): the API server rejected the credentials of the kubeconfig or service account`, { cause: e });
+  }
+  if (status === 403) {
+    return new KubeApiError(verb, resource, status, `failed to ${verb} ${what}: forbidden (HTTP 403): RBAC must allow verb "${verb}" on resource "${resource}"${detail ? ` (${detail})` : ''}`, { cause: e });
+  }
+  return new KubeApiError(verb, resource, status, `failed to ${verb} ${what}: HTTP ${status}${detail ? `: ${detail}` : ''}`, { cause: e });
+}

@@ -1,0 +1,575 @@
+/**
+ * DESIGN NOTES
+ *
+ * The Kubernetes lease source (flanneld --kube-subnet-mgr, reference §3) on @kubernetes/client-node.
+ * The cluster allocates pod CIDRs (kube-controller-manager --allocate-node-cidrs); a node's lease
+ * is its Node's podCIDRs plus the annotations that say how to reach it.
+ *
+ * Acquire: wait for our Node and its pod CIDR (flanneld gives up after 30 s; Weft keeps waiting
+ * and says so), check the CIDRs against the Network(s), and publish the annotations — only those
+ * that differ, by a strategic merge patch of the `nodes/status` subresource, since flannel's RBAC
+ * grants `patch` on `nodes/status` but not on `nodes`.
+ *
+ * Watch: one list (250 Nodes a page, read as plain JSON with client-node's credentials, see
+ * #listPage) replaces the LeaseTable, then one watch from the list's resourceVersion with
+ * bookmarks. Watch events go into a per-Node map and are applied to the table as one batch
+ * per tick, so a burst of changes to one Node costs one update and nothing can block the watch
+ * callback — flanneld's fixed-depth event channel hung kube-subnet-mgr near 5k nodes
+ * (flannel-io/flannel#719, #2251). Unlike flanneld, a pod CIDR change is an update (flanneld only
+ * compares annotations). A watch that ends is resumed from the last resourceVersion seen
+ * (bookmarks included), and so is one silent for longer than `watchSilenceMs`: a half-dead
+ * connection can stay open for ever, and client-node's only guard is an idle timer private to
+ * its Watch class (30 s in 2.0) that a future release may change. 410 Gone, as an ERROR event
+ * or an HTTP status, ends in a relist, which the table diffs against what it holds, so nothing
+ * is lost and nothing is repeated. Failures back off
+ * 1 s → 30 s (the client-node informer's schedule); 401 and 403 are not retried: they need an
+ * operator, and the error names the verb and resource RBAC must allow.
+ *
+ * Our own Node is kept out of the table. When its annotations lose ours (the Node was deleted and
+ * registered again) they are published again; when its pod CIDR changes the new lease goes to
+ * `onOwnLease`.
+ */
+import { readFile } from 'node:fs/promises';
+import { request as httpRequest } from 'node:http';
+import type { RequestOptions } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { CoreV1Api, PatchStrategy, Watch, setHeaderOptions } from '@kubernetes/client-node';
+import type { KubeConfig, V1Node } from '@kubernetes/client-node';
+import { parseNetConfig } from '../../config/netconf.ts';
+import type { NetConfig } from '../../config/netconf.ts';
+import { ConfigError, DatastoreUnavailableError, PeerDataError, WeftError, isRetryable } from '../../errors.ts';
+import { equalCIDR, formatCIDR, tryParseIP } from '../../ip/ip.ts';
+import type { CIDR } from '../../ip/ip.ts';
+import type { Logger } from '../../log.ts';
+import { Backoff, sleep } from '../../retry.ts';
+import type { Lease, LeaseAttrs } from '../lease.ts';
+import type { AcquireRequest, LeaseSource } from '../source.ts';
+import type { LeaseTable } from '../table.ts';
+import { DEFAULT_ANNOTATION_PREFIX, annotationKeys, nodePublicIPs, ownAnnotationChanges, ownSubnets, remoteLease } from './annotations.ts';
+import type { AnnotationKeys, NodeLike } from './annotations.ts';
+import { KubeApiError, kubeConfigFromFlags, kubeError } from './client.ts';
+import type { ClientFlags } from './client.ts';
+import { resolveNodeName } from './identity.ts';
+
+/** The NetworkUnavailable condition flanneld sets once up (reason and message as flanneld's). */
+export const NETWORK_UP_CONDITION = { type: 'NetworkUnavailable', status: 'False', reason: 'FlannelIsUp', message: 'Flannel is running on this node' } as const;
+
+export interface KubeSourceOptions extends ClientFlags {
+  /** --kube-annotation-prefix; default `flannel.alpha.coreos.com`. */
+  annotationPrefix?: string;
+  /** --net-config-path: the net-conf.json file, read once. */
+  netConfigPath: string;
+  /** --set-node-network-unavailable; default true: complete() sets NetworkUnavailable=False. */
+  setNodeNetworkUnavailable?: boolean;
+  /** NODE_NAME, POD_NAME, POD_NAMESPACE (and KUBERNETES_SERVICE_HOST/PORT in-cluster); default process.env. */
+  env?: NodeJS.ProcessEnv;
+  log: Logger;
+  /**
+   * A watch delivering nothing (not even a bookmark) this long is dropped and started again from
+   * the last resourceVersion seen (a relist if that is gone); default 60 s.
+   */
+  watchSilenceMs?: number;
+  /** Server-side timeout asked for each watch; default random in [5, 10) min, as client-go's reflector. */
+  watchTimeoutSeconds?: number;
+  /** Nodes per list page; default 250. */
+  listPageSize?: number;
+  /** Deadline of one list page; default 60 s. */
+  listTimeoutMs?: number;
+  /** How long complete() keeps retrying the condition patch; default 30 s (flanneld's patch retry). */
+  completeTimeoutMs?: number;
+  /** Waiting, injectable for tests; default a timer. Rejects when `signal` aborts. */
+  delay?: (ms: number, signal: AbortSignal) => Promise<void>;
+  /** Milliseconds of a monotonic clock; default performance.now. */
+  now?: () => number;
+}
+
+/** What our Node publishes already: hints for interface selection and the backend (VTEP MAC reuse). */
+export interface PublishedOwn {
+  /** The user-set `node-public-ip` / `node-public-ipv6` annotations, used like --public-ip(v6). */
+  publicIP?: string;
+  publicIPv6?: string;
+  /** The backend type and data this node published before, when it did. */
+  attrs?: LeaseAttrs;
+}
+
+interface WatchEnd {
+  /** Where to resume; undefined: relist first. */
+  rv: string | undefined;
+  why?: string;
+  error?: WeftError;
+  /** The watch delivered at least one event or bookmark. */
+  progressed: boolean;
+}
+
+const STRATEGIC = setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch);
+
+/** RFC 3339 in seconds, as metav1.Time is written. */
+function rfc3339(d: Date): string {
+  return d.toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+function sameCIDR(a: CIDR | undefined, b: CIDR | undefined): boolean {
+  return a === undefined || b === undefined ? a === b : equalCIDR(a, b);
+}
+
+export class KubeLeaseSource implements LeaseSource {
+  readonly name = 'kube';
+  readonly #o: KubeSourceOptions;
+  readonly #kc: KubeConfig;
+  readonly #core: CoreV1Api;
+  readonly #keys: AnnotationKeys;
+  readonly #log: Logger;
+  readonly #delay: (ms: number, signal: AbortSignal) => Promise<void>;
+  readonly #now: () => number;
+  #config: NetConfig | undefined;
+  #nodeName: Promise<string> | undefined;
+  #own: Lease | undefined;
+  #onOwnLease: ((lease: Lease) => void) | undefined;
+  /** Serialises re-publications of our annotations. */
+  #ownWork: Promise<void> = Promise.resolve();
+  /** Nodes we warned about, with the warning: one warning per Node and problem. */
+  readonly #warned = new Map<string, string>();
+  readonly #closed = new AbortController();
+
+  private constructor(o: KubeSourceOptions, kc: KubeConfig, keys: AnnotationKeys) {
+    this.#o = o;
+    this.#kc = kc;
+    this.#core = kc.makeApiClient(CoreV1Api);
+    this.#keys = keys;
+    this.#log = o.log.child({ component: 'kube' });
+    this.#delay = o.delay ?? sleep;
+    this.#now = o.now ?? (() => performance.now());
+  }
+
+  /** Validates the flags (ConfigError naming the flag) and builds the client; connects lazily. */
+  static create(o: KubeSourceOptions): KubeLeaseSource {
+    const keys = annotationKeys(o.annotationPrefix ?? DEFAULT_ANNOTATION_PREFIX);
+    return new KubeLeaseSource(o, kubeConfigFromFlags(o, o.env ?? process.env), keys);
+  }
+
+  async networkConfig(signal: AbortSignal): Promise<NetConfig> {
+    let text: string;
+    try {
+      text = await readFile(this.#o.netConfigPath, { encoding: 'utf8', signal });
+    } catch (e) {
+      throw new ConfigError('--net-config-path', `cannot read ${this.#o.netConfigPath}: ${(e as Error).message}`, { cause: e });
+    }
+    // Kube mode parses only; SubnetLen/Min/Max do not apply (pod CIDRs are authoritative).
+    const cfg = parseNetConfig(text, this.#o.netConfigPath);
+    this.#config = cfg;
+    this.#log.info('read the network configuration', { file: this.#o.netConfigPath, network: cfg.network && formatCIDR(cfg.network), ipv6Network: cfg.ipv6Network && formatCIDR(cfg.ipv6Network), backend: cfg.backend.type });
+    return cfg;
+  }
+
+  /** Our Node's name, resolved once (NODE_NAME or the pod's spec.nodeName). */
+  nodeName(signal: AbortSignal): Promise<string> {
+    this.#nodeName ??= this.#retry('find our Node name', signal, () => resolveNodeName(this.#o.env ?? process.env, async (namespace, name) => {
+      try {
+        return (await this.#core.readNamespacedPod({ namespace, name })).spec?.nodeName;
+      } catch (e) {
+        throw kubeError('get', 'pods', `${namespace}/${name}`, e);
+      }
+    }));
+    this.#nodeName.catch(() => {
+      this.#nodeName = undefined;
+    });
+    return this.#nodeName;
+  }
+
+  /** What our Node publishes already (for interface selection and VTEP MAC reuse before acquire). */
+  async published(signal: AbortSignal): Promise<PublishedOwn> {
+    const name = await this.nodeName(signal);
+    const node = await this.#retry(`get Node ${name}`, signal, () => this.#readNode(name));
+    const out: PublishedOwn = nodePublicIPs(this.#keys, node);
+    const a = node.metadata?.annotations ?? {};
+    if (a[this.#keys.subnetKubeManaged] === 'true' && a[this.#keys.backendType]) {
+      const attrs: LeaseAttrs = { backendType: a[this.#keys.backendType]! };
+      for (const [key, field] of [[this.#keys.backendData, 'backendData'], [this.#keys.backendV6Data, 'backendV6Data']] as const) {
+        try {
+          const data: unknown = JSON.parse(a[key] ?? 'null');
+          if (data !== null) attrs[field] = data;
+        } catch {
+          this.#log.warn('ignoring our own unparseable annotation', { annotation: key });
+        }
+      }
+      const ip = tryParseIP(a[this.#keys.backendPublicIP] ?? '');
+      if (ip?.family === 4 && ip.value !== 0n) attrs.publicIP = ip;
+      const ip6 = tryParseIP(a[this.#keys.backendPublicIPv6] ?? '');
+      if (ip6?.family === 6) attrs.publicIPv6 = ip6;
+      out.attrs = attrs;
+    }
+    return out;
+  }
+
+  async acquire(req: AcquireRequest, signal: AbortSignal): Promise<Lease> {
+    const cfg = this.#config;
+    if (!cfg) throw new WeftError('ESTATE', 'networkConfig() must succeed before acquire()');
+    const name = await this.nodeName(signal);
+    const backoff = new Backoff(1000, 30_000);
+    let waitingFor = '';
+    for (;;) {
+      signal.throwIfAborted();
+      let wait: string;
+      try {
+        const node = await this.#readNode(name);
+        const subnets = ownSubnets(node, cfg);
+        if (subnets) {
+          await this.#publish(name, req.attrs, node);
+          const lease: Lease = { peer: name, ...subnets, attrs: req.attrs };
+          this.#own = lease;
+          this.#log.info('acquired lease', { node: name, subnet: subnets.subnet && formatCIDR(subnets.subnet), ipv6Subnet: subnets.ipv6Subnet && formatCIDR(subnets.ipv6Subnet) });
+          return lease;
+        }
+        wait = `Node ${JSON.stringify(name)} has no pod CIDR assigned yet (spec.podCIDR; is kube-controller-manager running with --allocate-node-cidrs?)`;
+      } catch (e) {
+        if (e instanceof KubeApiError && e.notFound) wait = `Node ${JSON.stringify(name)} does not exist yet`;
+        else if (isRetryable(e)) wait = (e as Error).message;
+        else throw e;
+      }
+      if (wait !== waitingFor) this.#log.warn(`waiting to acquire our lease: ${wait}`);
+      waitingFor = wait;
+      await this.#delay(backoff.next(), signal);
+    }
+  }
+
+  async #readNode(name: string): Promise<V1Node> {
+    try {
+      return await this.#core.readNode({ name });
+    } catch (e) {
+      throw kubeError('get', 'nodes', name, e);
+    }
+  }
+
+  async #patchStatus(name: string, body: object): Promise<void> {
+    try {
+      await this.#core.patchNodeStatus({ name, body }, STRATEGIC);
+    } catch (e) {
+      throw kubeError('patch', 'nodes/status', name, e);
+    }
+  }
+
+  /** Patches the annotations of `attrs` that `node` does not hold yet. */
+  async #publish(name: string, attrs: LeaseAttrs, node: NodeLike): Promise<void> {
+    const changes = ownAnnotationChanges(this.#keys, attrs, node.metadata?.annotations);
+    if (Object.keys(changes).length === 0) {
+      this.#log.debug('our annotations are current', { node: name });
+      return;
+    }
+    await this.#patchStatus(name, { metadata: { annotations: changes } });
+    this.#log.info('published our annotations', { node: name, annotations: changes });
+  }
+
+  /** Runs `fn` until it succeeds, retrying retryable errors with backoff 1 s → 30 s. */
+  async #retry<T>(what: string, signal: AbortSignal, fn: () => Promise<T>): Promise<T> {
+    const backoff = new Backoff(1000, 30_000);
+    for (;;) {
+      signal.throwIfAborted();
+      try {
+        return await fn();
+      } catch (e) {
+        if (!isRetryable(e)) throw e;
+        this.#log.warn(`failed to ${what}; retrying`, { err: e });
+      }
+      await this.#delay(backoff.next(), signal);
+    }
+  }
+
+  async watch(table: LeaseTable, signal: AbortSignal, onOwnLease?: (lease: Lease) => void): Promise<void> {
+    this.#onOwnLease = onOwnLease;
+    if (!this.#config) throw new WeftError('ESTATE', 'networkConfig() must succeed before watch()');
+    const stop = AbortSignal.any([signal, this.#closed.signal]);
+    const backoff = new Backoff(1000, 30_000);
+    let rv: string | undefined;
+    while (!stop.aborted) {
+      try {
+        const own = await this.nodeName(stop);
+        if (rv === undefined) {
+          rv = await this.#relist(table, own);
+          backoff.reset();
+        }
+        const end = await this.#watchFrom(table, own, rv, stop);
+        rv = end.rv;
+        if (end.error) throw end.error;
+        if (end.why) this.#log.info(`${rv === undefined ? 'relisting' : 'resuming the watch of'} Nodes: ${end.why}`);
+        if (end.progressed) {
+          backoff.reset();
+          continue;
+        }
+      } catch (e) {
+        if (stop.aborted) break;
+        if (e instanceof KubeApiError && e.status === 410) {
+          rv = undefined;
+          this.#log.info('relisting Nodes: 410 Gone');
+          continue;
+        }
+        if (!isRetryable(e)) throw e;
+        this.#log.warn('watching Nodes failed; retrying', { err: e });
+      }
+      await this.#delay(backoff.next(), stop).catch(() => {});
+    }
+  }
+
+  /** Lists every Node (paged) into `table`; returns the list's resourceVersion. */
+  async #relist(table: LeaseTable, ownName: string): Promise<string> {
+    const limit = this.#o.listPageSize ?? 250;
+    let leases: Lease[] = [];
+    let cont: string | undefined;
+    let rv = '';
+    let pages = 0;
+    do {
+      let page;
+      try {
+        page = await this.#listPage(limit, cont);
+      } catch (e) {
+        const err = kubeError('list', 'nodes', undefined, e);
+        if (cont && err instanceof KubeApiError && err.status === 410) {
+          // The snapshot the continue token points at was compacted: start over.
+          this.#log.info('the Node list expired between pages; listing again');
+          leases = [];
+          cont = undefined;
+          continue;
+        }
+        throw err;
+      }
+      pages++;
+      rv = page.metadata?.resourceVersion ?? '';
+      for (const node of page.items) {
+        if (node.metadata?.name === ownName) this.#onOwnNode(node);
+        else {
+          const lease = this.#remote(node);
+          if (lease) leases.push(lease);
+        }
+      }
+      cont = page.metadata?.continue || undefined;
+    } while (cont);
+    const batch = table.replaceAll(leases);
+    this.#log.info('listed Nodes', { leases: leases.length, changed: batch.length, pages, resourceVersion: rv });
+    return rv;
+  }
+
+  /**
+   * One page of `GET /api/v1/nodes` as plain JSON. client-node supplies the TLS and credentials
+   * (applyToHTTPSOptions: kubeconfig, token files, exec plugins, proxies); the request is made
+   * here because CoreV1Api.listNode turns every Node into typed model objects, which at 5,000
+   * Nodes costs more memory at its peak than everything else the source holds (bench-kube).
+   */
+  async #listPage(limit: number, cont: string | undefined): Promise<{ items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } }> {
+    const cluster = this.#kc.getCurrentCluster();
+    if (!cluster) throw new ConfigError('--kubeconfig-file', 'no current cluster');
+    const url = new URL(`${cluster.server.replace(/\/+$/, '')}/api/v1/nodes`);
+    url.searchParams.set('limit', String(limit));
+    if (cont) url.searchParams.set('continue', cont);
+    const opts: RequestOptions = {};
+    await this.#kc.applyToHTTPSOptions(opts);
+    const text = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, {
+        ...opts, method: 'GET', headers: { ...opts.headers, Accept: 'application/json' }, timeout: this.#o.listTimeoutMs ?? 60_000,
+      }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
+        res.on('error', reject);
+      });
+      req.on('timeout', () => req.destroy(new Error(`no answer within ${this.#o.listTimeoutMs ?? 60_000} ms`)));
+      req.on('error', reject);
+      req.end();
+    });
+    if (text.status !== 200) {
+      let message = text.body.slice(0, 200);
+      try {
+        message = (JSON.parse(text.body) as { message?: string }).message ?? message;
+      } catch {
+        // not a Status object; keep the text
+      }
+      throw Object.assign(new Error(message), { statusCode: text.status });
+    }
+    return JSON.parse(text.body) as { items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } };
+  }
+
+  /** A remote Node's lease, or undefined (one warning per Node and problem) when unusable or unmanaged. */
+  #remote(node: NodeLike): Lease | undefined {
+    const name = node.metadata?.name ?? '';
+    try {
+      const lease = remoteLease(node, { keys: this.#keys, config: this.#config!, own: this.#own });
+      this.#warned.delete(name);
+      return lease;
+    } catch (e) {
+      if (!(e instanceof PeerDataError)) throw e;
+      if (this.#warned.get(name) !== e.message) {
+        this.#warned.set(name, e.message);
+        this.#log.warn('skipping Node', { node: name, err: e });
+      }
+      return undefined;
+    }
+  }
+
+  /**
+   * Watches Nodes from `rv` until the watch ends (resume from `rv` of the result), needs a relist
+   * (`rv` undefined), fails (`error`) or `stop` aborts. Events of one tick go to `table` as one
+   * batch, the last event of each Node winning.
+   */
+  #watchFrom(table: LeaseTable, ownName: string, rv: string, stop: AbortSignal): Promise<WatchEnd> {
+    const silenceMs = this.#o.watchSilenceMs ?? 60_000;
+    const watch = new Watch(this.#kc);
+    const pending = new Map<string, NodeLike | null>();
+    let flushing: NodeJS.Immediate | undefined;
+    const flush = () => {
+      clearImmediate(flushing);
+      flushing = undefined;
+      if (pending.size === 0) return;
+      const upserts: Lease[] = [];
+      const removals: string[] = [];
+      for (const [name, node] of pending) {
+        if (name === ownName) {
+          this.#onOwnNode(node);
+          continue;
+        }
+        const lease = node ? this.#remote(node) : undefined;
+        if (lease) upserts.push(lease);
+        else {
+          removals.push(name);
+          if (!node) this.#warned.delete(name);
+        }
+      }
+      pending.clear();
+      table.apply(upserts, removals);
+    };
+
+    return new Promise<WatchEnd>((resolve) => {
+      let last = rv;
+      let progressed = false;
+      let lastActivity = this.#now();
+      const ended = new AbortController();
+      let request: AbortController | undefined;
+      const finish = (end: { relist?: boolean; why?: string; error?: WeftError }) => {
+        if (ended.signal.aborted) return;
+        flush();
+        ended.abort();
+        request?.abort();
+        stop.removeEventListener('abort', onStop);
+        resolve({ rv: end.relist ? undefined : last, progressed, ...(end.why ? { why: end.why } : {}), ...(end.error ? { error: end.error } : {}) });
+      };
+      const onStop = () => finish({});
+      if (stop.aborted) {
+        finish({});
+        return;
+      }
+      stop.addEventListener('abort', onStop, { once: true });
+
+      const onEvent = (type: string, obj: NodeLike & { code?: number; message?: string }) => {
+        if (ended.signal.aborted) return;
+        lastActivity = this.#now();
+        progressed = true;
+        switch (type) {
+          case 'ADDED':
+          case 'MODIFIED':
+          case 'DELETED': {
+            const name = obj.metadata?.name;
+            if (!name) return;
+            pending.set(name, type === 'DELETED' ? null : obj);
+            last = obj.metadata?.resourceVersion ?? last;
+            flushing ??= setImmediate(flush);
+            return;
+          }
+          case 'BOOKMARK':
+            last = obj.metadata?.resourceVersion ?? last;
+            return;
+          case 'ERROR':
+            if (obj.code === 410) finish({ relist: true, why: `410 Gone (${obj.message ?? 'resource version too old'})` });
+            else finish({ error: new DatastoreUnavailableError(`failed to watch nodes: ${obj.message ?? 'ERROR event'} (code ${obj.code})`) });
+            return;
+          default:
+            this.#log.debug('ignoring a watch event of unknown type', { type });
+        }
+      };
+      const timeoutSeconds = this.#o.watchTimeoutSeconds ?? Math.floor(300 + Math.random() * 300);
+      watch.watch('/api/v1/nodes', { resourceVersion: rv, allowWatchBookmarks: true, timeoutSeconds }, onEvent, (err: unknown) => {
+        // client-node 2.x drops a watch idle for 30 s itself (TimeoutError): resume, as for a timeout.
+        if ((err as Error | null)?.name === 'TimeoutError') finish({ why: 'client-node dropped the idle watch' });
+        else if (err) finish({ error: kubeError('watch', 'nodes', undefined, err) });
+        else finish({ why: 'the API server closed the watch' });
+      }).then((c) => {
+        request = c;
+        if (ended.signal.aborted) c.abort();
+      }, (e: unknown) => finish({ error: kubeError('watch', 'nodes', undefined, e) }));
+
+      void (async () => {
+        const period = Math.max(Math.floor(silenceMs / 4), 10);
+        while (!ended.signal.aborted) {
+          try {
+            await this.#delay(period, ended.signal);
+          } catch {
+            return;
+          }
+          if (this.#now() - lastActivity > silenceMs) finish({ why: `the watch was silent for more than ${silenceMs} ms` });
+        }
+      })();
+    });
+  }
+
+  /** Our own Node changed (or was deleted: null): keep our annotations and lease current. */
+  #onOwnNode(node: NodeLike | null): void {
+    const own = this.#own;
+    if (!own || this.#closed.signal.aborted) return;
+    if (!node) {
+      this.#log.warn('our Node was deleted; the annotations are published again when it is back', { node: own.peer });
+      return;
+    }
+    let subnets;
+    try {
+      subnets = ownSubnets(node, this.#config!);
+    } catch (e) {
+      this.#log.error('our Node has unusable pod CIDRs; keeping the current lease', { node: own.peer, err: e });
+      return;
+    }
+    if (!subnets) return;
+    if (!sameCIDR(subnets.subnet, own.subnet) || !sameCIDR(subnets.ipv6Subnet, own.ipv6Subnet)) {
+      const lease: Lease = { peer: own.peer, ...subnets, attrs: own.attrs };
+      this.#own = lease;
+      this.#log.error('our Node has a DIFFERENT pod CIDR now; pods of the old one lose connectivity until restarted', {
+        node: own.peer, subnet: subnets.subnet && formatCIDR(subnets.subnet), ipv6Subnet: subnets.ipv6Subnet && formatCIDR(subnets.ipv6Subnet),
+      });
+      this.#onOwnLease?.(lease);
+    }
+    if (Object.keys(ownAnnotationChanges(this.#keys, own.attrs, node.metadata?.annotations)).length === 0) return;
+    this.#ownWork = this.#ownWork
+      .then(() => this.#retry(`publish the annotations of Node ${own.peer}`, this.#closed.signal, async () => this.#publish(own.peer, own.attrs, await this.#readNode(own.peer))))
+      .catch((e: unknown) => {
+        if (!this.#closed.signal.aborted) this.#log.error('failed to publish our annotations again', { node: own.peer, err: e });
+      });
+  }
+
+  /**
+   * Sets our Node's NetworkUnavailable condition to False (reason FlannelIsUp) unless
+   * --set-node-network-unavailable=false or it already says so. Retries for `completeTimeoutMs`;
+   * a failure is logged, never thrown: the data plane works without the condition.
+   */
+  async complete(signal: AbortSignal): Promise<void> {
+    if (this.#o.setNodeNetworkUnavailable === false) return;
+    const name = await this.nodeName(signal);
+    const deadline = this.#now() + (this.#o.completeTimeoutMs ?? 30_000);
+    const backoff = new Backoff(1000, 30_000);
+    for (;;) {
+      try {
+        const node = await this.#readNode(name);
+        const c = node.status?.conditions?.find((x) => x.type === NETWORK_UP_CONDITION.type);
+        if (c?.status === 'False' && c.reason === NETWORK_UP_CONDITION.reason && c.message === NETWORK_UP_CONDITION.message) return;
+        const now = rfc3339(new Date());
+        await this.#patchStatus(name, { status: { conditions: [{ ...NETWORK_UP_CONDITION, lastHeartbeatTime: now, lastTransitionTime: now }] } });
+        this.#log.info('set NetworkUnavailable=False on our Node', { node: name });
+        return;
+      } catch (e) {
+        if (!isRetryable(e) || this.#now() >= deadline) {
+          this.#log.error('failed to set the NetworkUnavailable condition of our Node', { node: name, err: e });
+          return;
+        }
+      }
+      await this.#delay(backoff.next(), signal);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closed.abort(new WeftError('ECLOSED', 'lease source closed'));
+    await this.#ownWork;
+  }
+}
