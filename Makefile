@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
-	typecheck bench-netlink bench-reconcile bench-etcd bench-kube clean
+	typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni bench-cni clean
 
 all: build
 
@@ -33,7 +33,7 @@ node_modules/.weft-installed: package-lock.json package.json
 	npm ci
 	@touch $@
 
-build: build-native build-ts
+build: build-native build-ts build-cni
 
 # Node-API is ABI-stable, so the addon builds offline against whichever Node headers are here:
 # those shipped with the pinned Node (npm may prune them later), else the machine's in /usr.
@@ -46,6 +46,12 @@ build-native: deps-npm
 
 build-ts: deps-npm
 	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json
+
+# The CNI plugin as one CommonJS file, so bin/weft starts with a single module to load (and runs
+# the same when copied where no package.json says "type": "module").
+build-cni: deps-npm
+	node_modules/.bin/esbuild src/cmd/weft.ts --bundle --platform=node --format=cjs --target=node24 \
+		--outfile=dist/weft.cjs --log-level=warning
 
 typecheck: deps-npm
 	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json --noEmit
@@ -72,6 +78,9 @@ bench-etcd: deps build
 # small V8 young generation (--max-semi-space-size=4) that keeps the peak RSS of a 5,000-Node list low.
 bench-kube: deps build
 	$(NODE) --max-semi-space-size=4 dist/bench/kube.bench.js
+
+bench-cni: deps build
+	$(NODE) bench/cni.bench.ts
 
 clean:
 	rm -rf dist native/build

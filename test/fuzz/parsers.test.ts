@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
+import { runPlugin } from '../../src/cni/plugin.ts';
 import { checkNetworkConfig, parseNetConfig } from '../../src/config/netconf.ts';
 import { ConfigError, PeerDataError } from '../../src/errors.ts';
 import { decodeLease } from '../../src/lease/etcd/codec.ts';
@@ -89,4 +90,21 @@ test('etcd lease keys and values (peer data): random and mutated text → PeerDa
   fc.assert(fc.property(fc.string(), fc.string(), (k, v) => onlyPeerErrors(() => decodeLease(k, v))), RUNS);
   fc.assert(fc.property(mutated(LEASE_KEY), mutated(VALID_LEASE), (k, v) => onlyPeerErrors(() => decodeLease(k, v))), RUNS);
   fc.assert(fc.property(fc.json(), (v) => onlyPeerErrors(() => decodeLease(LEASE_KEY, v))), RUNS);
+});
+
+test('the CNI plugin answers any environment and stdin with a result or a spec error, never a throw', () => {
+  const verbs = fc.constantFrom('ADD', 'DEL', 'CHECK', 'STATUS', 'GC', 'VERSION', '', 'add', 'FROB');
+  const text = fc.oneof(fc.string(), fc.json(), fc.constant('{"cniVersion":"1.0.0","name":"n","subnetFile":"/nonexistent/weft-fuzz.env","dataDir":"/nonexistent/weft-fuzz"}'));
+  fc.assert(
+    fc.property(verbs, fc.string(), fc.string(), fc.string(), text, (command, id, ifname, netns, stdin) => {
+      // CNI_PATH names no directory that exists, so no delegate can ever run.
+      const env = { CNI_COMMAND: command, CNI_CONTAINERID: id, CNI_IFNAME: ifname, CNI_NETNS: netns, CNI_PATH: '/nonexistent/weft-fuzz-bin' };
+      const { stdout, exitCode } = runPlugin(env, stdin);
+      if (exitCode === 0) return;
+      const err = JSON.parse(stdout) as { code: unknown; msg: unknown };
+      assert.equal(typeof err.code, 'number');
+      assert.equal(typeof err.msg, 'string');
+    }),
+    RUNS,
+  );
 });

@@ -1,0 +1,188 @@
+/**
+ * The CNI verbs. Each is one straight line: validate, side effect, register its rollback, next.
+ * ADD saves the delegate config before running the delegate and, when anything fails after the
+ * delegate ran, runs the delegate's DEL and drops the state so no address or veth leaks. DEL is
+ * idempotent. Every failure leaves through toCniError as a spec error JSON; nothing throws out.
+ */
+import { parseSubnetEnv } from '../subnetenv/subnetenv.ts';
+import { parseArgs } from './args.ts';
+import type { CniArgs } from './args.ts';
+import { delegateBytes, parseNetConf, renderDelegate } from './config.ts';
+import type { DelegateEnv, PluginConf } from './config.ts';
+import { CNI_CODE, CniError, toCniError } from './errors.ts';
+import { execPlugin, findPlugin, pluginVersions } from './exec.ts';
+import { goJson } from './go-json.ts';
+import { listStates, loadState, readOptional, removeState, saveState } from './state.ts';
+import { CURRENT_VERSION, checkVersion, convertResult, familyOf, pickDelegateVersion, versionInfo } from './version.ts';
+
+type Env = Readonly<Record<string, string | undefined>>;
+type Json = Record<string, unknown>;
+
+/** What the process prints on stdout and exits with. */
+export interface PluginOutput {
+  stdout: string;
+  exitCode: number;
+}
+
+/** subnet.env, or a CniError with `missingCode` while weftd has not written it. */
+function loadSubnetEnv(conf: PluginConf, missingCode: number): DelegateEnv {
+  const text = readOptional(conf.subnetFile);
+  if (text === undefined) {
+    throw new CniError(missingCode, `subnetFile: ${conf.subnetFile} does not exist: weftd has not leased this node a subnet yet`);
+  }
+  return parseSubnetEnv(text, conf.subnetFile);
+}
+
+/** The saved delegate config of a container, or undefined when there is none or it is not one. */
+function savedDelegate(bytes: string | undefined): (Json & { type: string }) | undefined {
+  if (bytes === undefined) return undefined;
+  try {
+    const v = JSON.parse(bytes) as unknown;
+    if (typeof v === 'object' && v !== null && !Array.isArray(v) && typeof (v as Json)['type'] === 'string') return v as Json & { type: string };
+  } catch {
+    // unparsable: treated as absent, as flannel's plugin does
+  }
+  return undefined;
+}
+
+function add(args: CniArgs, conf: PluginConf, env: Env): string {
+  const id = args.containerId!;
+  const subnetEnv = loadSubnetEnv(conf, CNI_CODE.TRY_AGAIN_LATER);
+  const wanted = renderDelegate(conf, subnetEnv);
+  const type = wanted['type'] as string;
+  const plugin = findPlugin(type, args.path);
+  const version = conf.cniVersionSet ? pickDelegateVersion(conf.cniVersion, pluginVersions(plugin, conf.dataDir, env), type) : conf.cniVersion;
+  const bytes = delegateBytes(version === conf.cniVersion ? wanted : renderDelegate(conf, subnetEnv, version));
+  saveState(conf.dataDir, id, bytes);
+  try {
+    return JSON.stringify(convertResult(execPlugin(plugin, 'ADD', bytes, env), conf.cniVersion));
+  } catch (e) {
+    try {
+      execPlugin(plugin, 'DEL', bytes, env);
+      removeState(conf.dataDir, id);
+    } catch {
+      // the ADD error is the one to report; the runtime's DEL retries with the state kept
+    }
+    throw e;
+  }
+}
+
+function del(args: CniArgs, conf: PluginConf, env: Env): string {
+  const id = args.containerId!;
+  const bytes = loadState(conf.dataDir, id);
+  const saved = savedDelegate(bytes);
+  if (saved === undefined) {
+    removeState(conf.dataDir, id);
+    return '';
+  }
+  execPlugin(findPlugin(saved.type, args.path), 'DEL', bytes!, env);
+  removeState(conf.dataDir, id);
+  return '';
+}
+
+/**
+ * The result with each gateway-less route given the gateway of its family, as the delegate's ADD
+ * installed it (ipam.ConfigureIface routes through the interface's gateway when a route names
+ * none). The reference plugins' CHECK (1.1.x) looks for the route with exactly the result's
+ * gateway, so an ADD result handed back unchanged never passes it. `result` is in the 1.x shape.
+ */
+function withRouteGateways(result: Json): Json {
+  const ips = Array.isArray(result['ips']) ? (result['ips'] as Json[]) : [];
+  const routes = result['routes'];
+  if (!Array.isArray(routes)) return result;
+  const gatewayOf = (cidr: unknown): unknown => {
+    const family = familyOf(cidr);
+    return ips.find((ip) => familyOf(ip['address']) === family)?.['gateway'];
+  };
+  return {
+    ...result,
+    routes: routes.map((r: Json) => (typeof r === 'object' && r !== null && r['gw'] === undefined && gatewayOf(r['dst']) !== undefined ? { ...r, gw: gatewayOf(r['dst']) } : r)),
+  };
+}
+
+function check(args: CniArgs, conf: PluginConf, env: Env): string {
+  const id = args.containerId!;
+  const saved = savedDelegate(loadState(conf.dataDir, id));
+  if (saved === undefined) throw new CniError(CNI_CODE.CONTAINER_UNKNOWN, `CNI_CONTAINERID: no state for container ${id} in dataDir ${conf.dataDir}`);
+  const given = conf.prevResult;
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) throw new CniError(CNI_CODE.INVALID_CONFIG, 'prevResult: required for CHECK, as a JSON object');
+  const version = typeof saved['cniVersion'] === 'string' ? saved['cniVersion'] : '0.1.0';
+  const prevResult = convertResult(withRouteGateways(convertResult({ cniVersion: conf.cniVersion, ...given }, CURRENT_VERSION)), version);
+  execPlugin(findPlugin(saved.type, args.path), 'CHECK', goJson({ ...saved, prevResult }), env);
+  return '';
+}
+
+function status(conf: PluginConf): string {
+  try {
+    loadSubnetEnv(conf, CNI_CODE.PLUGIN_NOT_AVAILABLE);
+  } catch (e) {
+    if (e instanceof CniError) throw e;
+    throw new CniError(CNI_CODE.PLUGIN_NOT_AVAILABLE, `subnetFile: ${(e as Error).message}`);
+  }
+  return '';
+}
+
+/**
+ * GC: the state (and, through the delegate's DEL, the address) of every container not listed is
+ * released; then the delegate's own GC gets the valid attachments when it speaks 1.1.0.
+ * Stale containers are released with CNI_IFNAME=eth0, the name every Kubernetes runtime uses.
+ */
+function gc(args: CniArgs, conf: PluginConf, env: Env): string {
+  const valid = new Set((conf.validAttachments ?? []).map((a) => a.containerID));
+  const failures: unknown[] = [];
+  for (const id of listStates(conf.dataDir)) {
+    if (valid.has(id)) continue;
+    try {
+      del({ ...args, containerId: id, ifname: 'eth0', netns: undefined }, conf, { ...env, CNI_CONTAINERID: id, CNI_IFNAME: 'eth0', CNI_NETNS: '' });
+    } catch (e) {
+      failures.push(e);
+    }
+  }
+  if (readOptional(conf.subnetFile) !== undefined) {
+    const delegate = renderDelegate(conf, loadSubnetEnv(conf, CNI_CODE.TRY_AGAIN_LATER));
+    const plugin = findPlugin(delegate['type'] as string, args.path);
+    if (pluginVersions(plugin, conf.dataDir, env).includes(CURRENT_VERSION)) {
+      const request = { ...delegate, cniVersion: CURRENT_VERSION, 'cni.dev/valid-attachments': conf.validAttachments ?? [] };
+      execPlugin(plugin, 'GC', goJson(request), env);
+    }
+  }
+  if (failures.length > 0) throw failures[0];
+  return '';
+}
+
+/**
+ * Runs one plugin call: `env` is the process environment (CNI_* variables), `stdin` the network
+ * config. Never throws: failures come back as a spec error JSON with exit code 1.
+ */
+export function runPlugin(env: Env, stdin: string): PluginOutput {
+  let version: string = CURRENT_VERSION;
+  try {
+    const args = parseArgs(env);
+    if (args.command === 'VERSION') return { stdout: JSON.stringify(versionInfo()), exitCode: 0 };
+    const conf = parseNetConf(stdin);
+    checkVersion(conf.cniVersion, args.command);
+    version = conf.cniVersion;
+    let stdout: string;
+    switch (args.command) {
+      case 'ADD':
+        stdout = add(args, conf, env);
+        break;
+      case 'DEL':
+        stdout = del(args, conf, env);
+        break;
+      case 'CHECK':
+        stdout = check(args, conf, env);
+        break;
+      case 'STATUS':
+        stdout = status(conf);
+        break;
+      case 'GC':
+        stdout = gc(args, conf, env);
+        break;
+    }
+    return { stdout, exitCode: 0 };
+  } catch (e) {
+    return { stdout: JSON.stringify(toCniError(e, version)), exitCode: 1 };
+  }
+}
+

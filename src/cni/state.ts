@@ -1,0 +1,74 @@
+/**
+ * The plugin's data directory (flannel's `dataDir`, default /var/lib/cni/flannel): one file per
+ * container, named by its ID, holding the exact delegate config ADD used, so DEL and CHECK run
+ * the delegate with the same bytes even after subnet.env changed. The layout is flannel's, so
+ * either plugin can remove what the other added. Files whose names are not container IDs (all
+ * of Weft's own start with `.`) are never treated as state.
+ */
+import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+
+const CONTAINER_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+
+/**
+ * Writes `data` to `dir`/`name` atomically (temporary file, fsync, rename, directory fsync);
+ * the directory is created 0700 and the file is 0600. Precondition: `name` holds no `/`.
+ */
+export function writeFileDurable(dir: string, name: string, data: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const tmp = join(dir, `.${name}.${process.pid}.tmp`);
+  try {
+    const fd = openSync(tmp, 'w', 0o600);
+    try {
+      writeSync(fd, data);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, join(dir, name));
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    throw e;
+  }
+  const d = openSync(dir, 'r');
+  try {
+    fsyncSync(d);
+  } finally {
+    closeSync(d);
+  }
+}
+
+/** Saves the delegate config of container `id` (validated by parseArgs) before the delegate runs. */
+export function saveState(dataDir: string, id: string, bytes: string): void {
+  writeFileDurable(dataDir, id, bytes);
+}
+
+/** The saved bytes of container `id`, or undefined when there are none. */
+export function loadState(dataDir: string, id: string): string | undefined {
+  return readOptional(join(dataDir, id));
+}
+
+/** Removes the state of container `id`; a missing file is fine. */
+export function removeState(dataDir: string, id: string): void {
+  rmSync(join(dataDir, id), { force: true });
+}
+
+/** Container IDs that have state; none when the directory does not exist. */
+export function listStates(dataDir: string): string[] {
+  try {
+    return readdirSync(dataDir).filter((n) => CONTAINER_ID.test(n));
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw e;
+  }
+}
+
+/** A file's text, or undefined when it does not exist. */
+export function readOptional(path: string): string | undefined {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw e;
+  }
+}
