@@ -43,9 +43,16 @@ export async function runAgent(d: AgentDeps, signal: AbortSignal, onReady?: () =
   const { flags, source, handle, log } = d;
   log.info('starting', { leaseSource: source.name });
   const config = await source.networkConfig(signal);
+  const published = (await source.published?.(signal)) ?? {};
+  // The node-public-ip(v6) annotations stand in for --public-ip(v6) when the flag is not given.
+  const publicIp = flags.publicIp || published.publicIP || '';
+  const publicIpv6 = flags.publicIpv6 || published.publicIPv6 || '';
+  if (publicIp !== flags.publicIp || publicIpv6 !== flags.publicIpv6) {
+    log.info('using the public address our Node is annotated with', { publicIP: publicIp || undefined, publicIPv6: publicIpv6 || undefined });
+  }
   const ext = await selectExternalInterface(netlinkView(handle), {
     ipv4: config.enableIPv4, ipv6: config.enableIPv6, iface: flags.iface, ifaceRegex: flags.ifaceRegex,
-    ifaceCanReach: flags.ifaceCanReach, publicIp: flags.publicIp, publicIpv6: flags.publicIpv6,
+    ifaceCanReach: flags.ifaceCanReach, publicIp, publicIpv6,
   });
   log.info('using external interface', { iface: ext.link.name, address: ext.ifaceAddr ?? ext.ifaceAddr6, public: ext.extAddr ?? ext.extAddr6, mtu: ext.mtu, reason: ext.reason });
 
@@ -56,7 +63,7 @@ export async function runAgent(d: AgentDeps, signal: AbortSignal, onReady?: () =
   } catch (e) {
     log.warn('ignoring the previous subnet file', { file: flags.subnetFile, err: e });
   }
-  const attrs = await backend.setup();
+  const attrs = await backend.setup(published.attrs?.backendType === config.backend.type ? published.attrs : undefined);
   const own = await source.acquire({ attrs, ...(previous ? { previous: { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet } } : {}) }, signal);
   await backend.configure(own);
   await writeEnv(flags.subnetFile, config, own, backend.mtu, flags.ipMasq);

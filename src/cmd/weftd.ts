@@ -6,8 +6,9 @@ import { CommanderError } from 'commander';
 import { runAgent } from '../agent/agent.ts';
 import { parseFlags } from '../config/flags.ts';
 import type { Flags } from '../config/flags.ts';
-import { ConfigError, WeftError } from '../errors.ts';
+import { WeftError } from '../errors.ts';
 import { EtcdLeaseSource } from '../lease/etcd/source.ts';
+import { KubeLeaseSource } from '../lease/kube/source.ts';
 import type { LeaseSource } from '../lease/source.ts';
 import { createLogger } from '../log.ts';
 import type { Logger } from '../log.ts';
@@ -15,7 +16,10 @@ import { NetlinkHandle } from '../netlink/index.ts';
 
 async function leaseSource(flags: Flags, log: Logger): Promise<LeaseSource> {
   if (flags.kubeSubnetMgr) {
-    throw new ConfigError('--kube-subnet-mgr', 'the Kubernetes lease source is not part of this build yet; use the etcd registry (--etcd-endpoints)');
+    return KubeLeaseSource.create({
+      kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl, annotationPrefix: flags.kubeAnnotationPrefix,
+      netConfigPath: flags.netConfigPath, setNodeNetworkUnavailable: flags.setNodeNetworkUnavailable, log,
+    });
   }
   return EtcdLeaseSource.create({
     endpoints: flags.etcdEndpoints, prefix: flags.etcdPrefix,

@@ -1,7 +1,7 @@
 /**
  * The seam between weftd and a lease registry (flannel's subnet.Manager): the etcd v3 registry
  * (src/lease/etcd) or Kubernetes node annotations (src/lease/kube). weftd drives a source in
- * this order: networkConfig → (backend device set-up) → acquire → watch, then complete once the
+ * this order: networkConfig → published → (interface, backend device set-up) → acquire → watch, then complete once the
  * data plane is up; close on shutdown. Nothing a source does on shutdown touches the kernel or
  * removes the published lease (reference §10).
  */
@@ -16,6 +16,15 @@ export interface AcquireRequest {
   previous?: Pick<Lease, 'subnet' | 'ipv6Subnet'>;
 }
 
+/** What the registry already holds for this node before acquire (kube: its Node's annotations). */
+export interface PublishedOwn {
+  /** The user-set `node-public-ip` / `node-public-ipv6` annotations, used like --public-ip(v6). */
+  publicIP?: string;
+  publicIPv6?: string;
+  /** The backend type and data this node published before, when it did (VTEP MAC reuse). */
+  attrs?: LeaseAttrs;
+}
+
 export interface LeaseSource {
   /** Names the source in logs: "etcd" or "kube". */
   readonly name: string;
@@ -25,6 +34,12 @@ export interface LeaseSource {
    * or the net-conf.json file in kube mode. Validated; throws ConfigError naming the field.
    */
   networkConfig(signal: AbortSignal): Promise<NetConfig>;
+
+  /**
+   * What this node published already, read before interface selection and backend set-up.
+   * Optional: the etcd registry has nothing to add (its previous lease comes from subnet.env).
+   */
+  published?(signal: AbortSignal): Promise<PublishedOwn>;
 
   /** Obtains (or re-publishes) this node's own lease. */
   acquire(req: AcquireRequest, signal: AbortSignal): Promise<Lease>;

@@ -24,6 +24,8 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:https';
 import type { Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createServer as createNetServer } from 'node:net';
+import type { Server as NetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { makePki } from './etcd.ts';
@@ -202,9 +204,15 @@ export class KubeApiServer {
   readonly url: string;
   /** The CA certificate that signed the server's certificate. */
   readonly caFile: string;
+  /**
+   * The same HTTPS endpoint on a unix socket, for clients in other network namespaces (which
+   * cannot reach this namespace's loopback): see forwardIntoNetns in test/support/netns.ts.
+   */
+  readonly socketPath: string;
   /** Every request served, in order. */
   readonly requests: SeenRequest[] = [];
   readonly #server: Server;
+  readonly #unix: NetServer;
   readonly #dir: string;
   readonly #tokens: Record<string, Grant>;
   readonly #bookmarkMs: number;
@@ -218,8 +226,10 @@ export class KubeApiServer {
   readonly #snapshots = new Map<number, Snapshot>();
   #uid = 0;
 
-  private constructor(server: Server, url: string, dir: string, caFile: string, o: KubeApiServerOptions) {
+  private constructor(server: Server, unix: NetServer, url: string, dir: string, caFile: string, o: KubeApiServerOptions) {
     this.#server = server;
+    this.#unix = unix;
+    this.socketPath = String(unix.address());
     this.url = url;
     this.#dir = dir;
     this.caFile = caFile;
@@ -237,7 +247,10 @@ export class KubeApiServer {
       await once(server, 'listening');
       const addr = server.address();
       if (typeof addr !== 'object' || !addr) throw new Error('the API server has no address');
-      const api = new KubeApiServer(server, `https://127.0.0.1:${addr.port}`, dir, pki.caFile, o);
+      const unix = createNetServer((socket) => server.emit('connection', socket));
+      unix.listen(join(dir, 'api.sock'));
+      await once(unix, 'listening');
+      const api = new KubeApiServer(server, unix, `https://127.0.0.1:${addr.port}`, dir, pki.caFile, o);
       server.on('request', (req: IncomingMessage, res: ServerResponse) => void api.#handle(req, res));
       return api;
     } catch (e) {
@@ -331,6 +344,7 @@ export class KubeApiServer {
   async stop(): Promise<void> {
     for (const w of this.#watchers) this.#endWatch(w);
     this.#server.closeAllConnections();
+    await new Promise<void>((resolve) => this.#unix.close(() => resolve()));
     await new Promise<void>((resolve) => this.#server.close(() => resolve()));
     await rm(this.#dir, { recursive: true, force: true });
   }

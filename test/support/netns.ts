@@ -2,7 +2,8 @@
  * Throwaway network namespaces for tests. Names carry a per-run prefix so parallel runs never
  * collide, and only namespaces this process created are ever removed.
  */
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
 
@@ -114,4 +115,35 @@ export async function joinUnderlay(ul: Netns, nodes: readonly Netns[], opts: { i
     await ns.ip('link', 'set', 'eth0', 'up');
     await ns.ip('link', 'set', 'lo', 'up');
   }
+}
+
+/** The Node of this checkout, which runs the forwarder below. */
+const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
+
+/** Listens on 127.0.0.1:argv[1] and pipes each connection to the unix socket argv[2]. */
+const FORWARDER = `
+const net = require('node:net');
+const [port, path] = process.argv.slice(1);
+net.createServer((c) => {
+  const u = net.connect(path);
+  c.pipe(u).pipe(c);
+  c.on('error', () => u.destroy());
+  u.on('error', () => c.destroy());
+}).listen(Number(port), '127.0.0.1', () => process.stdout.write('ready\\n'));`;
+
+/**
+ * Makes the unix socket `socketPath` (served in this namespace) reachable as 127.0.0.1:`port`
+ * inside `ns`, through a forwarder process running there. Returns a function that stops it.
+ */
+export async function forwardIntoNetns(ns: Netns, port: number, socketPath: string): Promise<() => Promise<void>> {
+  const child = spawn('ip', ['netns', 'exec', ns.name, NODE, '-e', FORWARDER, String(port), socketPath], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const exited = once(child, 'exit');
+  const [first] = await Promise.race([once(child.stdout!, 'data'), exited.then(() => [undefined])]);
+  if (String(first).trim() !== 'ready') throw new Error(`the forwarder into ${ns.name} did not start`);
+  return async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGTERM');
+      await exited;
+    }
+  };
 }

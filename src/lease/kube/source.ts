@@ -43,7 +43,7 @@ import type { CIDR } from '../../ip/ip.ts';
 import type { Logger } from '../../log.ts';
 import { Backoff, sleep } from '../../retry.ts';
 import type { Lease, LeaseAttrs } from '../lease.ts';
-import type { AcquireRequest, LeaseSource } from '../source.ts';
+import type { AcquireRequest, LeaseSource, PublishedOwn } from '../source.ts';
 import type { LeaseTable } from '../table.ts';
 import { DEFAULT_ANNOTATION_PREFIX, annotationKeys, nodePublicIPs, ownAnnotationChanges, ownSubnets, remoteLease } from './annotations.ts';
 import type { AnnotationKeys, NodeLike } from './annotations.ts';
@@ -81,15 +81,6 @@ export interface KubeSourceOptions extends ClientFlags {
   delay?: (ms: number, signal: AbortSignal) => Promise<void>;
   /** Milliseconds of a monotonic clock; default performance.now. */
   now?: () => number;
-}
-
-/** What our Node publishes already: hints for interface selection and the backend (VTEP MAC reuse). */
-export interface PublishedOwn {
-  /** The user-set `node-public-ip` / `node-public-ipv6` annotations, used like --public-ip(v6). */
-  publicIP?: string;
-  publicIPv6?: string;
-  /** The backend type and data this node published before, when it did. */
-  attrs?: LeaseAttrs;
 }
 
 interface WatchEnd {
@@ -179,7 +170,13 @@ export class KubeLeaseSource implements LeaseSource {
   /** What our Node publishes already (for interface selection and VTEP MAC reuse before acquire). */
   async published(signal: AbortSignal): Promise<PublishedOwn> {
     const name = await this.nodeName(signal);
-    const node = await this.#retry(`get Node ${name}`, signal, () => this.#readNode(name));
+    let node: V1Node;
+    try {
+      node = await this.#retry(`get Node ${name}`, signal, () => this.#readNode(name));
+    } catch (e) {
+      if (e instanceof KubeApiError && e.notFound) return {};
+      throw e;
+    }
     const out: PublishedOwn = nodePublicIPs(this.#keys, node);
     const a = node.metadata?.annotations ?? {};
     if (a[this.#keys.subnetKubeManaged] === 'true' && a[this.#keys.backendType]) {
