@@ -36,6 +36,8 @@ export interface LoggerOptions {
   /** Where lines go; default process.stderr. */
   write?: (line: string) => void;
   now?: () => Date;
+  /** Sees every record at or above `level` (weftd counts errors for /metrics). */
+  onRecord?: (level: LogLevel, msg: string, fields: Fields) => void;
 }
 
 /** A logger writing records at or above `level` (default info) as text (default) or json. */
@@ -46,6 +48,7 @@ export function createLogger(opts: LoggerOptions = {}, base: Fields = {}): Logge
   const emit = (level: LogLevel, msg: string, fields?: Fields) => {
     if (RANK[level] > max) return;
     const all = { ...base, ...fields };
+    opts.onRecord?.(level, msg, all);
     const t = now();
     if (opts.format === 'json') {
       const record: Fields = { ts: t.toISOString(), level, msg };

@@ -16,6 +16,7 @@ import type { LeaseSource } from '../lease/source.ts';
 import { LeaseTable } from '../lease/table.ts';
 import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
+import type { Metrics } from '../server/metrics.ts';
 import { readSubnetEnv, writeSubnetEnv } from '../subnetenv/subnetenv.ts';
 
 export interface AgentDeps {
@@ -23,6 +24,8 @@ export interface AgentDeps {
   source: LeaseSource;
   handle: NetlinkHandle;
   log: Logger;
+  /** Fed with reconcile passes and the lease count; optional in tests. */
+  metrics?: Metrics;
 }
 
 /** The subnet.env of a lease: what the CNI plugin wires pods with. */
@@ -73,7 +76,8 @@ export async function runAgent(d: AgentDeps, signal: AbortSignal, onReady?: () =
     log.warn('--ip-masq: this build does not install masquerade rules yet; pod traffic leaving the cluster is not masqueraded by weftd');
   }
   const table = new LeaseTable();
-  const network = new Network({ handle, backend, table, own, log, resyncPeriodMs: flags.resyncPeriod * 1000 });
+  if (d.metrics) d.metrics.leaseCount = () => table.size;
+  const network = new Network({ handle, backend, table, own, log, resyncPeriodMs: flags.resyncPeriod * 1000, onPass: (p) => d.metrics?.pass(p) });
   const watching = source.watch(table, signal, (lease) => {
     void network.setOwn(lease).then(() => writeEnv(flags.subnetFile, config, lease, backend.mtu, flags.ipMasq)).catch((e: unknown) => {
       log.error('failed to move to the new lease', { err: e });

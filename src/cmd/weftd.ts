@@ -13,10 +13,13 @@ import type { LeaseSource } from '../lease/source.ts';
 import { createLogger } from '../log.ts';
 import type { Logger } from '../log.ts';
 import { NetlinkHandle } from '../netlink/index.ts';
+import { startHealthServer } from '../server/http.ts';
+import { Metrics } from '../server/metrics.ts';
 
-async function leaseSource(flags: Flags, log: Logger): Promise<LeaseSource> {
+async function leaseSource(flags: Flags, log: Logger, metrics: Metrics): Promise<LeaseSource> {
   if (flags.kubeSubnetMgr) {
     return KubeLeaseSource.create({
+      observer: metrics.sourceObserver('kube'),
       kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl, annotationPrefix: flags.kubeAnnotationPrefix,
       netConfigPath: flags.netConfigPath, setNodeNetworkUnavailable: flags.setNodeNetworkUnavailable, log,
     });
@@ -25,13 +28,14 @@ async function leaseSource(flags: Flags, log: Logger): Promise<LeaseSource> {
     endpoints: flags.etcdEndpoints, prefix: flags.etcdPrefix,
     keyFile: flags.etcdKeyfile, certFile: flags.etcdCertfile, caFile: flags.etcdCafile,
     username: flags.etcdUsername, password: flags.etcdPassword,
-    renewMarginMs: flags.subnetLeaseRenewMargin * 60_000, log,
+    renewMarginMs: flags.subnetLeaseRenewMargin * 60_000, log, observer: metrics.sourceObserver('etcd'),
   });
 }
 
 async function main(argv: string[]): Promise<number> {
   const flags = parseFlags(argv);
-  const log = createLogger({ level: flags.logLevel, format: flags.logFormat });
+  const metrics = new Metrics();
+  const log = createLogger({ level: flags.logLevel, format: flags.logFormat, onRecord: (level, msg, fields) => metrics.record(level, msg, fields) });
   const stop = new AbortController();
   for (const sig of ['SIGTERM', 'SIGINT'] as const) {
     process.once(sig, () => {
@@ -39,15 +43,22 @@ async function main(argv: string[]): Promise<number> {
       stop.abort(new WeftError('ESTOPPED', `stopped by ${sig}`));
     });
   }
+  let ready = false;
+  const health = flags.healthzPort > 0
+    ? await startHealthServer({ host: flags.healthzIp, port: flags.healthzPort, ready: () => ready, metrics, log })
+    : undefined;
   const handle = NetlinkHandle.open();
-  const source = await leaseSource(flags, log);
+  const source = await leaseSource(flags, log, metrics);
   try {
-    await runAgent({ flags, source, handle, log }, stop.signal);
+    await runAgent({ flags, source, handle, log, metrics }, stop.signal, () => {
+      ready = true;
+    });
   } catch (e) {
     if (!stop.signal.aborted) throw e;
   } finally {
     await source.close();
     handle.close();
+    await health?.close();
   }
   log.info('Exiting cleanly...');
   return 0;

@@ -25,6 +25,14 @@ export interface PublishedOwn {
   attrs?: LeaseAttrs;
 }
 
+/** Hooks a source calls for weftd's metrics; every one optional. */
+export interface SourceObserver {
+  /** The watch of the leases was restarted or relisted (broken, expired, silent, compacted). */
+  watchRestarted?(): void;
+  /** Our own lease was renewed (etcd). */
+  leaseRenewed?(): void;
+}
+
 export interface LeaseSource {
   /** Names the source in logs: "etcd" or "kube". */
   readonly name: string;

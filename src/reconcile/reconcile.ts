@@ -24,6 +24,13 @@ export interface PassReport {
   ops: Operation[];
   /** Operations the kernel refused; the next pass tries them again. */
   failures: NetlinkError[];
+  /** Full passes: how many entries are desired, and how many of Weft's the kernel held before applying. */
+  desired?: number;
+  observed?: number;
+}
+
+function entries(s: KernelState): number {
+  return s.routes.length + s.neighs.length + s.fdb.length;
 }
 
 function isDelete(o: Operation): boolean {
@@ -43,6 +50,7 @@ export async function apply(h: NetlinkHandle, ops: readonly Operation[]): Promis
 
 /** observe → diff → apply. */
 export async function reconcileOnce(h: NetlinkHandle, desired: KernelState, own: Ownership): Promise<PassReport> {
-  const ops = diff(desired, await observe(h, own));
-  return { ops, failures: await apply(h, ops) };
+  const observed = await observe(h, own);
+  const ops = diff(desired, observed);
+  return { ops, failures: await apply(h, ops), desired: entries(desired), observed: entries(observed) };
 }

@@ -32,7 +32,7 @@ import { equalCIDR, formatCIDR, overlaps } from '../../ip/ip.ts';
 import type { Logger } from '../../log.ts';
 import { Backoff, sleep } from '../../retry.ts';
 import type { Lease } from '../lease.ts';
-import type { AcquireRequest, LeaseSource } from '../source.ts';
+import type { AcquireRequest, LeaseSource, SourceObserver } from '../source.ts';
 import type { LeaseTable } from '../table.ts';
 import { chooseLease } from './choose.ts';
 import type { RegistryEntry } from './choose.ts';
@@ -52,6 +52,8 @@ export interface EtcdSourceOptions {
   username?: string;
   password?: string;
   log: Logger;
+  /** Metrics hooks. */
+  observer?: SourceObserver;
   /** TTL of the etcd lease our key is attached to; default 86400 s as flanneld. */
   leaseTtlSeconds?: number;
   /** Renew this long before expiry (--subnet-lease-renew-margin); default 60 min. */
@@ -335,6 +337,7 @@ export class EtcdLeaseSource implements LeaseSource {
       await this.#revoke(own.etcdLeaseId);
       own.etcdLeaseId = id;
       this.#log.info('renewed lease', { key: own.key, ttlSeconds: this.#o.leaseTtlSeconds ?? 86_400 });
+      this.#o.observer?.leaseRenewed?.();
       this.#scheduleRenewal(this.#renewDelay());
     } catch (e) {
       this.#log.warn('failed to renew lease; retrying', { key: own.key, err: e, retryInMs: this.#o.renewRetryMs ?? 60_000 });
@@ -366,10 +369,14 @@ export class EtcdLeaseSource implements LeaseSource {
         const revision = await this.#relist(table);
         backoff.reset();
         const why = await this.#watchFrom(table, revision + 1n, stop);
-        if (why) this.#log.info(`relisting leases: ${why}`);
+        if (why) {
+          this.#log.info(`relisting leases: ${why}`);
+          this.#o.observer?.watchRestarted?.();
+        }
       } catch (e) {
         if (stop.aborted) break;
         this.#log.warn('lease watch failed; retrying', { err: e });
+        this.#o.observer?.watchRestarted?.();
         await sleep(backoff.next(), stop).catch(() => {});
       }
     }

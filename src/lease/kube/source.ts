@@ -43,7 +43,7 @@ import type { CIDR } from '../../ip/ip.ts';
 import type { Logger } from '../../log.ts';
 import { Backoff, sleep } from '../../retry.ts';
 import type { Lease, LeaseAttrs } from '../lease.ts';
-import type { AcquireRequest, LeaseSource, PublishedOwn } from '../source.ts';
+import type { AcquireRequest, LeaseSource, PublishedOwn, SourceObserver } from '../source.ts';
 import type { LeaseTable } from '../table.ts';
 import { DEFAULT_ANNOTATION_PREFIX, annotationKeys, nodePublicIPs, ownAnnotationChanges, ownSubnets, remoteLease } from './annotations.ts';
 import type { AnnotationKeys, NodeLike } from './annotations.ts';
@@ -64,6 +64,8 @@ export interface KubeSourceOptions extends ClientFlags {
   /** NODE_NAME, POD_NAME, POD_NAMESPACE (and KUBERNETES_SERVICE_HOST/PORT in-cluster); default process.env. */
   env?: NodeJS.ProcessEnv;
   log: Logger;
+  /** Metrics hooks. */
+  observer?: SourceObserver;
   /**
    * A watch delivering nothing (not even a bookmark) this long is dropped and started again from
    * the last resourceVersion seen (a relist if that is gone); default 60 s.
@@ -287,7 +289,10 @@ export class KubeLeaseSource implements LeaseSource {
         const end = await this.#watchFrom(table, own, rv, stop);
         rv = end.rv;
         if (end.error) throw end.error;
-        if (end.why) this.#log.info(`${rv === undefined ? 'relisting' : 'resuming the watch of'} Nodes: ${end.why}`);
+        if (end.why) {
+          this.#log.info(`${rv === undefined ? 'relisting' : 'resuming the watch of'} Nodes: ${end.why}`);
+          this.#o.observer?.watchRestarted?.();
+        }
         if (end.progressed) {
           backoff.reset();
           continue;
@@ -297,10 +302,12 @@ export class KubeLeaseSource implements LeaseSource {
         if (e instanceof KubeApiError && e.status === 410) {
           rv = undefined;
           this.#log.info('relisting Nodes: 410 Gone');
+          this.#o.observer?.watchRestarted?.();
           continue;
         }
         if (!isRetryable(e)) throw e;
         this.#log.warn('watching Nodes failed; retrying', { err: e });
+        this.#o.observer?.watchRestarted?.();
       }
       await this.#delay(backoff.next(), stop).catch(() => {});
     }

@@ -1,0 +1,72 @@
+import assert from 'node:assert/strict';
+import { createServer } from 'node:net';
+import { once } from 'node:events';
+import { test } from 'node:test';
+import { ConfigError, DatastoreUnavailableError } from '../../../src/errors.ts';
+import { createLogger, silentLogger } from '../../../src/log.ts';
+import { startHealthServer } from '../../../src/server/http.ts';
+import { Metrics } from '../../../src/server/metrics.ts';
+
+test('/healthz always, /readyz only once ready, /metrics with what the parts reported', async () => {
+  const metrics = new Metrics();
+  let ready = false;
+  const server = await startHealthServer({ host: '127.0.0.1', port: 0, ready: () => ready, metrics, log: silentLogger });
+  const base = `http://127.0.0.1:${server.port}`;
+  try {
+    const healthz = await fetch(`${base}/healthz`);
+    assert.equal(healthz.status, 200);
+    assert.equal(await healthz.text(), 'weftd is running\n');
+    assert.equal((await fetch(`${base}/readyz`)).status, 503);
+    ready = true;
+    const readyz = await fetch(`${base}/readyz`);
+    assert.equal(readyz.status, 200);
+    assert.equal(await readyz.text(), 'weftd is ready\n');
+    assert.equal((await fetch(`${base}/nosuch`)).status, 404);
+
+    metrics.leaseCount = () => 7;
+    const pass = { reasons: ['start-up'], durationMs: 3, ops: [], failures: [] };
+    metrics.pass({ ...pass, kind: 'full', desired: 30, observed: 12 });
+    metrics.pass({ ...pass, kind: 'full', desired: 30, observed: 28, ops: [{ op: 'routeDel' }, { op: 'routeDel' }] as never[] });
+    metrics.pass({ ...pass, kind: 'fast' });
+    metrics.sourceObserver('etcd').watchRestarted?.();
+    metrics.sourceObserver('etcd').leaseRenewed?.();
+    const log = createLogger({ write: () => {}, onRecord: (l, m, f) => metrics.record(l, m, f) });
+    log.warn('etcd down', { err: new DatastoreUnavailableError('no etcd') });
+    log.warn('a warning without an error');
+    log.info('not an error', { err: new Error('x') });
+
+    const res = await fetch(`${base}/metrics`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') ?? '', /^text\/plain/);
+    const text = await res.text();
+    for (const line of [
+      'weft_leases 7',
+      'weft_kernel_entries{state="desired"} 30',
+      'weft_kernel_entries{state="present"} 28',
+      'weft_reconcile_runs_total{kind="full"} 2',
+      'weft_reconcile_runs_total{kind="fast"} 1',
+      'weft_reconcile_duration_seconds_count{kind="full"} 2',
+      'weft_repairs_total 2',
+      'weft_watch_restarts_total{source="etcd"} 1',
+      'weft_lease_renewals_total{source="etcd"} 1',
+      `weft_errors_total{kind="${new DatastoreUnavailableError('x').code}"} 1`,
+    ]) assert.ok(text.split('\n').includes(line), `${line} in\n${text}`);
+    assert.doesNotMatch(text, /kind="Error"/, 'info records and warnings without an error are not counted');
+  } finally {
+    await server.close();
+  }
+});
+
+test('a port already taken stops start-up with a ConfigError naming --healthz-port', async () => {
+  const taken = createServer().listen(0, '127.0.0.1');
+  await once(taken, 'listening');
+  const port = (taken.address() as { port: number }).port;
+  try {
+    await assert.rejects(
+      startHealthServer({ host: '127.0.0.1', port, ready: () => true, metrics: new Metrics(), log: silentLogger }),
+      (e: unknown) => e instanceof ConfigError && /--healthz-port/.test(e.message) && /EADDRINUSE/.test(e.message),
+    );
+  } finally {
+    taken.close();
+  }
+});
