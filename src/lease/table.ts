@@ -74,7 +74,11 @@ export class LeaseTable {
     return this.#leases.get(peer);
   }
 
-  /** Calls `listener` with every non-empty batch of changes; returns the unsubscribe function. */
+  /**
+   * Calls `listener` with every non-empty batch of changes, and with the batch of the first
+   * listing even when it is empty (a node alone in its cluster still learns it is synced).
+   * Returns the unsubscribe function.
+   */
   subscribe(listener: LeaseListener): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
@@ -92,8 +96,9 @@ export class LeaseTable {
       if (!listed.has(peer)) batch.push(this.#remove(peer, old));
     }
     for (const l of listed.values()) this.#upsert(l, batch);
+    const first = !this.#synced;
     this.#synced = true;
-    return this.#emit(batch);
+    return this.#emit(batch, first);
   }
 
   /** Applies watch changes: `upserts` are added or replace their peer's lease; `removals` are peer names. */
@@ -119,8 +124,8 @@ export class LeaseTable {
     batch.push(old ? { type: 'added', lease, previous: old } : { type: 'added', lease });
   }
 
-  #emit(batch: LeaseEvent[]): LeaseEvent[] {
-    if (batch.length > 0) for (const l of this.#listeners) l(batch);
+  #emit(batch: LeaseEvent[], always = false): LeaseEvent[] {
+    if (batch.length > 0 || always) for (const l of this.#listeners) l(batch);
     return batch;
   }
 }

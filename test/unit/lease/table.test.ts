@@ -35,6 +35,18 @@ test('a relist equal to what is held yields no events and calls no listener', ()
   assert.equal(calls, 0);
 });
 
+test('an empty first listing still tells the listeners (a node alone in its cluster); later empty ones do not', () => {
+  const t = new LeaseTable();
+  const batches: number[] = [];
+  t.subscribe((b) => batches.push(b.length));
+  t.replaceAll([]);
+  assert.equal(t.synced, true);
+  assert.deepEqual(batches, [0]);
+  t.replaceAll([]);
+  t.apply([]);
+  assert.deepEqual(batches, [0]);
+});
+
 test('a relist diffs: gone peers removed with their last attrs, changed ones replaced', () => {
   const t = new LeaseTable();
   t.replaceAll([lease('a', '10.244.1.0/24'), lease('b', '10.244.2.0/24', '198.51.100.3')]);
