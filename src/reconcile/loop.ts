@@ -52,6 +52,8 @@ export class Reconciler {
   #reasons: string[] = [];
   #fastOps: Operation[] = [];
   #fastReasons: string[] = [];
+  /** Links not ours last seen up, by index (see #onOtherLink). */
+  readonly #linksUp = new Set<number>();
   #running: Promise<void> | undefined;
   #busy = false;
   #monitor: Monitor | undefined;
@@ -148,6 +150,20 @@ export class Reconciler {
     this.#busy = false;
   }
 
+  /**
+   * A link not ours went up: the kernel dropped the IPv4 routes through it when it went down
+   * (without telling anyone), so routes we want through it are put back by a full pass.
+   */
+  #onOtherLink(link: Link, deleted: boolean): void {
+    const wasUp = this.#linksUp.has(link.index);
+    if (deleted || !link.up) {
+      this.#linksUp.delete(link.index);
+      return;
+    }
+    this.#linksUp.add(link.index);
+    if (!wasUp && this.#opts.desired.all().routes.some((r) => r.linkIndex === link.index)) this.trigger(`link ${link.name} came up`);
+  }
+
   /** Which kernel events can mean the kernel drifted from what we want. */
   #onEvents(events: NetlinkEvent[]): void {
     const own = this.#opts.ownership();
@@ -162,7 +178,10 @@ export class Reconciler {
           this.trigger('kernel event overrun');
           break;
         case 'link':
-          if (!devices.has(e.link.index)) break;
+          if (!devices.has(e.link.index)) {
+            this.#onOtherLink(e.link, e.action === 'del');
+            break;
+          }
           if (e.action === 'del') {
             this.#opts.onDeviceGone?.(e.link.index);
             this.trigger(`device ${e.link.name} deleted`);
