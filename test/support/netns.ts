@@ -106,15 +106,17 @@ export async function vxlanNode(ns: Netns, underlay: string, vtepAddr?: string):
 export async function joinUnderlay(ul: Netns, nodes: readonly Netns[], opts: { ipv6?: boolean } = {}): Promise<void> {
   await ul.ip('link', 'add', 'br0', 'type', 'bridge');
   await ul.ip('link', 'set', 'br0', 'up');
-  for (const [i, ns] of nodes.entries()) {
-    const n = i + 1;
-    await ul.ip('link', 'add', `p${n}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.name);
-    await ul.ip('link', 'set', `p${n}`, 'master', 'br0', 'up');
-    await ns.ip('addr', 'add', `198.51.100.${n}/24`, 'dev', 'eth0');
-    if (opts.ipv6) await ns.ip('-6', 'addr', 'add', `2001:db8::${n}/64`, 'dev', 'eth0', 'nodad');
-    await ns.ip('link', 'set', 'eth0', 'up');
-    await ns.ip('link', 'set', 'lo', 'up');
-  }
+  for (const [i, ns] of nodes.entries()) await attachToUnderlay(ul, ns, i + 1, opts);
+}
+
+/** Puts node `n` (1-based) on the underlay bridge of `ul`: eth0 with 198.51.100.<n> (and 2001:db8::<n>). */
+export async function attachToUnderlay(ul: Netns, ns: Netns, n: number, opts: { ipv6?: boolean } = {}): Promise<void> {
+  await ul.ip('link', 'add', `p${n}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.name);
+  await ul.ip('link', 'set', `p${n}`, 'master', 'br0', 'up');
+  await ns.ip('addr', 'add', `198.51.100.${n}/24`, 'dev', 'eth0');
+  if (opts.ipv6) await ns.ip('-6', 'addr', 'add', `2001:db8::${n}/64`, 'dev', 'eth0', 'nodad');
+  await ns.ip('link', 'set', 'eth0', 'up');
+  await ns.ip('link', 'set', 'lo', 'up');
 }
 
 /** The Node of this checkout, which runs the forwarder below. */

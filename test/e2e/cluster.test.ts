@@ -1,0 +1,153 @@
+/**
+ * Clusters of real weftd processes on this machine (test/support/cluster.ts): pods made by the
+ * real bin/weft reach each other across nodes; the cluster heals and holds through a node
+ * leaving, a SIGKILLed weftd, an etcd outage and a flapping external interface.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { test } from 'node:test';
+import { Etcd3 } from 'etcd3';
+import { Cluster } from '../support/cluster.ts';
+import type { Pod } from '../support/cluster.ts';
+import { DEBIAN_CNI_DIR } from '../support/cni.ts';
+import { needsRoot } from '../support/netns.ts';
+
+const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const PREFIX = '/coreos.com/network';
+
+async function fullMesh(c: Cluster, pods: Pod[], v6: boolean): Promise<void> {
+  for (const a of pods) for (const b of pods) if (a !== b) await c.waitPing(a, b, v6);
+}
+
+async function podRoutes(c: Cluster, nodeIndex: number): Promise<string[]> {
+  const routes = await c.nodes[nodeIndex]!.ns.ipJson<{ dst: string; protocol?: string }[]>('route', 'show', 'proto', '201');
+  return routes.map((r) => r.dst).sort();
+}
+
+for (const backend of ['vxlan', 'host-gw'] as const) {
+  for (const dualStack of [false, true]) {
+    test(`3 nodes, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}: pods made by bin/weft reach every other node's pods`, { skip, timeout: 180_000 }, async () => {
+      const c = await Cluster.start({ nodes: 3, backend, dualStack, mode: 'etcd', weftdArgs: ['--healthz-ip=127.0.0.1', '--healthz-port=8081'] });
+      try {
+        const pods = [];
+        for (const n of c.nodes) pods.push(await c.addPod(n));
+        for (const [i, p] of pods.entries()) {
+          const env = await c.subnetEnv(c.nodes[i]!);
+          assert.equal(p.ip.split('.').slice(0, 3).join('.'), env.FLANNEL_SUBNET!.split('.').slice(0, 3).join('.'), 'the pod is in its node\'s subnet');
+          if (dualStack) assert.ok(p.ipv6?.startsWith('fd00:10:244:'), `pod IPv6 ${p.ipv6}`);
+        }
+        await fullMesh(c, pods, false);
+        if (dualStack) await fullMesh(c, pods, true);
+        const [eth0] = await pods[0]!.ns.ipJson<{ mtu: number }[]>('link', 'show', 'eth0');
+        assert.equal(eth0!.mtu, backend === 'vxlan' ? (dualStack ? 1430 : 1450) : 1500);
+        const readyz = await c.nodes[0]!.ns.exec('curl', '-s', '-w', ' %{http_code}', 'http://127.0.0.1:8081/readyz');
+        assert.equal(readyz, 'weftd is ready\n 200');
+        const metrics = await c.nodes[0]!.ns.exec('curl', '-s', 'http://127.0.0.1:8081/metrics');
+        assert.match(metrics, /^weft_leases 2$/m);
+      } finally {
+        await c.stop();
+      }
+    });
+  }
+}
+
+test('a node leaves (its lease deleted): its routes disappear on the others; a SIGKILLed weftd restarts on the same subnet without touching a route, and drops a peer that left meanwhile', { skip, timeout: 180_000 }, async () => {
+  const c = await Cluster.start({ nodes: 3, backend: 'host-gw', mode: 'etcd' });
+  const admin = new Etcd3({ hosts: c.etcd!.endpoint });
+  try {
+    const [n1, n2, n3] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0]];
+    const env3 = await c.subnetEnv(n3!);
+    const subnet3 = env3.FLANNEL_SUBNET!.replace(/\.1\/24$/, '.0/24');
+    assert.ok((await podRoutes(c, 0)).includes(subnet3));
+
+    // n3 leaves: its weftd stops and its lease is deleted (what an operator or the TTL does).
+    await c.stopWeftd(n3!);
+    await admin.delete().key(`${PREFIX}/subnets/${subnet3.replace('/', '-')}`);
+    for (const i of [0, 1]) {
+      const deadline = Date.now() + 20_000;
+      while ((await podRoutes(c, i)).includes(subnet3)) {
+        assert.ok(Date.now() < deadline, `the route to ${subnet3} is still on node ${i + 1}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+
+    // n1 is SIGKILLed; while it is down n2's lease goes away; n1 comes back.
+    const env1 = await c.subnetEnv(n1!);
+    const before = await podRoutes(c, 0);
+    const monitor = spawn('ip', ['-n', n1!.ns.name, 'monitor', 'route'], { stdio: ['ignore', 'pipe', 'ignore'] });
+    let events = '';
+    monitor.stdout.on('data', (d: Buffer) => (events += d.toString()));
+    try {
+      await c.stopWeftd(n1!, 'SIGKILL');
+      await c.restartWeftd(n1!);
+      assert.equal((await c.subnetEnv(n1!)).FLANNEL_SUBNET, env1.FLANNEL_SUBNET, 'same subnet after a restart');
+      assert.deepEqual(await podRoutes(c, 0), before);
+      await new Promise((r) => setTimeout(r, 300));
+      assert.doesNotMatch(events, /^Deleted /m, `a restart removes no route:\n${events}`);
+      assert.doesNotMatch(events, /proto 201/, `a restart re-adds no route:\n${events}`);
+
+      const subnet2 = (await c.subnetEnv(n2!)).FLANNEL_SUBNET!.replace(/\.1\/24$/, '.0/24');
+      await c.stopWeftd(n1!, 'SIGKILL');
+      // n2 leaves for good (a running weftd would re-acquire a deleted lease at once).
+      await c.stopWeftd(n2!);
+      await admin.delete().key(`${PREFIX}/subnets/${subnet2.replace('/', '-')}`);
+      await c.restartWeftd(n1!);
+      assert.ok(!(await podRoutes(c, 0)).includes(subnet2), 'the peer that left while weftd was down is gone after the restart');
+    } finally {
+      monitor.kill();
+    }
+  } finally {
+    admin.close();
+    await c.stop();
+  }
+});
+
+test('etcd down for 30 s: pods keep talking; a node joining after recovery is reached by all', { skip, timeout: 240_000 }, async () => {
+  const c = await Cluster.start({ nodes: 2, backend: 'vxlan', mode: 'etcd' });
+  try {
+    const pods = [await c.addPod(c.nodes[0]!), await c.addPod(c.nodes[1]!)];
+    await fullMesh(c, pods, false);
+    await c.etcd!.pause();
+    const until = Date.now() + 30_000;
+    let pings = 0;
+    while (Date.now() < until) {
+      assert.ok(await c.ping(pods[0]!, pods[1]!), `pod traffic stopped ${Math.round((30_000 - (until - Date.now())) / 1000)} s into the etcd outage`);
+      pings++;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    assert.ok(pings >= 10);
+    await c.etcd!.resume();
+
+    // A change after the recovery: a third node joins, and the first two route to it.
+    const admin = new Etcd3({ hosts: c.etcd!.endpoint });
+    try {
+      const before = (await admin.getAll().prefix(`${PREFIX}/subnets/`).keys()).length;
+      assert.equal(before, 2);
+    } finally {
+      admin.close();
+    }
+    await c.addNode();
+    const third = await c.addPod(c.nodes[2]!);
+    await c.waitPing(pods[0]!, third, false, 30_000);
+    await c.waitPing(third, pods[1]!, false, 30_000);
+  } finally {
+    await c.stop();
+  }
+});
+
+test('the external interface flaps: host-gw routes the kernel dropped with it come back, and pods talk again', { skip, timeout: 120_000 }, async () => {
+  const c = await Cluster.start({ nodes: 2, backend: 'host-gw', mode: 'kube' });
+  try {
+    const pods = [await c.addPod(c.nodes[0]!), await c.addPod(c.nodes[1]!)];
+    await fullMesh(c, pods, false);
+    const before = await podRoutes(c, 0);
+    await c.nodes[0]!.ns.ip('link', 'set', 'eth0', 'down');
+    assert.deepEqual(await podRoutes(c, 0), [], 'the kernel drops routes through a downed interface');
+    await c.nodes[0]!.ns.ip('link', 'set', 'eth0', 'up');
+    await fullMesh(c, pods, false);
+    assert.deepEqual(await podRoutes(c, 0), before);
+  } finally {
+    await c.stop();
+  }
+});

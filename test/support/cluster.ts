@@ -1,0 +1,258 @@
+/**
+ * A cluster on this machine for end-to-end tests and `make demo`: an underlay bridge in a
+ * namespace of its own, N node namespaces on it each running a real bin/weftd (etcd mode against
+ * a real etcd on a unix socket, or kube mode against the test API server), and pods wired by the
+ * real bin/weft plugin with Debian's bridge + host-local, each pod in a namespace of its own.
+ *
+ * Everything is named with the run's prefix and removed by stop(), even after failures.
+ */
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Etcd3 } from 'etcd3';
+import { WEFT_BIN, callPlugin } from './cni.ts';
+import { EtcdServer } from './etcd.ts';
+import { KubeApiServer } from './kube-apiserver.ts';
+import { attachToUnderlay, createNetns, forwardIntoNetns, joinUnderlay } from './netns.ts';
+import type { Netns } from './netns.ts';
+
+export const WEFTD_BIN = fileURLToPath(new URL('../../bin/weftd', import.meta.url));
+const ETCD_PREFIX = '/coreos.com/network';
+const API_PORT = 6443;
+
+export interface ClusterOptions {
+  nodes: number;
+  backend: 'vxlan' | 'host-gw';
+  /** IPv4 + IPv6 pod networks (10.244.0.0/16 and fd00:10:244::/56). */
+  dualStack?: boolean;
+  mode: 'etcd' | 'kube';
+  /** Extra weftd flags for every node. */
+  weftdArgs?: string[];
+}
+
+/** One weftd process and what it printed. */
+export interface Daemon {
+  proc: ChildProcess;
+  log(): string;
+  exited: Promise<number | null>;
+}
+
+export interface Pod {
+  node: ClusterNode;
+  ns: Netns;
+  id: string;
+  ip: string;
+  ipv6: string | undefined;
+}
+
+export interface ClusterNode {
+  index: number;
+  name: string;
+  ns: Netns;
+  /** The node's address on the underlay. */
+  address: string;
+  dir: string;
+  daemon: Daemon;
+}
+
+async function until(what: string, cond: () => Promise<boolean> | boolean, timeoutMs: number, detail?: () => string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${detail ? `\n${detail()}` : ''}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export class Cluster {
+  readonly o: ClusterOptions;
+  readonly dir: string;
+  readonly nodes: ClusterNode[] = [];
+  readonly pods: Pod[] = [];
+  underlay: Netns | undefined;
+  etcd: EtcdServer | undefined;
+  api: KubeApiServer | undefined;
+  readonly #forwarders: (() => Promise<void>)[] = [];
+  readonly #namespaces: Netns[] = [];
+  #pods = 0;
+
+  private constructor(o: ClusterOptions, dir: string) {
+    this.o = o;
+    this.dir = dir;
+  }
+
+  get netConf(): string {
+    const v6 = this.o.dualStack ? ',"EnableIPv6":true,"IPv6Network":"fd00:10:244::/56"' : '';
+    return `{"Network":"10.244.0.0/16"${v6},"Backend":{"Type":"${this.o.backend}"}}`;
+  }
+
+  /** Builds the cluster and waits until every weftd is ready. On failure, removes what it made. */
+  static async start(o: ClusterOptions): Promise<Cluster> {
+    const c = new Cluster(o, await mkdtemp(join(tmpdir(), 'weft-cluster-')));
+    try {
+      await c.#start();
+      return c;
+    } catch (e) {
+      await c.stop();
+      throw e;
+    }
+  }
+
+  async #start(): Promise<void> {
+    if (this.o.mode === 'etcd') {
+      this.etcd = await EtcdServer.start({ unixSocket: true });
+      const admin = new Etcd3({ hosts: this.etcd.endpoint });
+      try {
+        await admin.put(`${ETCD_PREFIX}/config`).value(this.netConf);
+      } finally {
+        admin.close();
+      }
+    } else {
+      this.api = await KubeApiServer.start();
+      await writeFile(join(this.dir, 'net-conf.json'), this.netConf);
+      await writeFile(this.#kubeconfig, await readFile(await this.api.kubeconfig(), 'utf8'));
+    }
+    this.underlay = await this.#netns('ul');
+    await joinUnderlay(this.underlay, []);
+    for (let i = 0; i < this.o.nodes; i++) await this.#addNode();
+    for (const n of this.nodes) await this.waitReady(n);
+  }
+
+  /** One more node: a namespace on the underlay (and a Node object in kube mode) and its weftd. */
+  async #addNode(): Promise<ClusterNode> {
+    const index = this.nodes.length + 1;
+    const name = `node-${index}`;
+    const ns = await this.#netns(`n${index}`);
+    await attachToUnderlay(this.underlay!, ns, index, { ipv6: this.o.dualStack ?? false });
+    const dir = join(this.dir, name);
+    await mkdir(dir, { recursive: true });
+    if (this.api) {
+      const cidrs = [`10.244.${index}.0/24`, ...(this.o.dualStack ? [`fd00:10:244:${index}::/64`] : [])];
+      this.api.addNode({ metadata: { name }, spec: { podCIDR: cidrs[0], podCIDRs: cidrs } });
+      this.#forwarders.push(await forwardIntoNetns(ns, API_PORT, this.api.socketPath));
+    }
+    const node: ClusterNode = { index, name, ns, address: `198.51.100.${index}`, dir, daemon: undefined as unknown as Daemon };
+    node.daemon = this.#weftd(node);
+    this.nodes.push(node);
+    return node;
+  }
+
+  /** Adds a node to the running cluster and waits until its weftd is ready. */
+  async addNode(): Promise<ClusterNode> {
+    const node = await this.#addNode();
+    await this.waitReady(node);
+    return node;
+  }
+
+  async #netns(tag: string): Promise<Netns> {
+    const ns = await createNetns(tag);
+    this.#namespaces.push(ns);
+    return ns;
+  }
+
+  /** The weftd command line of `node`. */
+  args(node: ClusterNode): string[] {
+    const source = this.etcd
+      ? [`--etcd-endpoints=${this.etcd.endpoint}`]
+      : ['--kube-subnet-mgr', `--kube-api-url=https://127.0.0.1:${API_PORT}`, `--net-config-path=${join(this.dir, 'net-conf.json')}`];
+    return [...source, '--iface=eth0', `--subnet-file=${join(node.dir, 'subnet.env')}`, ...(this.o.weftdArgs ?? [])];
+  }
+
+  #weftd(node: ClusterNode): Daemon {
+    const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', NODE_NAME: node.name };
+    const args = [...this.args(node)];
+    if (this.api) args.push(`--kubeconfig-file=${this.#kubeconfig}`);
+    const proc = spawn('ip', ['netns', 'exec', node.ns.name, WEFTD_BIN, ...args], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    let text = '';
+    proc.stderr!.on('data', (c: Buffer) => (text += c.toString()));
+    const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+    return { proc, log: () => text, exited };
+  }
+
+  get #kubeconfig(): string {
+    return join(this.dir, 'kubeconfig.json');
+  }
+
+  /** Waits for `node`'s weftd to say it is ready (its first full reconcile is done). */
+  async waitReady(node: ClusterNode, timeoutMs = 30_000): Promise<void> {
+    await until(`weftd on ${node.name} ready`, () => {
+      if (node.daemon.proc.exitCode !== null) throw new Error(`weftd on ${node.name} exited ${node.daemon.proc.exitCode}\n${node.daemon.log()}`);
+      return /ready: the kernel holds every lease/.test(node.daemon.log());
+    }, timeoutMs, node.daemon.log);
+  }
+
+  /** Stops `node`'s weftd with `signal` (SIGKILL after 10 s); resolves with its exit code. */
+  async stopWeftd(node: ClusterNode, signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
+    const d = node.daemon;
+    if (d.proc.exitCode !== null || d.proc.signalCode !== null) return d.proc.exitCode;
+    d.proc.kill(signal);
+    const timer = setTimeout(() => d.proc.kill('SIGKILL'), 10_000);
+    try {
+      return await d.exited;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Starts `node`'s weftd again (after stopWeftd) and waits until it is ready. */
+  async restartWeftd(node: ClusterNode): Promise<void> {
+    node.daemon = this.#weftd(node);
+    await this.waitReady(node);
+  }
+
+  /** subnet.env of `node` as a map. */
+  async subnetEnv(node: ClusterNode): Promise<Record<string, string>> {
+    const text = await readFile(join(node.dir, 'subnet.env'), 'utf8');
+    return Object.fromEntries(text.trim().split('\n').map((l) => l.split('=') as [string, string]));
+  }
+
+  /** The CNI config of `node`'s pods: flannel's conflist entry, with this node's files. */
+  cniConfig(node: ClusterNode): Record<string, unknown> {
+    return {
+      cniVersion: '1.0.0', name: 'cbr0', type: 'flannel',
+      subnetFile: join(node.dir, 'subnet.env'), dataDir: join(node.dir, 'cni'),
+      delegate: { hairpinMode: true, isDefaultGateway: true },
+      // host-local's store is per node here (the nodes share this machine's file system).
+      ipam: { dataDir: join(node.dir, 'ipam') },
+    };
+  }
+
+  /** A pod on `node` through bin/weft ADD. */
+  async addPod(node: ClusterNode): Promise<Pod> {
+    const ns = await this.#netns(`pod${++this.#pods}`);
+    const id = `pod-${this.#pods}`;
+    const r = await callPlugin(WEFT_BIN, node.ns, { command: 'ADD', containerId: id, ifname: 'eth0', netns: ns.path }, this.cniConfig(node));
+    if (r.code !== 0 || !r.json) throw new Error(`weft ADD on ${node.name} failed: ${r.stdout}${r.stderr}`);
+    const ips = (r.json.ips as { address: string }[]).map((i) => i.address.split('/')[0]!);
+    const pod: Pod = { node, ns, id, ip: ips.find((a) => !a.includes(':'))!, ipv6: ips.find((a) => a.includes(':')) };
+    this.pods.push(pod);
+    return pod;
+  }
+
+  /** Whether one ping from `from` reaches `to` (IPv4, or IPv6 with `v6`). */
+  async ping(from: Pod, to: Pod, v6 = false): Promise<boolean> {
+    const target = v6 ? to.ipv6 : to.ip;
+    if (!target) throw new Error(`pod ${to.id} has no IPv${v6 ? 6 : 4} address`);
+    return from.ns.exec('ping', '-c', '1', '-W', '1', target).then(() => true, () => false);
+  }
+
+  /** Waits until `from` reaches `to`. */
+  async waitPing(from: Pod, to: Pod, v6 = false, timeoutMs = 20_000): Promise<void> {
+    await until(`${from.id} on ${from.node.name} reaching ${to.id} on ${to.node.name}${v6 ? ' over IPv6' : ''}`, () => this.ping(from, to, v6), timeoutMs, () => this.nodes.map((n) => `--- ${n.name}\n${n.daemon.log()}`).join('\n'));
+  }
+
+  /** Removes everything: pods (CNI DEL), weftd processes, namespaces, servers, files. */
+  async stop(): Promise<void> {
+    for (const pod of this.pods.splice(0)) {
+      await callPlugin(WEFT_BIN, pod.node.ns, { command: 'DEL', containerId: pod.id, ifname: 'eth0', netns: pod.ns.path }, this.cniConfig(pod.node)).catch(() => undefined);
+    }
+    await Promise.all(this.nodes.map((n) => this.stopWeftd(n).catch(() => null)));
+    await Promise.all(this.#forwarders.splice(0).map((stop) => stop()));
+    for (const ns of this.#namespaces.splice(0).reverse()) await ns.remove();
+    await this.etcd?.stop();
+    await this.api?.stop();
+    await rm(this.dir, { recursive: true, force: true });
+  }
+}
