@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
-	typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni bench-cni demo clean
+	typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni bench-cni bench-dataplane demo clean
 
 all: build
 
@@ -81,6 +81,9 @@ bench-kube: deps build
 
 bench-cni: deps build
 	$(NODE) bench/cni.bench.ts
+
+bench-dataplane: deps build
+	$(NODE) bench/dataplane.bench.ts
 
 # A 3-node cluster with pods in namespaces on this machine; Ctrl-C removes it.
 demo: deps build

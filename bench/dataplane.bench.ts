@@ -1,0 +1,51 @@
+/**
+ * make bench-dataplane: iperf3 (TCP, 10 s) pod to pod across two nodes of the e2e cluster
+ * (test/support/cluster.ts: real weftd, pods by bin/weft) over vxlan and over host-gw, and node to
+ * node over the underlay without overlay, on the same veth + bridge underlay.
+ *
+ * Last line: vxlan_gbps=<> hostgw_gbps=<> underlay_gbps=<> vxlan_ratio=<> hostgw_ratio=<>
+ */
+import { spawn } from 'node:child_process';
+import type { Netns } from '../test/support/netns.ts';
+import { Cluster } from '../test/support/cluster.ts';
+
+const SECONDS = Number(process.env.WEFT_BENCH_SECONDS ?? 10);
+
+/** Runs an iperf3 server in `server` and a client in `client` towards `address`; returns Gbit/s received. */
+async function iperf(server: Netns, client: Netns, address: string): Promise<number> {
+  const srv = spawn('ip', ['netns', 'exec', server.name, 'iperf3', '-s', '-1', '-B', address], { stdio: 'ignore' });
+  try {
+    for (let i = 0; ; i++) {
+      try {
+        const out = await client.exec('iperf3', '-c', address, '-t', String(SECONDS), '-J');
+        const r = JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } };
+        return r.end.sum_received.bits_per_second / 1e9;
+      } catch (e) {
+        if (i >= 20) throw e;
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+  } finally {
+    srv.kill();
+  }
+}
+
+async function podToPod(backend: 'vxlan' | 'host-gw'): Promise<{ pod: number; underlay: number }> {
+  const c = await Cluster.start({ nodes: 2, backend, mode: 'etcd' });
+  try {
+    const a = await c.addPod(c.nodes[0]!);
+    const b = await c.addPod(c.nodes[1]!);
+    await c.waitPing(a, b);
+    const pod = await iperf(b.ns, a.ns, b.ip);
+    const underlay = backend === 'host-gw' ? await iperf(c.nodes[1]!.ns, c.nodes[0]!.ns, c.nodes[1]!.address) : 0;
+    return { pod, underlay };
+  } finally {
+    await c.stop();
+  }
+}
+
+const vxlan = await podToPod('vxlan');
+const hostgw = await podToPod('host-gw');
+const f = (x: number) => x.toFixed(2);
+console.log(`iperf3 ${SECONDS} s: pod→pod vxlan ${f(vxlan.pod)} Gbit/s, host-gw ${f(hostgw.pod)} Gbit/s; node→node underlay ${f(hostgw.underlay)} Gbit/s`);
+console.log(`vxlan_gbps=${f(vxlan.pod)} hostgw_gbps=${f(hostgw.pod)} underlay_gbps=${f(hostgw.underlay)} vxlan_ratio=${f(vxlan.pod / hostgw.underlay)} hostgw_ratio=${f(hostgw.pod / hostgw.underlay)}`);
