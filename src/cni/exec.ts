@@ -40,7 +40,10 @@ export function execPlugin(plugin: string, verb: Verb, stdin: string, env: Reado
     encoding: 'utf8',
   });
   const name = `delegate ${plugin} ${verb}`;
-  if (r.error) throw new CniError(CNI_CODE.IO_FAILURE, `failed to run ${name}: ${r.error.message}`);
+  // EPIPE: the plugin exited without reading all of its stdin (VERSION needs none); its exit
+  // status and stdout are what count.
+  const unread = (r.error as NodeJS.ErrnoException | undefined)?.code === 'EPIPE' && r.status !== null;
+  if (r.error && !unread) throw new CniError(CNI_CODE.IO_FAILURE, `failed to run ${name}: ${r.error.message}`);
   let out: unknown;
   try {
     out = r.stdout.trim() === '' ? undefined : JSON.parse(r.stdout);
