@@ -1,0 +1,232 @@
+/**
+ * {@link TrafficRules}: weftd's keeper of the masquerade and forward rules (issue #7, reference §6).
+ *
+ * DESIGN NOTES
+ *
+ * - Driver choice: `auto` takes nftables when `nft` works here, else iptables; an explicit choice
+ *   that does not work here is a ConfigError. The choice and its reason are logged once.
+ * - Start: switches forwarding on, removes the other driver's sets (Weft's and flanneld's: the
+ *   nftables tables `inet weft`, `ip flannel-ipv4`, `ip6 flannel-ipv6`, or the FLANNEL-* chains
+ *   and their jumps), then applies the wanted set in one transaction, which also recycles rules of
+ *   an old network/subnet and adopts flanneld's set of the same driver (rules.ts explains how).
+ * - Resync (every `resyncSeconds`): compares the node with the wanted set, re-applies the whole
+ *   set when anything differs and warns with what differed; the other driver's sets are removed
+ *   again if they reappear. Unlike flanneld's nftables mode, nftables is resynced too.
+ * - Rules stay when weftd exits (`stop()` or the signal only end the loop), so pods keep working
+ *   across a restart; {@link TrafficRules.cleanup} removes them.
+ * - A failed apply leaves the previous set (each transaction is atomic); the error names the
+ *   command and its stderr, and the loop tries again next period.
+ */
+import { ConfigError } from '../errors.ts';
+import { formatCIDR } from '../ip/ip.ts';
+import type { Logger } from '../log.ts';
+import { sleep } from '../retry.ts';
+import { IptablesDriver, NftablesDriver } from './drivers.ts';
+import type { Driver, DriverName } from './drivers.ts';
+import { wantedRules } from './rules.ts';
+import type { TrafficNetworks, WantedRules } from './rules.ts';
+import { execRunner, procSysctl } from './runner.ts';
+import type { Runner, SysctlWriter } from './runner.ts';
+
+export interface TrafficRulesOptions {
+  /** Which rules engine: `auto` (default) prefers nftables when `nft` works here, else iptables. */
+  driver?: 'auto' | DriverName;
+  /** `--ip-masq`: install the masquerade rules. Default false, as flanneld. */
+  ipMasq?: boolean;
+  /** `--iptables-forward-rules`: install the forward-accept rules. Default true. */
+  forwardRules?: boolean;
+  /** `--ip-masq-fully-random-disable`: never use fully-random source ports. Default false. */
+  fullyRandomDisable?: boolean;
+  /** `--iptables-resync`: seconds between checks of the rules. Default 5. */
+  resyncSeconds?: number;
+  /** Manage IPv4 rules and forwarding. Default true. */
+  enableIPv4?: boolean;
+  /** Manage IPv6 rules and forwarding. Default false. */
+  enableIPv6?: boolean;
+  /** Runs nft/iptables; default spawns them in this process's namespace. */
+  runner?: Runner;
+  /** Sets a sysctl; default writes /proc/sys of this process's namespace. */
+  sysctl?: SysctlWriter;
+  log: Logger;
+  /** Waits between resyncs (injectable for tests); default {@link sleep}. */
+  delay?: (ms: number, signal: AbortSignal) => Promise<void>;
+}
+
+function describe(n: TrafficNetworks | undefined): string {
+  if (!n) return 'none';
+  const parts: string[] = [];
+  if (n.network) parts.push(`network=${formatCIDR(n.network)}`);
+  if (n.subnet) parts.push(`subnet=${formatCIDR(n.subnet)}`);
+  if (n.ipv6Network) parts.push(`ipv6Network=${formatCIDR(n.ipv6Network)}`);
+  if (n.ipv6Subnet) parts.push(`ipv6Subnet=${formatCIDR(n.ipv6Subnet)}`);
+  return parts.join(' ') || 'none';
+}
+
+export class TrafficRules {
+  readonly #opts: TrafficRulesOptions;
+  readonly #log: Logger;
+  readonly #drivers: Record<DriverName, Driver>;
+  #driver: Driver | undefined;
+  #want: WantedRules | undefined;
+  #networks: TrafficNetworks | undefined;
+  /** Whether the driver not chosen works here (its leftovers are then looked for at each resync). */
+  #otherWorks = false;
+  #loop: AbortController | undefined;
+  #loopDone: Promise<void> | undefined;
+
+  constructor(opts: TrafficRulesOptions) {
+    this.#opts = opts;
+    this.#log = opts.log.child({ component: 'traffic-rules' });
+    const run = opts.runner ?? execRunner();
+    this.#drivers = { nftables: new NftablesDriver(run), iptables: new IptablesDriver(run) };
+  }
+
+  /** The driver in use after {@link start}. */
+  get driver(): DriverName | undefined {
+    return this.#driver?.name;
+  }
+
+  /** The rules being kept, after {@link start}. */
+  get wanted(): WantedRules | undefined {
+    return this.#want;
+  }
+
+  /**
+   * Chooses the driver, switches forwarding on, removes the other driver's rules, installs the
+   * rules for `current` and resolves; then resyncs every `resyncSeconds` until `signal` aborts or
+   * {@link stop} is called. `previous` (the old subnet.env's values) is only logged: the apply
+   * replaces Weft's chains or table whole, so an old network's rules go with it.
+   */
+  async start(current: TrafficNetworks, opts: { previous?: TrafficNetworks; signal?: AbortSignal } = {}): Promise<void> {
+    const v4 = this.#opts.enableIPv4 ?? true;
+    const v6 = this.#opts.enableIPv6 ?? false;
+    const nets: TrafficNetworks = {};
+    if (v4 && current.network) nets.network = current.network;
+    if (v4 && current.subnet) nets.subnet = current.subnet;
+    if (v6 && current.ipv6Network) nets.ipv6Network = current.ipv6Network;
+    if (v6 && current.ipv6Subnet) nets.ipv6Subnet = current.ipv6Subnet;
+
+    const { driver, why } = await this.#choose();
+    const fullyRandom = !this.#opts.fullyRandomDisable && (await driver.fullyRandomSupported());
+    const want = wantedRules(nets, { ipMasq: this.#opts.ipMasq ?? false, forwardRules: this.#opts.forwardRules ?? true, fullyRandom });
+
+    const sysctl = this.#opts.sysctl ?? procSysctl;
+    if (v4) await sysctl('net.ipv4.ip_forward', '1');
+    if (v6) await sysctl('net.ipv6.conf.all.forwarding', '1');
+
+    const prev = describe(opts.previous);
+    if (opts.previous && prev !== describe(nets)) this.#log.info('network or subnet changed; recycling traffic rules', { previous: prev, current: describe(nets) });
+    await this.#removeOther(driver);
+    await driver.apply(want);
+    this.#driver = driver;
+    this.#want = want;
+    this.#networks = nets;
+    this.#log.info(`traffic rules installed with ${driver.name}`, {
+      driver: driver.name, why, fullyRandom, ipMasq: !!(want.v4?.masq ?? want.v6?.masq), forward: !!(want.v4?.forward ?? want.v6?.forward), networks: describe(nets),
+    });
+
+    this.#stopLoop();
+    const ctl = new AbortController();
+    this.#loop = ctl;
+    const signal = opts.signal ? AbortSignal.any([opts.signal, ctl.signal]) : ctl.signal;
+    this.#loopDone = this.#resyncLoop(signal);
+  }
+
+  /** The networks the rules were installed for. */
+  get networks(): TrafficNetworks | undefined {
+    return this.#networks;
+  }
+
+  /**
+   * One resync: restores the wanted set if the node differs from it and removes the other
+   * driver's rules if present. Returns what differed (empty when nothing did).
+   */
+  async resync(): Promise<string[]> {
+    const driver = this.#driver;
+    const want = this.#want;
+    if (!driver || !want) return [];
+    const drift = await driver.drift(want);
+    if (drift.length > 0) {
+      await driver.apply(want);
+      this.#log.warn('traffic rules drifted; restored', { driver: driver.name, drift: drift.join('; ') });
+    }
+    const other = this.#other(driver);
+    if (this.#otherWorks && (await other.present())) {
+      await other.remove();
+      drift.push(`${other.name} rules present`);
+      this.#log.warn(`removed ${other.name} traffic rules left beside ${driver.name}`, { driver: driver.name });
+    }
+    return drift;
+  }
+
+  /** Ends the resync loop; the rules stay. Resolves when the loop has ended. */
+  async stop(): Promise<void> {
+    const done = this.#loopDone;
+    this.#stopLoop();
+    await done;
+  }
+
+  /** Ends the loop and removes the rules of both drivers (Weft's and flanneld's); idempotent. */
+  async cleanup(): Promise<void> {
+    await this.stop();
+    for (const d of [this.#drivers.nftables, this.#drivers.iptables]) {
+      if ((await d.unavailable()) === undefined) await d.remove();
+    }
+    this.#driver = undefined;
+    this.#want = undefined;
+    this.#log.info('traffic rules removed');
+  }
+
+  #stopLoop(): void {
+    this.#loop?.abort();
+    this.#loop = undefined;
+    this.#loopDone = undefined;
+  }
+
+  async #resyncLoop(signal: AbortSignal): Promise<void> {
+    const delay = this.#opts.delay ?? sleep;
+    const ms = (this.#opts.resyncSeconds ?? 5) * 1000;
+    while (!signal.aborted) {
+      try {
+        await delay(ms, signal);
+      } catch {
+        return;
+      }
+      if (signal.aborted) return;
+      try {
+        await this.resync();
+      } catch (e) {
+        this.#log.error('failed to resync traffic rules; trying again next period', { error: e });
+      }
+    }
+  }
+
+  #other(d: Driver): Driver {
+    return d.name === 'nftables' ? this.#drivers.iptables : this.#drivers.nftables;
+  }
+
+  async #removeOther(driver: Driver): Promise<void> {
+    const other = this.#other(driver);
+    this.#otherWorks = (await other.unavailable()) === undefined;
+    if (!this.#otherWorks) return;
+    if (await other.present()) {
+      await other.remove();
+      this.#log.info(`removed ${other.name} traffic rules (Weft's or flanneld's) before installing ${driver.name}`);
+    }
+  }
+
+  async #choose(): Promise<{ driver: Driver; why: string }> {
+    const pref = this.#opts.driver ?? 'auto';
+    if (pref !== 'auto') {
+      const d = this.#drivers[pref];
+      const no = await d.unavailable();
+      if (no !== undefined) throw new ConfigError('EnableNFTables', `${pref} does not work here: ${no}`);
+      return { driver: d, why: 'configured' };
+    }
+    const noNft = await this.#drivers.nftables.unavailable();
+    if (noNft === undefined) return { driver: this.#drivers.nftables, why: 'auto: nft works here' };
+    const noIpt = await this.#drivers.iptables.unavailable();
+    if (noIpt === undefined) return { driver: this.#drivers.iptables, why: `auto: nftables unavailable (${noNft})` };
+    throw new ConfigError('EnableNFTables', `neither nftables (${noNft}) nor iptables (${noIpt}) works here`);
+  }
+}

@@ -1,0 +1,71 @@
+/**
+ * How the traffic-rule drivers run `nft`, `iptables-restore` and friends: through a {@link Runner},
+ * so tests can run every command inside a namespace (`ip netns exec <ns> …`) while weftd, already
+ * in the node's namespace, spawns them directly.
+ */
+import { spawn } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { WeftError } from '../errors.ts';
+
+export interface RunResult {
+  /** Exit status; 127 when the program could not be started (e.g. not installed). */
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `argv` (program first) with `stdin` as its input; never rejects for a non-zero exit. */
+export type Runner = (argv: readonly string[], stdin?: string) => Promise<RunResult>;
+
+/** A command the rules depend on failed; `command` is the program and its arguments. */
+export class TrafficRulesError extends WeftError {
+  readonly command: string;
+  readonly stderr: string;
+
+  constructor(verb: string, argv: readonly string[], r: RunResult) {
+    const command = argv.join(' ');
+    const why = r.stderr.trim() || r.stdout.trim() || `exit status ${r.code}`;
+    super('ETRAFFICRULES', `failed to ${verb}: ${command}: ${why}`, { retryable: r.code !== 127 });
+    this.command = command;
+    this.stderr = r.stderr;
+  }
+}
+
+/** A runner spawning the command directly, each argv prefixed by `prefix` (e.g. `ip netns exec ns`). */
+export function execRunner(prefix: readonly string[] = []): Runner {
+  return (argv, stdin) =>
+    new Promise((resolve) => {
+      const full = [...prefix, ...argv];
+      const child = spawn(full[0]!, full.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      child.stdout.on('data', (b: Buffer) => out.push(b));
+      child.stderr.on('data', (b: Buffer) => err.push(b));
+      child.stdin.on('error', () => {});
+      child.on('error', (e) => resolve({ code: 127, stdout: '', stderr: e.message }));
+      child.on('close', (code) => resolve({ code: code ?? 1, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }));
+      child.stdin.end(stdin ?? '');
+    });
+}
+
+/** Runs `argv`, throwing a {@link TrafficRulesError} (naming the command and its stderr) on failure. */
+export async function mustRun(run: Runner, verb: string, argv: readonly string[], stdin?: string): Promise<string> {
+  const r = await run(argv, stdin);
+  if (r.code !== 0) throw new TrafficRulesError(verb, argv, r);
+  return r.stdout;
+}
+
+/** Sets a sysctl, e.g. `('net.ipv4.ip_forward', '1')`. */
+export type SysctlWriter = (key: string, value: string) => Promise<void>;
+
+/** Writes `/proc/sys/<key with dots as slashes>` of the namespace this process runs in. */
+export const procSysctl: SysctlWriter = async (key, value) => {
+  await writeFile(`/proc/sys/${key.replaceAll('.', '/')}`, value);
+};
+
+/** Sets sysctls with `sysctl -w` through `run` (for a runner bound to another namespace). */
+export function runnerSysctl(run: Runner): SysctlWriter {
+  return async (key, value) => {
+    await mustRun(run, `set sysctl ${key}`, ['sysctl', '-w', `${key}=${value}`]);
+  };
+}

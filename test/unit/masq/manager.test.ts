@@ -1,0 +1,56 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ConfigError } from '../../../src/errors.ts';
+import { parseCIDR } from '../../../src/ip/ip.ts';
+import { memoryLogger } from '../../../src/log.ts';
+import { TrafficRules } from '../../../src/masq/manager.ts';
+import { TrafficRulesError } from '../../../src/masq/runner.ts';
+import type { RunResult, Runner } from '../../../src/masq/runner.ts';
+
+const NETS = { network: parseCIDR('10.244.0.0/16', 'n'), subnet: parseCIDR('10.244.1.0/24', 's') };
+
+/** A runner answering from `answer` (argv joined by spaces → result) and recording every call. */
+function fakeRunner(answer: (cmd: string, stdin?: string) => Partial<RunResult> | undefined): Runner & { calls: string[] } {
+  const calls: string[] = [];
+  const run = async (argv: readonly string[], stdin?: string): Promise<RunResult> => {
+    const cmd = argv.join(' ');
+    calls.push(cmd);
+    const r = answer(cmd, stdin);
+    return { code: 0, stdout: '', stderr: '', ...r };
+  };
+  return Object.assign(run, { calls });
+}
+
+const noNft = (cmd: string): Partial<RunResult> | undefined => (cmd.startsWith('nft') ? { code: 1, stderr: 'Error: Could not process rule: Operation not supported' } : undefined);
+
+test('auto picks nftables when nft works, says why once, and switches forwarding on', async () => {
+  const sysctls: string[] = [];
+  const log = memoryLogger();
+  const run = fakeRunner((cmd) => (cmd.startsWith('iptables --version') ? { stdout: 'iptables v1.8.9 (nf_tables)' } : undefined));
+  const rules = new TrafficRules({ ipMasq: true, runner: run, log, sysctl: async (k, v) => void sysctls.push(`${k}=${v}`) });
+  await rules.start(NETS);
+  await rules.stop();
+  assert.equal(rules.driver, 'nftables');
+  assert.deepEqual(sysctls, ['net.ipv4.ip_forward=1']);
+  const info = log.records.filter((r) => r.msg.startsWith('traffic rules installed'));
+  assert.equal(info.length, 1);
+  assert.equal(info[0]!.fields.why, 'auto: nft works here');
+  assert.ok(run.calls.includes('nft -f -'));
+});
+
+test('auto falls back to iptables (with --wait) when nft does not work; an explicit driver that does not work is a ConfigError', async () => {
+  const run = fakeRunner((cmd) => noNft(cmd) ?? (cmd === 'iptables --version' ? { stdout: 'iptables v1.8.9 (legacy)' } : undefined));
+  const rules = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl: async () => {} });
+  await rules.start(NETS);
+  await rules.stop();
+  assert.equal(rules.driver, 'iptables');
+  assert.ok(run.calls.includes('iptables-restore --noflush --wait'));
+  const forced = new TrafficRules({ driver: 'nftables', ipMasq: true, runner: run, log: memoryLogger(), sysctl: async () => {} });
+  await assert.rejects(forced.start(NETS), (e: unknown) => e instanceof ConfigError && /Operation not supported/.test(e.message));
+});
+
+test('a failing apply is a TrafficRulesError naming the command and its stderr', async () => {
+  const run = fakeRunner((cmd) => (cmd === 'nft -f -' ? { code: 1, stderr: 'Error: syntax error' } : cmd === 'iptables --version' ? { code: 127 } : undefined));
+  const rules = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl: async () => {} });
+  await assert.rejects(rules.start(NETS), (e: unknown) => e instanceof TrafficRulesError && e.message === 'failed to apply nftables table inet weft: nft -f -: Error: syntax error');
+});
