@@ -16,6 +16,7 @@ import type { LeaseSource } from '../lease/source.ts';
 import { LeaseTable } from '../lease/table.ts';
 import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
+import { TrafficRules } from '../masq/manager.ts';
 import type { Metrics } from '../server/metrics.ts';
 import { readSubnetEnv, writeSubnetEnv } from '../subnetenv/subnetenv.ts';
 
@@ -26,6 +27,8 @@ export interface AgentDeps {
   log: Logger;
   /** Fed with reconcile passes and the lease count; optional in tests. */
   metrics?: Metrics;
+  /** The masquerade/forward rules keeper; default one built from the flags and net-conf. */
+  trafficRules?: TrafficRules;
 }
 
 /** The subnet.env of a lease: what the CNI plugin wires pods with. */
@@ -69,17 +72,24 @@ export async function runAgent(d: AgentDeps, signal: AbortSignal, onReady?: () =
   const attrs = await backend.setup(published.attrs?.backendType === config.backend.type ? published.attrs : undefined);
   const own = await source.acquire({ attrs, ...(previous ? { previous: { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet } } : {}) }, signal);
   await backend.configure(own);
+  const rules = d.trafficRules ?? new TrafficRules({
+    driver: config.enableNFTables && flags.trafficRules === 'auto' ? 'nftables' : flags.trafficRules,
+    ipMasq: flags.ipMasq, forwardRules: flags.iptablesForwardRules, fullyRandomDisable: flags.ipMasqFullyRandomDisable,
+    resyncSeconds: flags.iptablesResync, enableIPv4: config.enableIPv4, enableIPv6: config.enableIPv6, log,
+  });
+  const networks = (lease: Lease) => ({ network: config.network, subnet: lease.subnet, ipv6Network: config.ipv6Network, ipv6Subnet: lease.ipv6Subnet });
+  await rules.start(networks(own), { ...(previous ? { previous } : {}), signal });
   await writeEnv(flags.subnetFile, config, own, backend.mtu, flags.ipMasq);
   log.info('wrote the subnet file', { file: flags.subnetFile, subnet: own.subnet && formatCIDR(own.subnet), ipv6Subnet: own.ipv6Subnet && formatCIDR(own.ipv6Subnet), mtu: backend.mtu });
 
-  if (flags.ipMasq) {
-    log.warn('--ip-masq: this build does not install masquerade rules yet; pod traffic leaving the cluster is not masqueraded by weftd');
-  }
+  if (flags.ipBlackholeRoute) log.warn('--ip-blackhole-route is not supported by this build; no blackhole route is kept for the own subnet');
   const table = new LeaseTable();
   if (d.metrics) d.metrics.leaseCount = () => table.size;
   const network = new Network({ handle, backend, table, own, log, resyncPeriodMs: flags.resyncPeriod * 1000, onPass: (p) => d.metrics?.pass(p) });
   const watching = source.watch(table, signal, (lease) => {
-    void network.setOwn(lease).then(() => writeEnv(flags.subnetFile, config, lease, backend.mtu, flags.ipMasq)).catch((e: unknown) => {
+    void network.setOwn(lease)
+      .then(() => rules.start(networks(lease), { previous: networks(own), signal }))
+      .then(() => writeEnv(flags.subnetFile, config, lease, backend.mtu, flags.ipMasq)).catch((e: unknown) => {
       log.error('failed to move to the new lease', { err: e });
     });
   });

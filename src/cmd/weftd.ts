@@ -9,6 +9,7 @@ import type { Flags } from '../config/flags.ts';
 import { WeftError } from '../errors.ts';
 import { EtcdLeaseSource } from '../lease/etcd/source.ts';
 import { KubeLeaseSource } from '../lease/kube/source.ts';
+import { TrafficRules } from '../masq/manager.ts';
 import type { LeaseSource } from '../lease/source.ts';
 import { createLogger } from '../log.ts';
 import type { Logger } from '../log.ts';
@@ -42,6 +43,10 @@ async function main(argv: string[]): Promise<number> {
       log.info(`received ${sig}, shutting down (the data plane stays)`);
       stop.abort(new WeftError('ESTOPPED', `stopped by ${sig}`));
     });
+  }
+  if (flags.cleanupTrafficRules) {
+    await new TrafficRules({ log }).cleanup();
+    return 0;
   }
   let ready = false;
   const health = flags.healthzPort > 0

@@ -44,6 +44,10 @@ export interface Flags {
   logFormat: LogFormat;
   /** Seconds between full reconciles of the kernel state. */
   resyncPeriod: number;
+  /** The masquerade/forward rules engine; `auto`: nftables when nft works, else iptables. */
+  trafficRules: 'auto' | 'nftables' | 'iptables';
+  /** Remove the traffic rules of Weft and flanneld, then exit. */
+  cleanupTrafficRules: boolean;
 }
 
 export const VERSION = '0.1.0';
@@ -125,6 +129,8 @@ const SPECS: FlagSpec[] = [
   { name: 'healthz-port', group: RUN, help: 'port of the health endpoints (0 disables)', kind: { min: 0, max: 65535 }, default: 0 },
   { name: 'log-level', group: WEFT, help: 'log level', default: 'info', own: true, choices: ['error', 'warn', 'info', 'debug'] },
   { name: 'log-format', group: WEFT, help: 'log format', default: 'text', own: true, choices: ['text', 'json'] },
+  { name: 'traffic-rules', group: WEFT, help: 'rules engine: auto (nftables when nft works, else iptables), nftables or iptables; EnableNFTables in net-conf.json means nftables', default: 'auto', own: true, choices: ['auto', 'nftables', 'iptables'] },
+  { name: 'cleanup-traffic-rules', group: WEFT, help: 'remove the masquerade and forward rules of Weft and flanneld (both engines), then exit', kind: 'bool', default: false, own: true },
   { name: 'resync-period', group: WEFT, help: 'seconds between full reconciles of the kernel state', kind: { min: 1, max: 86400 }, default: 30, own: true },
 ];
 
@@ -234,5 +240,7 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     logLevel: str('log-level') as LogLevel,
     logFormat: str('log-format') as LogFormat,
     resyncPeriod: num('resync-period'),
+    trafficRules: str('traffic-rules') as Flags['trafficRules'],
+    cleanupTrafficRules: bool('cleanup-traffic-rules'),
   };
 }

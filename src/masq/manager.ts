@@ -196,7 +196,7 @@ export class TrafficRules {
       try {
         await this.resync();
       } catch (e) {
-        this.#log.error('failed to resync traffic rules; trying again next period', { error: e });
+        this.#log.error('failed to resync traffic rules; trying again next period', { err: e });
       }
     }
   }

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import { Etcd3 } from 'etcd3';
-import { Cluster } from '../support/cluster.ts';
+import { Cluster, WEFTD_BIN } from '../support/cluster.ts';
 import type { Pod } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
 import { needsRoot } from '../support/netns.ts';
@@ -28,7 +28,7 @@ async function podRoutes(c: Cluster, nodeIndex: number): Promise<string[]> {
 for (const backend of ['vxlan', 'host-gw'] as const) {
   for (const dualStack of [false, true]) {
     test(`3 nodes, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}: pods made by bin/weft reach every other node's pods`, { skip, timeout: 180_000 }, async () => {
-      const c = await Cluster.start({ nodes: 3, backend, dualStack, mode: 'etcd', weftdArgs: ['--healthz-ip=127.0.0.1', '--healthz-port=8081'] });
+      const c = await Cluster.start({ nodes: 3, backend, dualStack, mode: 'etcd', weftdArgs: ['--healthz-ip=127.0.0.1', '--healthz-port=8081', '--ip-masq'] });
       try {
         const pods = [];
         for (const n of c.nodes) pods.push(await c.addPod(n));
@@ -45,6 +45,15 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
         assert.equal(readyz, 'weftd is ready\n 200');
         const metrics = await c.nodes[0]!.ns.exec('curl', '-s', 'http://127.0.0.1:8081/metrics');
         assert.match(metrics, /^weft_leases 2$/m);
+
+        // --ip-masq: the rules are in place (pods above still reach each other unmasqueraded)
+        // and stay when weftd stops; --cleanup-traffic-rules removes them.
+        const n1 = c.nodes[0]!;
+        assert.match(await n1.ns.exec('nft', 'list', 'table', 'inet', 'weft'), /ip saddr 10\.244\.0\.0\/16 ip daddr != 224\.0\.0\.0\/4 masquerade/);
+        assert.equal(await c.stopWeftd(n1), 0);
+        await n1.ns.exec('nft', 'list', 'table', 'inet', 'weft');
+        await n1.ns.exec(WEFTD_BIN, '--cleanup-traffic-rules');
+        await assert.rejects(n1.ns.exec('nft', 'list', 'table', 'inet', 'weft'), 'the table is gone after the cleanup');
       } finally {
         await c.stop();
       }
