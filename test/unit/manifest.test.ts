@@ -1,0 +1,235 @@
+/**
+ * daemonset.yaml, cni-conf/10-weft.conflist and the Dockerfile against the code they configure:
+ * flannel's RBAC minimum, weftd's flags as parseFlags reads them, the net-conf and CNI config
+ * through the parsers weftd and the plugin use, and the paths that tie the three files together.
+ */
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { posix } from 'node:path';
+import { test } from 'node:test';
+import { parseAllDocuments } from 'yaml';
+import { DEFAULT_SUBNET_FILE, delegateBytes, parseNetConf, renderDelegate } from '../../src/cni/config.ts';
+import { parseFlags } from '../../src/config/flags.ts';
+import { checkNetworkConfig, parseNetConfig } from '../../src/config/netconf.ts';
+import { formatCIDR, parseCIDR } from '../../src/ip/ip.ts';
+import { parseSubnetEnv, renderSubnetEnv } from '../../src/subnetenv/subnetenv.ts';
+
+interface Meta { name: string; namespace?: string; labels?: Record<string, string> }
+interface K8sObject { apiVersion: string; kind: string; metadata: Meta }
+interface Rule { apiGroups?: string[]; resources?: string[]; verbs?: string[]; [k: string]: unknown }
+interface ClusterRole extends K8sObject { rules: Rule[] }
+interface ClusterRoleBinding extends K8sObject {
+  roleRef: { apiGroup: string; kind: string; name: string };
+  subjects: { kind: string; name: string; namespace?: string }[];
+}
+interface ConfigMap extends K8sObject { data: Record<string, string> }
+interface EnvVar { name: string; value?: string; valueFrom?: { fieldRef?: { fieldPath: string } } }
+interface Mount { name: string; mountPath: string; readOnly?: boolean }
+interface Probe { httpGet?: { path: string; port: number | string; host?: string } }
+interface Container {
+  name: string;
+  image: string;
+  command?: string[];
+  args?: string[];
+  env?: EnvVar[];
+  volumeMounts?: Mount[];
+  securityContext?: { privileged?: boolean; capabilities?: { add?: string[] } };
+  livenessProbe?: Probe;
+  readinessProbe?: Probe;
+}
+interface Volume { name: string; hostPath?: { path: string; type?: string }; configMap?: { name: string } }
+interface PodSpec {
+  hostNetwork?: boolean;
+  priorityClassName?: string;
+  serviceAccountName?: string;
+  nodeSelector?: Record<string, string>;
+  tolerations?: Record<string, string>[];
+  initContainers?: Container[];
+  containers: Container[];
+  volumes: Volume[];
+}
+interface DaemonSet extends K8sObject {
+  spec: { selector: { matchLabels: Record<string, string> }; template: { metadata: Meta; spec: PodSpec } };
+}
+
+const root = new URL('../../', import.meta.url);
+const read = (path: string): string => readFileSync(new URL(path, root), 'utf8');
+
+const docs = parseAllDocuments(read('daemonset.yaml'));
+const objects = docs.map((d) => d.toJS() as K8sObject | null).filter((o): o is K8sObject => o !== null);
+
+function one<T extends K8sObject>(kind: string): T {
+  const found = objects.filter((o) => o.kind === kind);
+  assert.equal(found.length, 1, `exactly one ${kind} in daemonset.yaml`);
+  return found[0] as T;
+}
+
+const ds = one<DaemonSet>('DaemonSet');
+const pod = ds.spec.template.spec;
+const cm = one<ConfigMap>('ConfigMap');
+const weftd = pod.containers.find((c) => c.command?.[0]?.endsWith('/weftd'));
+assert.ok(weftd, 'a container runs weftd');
+const flags = parseFlags(weftd.args ?? [], {});
+const conflistFile = read('cni-conf/10-weft.conflist');
+const dockerfile = read('Dockerfile');
+
+const trimSlash = (p: string): string => (p.length > 1 ? p.replace(/\/+$/, '') : p);
+function volume(name: string): Volume {
+  const v = pod.volumes.find((x) => x.name === name);
+  assert.ok(v, `volume ${name} is declared`);
+  return v;
+}
+/** The mount of `c` at `path` and the volume behind it. */
+function mountAt(c: Container, path: string): { mount: Mount; volume: Volume } {
+  const mount = c.volumeMounts?.find((m) => trimSlash(m.mountPath) === trimSlash(path));
+  assert.ok(mount, `${c.name} mounts something at ${path}`);
+  return { mount, volume: volume(mount.name) };
+}
+/** Where `c` mounts the host directory `hostPath`. */
+function mountOfHostPath(c: Container, hostPath: string): string {
+  const mount = c.volumeMounts?.find((m) => volume(m.name).hostPath?.path === hostPath);
+  assert.ok(mount, `${c.name} mounts the host's ${hostPath}`);
+  return trimSlash(mount.mountPath);
+}
+function mountOfConfigMap(c: Container): string {
+  const mount = c.volumeMounts?.find((m) => volume(m.name).configMap?.name === cm.metadata.name);
+  assert.ok(mount, `${c.name} mounts ConfigMap ${cm.metadata.name}`);
+  return trimSlash(mount.mountPath);
+}
+
+test('daemonset.yaml parses and holds flannel-named objects in one namespace', () => {
+  for (const d of docs) assert.deepEqual(d.errors, []);
+  assert.deepEqual(objects.map((o) => o.kind).sort(), ['ClusterRole', 'ClusterRoleBinding', 'ConfigMap', 'DaemonSet', 'Namespace', 'ServiceAccount']);
+  const ns = one('Namespace').metadata.name;
+  assert.equal(ns, 'kube-flannel');
+  for (const o of objects) {
+    if (['Namespace', 'ClusterRole', 'ClusterRoleBinding'].includes(o.kind)) assert.equal(o.metadata.namespace, undefined, o.kind);
+    else assert.equal(o.metadata.namespace, ns, `${o.kind} ${o.metadata.name}`);
+  }
+  assert.equal(cm.metadata.name, 'kube-flannel-cfg');
+  assert.equal(one('ClusterRole').metadata.name, 'flannel');
+});
+
+test("the ClusterRole grants flannel's minimum and nothing more", () => {
+  const role = one<ClusterRole>('ClusterRole');
+  const grants: string[] = [];
+  for (const rule of role.rules) {
+    assert.deepEqual(Object.keys(rule).sort(), ['apiGroups', 'resources', 'verbs'], 'no resourceNames, nonResourceURLs or other keys');
+    for (const g of rule.apiGroups ?? []) for (const r of rule.resources ?? []) for (const v of rule.verbs ?? []) grants.push(`${g}/${r}:${v}`);
+  }
+  assert.deepEqual(grants.sort(), ['/nodes/status:patch', '/nodes:get', '/nodes:list', '/nodes:watch', '/pods:get']);
+});
+
+test("the binding ties that role to the DaemonSet's ServiceAccount", () => {
+  const binding = one<ClusterRoleBinding>('ClusterRoleBinding');
+  const sa = one('ServiceAccount');
+  assert.deepEqual(binding.roleRef, { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: one('ClusterRole').metadata.name });
+  assert.equal(pod.serviceAccountName, sa.metadata.name);
+  assert.deepEqual(binding.subjects, [{ kind: 'ServiceAccount', name: sa.metadata.name, namespace: ds.metadata.namespace }]);
+});
+
+test('the DaemonSet runs weftd on the host network of every Linux node', () => {
+  assert.equal(pod.hostNetwork, true);
+  assert.equal(pod.priorityClassName, 'system-node-critical');
+  assert.deepEqual(pod.nodeSelector, { 'kubernetes.io/os': 'linux' });
+  assert.deepEqual(pod.tolerations, [{ operator: 'Exists', effect: 'NoSchedule' }]);
+  for (const [k, v] of Object.entries(ds.spec.selector.matchLabels)) assert.equal(ds.spec.template.metadata.labels?.[k], v, `template has selector label ${k}`);
+  assert.equal(weftd.name, 'kube-weft');
+  assert.deepEqual(weftd.securityContext, { privileged: false, capabilities: { add: ['NET_ADMIN', 'NET_RAW'] } });
+});
+
+test("weftd's args are flags parseFlags accepts: kube mode, masquerade, health on a port", () => {
+  assert.ok((weftd.args ?? []).length > 0);
+  assert.equal(flags.kubeSubnetMgr, true);
+  assert.equal(flags.ipMasq, true);
+  assert.ok(flags.healthzPort > 0, '--healthz-port is set');
+  // The --*-path flags keep their defaults, which the mounts below serve.
+  assert.equal(flags.netConfigPath, '/etc/kube-flannel/net-conf.json');
+  assert.equal(flags.subnetFile, '/run/flannel/subnet.env');
+});
+
+test('probes hit /healthz and /readyz on the --healthz-port', () => {
+  assert.deepEqual(weftd.livenessProbe?.httpGet, { path: '/healthz', port: flags.healthzPort });
+  assert.deepEqual(weftd.readinessProbe?.httpGet, { path: '/readyz', port: flags.healthzPort });
+});
+
+test('the node and pod identity come from the downward API', () => {
+  const fieldOf = (name: string) => weftd.env?.find((e) => e.name === name)?.valueFrom?.fieldRef?.fieldPath;
+  assert.equal(fieldOf('NODE_NAME'), 'spec.nodeName');
+  assert.equal(fieldOf('POD_NAME'), 'metadata.name');
+  assert.equal(fieldOf('POD_NAMESPACE'), 'metadata.namespace');
+});
+
+test("weftd's mounts: subnet.env's host directory, the net-conf ConfigMap, the xtables lock, modules", () => {
+  const run = mountAt(weftd, posix.dirname(flags.subnetFile));
+  assert.equal(run.volume.hostPath?.path, posix.dirname(flags.subnetFile), 'subnet.env lands on the host, where the plugin reads it');
+  const cfg = mountAt(weftd, posix.dirname(flags.netConfigPath));
+  assert.equal(cfg.volume.configMap?.name, cm.metadata.name);
+  assert.equal(typeof cm.data[posix.basename(flags.netConfigPath)], 'string');
+  const lock = mountAt(weftd, '/run/xtables.lock');
+  assert.deepEqual(lock.volume.hostPath, { path: '/run/xtables.lock', type: 'FileOrCreate' });
+  const modules = mountAt(weftd, '/lib/modules');
+  assert.equal(modules.mount.readOnly, true);
+  assert.equal(modules.volume.hostPath?.path, '/lib/modules');
+});
+
+test("the ConfigMap's net-conf.json is valid for weftd (and for flannel's etcd-mode check)", () => {
+  const cfg = parseNetConfig(cm.data['net-conf.json'] ?? '');
+  assert.equal(cfg.network && formatCIDR(cfg.network), '10.244.0.0/16');
+  assert.equal(cfg.enableNFTables, false);
+  assert.equal(cfg.backend.type, 'vxlan');
+  assert.equal(checkNetworkConfig(cfg).subnetLen, 24);
+});
+
+test("the ConfigMap's cni-conf.json is cni-conf/10-weft.conflist and renders flannel's delegate", () => {
+  const conflist = JSON.parse(conflistFile) as { name: string; cniVersion: string; plugins: Record<string, unknown>[] };
+  assert.deepEqual(JSON.parse(cm.data['cni-conf.json'] ?? ''), conflist);
+  assert.equal(conflist.plugins[0]?.['type'], 'flannel');
+  // What libcni hands the first plugin: its entry plus the list's name and cniVersion.
+  const conf = parseNetConf(JSON.stringify({ ...conflist.plugins[0], name: conflist.name, cniVersion: conflist.cniVersion }));
+  assert.equal(conf.subnetFile, DEFAULT_SUBNET_FILE);
+  assert.equal(conf.subnetFile, flags.subnetFile, 'the plugin reads the subnet.env weftd writes');
+  // The subnet.env weftd would write for a node leasing 10.244.1.0/24 from this ConfigMap.
+  const network = parseNetConfig(cm.data['net-conf.json'] ?? '').network;
+  assert.ok(network);
+  const env = parseSubnetEnv(renderSubnetEnv({ network, subnet: parseCIDR('10.244.1.0/24', 'subnet'), mtu: 1450, ipMasq: flags.ipMasq }));
+  assert.equal(
+    delegateBytes(renderDelegate(conf, env)),
+    '{"cniVersion":"1.0.0","hairpinMode":true,"ipMasq":false,"ipam":{"ranges":[[{"subnet":"10.244.1.0/24"}]],"routes":[{"dst":"10.244.0.0/16"}],"type":"host-local"},"isDefaultGateway":true,"isGateway":true,"mtu":1450,"name":"cbr0","type":"bridge"}',
+  );
+});
+
+test('install-cni copies the plugin in its installed-copy layout, under the conflist\'s type, and the conflist', () => {
+  const init = pod.initContainers?.find((c) => c.name === 'install-cni');
+  assert.ok(init);
+  assert.equal(init.image, weftd.image);
+  const bin = mountOfHostPath(init, '/opt/cni/bin');
+  const netd = mountOfHostPath(init, '/etc/cni/net.d');
+  const cfg = mountOfConfigMap(init);
+  const script = (init.command ?? []).concat(init.args ?? []).join('\n');
+  const copies = [...script.matchAll(/^\s*put (\S+) (\S+) (0[0-7]{3})$/gm)].map((m) => ({ from: m[1], to: m[2], mode: m[3] }));
+  const type = (JSON.parse(conflistFile) as { plugins: { type: string }[] }).plugins[0]?.type;
+  assert.deepEqual(copies, [
+    // The launcher's runtime first, so a launcher never exists without it.
+    { from: '/opt/weft/bin/weft-node', to: `${bin}/weft-node`, mode: '0755' },
+    { from: '/opt/weft/bin/weft.cjs', to: `${bin}/weft.cjs`, mode: '0644' },
+    { from: '/opt/weft/bin/weft', to: `${bin}/weft`, mode: '0755' },
+    { from: '/opt/weft/bin/weft', to: `${bin}/${type}`, mode: '0755' },
+    { from: `${cfg}/cni-conf.json`, to: `${netd}/10-weft.conflist`, mode: '0644' },
+  ]);
+  assert.match(script, /^set -eu$/m);
+});
+
+test('the Dockerfile: weftd is the entry point, the runtime stage has both rules engines and the layout', () => {
+  const entrypoint = /^ENTRYPOINT (.+)$/m.exec(dockerfile)?.[1];
+  assert.ok(entrypoint);
+  assert.deepEqual(JSON.parse(entrypoint), ['/opt/weft/bin/weftd']);
+  assert.deepEqual(weftd.command, ['/opt/weft/bin/weftd']);
+  const runtime = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '));
+  const install = /apt-get install[^&]*/.exec(runtime)?.[0] ?? '';
+  for (const pkg of ['nftables', 'iptables', 'libnl-3-200', 'libnl-route-3-200']) assert.match(install, new RegExp(`\\s${pkg}(\\s|$)`), pkg);
+  // bin/weftd execs <root>/node_modules/.bin/node; install-cni copies bin/weft-node and bin/weft.cjs.
+  for (const link of ['node_modules/.bin/node', 'bin/weft-node', 'bin/weft.cjs']) assert.match(runtime, new RegExp(`ln -sf \\S+ ${link.replaceAll('.', '\\.')}\\b`), link);
+  const pinned = (JSON.parse(read('package.json')) as { devDependencies: Record<string, string> }).devDependencies['node'];
+  assert.equal(/^ARG NODE_VERSION=(\S+)$/m.exec(dockerfile)?.[1], pinned, "the image's Node is package.json's pinned one");
+});
