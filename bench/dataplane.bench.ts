@@ -1,7 +1,10 @@
 /**
  * make bench-dataplane: iperf3 (TCP, 10 s) pod to pod across two nodes of the e2e cluster
  * (test/support/cluster.ts: real weftd, pods by bin/weft) over vxlan and over host-gw, and node to
- * node over the underlay without overlay, on the same veth + bridge underlay.
+ * node over the underlay without overlay, on the same veth + bridge underlay. This machine's own
+ * throughput drifts by tens of percent from minute to minute, so each round measures the overlay
+ * and then the underlay of the same cluster, and a ratio is the median of the rounds' ratios
+ * (WEFT_BENCH_ROUNDS, 3); the Gbit/s figures are medians too.
  *
  * Last line: vxlan_gbps=<> hostgw_gbps=<> underlay_gbps=<> vxlan_ratio=<> hostgw_ratio=<>
  */
@@ -10,6 +13,7 @@ import type { Netns } from '../test/support/netns.ts';
 import { Cluster } from '../test/support/cluster.ts';
 
 const SECONDS = Number(process.env.WEFT_BENCH_SECONDS ?? 10);
+const ROUNDS = Number(process.env.WEFT_BENCH_ROUNDS ?? 3);
 
 /** Runs an iperf3 server in `server` and a client in `client` towards `address`; returns Gbit/s received. */
 async function iperf(server: Netns, client: Netns, address: string): Promise<number> {
@@ -30,22 +34,33 @@ async function iperf(server: Netns, client: Netns, address: string): Promise<num
   }
 }
 
-async function podToPod(backend: 'vxlan' | 'host-gw'): Promise<{ pod: number; underlay: number }> {
+function median(xs: number[]): number {
+  const sorted = [...xs].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)]!;
+}
+
+/** Rounds of pod → pod then node → node in one two-node cluster of `backend`. */
+async function measure(backend: 'vxlan' | 'host-gw'): Promise<{ pod: number; underlay: number; ratio: number }> {
   const c = await Cluster.start({ nodes: 2, backend, mode: 'etcd' });
   try {
     const a = await c.addPod(c.nodes[0]!);
     const b = await c.addPod(c.nodes[1]!);
     await c.waitPing(a, b);
-    const pod = await iperf(b.ns, a.ns, b.ip);
-    const underlay = backend === 'host-gw' ? await iperf(c.nodes[1]!.ns, c.nodes[0]!.ns, c.nodes[1]!.address) : 0;
-    return { pod, underlay };
+    const pods: number[] = [];
+    const underlays: number[] = [];
+    for (let i = 0; i < ROUNDS; i++) {
+      pods.push(await iperf(b.ns, a.ns, b.ip));
+      underlays.push(await iperf(c.nodes[1]!.ns, c.nodes[0]!.ns, c.nodes[1]!.address));
+    }
+    return { pod: median(pods), underlay: median(underlays), ratio: median(pods.map((p, i) => p / underlays[i]!)) };
   } finally {
     await c.stop();
   }
 }
 
-const vxlan = await podToPod('vxlan');
-const hostgw = await podToPod('host-gw');
+const vxlan = await measure('vxlan');
+const hostgw = await measure('host-gw');
+const underlay = median([vxlan.underlay, hostgw.underlay]);
 const f = (x: number) => x.toFixed(2);
-console.log(`iperf3 ${SECONDS} s: pod→pod vxlan ${f(vxlan.pod)} Gbit/s, host-gw ${f(hostgw.pod)} Gbit/s; node→node underlay ${f(hostgw.underlay)} Gbit/s`);
-console.log(`vxlan_gbps=${f(vxlan.pod)} hostgw_gbps=${f(hostgw.pod)} underlay_gbps=${f(hostgw.underlay)} vxlan_ratio=${f(vxlan.pod / hostgw.underlay)} hostgw_ratio=${f(hostgw.pod / hostgw.underlay)}`);
+console.log(`iperf3 ${SECONDS} s, median of ${ROUNDS} rounds: pod→pod vxlan ${f(vxlan.pod)} Gbit/s (underlay ${f(vxlan.underlay)}), host-gw ${f(hostgw.pod)} Gbit/s (underlay ${f(hostgw.underlay)})`);
+console.log(`vxlan_gbps=${f(vxlan.pod)} hostgw_gbps=${f(hostgw.pod)} underlay_gbps=${f(underlay)} vxlan_ratio=${f(vxlan.ratio)} hostgw_ratio=${f(hostgw.ratio)}`);
