@@ -496,9 +496,13 @@ export class KubeApiServer {
     return out;
   }
 
+  /** Test hook: called with each Node list request's continue token (undefined: a first page) before it is served. */
+  beforeList: ((cont: string | undefined) => void) | undefined;
+
   #list(url: URL): Obj {
     const limit = Number(url.searchParams.get('limit') ?? 0) || 0;
     const cont = url.searchParams.get('continue');
+    this.beforeList?.(cont ?? undefined);
     let snap: Snapshot;
     let start = 0;
     if (cont) {

@@ -283,7 +283,7 @@ export class KubeLeaseSource implements LeaseSource {
       try {
         const own = await this.nodeName(stop);
         if (rv === undefined) {
-          rv = await this.#relist(table, own);
+          rv = await this.#relist(table, own, stop);
           backoff.reset();
         }
         const end = await this.#watchFrom(table, own, rv, stop);
@@ -314,16 +314,17 @@ export class KubeLeaseSource implements LeaseSource {
   }
 
   /** Lists every Node (paged) into `table`; returns the list's resourceVersion. */
-  async #relist(table: LeaseTable, ownName: string): Promise<string> {
+  async #relist(table: LeaseTable, ownName: string, signal: AbortSignal): Promise<string> {
     const limit = this.#o.listPageSize ?? 250;
     let leases: Lease[] = [];
     let cont: string | undefined;
     let rv = '';
     let pages = 0;
-    do {
+    for (;;) {
+      signal.throwIfAborted();
       let page;
       try {
-        page = await this.#listPage(limit, cont);
+        page = await this.#listPage(limit, cont, signal);
       } catch (e) {
         const err = kubeError('list', 'nodes', undefined, e);
         if (cont && err instanceof KubeApiError && err.status === 410) {
@@ -345,7 +346,8 @@ export class KubeLeaseSource implements LeaseSource {
         }
       }
       cont = page.metadata?.continue || undefined;
-    } while (cont);
+      if (!cont) break;
+    }
     const batch = table.replaceAll(leases);
     this.#log.info('listed Nodes', { leases: leases.length, changed: batch.length, pages, resourceVersion: rv });
     return rv;
@@ -357,7 +359,7 @@ export class KubeLeaseSource implements LeaseSource {
    * here because CoreV1Api.listNode turns every Node into typed model objects, which at 5,000
    * Nodes costs more memory at its peak than everything else the source holds (bench-kube).
    */
-  async #listPage(limit: number, cont: string | undefined): Promise<{ items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } }> {
+  async #listPage(limit: number, cont: string | undefined, signal: AbortSignal): Promise<{ items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } }> {
     const cluster = this.#kc.getCurrentCluster();
     if (!cluster) throw new ConfigError('--kubeconfig-file', 'no current cluster');
     const url = new URL(`${cluster.server.replace(/\/+$/, '')}/api/v1/nodes`);
@@ -367,7 +369,7 @@ export class KubeLeaseSource implements LeaseSource {
     await this.#kc.applyToHTTPSOptions(opts);
     const text = await new Promise<{ status: number; body: string }>((resolve, reject) => {
       const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, {
-        ...opts, method: 'GET', headers: { ...opts.headers, Accept: 'application/json' }, timeout: this.#o.listTimeoutMs ?? 60_000,
+        ...opts, method: 'GET', headers: { ...opts.headers, Accept: 'application/json' }, timeout: this.#o.listTimeoutMs ?? 60_000, signal,
       }, (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
