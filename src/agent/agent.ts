@@ -42,10 +42,20 @@ async function writeEnv(path: string, config: NetConfig, own: Lease, mtu: number
 }
 
 /**
- * Runs weftd until `signal` aborts. `onReady` is called once the first full reconcile is done.
- * Rejects on what no retry can fix (bad configuration, a backend that cannot run here).
+ * Runs weftd until `stop` aborts. `onReady` is called once the first full reconcile is done.
+ * Rejects on what no retry can fix (bad configuration, a backend that cannot run here); either
+ * way, everything it started (watch, resync loops) has ended when it settles.
  */
-export async function runAgent(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Promise<void> {
+export async function runAgent(d: AgentDeps, stop: AbortSignal, onReady?: () => void): Promise<void> {
+  const ended = new AbortController();
+  try {
+    await run(d, AbortSignal.any([stop, ended.signal]), onReady);
+  } finally {
+    ended.abort();
+  }
+}
+
+async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Promise<void> {
   const { flags, source, handle, log } = d;
   log.info('starting', { leaseSource: source.name });
   const config = await source.networkConfig(signal);
@@ -86,12 +96,16 @@ export async function runAgent(d: AgentDeps, signal: AbortSignal, onReady?: () =
   const table = new LeaseTable();
   if (d.metrics) d.metrics.leaseCount = () => table.size;
   const network = new Network({ handle, backend, table, own, log, resyncPeriodMs: flags.resyncPeriod * 1000, onPass: (p) => d.metrics?.pass(p) });
+  // Own-lease changes are applied one at a time, in order.
+  let current = own;
+  let moving = Promise.resolve();
   const watching = source.watch(table, signal, (lease) => {
-    void network.setOwn(lease)
-      .then(() => rules.start(networks(lease), { previous: networks(own), signal }))
-      .then(() => writeEnv(flags.subnetFile, config, lease, backend.mtu, flags.ipMasq)).catch((e: unknown) => {
-      log.error('failed to move to the new lease', { err: e });
-    });
+    moving = moving.then(async () => {
+      await network.setOwn(lease);
+      await rules.start(networks(lease), { previous: networks(current), signal });
+      await writeEnv(flags.subnetFile, config, lease, backend.mtu, flags.ipMasq);
+      current = lease;
+    }).catch((e: unknown) => log.error('failed to move to the new lease', { err: e }));
   });
   try {
     await Promise.race([network.start(signal), watching.then(() => signal.throwIfAborted())]);
@@ -101,6 +115,8 @@ export async function runAgent(d: AgentDeps, signal: AbortSignal, onReady?: () =
     await watching;
   } finally {
     network.stop();
+    await rules.stop();
     await watching.catch(() => {});
+    await moving;
   }
 }

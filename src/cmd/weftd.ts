@@ -15,6 +15,7 @@ import { createLogger } from '../log.ts';
 import type { Logger } from '../log.ts';
 import { NetlinkHandle } from '../netlink/index.ts';
 import { startHealthServer } from '../server/http.ts';
+import type { HealthServer } from '../server/http.ts';
 import { Metrics } from '../server/metrics.ts';
 
 async function leaseSource(flags: Flags, log: Logger, metrics: Metrics): Promise<LeaseSource> {
@@ -49,12 +50,11 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   let ready = false;
-  const health = flags.healthzPort > 0
-    ? await startHealthServer({ host: flags.healthzIp, port: flags.healthzPort, ready: () => ready, metrics, log })
-    : undefined;
-  const handle = NetlinkHandle.open();
   const source = await leaseSource(flags, log, metrics);
+  const handle = NetlinkHandle.open();
+  let health: HealthServer | undefined;
   try {
+    if (flags.healthzPort > 0) health = await startHealthServer({ host: flags.healthzIp, port: flags.healthzPort, ready: () => ready, metrics, log });
     await runAgent({ flags, source, handle, log, metrics }, stop.signal, () => {
       ready = true;
     });

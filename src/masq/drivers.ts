@@ -150,6 +150,15 @@ export class IptablesDriver implements Driver {
     return undefined;
   }
 
+  /**
+   * Whether the iptables FORWARD chain of `family` drops by default (Docker sets this): an
+   * nftables accept in another table cannot override it, only FLANNEL-FWD's accepts can.
+   */
+  async forwardDrops(family: Family): Promise<boolean> {
+    const r = await this.#run([TOOLS[family].save, '-t', 'filter']);
+    return r.code === 0 && /^:FORWARD DROP /m.test(r.stdout);
+  }
+
   /** As flanneld: `--random-fully` when iptables is 1.6.2 or later. */
   async fullyRandomSupported(): Promise<boolean> {
     const v = await this.#ver();

@@ -3,8 +3,10 @@
  *
  * DESIGN NOTES
  *
- * - Driver choice: `auto` takes nftables when `nft` works here, else iptables; an explicit choice
- *   that does not work here is a ConfigError. The choice and its reason are logged once.
+ * - Driver choice: `auto` takes nftables when `nft` works here, else iptables; but iptables when
+ *   forward rules are wanted and an iptables FORWARD policy is DROP (Docker sets it): an nftables
+ *   accept in another table cannot override that drop. An explicit choice that does not work here
+ *   is a ConfigError. The choice and its reason are logged once.
  * - Start: switches forwarding on, removes the other driver's sets (Weft's and flanneld's: the
  *   nftables tables `inet weft`, `ip flannel-ipv4`, `ip6 flannel-ipv6`, or the FLANNEL-* chains
  *   and their jumps), then applies the wanted set in one transaction, which also recycles rules of
@@ -14,11 +16,13 @@
  *   again if they reappear. Unlike flanneld's nftables mode, nftables is resynced too.
  * - Rules stay when weftd exits (`stop()` or the signal only end the loop), so pods keep working
  *   across a restart; {@link TrafficRules.cleanup} removes them.
- * - A failed apply leaves the previous set (each transaction is atomic); the error names the
- *   command and its stderr, and the loop tries again next period.
+ * - A failed apply leaves the previous set of that transaction (nftables: the whole table;
+ *   iptables: one transaction per family, so an IPv6 failure can follow an applied IPv4 set); the
+ *   error names the command and its stderr, and the loop tries again next period.
  */
 import { ConfigError } from '../errors.ts';
 import { formatCIDR } from '../ip/ip.ts';
+import type { Family } from '../ip/ip.ts';
 import type { Logger } from '../log.ts';
 import { sleep } from '../retry.ts';
 import { IptablesDriver, NftablesDriver } from './drivers.ts';
@@ -66,6 +70,7 @@ export class TrafficRules {
   readonly #opts: TrafficRulesOptions;
   readonly #log: Logger;
   readonly #drivers: Record<DriverName, Driver>;
+  readonly #iptables: IptablesDriver;
   #driver: Driver | undefined;
   #want: WantedRules | undefined;
   #networks: TrafficNetworks | undefined;
@@ -78,7 +83,8 @@ export class TrafficRules {
     this.#opts = opts;
     this.#log = opts.log.child({ component: 'traffic-rules' });
     const run = opts.runner ?? execRunner();
-    this.#drivers = { nftables: new NftablesDriver(run), iptables: new IptablesDriver(run) };
+    this.#iptables = new IptablesDriver(run);
+    this.#drivers = { nftables: new NftablesDriver(run), iptables: this.#iptables };
   }
 
   /** The driver in use after {@link start}. */
@@ -98,6 +104,8 @@ export class TrafficRules {
    * replaces Weft's chains or table whole, so an old network's rules go with it.
    */
   async start(current: TrafficNetworks, opts: { previous?: TrafficNetworks; signal?: AbortSignal } = {}): Promise<void> {
+    // A resync of the old set must not run alongside (or after) this apply.
+    await this.stop();
     const v4 = this.#opts.enableIPv4 ?? true;
     const v6 = this.#opts.enableIPv6 ?? false;
     const nets: TrafficNetworks = {};
@@ -201,6 +209,10 @@ export class TrafficRules {
     }
   }
 
+  #families(): Family[] {
+    return [...((this.#opts.enableIPv4 ?? true) ? [4 as const] : []), ...(this.#opts.enableIPv6 ? [6 as const] : [])];
+  }
+
   #other(d: Driver): Driver {
     return d.name === 'nftables' ? this.#drivers.iptables : this.#drivers.nftables;
   }
@@ -220,13 +232,20 @@ export class TrafficRules {
     if (pref !== 'auto') {
       const d = this.#drivers[pref];
       const no = await d.unavailable();
-      if (no !== undefined) throw new ConfigError('EnableNFTables', `${pref} does not work here: ${no}`);
+      if (no !== undefined) throw new ConfigError('--traffic-rules', `${pref} does not work here: ${no}`);
       return { driver: d, why: 'configured' };
     }
     const noNft = await this.#drivers.nftables.unavailable();
-    if (noNft === undefined) return { driver: this.#drivers.nftables, why: 'auto: nft works here' };
     const noIpt = await this.#drivers.iptables.unavailable();
+    if (noNft === undefined && noIpt === undefined && (this.#opts.forwardRules ?? true)) {
+      for (const family of this.#families()) {
+        if (await this.#iptables.forwardDrops(family)) {
+          return { driver: this.#drivers.iptables, why: `auto: the IPv${family} iptables FORWARD policy is DROP, which only FLANNEL-FWD's accepts can let pod traffic through` };
+        }
+      }
+    }
+    if (noNft === undefined) return { driver: this.#drivers.nftables, why: 'auto: nft works here' };
     if (noIpt === undefined) return { driver: this.#drivers.iptables, why: `auto: nftables unavailable (${noNft})` };
-    throw new ConfigError('EnableNFTables', `neither nftables (${noNft}) nor iptables (${noIpt}) works here`);
+    throw new ConfigError('--traffic-rules', `neither nftables (${noNft}) nor iptables (${noIpt}) works here`);
   }
 }

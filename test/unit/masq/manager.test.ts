@@ -54,3 +54,18 @@ test('a failing apply is a TrafficRulesError naming the command and its stderr',
   const rules = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl: async () => {} });
   await assert.rejects(rules.start(NETS), (e: unknown) => e instanceof TrafficRulesError && e.message === 'failed to apply nftables table inet weft: nft -f -: Error: syntax error');
 });
+
+test('auto picks iptables when its FORWARD policy is DROP (Docker): an nftables accept could not let pod traffic through', async () => {
+  const filter = '*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n';
+  const run = fakeRunner((cmd) => (cmd === 'iptables --version' ? { stdout: 'iptables v1.8.9 (nf_tables)' } : cmd === 'iptables-save -t filter' ? { stdout: filter } : undefined));
+  const log = memoryLogger();
+  const rules = new TrafficRules({ ipMasq: true, runner: run, log, sysctl: async () => {} });
+  await rules.start(NETS);
+  await rules.stop();
+  assert.equal(rules.driver, 'iptables');
+  assert.match(String(log.records.find((r) => r.msg.startsWith('traffic rules installed'))?.fields.why), /FORWARD policy is DROP/);
+  const noForward = new TrafficRules({ ipMasq: true, forwardRules: false, runner: run, log: memoryLogger(), sysctl: async () => {} });
+  await noForward.start(NETS);
+  await noForward.stop();
+  assert.equal(noForward.driver, 'nftables', 'without forward rules the FORWARD policy does not matter');
+});
