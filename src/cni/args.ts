@@ -20,7 +20,7 @@ export interface CniArgs {
 const VERBS: readonly Verb[] = ['ADD', 'DEL', 'CHECK', 'STATUS', 'GC', 'VERSION'];
 
 /** The spec's container ID rule: an alphanumeric first, then alphanumerics, `_`, `.` or `-`. */
-const CONTAINER_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+export const CONTAINER_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
 
 function invalid(name: string, message: string): CniError {
   return new CniError(CNI_CODE.INVALID_ENVIRONMENT, `${name}: ${message}`);

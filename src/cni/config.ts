@@ -146,6 +146,16 @@ function route(r: unknown, at: string): GoStruct {
   });
 }
 
+/**
+ * Throws a ConfigError (code 7) unless `type` is a plain file name: it is joined to the CNI_PATH
+ * directories, and comes from the config or, on DEL/CHECK/GC, back from a state file.
+ */
+export function checkPluginName(type: string): void {
+  if (type === '' || type === '.' || type === '..' || type.includes('/') || type.includes('\0')) {
+    throw new ConfigError('delegate.type', `${JSON.stringify(type)} is not a plugin file name`);
+  }
+}
+
 /** The delegate's `ipam`: the input's, host-local by default, ranges and routes from subnet.env. */
 function delegateIPAM(conf: PluginConf, env: DelegateEnv): Json {
   const ipam: Json = { ...(conf.ipam ?? {}) };
@@ -178,9 +188,7 @@ export function renderDelegate(conf: PluginConf, env: DelegateEnv, delegateVersi
   delegate['name'] = conf.name;
   if (!('type' in delegate)) delegate['type'] = 'bridge';
   const type = delegate['type'] as string;
-  if (type === '' || type === '.' || type === '..' || type.includes('/') || type.includes('\0')) {
-    throw new ConfigError('delegate.type', `${JSON.stringify(type)} is not a plugin file name`);
-  }
+  checkPluginName(type);
   if (!('ipMasq' in delegate)) delegate['ipMasq'] = !env.ipMasq;
   if (!('mtu' in delegate)) delegate['mtu'] = env.mtu;
   if (type === 'bridge' && !('isGateway' in delegate)) delegate['isGateway'] = true;

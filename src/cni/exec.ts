@@ -8,12 +8,17 @@
  */
 import { accessSync, constants, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { checkPluginName } from './config.ts';
 import { CNI_CODE, CniError } from './errors.ts';
 import { readOptional, writeFileDurable } from './state.ts';
 import type { Verb } from './version.ts';
 
-/** The first executable `dir/type` over the CNI_PATH directories; throws code 7 when none. */
+/**
+ * The first executable `dir/type` over the CNI_PATH directories; throws code 7 when none, or when
+ * `type` (from the config or a state file) is not a plain file name.
+ */
 export function findPlugin(type: string, dirs: readonly string[]): string {
+  checkPluginName(type);
   for (const dir of dirs) {
     const p = join(dir, type);
     try {

@@ -131,7 +131,8 @@ function gc(args: CniArgs, conf: PluginConf, env: Env): string {
   const valid = new Set((conf.validAttachments ?? []).map((a) => a.containerID));
   const failures: unknown[] = [];
   for (const id of listStates(conf.dataDir)) {
-    if (valid.has(id)) continue;
+    // dataDir may be shared by several flannel-type networks (Multus): only this network's are ours.
+    if (valid.has(id) || savedDelegate(loadState(conf.dataDir, id))?.['name'] !== conf.name) continue;
     try {
       del({ ...args, containerId: id, ifname: 'eth0', netns: undefined }, conf, { ...env, CNI_CONTAINERID: id, CNI_IFNAME: 'eth0', CNI_NETNS: '' });
     } catch (e) {

@@ -7,8 +7,8 @@
  */
 import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
+import { CONTAINER_ID } from './args.ts';
 
-const CONTAINER_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
 
 /**
  * Writes `data` to `dir`/`name` atomically (temporary file, fsync, rename, directory fsync);
