@@ -36,7 +36,7 @@ export interface LoggerOptions {
   /** Where lines go; default process.stderr. */
   write?: (line: string) => void;
   now?: () => Date;
-  /** Sees every record at or above `level` (weftd counts errors for /metrics). */
+  /** Sees every record, whatever `level` (weftd counts errors for /metrics). */
   onRecord?: (level: LogLevel, msg: string, fields: Fields) => void;
 }
 
@@ -46,9 +46,9 @@ export function createLogger(opts: LoggerOptions = {}, base: Fields = {}): Logge
   const write = opts.write ?? ((line: string) => process.stderr.write(line));
   const now = opts.now ?? (() => new Date());
   const emit = (level: LogLevel, msg: string, fields?: Fields) => {
+    if (opts.onRecord) opts.onRecord(level, msg, { ...base, ...fields });
     if (RANK[level] > max) return;
     const all = { ...base, ...fields };
-    opts.onRecord?.(level, msg, all);
     const t = now();
     if (opts.format === 'json') {
       const record: Fields = { ts: t.toISOString(), level, msg };

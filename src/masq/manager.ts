@@ -73,7 +73,6 @@ export class TrafficRules {
   readonly #iptables: IptablesDriver;
   #driver: Driver | undefined;
   #want: WantedRules | undefined;
-  #networks: TrafficNetworks | undefined;
   /** Whether the driver not chosen works here (its leftovers are then looked for at each resync). */
   #otherWorks = false;
   #loop: AbortController | undefined;
@@ -90,11 +89,6 @@ export class TrafficRules {
   /** The driver in use after {@link start}. */
   get driver(): DriverName | undefined {
     return this.#driver?.name;
-  }
-
-  /** The rules being kept, after {@link start}. */
-  get wanted(): WantedRules | undefined {
-    return this.#want;
   }
 
   /**
@@ -128,7 +122,6 @@ export class TrafficRules {
     await driver.apply(want);
     this.#driver = driver;
     this.#want = want;
-    this.#networks = nets;
     this.#log.info(`traffic rules installed with ${driver.name}`, {
       driver: driver.name, why, fullyRandom, ipMasq: !!(want.v4?.masq ?? want.v6?.masq), forward: !!(want.v4?.forward ?? want.v6?.forward), networks: describe(nets),
     });
@@ -138,11 +131,6 @@ export class TrafficRules {
     this.#loop = ctl;
     const signal = opts.signal ? AbortSignal.any([opts.signal, ctl.signal]) : ctl.signal;
     this.#loopDone = this.#resyncLoop(signal);
-  }
-
-  /** The networks the rules were installed for. */
-  get networks(): TrafficNetworks | undefined {
-    return this.#networks;
   }
 
   /**

@@ -46,6 +46,8 @@ export async function startHealthServer(o: HealthServerOptions): Promise<HealthS
   } catch (e) {
     throw new ConfigError('--healthz-port', `cannot serve on ${o.host}:${o.port}: ${(e as Error).message}`, { cause: e });
   }
+  // After binding, a server error (e.g. EMFILE on accept) is logged; the endpoints stay up.
+  server.on('error', (e) => o.log.error('health endpoint server error', { err: e }));
   const addr = server.address();
   const port = typeof addr === 'object' && addr ? addr.port : o.port;
   o.log.info('serving /healthz, /readyz and /metrics', { address: `${o.host}:${port}` });

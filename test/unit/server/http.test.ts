@@ -34,6 +34,8 @@ test('/healthz always, /readyz only once ready, /metrics with what the parts rep
     log.warn('etcd down', { err: new DatastoreUnavailableError('no etcd') });
     log.warn('a warning without an error');
     log.info('not an error', { err: new Error('x') });
+    // Counted even when the log level hides the line.
+    createLogger({ level: 'error', write: () => {}, onRecord: (l, m, f) => metrics.record(l, m, f) }).warn('etcd down', { err: new DatastoreUnavailableError('no etcd') });
 
     const res = await fetch(`${base}/metrics`);
     assert.equal(res.status, 200);
@@ -49,7 +51,7 @@ test('/healthz always, /readyz only once ready, /metrics with what the parts rep
       'weft_repairs_total 2',
       'weft_watch_restarts_total{source="etcd"} 1',
       'weft_lease_renewals_total{source="etcd"} 1',
-      `weft_errors_total{kind="${new DatastoreUnavailableError('x').code}"} 1`,
+      `weft_errors_total{kind="${new DatastoreUnavailableError('x').code}"} 2`,
     ]) assert.ok(text.split('\n').includes(line), `${line} in\n${text}`);
     assert.doesNotMatch(text, /kind="Error"/, 'info records and warnings without an error are not counted');
   } finally {
