@@ -67,6 +67,12 @@ class Index<T> {
     return [...this.#byKey.keys()].map((k) => this.get(k)!);
   }
 
+  /** Whether any wanted entry satisfies `pred` (stops at the first). */
+  some(pred: (e: T) => boolean): boolean {
+    for (const k of this.#byKey.keys()) if (pred(this.get(k)!)) return true;
+    return false;
+  }
+
   get size(): number {
     return this.#byKey.size;
   }
@@ -124,6 +130,11 @@ export class DesiredState {
   /** The whole desired state, one entry per key. */
   all(): KernelState {
     return { routes: this.#routes.values(), neighs: this.#neighs.values(), fdb: this.#fdb.values() };
+  }
+
+  /** Whether a wanted route goes out through link `index`. */
+  routesVia(index: number): boolean {
+    return this.#routes.some((r) => r.linkIndex === index);
   }
 
   route(key: string): Route | undefined {

@@ -161,7 +161,7 @@ export class Reconciler {
       return;
     }
     this.#linksUp.add(link.index);
-    if (!wasUp && this.#opts.desired.all().routes.some((r) => r.linkIndex === link.index)) this.trigger(`link ${link.name} came up`);
+    if (!wasUp && this.#opts.desired.routesVia(link.index)) this.trigger(`link ${link.name} came up`);
   }
 
   /** Which kernel events can mean the kernel drifted from what we want. */
