@@ -7,8 +7,9 @@
  * - weft_kernel_entries{state="desired"|"present"}: Weft's routes, neighbours and FDB entries
  *   wanted, and held by the kernel as the last full pass found them
  * - weft_reconcile_runs_total{kind}, weft_reconcile_duration_seconds{kind}: passes (full / fast)
- * - weft_repairs_total: kernel entries put back or removed by full passes after the first (drift
- *   someone else caused: a deleted route, a recreated device, stale entries)
+ * - weft_repairs_total: kernel entries put back or removed by passes that only answered drift
+ *   (a deleted route or neighbour, a recreated device, a link back up, the periodic resync), not
+ *   by those that also carried start-up or a lease change (the reconciler's pass reasons)
  * - weft_watch_restarts_total{source}, weft_lease_renewals_total{source}
  * - weft_errors_total{kind}: warnings and errors logged with an error, by its code
  */
@@ -29,7 +30,6 @@ export class Metrics {
   readonly #watchRestarts: Counter<'source'>;
   readonly #renewals: Counter<'source'>;
   readonly #errors: Counter<'kind'>;
-  #fullPasses = 0;
 
   constructor() {
     const registers = [this.registry];
@@ -43,7 +43,7 @@ export class Metrics {
       name: 'weft_reconcile_duration_seconds', help: 'Duration of reconcile passes', labelNames: ['kind'], registers,
       buckets: [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5],
     });
-    this.#repairs = new Counter({ name: 'weft_repairs_total', help: 'Kernel entries restored or removed by full passes after the first', registers });
+    this.#repairs = new Counter({ name: 'weft_repairs_total', help: 'Kernel entries restored or removed because the kernel drifted', registers });
     this.#watchRestarts = new Counter({ name: 'weft_watch_restarts_total', help: 'Lease watches restarted or relisted', labelNames: ['source'], registers });
     this.#renewals = new Counter({ name: 'weft_lease_renewals_total', help: 'Renewals of our own lease', labelNames: ['source'], registers });
     this.#errors = new Counter({ name: 'weft_errors_total', help: 'Warnings and errors logged with an error, by its code', labelNames: ['kind'], registers });
@@ -53,10 +53,12 @@ export class Metrics {
   pass(p: PassInfo): void {
     this.#runs.inc({ kind: p.kind });
     this.#duration.observe({ kind: p.kind }, p.durationMs / 1000);
+    if (!p.reasons.some((r) => r === 'start-up' || r === 'own lease changed' || r.startsWith('lease '))) {
+      this.#repairs.inc(p.ops.length - p.failures.length);
+    }
     if (p.kind !== 'full') return;
     if (p.desired !== undefined) this.#kernelEntries.set({ state: 'desired' }, p.desired);
     if (p.observed !== undefined) this.#kernelEntries.set({ state: 'present' }, p.observed);
-    if (this.#fullPasses++ > 0) this.#repairs.inc(p.ops.length - p.failures.length);
   }
 
   /** Hooks for a lease source named `source`. */

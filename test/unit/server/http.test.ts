@@ -26,8 +26,9 @@ test('/healthz always, /readyz only once ready, /metrics with what the parts rep
     metrics.leaseCount = () => 7;
     const pass = { reasons: ['start-up'], durationMs: 3, ops: [], failures: [] };
     metrics.pass({ ...pass, kind: 'full', desired: 30, observed: 12 });
-    metrics.pass({ ...pass, kind: 'full', desired: 30, observed: 28, ops: [{ op: 'routeDel' }, { op: 'routeDel' }] as never[] });
-    metrics.pass({ ...pass, kind: 'fast' });
+    metrics.pass({ ...pass, kind: 'full', desired: 30, observed: 28, reasons: ['periodic resync'], ops: [{ op: 'routeDel' }, { op: 'routeDel' }] as never[] });
+    metrics.pass({ ...pass, kind: 'fast', reasons: ['lease node-3 added'], ops: [{ op: 'routeReplace' }] as never[] });
+    metrics.pass({ ...pass, kind: 'fast', reasons: ['route 10.244.3.0/24 deleted'], ops: [{ op: 'routeReplace' }] as never[] });
     metrics.sourceObserver('etcd').watchRestarted?.();
     metrics.sourceObserver('etcd').leaseRenewed?.();
     const log = createLogger({ write: () => {}, onRecord: (l, m, f) => metrics.record(l, m, f) });
@@ -46,9 +47,9 @@ test('/healthz always, /readyz only once ready, /metrics with what the parts rep
       'weft_kernel_entries{state="desired"} 30',
       'weft_kernel_entries{state="present"} 28',
       'weft_reconcile_runs_total{kind="full"} 2',
-      'weft_reconcile_runs_total{kind="fast"} 1',
+      'weft_reconcile_runs_total{kind="fast"} 2',
       'weft_reconcile_duration_seconds_count{kind="full"} 2',
-      'weft_repairs_total 2',
+      'weft_repairs_total 3',
       'weft_watch_restarts_total{source="etcd"} 1',
       'weft_lease_renewals_total{source="etcd"} 1',
       `weft_errors_total{kind="${new DatastoreUnavailableError('x').code}"} 2`,
