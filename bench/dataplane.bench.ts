@@ -4,7 +4,9 @@
  * node over the underlay without overlay, on the same veth + bridge underlay. This machine's own
  * throughput drifts by tens of percent from minute to minute, so each round measures the overlay
  * and then the underlay of the same cluster, and a ratio is the median of the rounds' ratios
- * (WEFT_BENCH_ROUNDS, 3); the Gbit/s figures are medians too.
+ * (WEFT_BENCH_ROUNDS, 3); the Gbit/s figures are medians too. weftd runs with --ip-masq, as
+ * daemonset.yaml and flannel's own manifest run it (without it the bridge delegate installs its
+ * own masquerade chain, which every forwarded packet then walks).
  *
  * Last line: vxlan_gbps=<> hostgw_gbps=<> underlay_gbps=<> vxlan_ratio=<> hostgw_ratio=<>
  */
@@ -41,7 +43,7 @@ function median(xs: number[]): number {
 
 /** Rounds of pod → pod then node → node in one two-node cluster of `backend`. */
 async function measure(backend: 'vxlan' | 'host-gw'): Promise<{ pod: number; underlay: number; ratio: number }> {
-  const c = await Cluster.start({ nodes: 2, backend, mode: 'etcd' });
+  const c = await Cluster.start({ nodes: 2, backend, mode: 'etcd', weftdArgs: ['--ip-masq'] });
   try {
     const a = await c.addPod(c.nodes[0]!);
     const b = await c.addPod(c.nodes[1]!);
