@@ -38,7 +38,7 @@ function mac(n: number): string {
 }
 
 function attrs(n: number): LeaseAttrs {
-  return { backendType: 'vxlan', publicIP: parseIP(`192.0.2.${n}`, 'ip'), backendData: { VNI: 1, VtepMAC: mac(n) } };
+  return { backendType: 'vxlan', publicIP: parseIP(`198.18.0.${n}`, 'ip'), backendData: { VNI: 1, VtepMAC: mac(n) } };
 }
 
 /** A Node as another flanneld would have annotated it. */
@@ -48,7 +48,7 @@ function peerNode(n: number, extra: Record<string, string> = {}): Obj {
       name: `node-${n}`,
       annotations: {
         [`${P}/kube-subnet-manager`]: 'true', [`${P}/backend-type`]: 'vxlan',
-        [`${P}/backend-data`]: `{"VNI":1,"VtepMAC":"${mac(n)}"}`, [`${P}/public-ip`]: `192.0.2.${n}`, ...extra,
+        [`${P}/backend-data`]: `{"VNI":1,"VtepMAC":"${mac(n)}"}`, [`${P}/public-ip`]: `198.18.0.${n}`, ...extra,
       },
     },
     spec: { podCIDR: `10.244.${n}.0/24`, podCIDRs: [`10.244.${n}.0/24`] },
@@ -125,7 +125,7 @@ test('acquire: byte-identical annotations through nodes/status with flannel RBAC
     assert.deepEqual(ann, {
       [`${P}/backend-type`]: 'vxlan',
       [`${P}/backend-data`]: '{"VNI":1,"VtepMAC":"6e:00:00:00:00:01"}',
-      [`${P}/public-ip`]: '192.0.2.1',
+      [`${P}/public-ip`]: '198.18.0.1',
       [`${P}/kube-subnet-manager`]: 'true',
     });
     const patches = api.requests.filter((r) => r.method === 'PATCH');
@@ -172,7 +172,7 @@ test('acquire: waits for the Node and its pod CIDR; overwrite annotations win; n
     });
     const lease = await acquiring;
     assert.equal(formatCIDR(lease.subnet!), '10.244.1.0/24');
-    assert.equal(formatIP(lease.attrs.publicIP!), '192.0.2.1', 'the lease keeps the interface address');
+    assert.equal(formatIP(lease.attrs.publicIP!), '198.18.0.1', 'the lease keeps the interface address');
     const ann = (api.node('node-1')!.metadata as Obj).annotations as Record<string, string>;
     assert.equal(ann[`${P}/public-ip`], '203.0.113.1');
     assert.equal(ann[`${P}/backend-data`], '{"VNI":1,"VtepMAC":"6e:00:00:00:00:01"}');

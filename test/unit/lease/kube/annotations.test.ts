@@ -25,23 +25,23 @@ test('prefix rules: "/" or "-" appended as flanneld does; more than one slash or
 });
 
 test('own annotations byte-identical to flanneld: vxlan, vxlan dual stack, host-gw', () => {
-  const vx = ownAnnotationChanges(K, { backendType: 'vxlan', publicIP: parseIP('192.0.2.7', 'ip'), backendData: MAC });
+  const vx = ownAnnotationChanges(K, { backendType: 'vxlan', publicIP: parseIP('198.18.0.7', 'ip'), backendData: MAC });
   assert.deepEqual(vx, {
     'flannel.alpha.coreos.com/backend-type': 'vxlan',
     'flannel.alpha.coreos.com/backend-data': '{"VNI":1,"VtepMAC":"12:c6:65:89:b4:e3"}',
-    'flannel.alpha.coreos.com/public-ip': '192.0.2.7',
+    'flannel.alpha.coreos.com/public-ip': '198.18.0.7',
     'flannel.alpha.coreos.com/kube-subnet-manager': 'true',
   });
   const dual = ownAnnotationChanges(K, {
-    backendType: 'vxlan', publicIP: parseIP('192.0.2.7', 'ip'), publicIPv6: parseIP('2001:DB8:0:0::7', 'ip'),
+    backendType: 'vxlan', publicIP: parseIP('198.18.0.7', 'ip'), publicIPv6: parseIP('2001:DB8:0:0::7', 'ip'),
     backendData: MAC, backendV6Data: { VNI: 1, VtepMAC: 'aa:00:00:00:00:01' },
   });
   assert.equal(dual['flannel.alpha.coreos.com/backend-v6-data'], '{"VNI":1,"VtepMAC":"aa:00:00:00:00:01"}');
   assert.equal(dual['flannel.alpha.coreos.com/public-ipv6'], '2001:db8::7');
-  const hostgw = ownAnnotationChanges(K, { backendType: 'host-gw', publicIP: parseIP('192.0.2.7', 'ip') });
+  const hostgw = ownAnnotationChanges(K, { backendType: 'host-gw', publicIP: parseIP('198.18.0.7', 'ip') });
   assert.equal(hostgw['flannel.alpha.coreos.com/backend-data'], 'null');
   assert.equal(hostgw['flannel.alpha.coreos.com/backend-v6-data'], undefined);
-  const hostgw6 = ownAnnotationChanges(K, { backendType: 'host-gw', publicIP: parseIP('192.0.2.7', 'ip'), publicIPv6: parseIP('2001:db8::7', 'ip') });
+  const hostgw6 = ownAnnotationChanges(K, { backendType: 'host-gw', publicIP: parseIP('198.18.0.7', 'ip'), publicIPv6: parseIP('2001:db8::7', 'ip') });
   assert.equal(hostgw6['flannel.alpha.coreos.com/backend-v6-data'], 'null');
   assert.equal(encodeBackendData(undefined), 'null');
 });
@@ -67,7 +67,7 @@ const managed = (n: number, extra: Record<string, string> = {}) => ({
   'flannel.alpha.coreos.com/kube-subnet-manager': 'true',
   'flannel.alpha.coreos.com/backend-type': 'vxlan',
   'flannel.alpha.coreos.com/backend-data': `{"VNI":1,"VtepMAC":"aa:00:00:00:00:0${n}"}`,
-  'flannel.alpha.coreos.com/public-ip': `192.0.2.${n}`,
+  'flannel.alpha.coreos.com/public-ip': `198.18.0.${n}`,
   ...extra,
 });
 
@@ -75,7 +75,7 @@ test('remote Node → lease: IPv4 from podCIDR, dual stack from podCIDRs by fami
   const l = remoteLease(node('b', managed(2), { podCIDR: '10.244.2.0/24' }), { keys: K, config: V4 })!;
   assert.equal(l.peer, 'b');
   assert.equal(formatCIDR(l.subnet!), '10.244.2.0/24');
-  assert.equal(formatIP(l.attrs.publicIP!), '192.0.2.2');
+  assert.equal(formatIP(l.attrs.publicIP!), '198.18.0.2');
   assert.deepEqual(l.attrs.backendData, { VNI: 1, VtepMAC: 'aa:00:00:00:00:02' });
   assert.equal(l.attrs.backendType, 'vxlan');
   const d = remoteLease(node('c', managed(3, {
