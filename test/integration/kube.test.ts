@@ -290,6 +290,41 @@ test('watch: broken watch, 410 Gone and a silent watch all end with the table eq
   });
 });
 
+test('our own Node: re-registered without annotations, they are published again; a new pod CIDR reaches onOwnLease', async () => {
+  await withApi(async ({ api, source }) => {
+    api.addNode({ metadata: { name: 'node-1' }, spec: { podCIDR: '10.244.1.0/24', podCIDRs: ['10.244.1.0/24'] } });
+    api.addNode(peerNode(2));
+    const signal = AbortSignal.timeout(20_000);
+    const s = await source('flannel');
+    await s.networkConfig(signal);
+    await s.acquire({ attrs: attrs(1) }, signal);
+    const published = (api.node('node-1')!.metadata as Obj).annotations;
+    const table = new LeaseTable();
+    const moved: string[] = [];
+    const ac = new AbortController();
+    const done = s.watch(table, ac.signal, (lease) => moved.push(formatCIDR(lease.subnet!)));
+    try {
+      await until('the first list', () => table.size === 1);
+      assert.equal(table.get('node-1'), undefined, 'our own Node is not a peer');
+
+      api.deleteNode('node-1');
+      api.addNode({ metadata: { name: 'node-1' }, spec: { podCIDR: '10.244.1.0/24', podCIDRs: ['10.244.1.0/24'] } });
+      await until('our annotations published again', () => JSON.stringify((api.node('node-1')!.metadata as Obj).annotations) === JSON.stringify(published));
+      assert.deepEqual(moved, [], 'same pod CIDR: no lease change');
+
+      api.modifyNode('node-1', (n) => {
+        (n.spec as Obj).podCIDR = '10.244.9.0/24';
+        (n.spec as Obj).podCIDRs = ['10.244.9.0/24'];
+      });
+      await until('the new own lease reported', () => moved.length === 1);
+      assert.deepEqual(moved, ['10.244.9.0/24']);
+    } finally {
+      ac.abort();
+      await done;
+    }
+  });
+});
+
 test('a Node list that expires between pages is listed again from the start, nothing dropped', async () => {
   await withApi(async ({ api, source }) => {
     for (let n = 2; n <= 8; n++) api.addNode(peerNode(n));
