@@ -9,12 +9,13 @@ import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import { Etcd3 } from 'etcd3';
 import { Cluster, WEFTD_BIN } from '../support/cluster.ts';
-import type { Pod } from '../support/cluster.ts';
+import type { ClusterNode, Pod } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
 import { needsRoot } from '../support/netns.ts';
 
 const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
 const PREFIX = '/coreos.com/network';
+const P = 'flannel.alpha.coreos.com';
 
 async function fullMesh(c: Cluster, pods: Pod[], v6: boolean): Promise<void> {
   for (const a of pods) for (const b of pods) if (a !== b) await c.waitPing(a, b, v6);
@@ -129,17 +130,38 @@ test('etcd down for 30 s: pods keep talking; a node joining after recovery is re
     await c.etcd!.resume();
 
     // A change after the recovery: a third node joins, and the first two route to it.
-    const admin = new Etcd3({ hosts: c.etcd!.endpoint });
-    try {
-      const before = (await admin.getAll().prefix(`${PREFIX}/subnets/`).keys()).length;
-      assert.equal(before, 2);
-    } finally {
-      admin.close();
-    }
     await c.addNode();
     const third = await c.addPod(c.nodes[2]!);
     await c.waitPing(pods[0]!, third, false, 30_000);
     await c.waitPing(third, pods[1]!, false, 30_000);
+  } finally {
+    await c.stop();
+  }
+});
+
+test('two nodes, kube mode: weftd takes its Node\'s pod CIDR, publishes flannel\'s annotations and the condition, routes to the other Node until it is deleted', { skip, timeout: 120_000 }, async () => {
+  const c = await Cluster.start({ nodes: 2, backend: 'vxlan', mode: 'kube' });
+  try {
+    const [n1, n2] = c.nodes as [ClusterNode, ClusterNode];
+    for (const n of c.nodes) assert.equal((await c.subnetEnv(n)).FLANNEL_SUBNET, `10.244.${c.nodes.indexOf(n) + 1}.1/24`);
+    const node = c.api!.node(n1.name)!;
+    const [vtep] = await n1.ns.ipJson<{ address: string }[]>('link', 'show', 'flannel.1');
+    assert.deepEqual((node.metadata as { annotations: Record<string, string> }).annotations, {
+      [`${P}/backend-type`]: 'vxlan',
+      [`${P}/backend-data`]: `{"VNI":1,"VtepMAC":"${vtep!.address}"}`,
+      [`${P}/public-ip`]: n1.address,
+      [`${P}/kube-subnet-manager`]: 'true',
+    });
+    const conditions = (node.status as { conditions: Record<string, unknown>[] }).conditions;
+    assert.deepEqual(conditions.map((x) => [x.type, x.status, x.reason]), [['NetworkUnavailable', 'False', 'FlannelIsUp']]);
+    await fullMesh(c, [await c.addPod(n1), await c.addPod(n2)], false);
+
+    c.api!.deleteNode(n2.name);
+    const deadline = Date.now() + 20_000;
+    while ((await podRoutes(c, 0)).length > 0) {
+      assert.ok(Date.now() < deadline, `the route to ${n2.name} is still on ${n1.name}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
   } finally {
     await c.stop();
   }

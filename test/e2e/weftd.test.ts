@@ -5,16 +5,14 @@
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
 import { Etcd3 } from 'etcd3';
 import { EtcdServer } from '../support/etcd.ts';
-import { KubeApiServer } from '../support/kube-apiserver.ts';
-import type { Obj } from '../support/kube-apiserver.ts';
-import { forwardIntoNetns, joinUnderlay, needsRoot, withNetns } from '../support/netns.ts';
+import { joinUnderlay, needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
 const WEFTD = join(import.meta.dirname, '../../bin/weftd');
@@ -106,59 +104,6 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
     }
   });
 }
-
-test('two nodes, kube mode: weftd takes the pod CIDR of its Node, publishes flannel\'s annotations, routes to the other Node until it is deleted', { skip: needsRoot }, async () => {
-  const api = await KubeApiServer.start();
-  const dir = await mkdtemp(join(tmpdir(), 'weft-e2e-'));
-  const daemons: Weftd[] = [];
-  const forwarders: (() => Promise<void>)[] = [];
-  const P = 'flannel.alpha.coreos.com';
-  try {
-    await writeFile(`${dir}/net-conf.json`, '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}');
-    const kubeconfig = await api.kubeconfig();
-    for (const [i, name] of ['node-a', 'node-b'].entries()) api.addNode({ metadata: { name }, spec: { podCIDR: `10.244.${i + 1}.0/24`, podCIDRs: [`10.244.${i + 1}.0/24`] } });
-    await withNetns(['kul', 'k1', 'k2'], async (ul, n1, n2) => {
-      const nodes = [n1!, n2!];
-      await joinUnderlay(ul!, nodes);
-      for (const [i, ns] of nodes.entries()) {
-        forwarders.push(await forwardIntoNetns(ns, 6443, api.socketPath));
-        daemons.push(startWeftd(ns, [
-          '--kube-subnet-mgr', `--kubeconfig-file=${kubeconfig}`, '--kube-api-url=https://127.0.0.1:6443',
-          `--net-config-path=${dir}/net-conf.json`, '--iface=eth0', `--subnet-file=${dir}/n${i + 1}/subnet.env`,
-        ], { NODE_NAME: i === 0 ? 'node-a' : 'node-b' }));
-      }
-      for (const [i, w] of daemons.entries()) {
-        await eventually(`weftd ${i + 1} ready`, () => /ready: the kernel holds every lease/.test(w.log()), 20_000, w.log);
-        assert.match(await readFile(`${dir}/n${i + 1}/subnet.env`, 'utf8'), new RegExp(`^FLANNEL_NETWORK=10\\.244\\.0\\.0/16\nFLANNEL_SUBNET=10\\.244\\.${i + 1}\\.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n$`));
-      }
-      const a = api.node('node-a')!;
-      const annotations = (a.metadata as { annotations: Record<string, string> }).annotations;
-      const [vtep] = await n1!.ipJson<{ address: string }[]>('link', 'show', 'flannel.1');
-      assert.deepEqual(annotations, {
-        [`${P}/backend-type`]: 'vxlan',
-        [`${P}/backend-data`]: `{"VNI":1,"VtepMAC":"${vtep!.address}"}`,
-        [`${P}/public-ip`]: '198.51.100.1',
-        [`${P}/kube-subnet-manager`]: 'true',
-      });
-      const conditions = (a.status as { conditions: Obj[] }).conditions;
-      assert.deepEqual(conditions.map((c) => [c.type, c.status, c.reason]), [['NetworkUnavailable', 'False', 'FlannelIsUp']]);
-      for (const [i, ns] of nodes.entries()) {
-        await ns.ip('link', 'add', 'cni0', 'type', 'bridge');
-        await ns.ip('addr', 'add', `10.244.${i + 1}.1/24`, 'dev', 'cni0');
-        await ns.ip('link', 'set', 'cni0', 'up');
-      }
-      await eventually('pod traffic from node-a to node-b', () => n1!.exec('ping', '-c', '1', '-W', '1', '-I', '10.244.1.1', '10.244.2.1').then(() => true, () => false), 20_000, daemons[0]!.log);
-
-      api.deleteNode('node-b');
-      await eventually('the route to node-b gone from node-a', async () => !(await n1!.ip('route')).includes('10.244.2.0/24'), 20_000, daemons[0]!.log);
-    });
-  } finally {
-    await Promise.all(daemons.map(stopWeftd));
-    await Promise.all(forwarders.map((stop) => stop()));
-    await api.stop();
-    await rm(dir, { recursive: true, force: true });
-  }
-});
 
 test('bin/weftd --version and --help exit 0', async () => {
   const run = promisify(execFile);

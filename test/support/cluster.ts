@@ -49,7 +49,6 @@ export interface Pod {
 }
 
 export interface ClusterNode {
-  index: number;
   name: string;
   ns: Netns;
   /** The node's address on the underlay. */
@@ -133,7 +132,7 @@ export class Cluster {
       this.api.addNode({ metadata: { name }, spec: { podCIDR: cidrs[0], podCIDRs: cidrs } });
       this.#forwarders.push(await forwardIntoNetns(ns, API_PORT, this.api.socketPath));
     }
-    const node: ClusterNode = { index, name, ns, address: `198.51.100.${index}`, dir, daemon: undefined as unknown as Daemon };
+    const node: ClusterNode = { name, ns, address: `198.51.100.${index}`, dir, daemon: undefined as unknown as Daemon };
     node.daemon = this.#weftd(node);
     this.nodes.push(node);
     return node;
