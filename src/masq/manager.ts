@@ -13,7 +13,8 @@
  *   an old network/subnet and adopts flanneld's set of the same driver (rules.ts explains how).
  * - Resync (every `resyncSeconds`): compares the node with the wanted set, re-applies the whole
  *   set when anything differs and warns with what differed; the other driver's sets are removed
- *   again if they reappear. Unlike flanneld's nftables mode, nftables is resynced too.
+ *   again if they reappear; forwarding switched off by something else is switched back on
+ *   (flanneld sets it once, at start). Unlike flanneld's nftables mode, nftables is resynced too.
  * - Rules stay when weftd exits (`stop()` or the signal only end the loop), so pods keep working
  *   across a restart; {@link TrafficRules.cleanup} removes them.
  * - A failed apply leaves the previous set of that transaction (nftables: the whole table;
@@ -30,7 +31,7 @@ import type { Driver, DriverName } from './drivers.ts';
 import { wantedRules } from './rules.ts';
 import type { TrafficNetworks, WantedRules } from './rules.ts';
 import { execRunner, procSysctl } from './runner.ts';
-import type { Runner, SysctlWriter } from './runner.ts';
+import type { Runner, Sysctl } from './runner.ts';
 
 export interface TrafficRulesOptions {
   /** Which rules engine: `auto` (default) prefers nftables when `nft` works here, else iptables. */
@@ -49,8 +50,8 @@ export interface TrafficRulesOptions {
   enableIPv6?: boolean;
   /** Runs nft/iptables; default spawns them in this process's namespace. */
   runner?: Runner;
-  /** Sets a sysctl; default writes /proc/sys of this process's namespace. */
-  sysctl?: SysctlWriter;
+  /** Reads and sets sysctls; default /proc/sys of this process's namespace. */
+  sysctl?: Sysctl;
   log: Logger;
   /** Waits between resyncs (injectable for tests); default {@link sleep}. */
   delay?: (ms: number, signal: AbortSignal) => Promise<void>;
@@ -113,8 +114,7 @@ export class TrafficRules {
     const want = wantedRules(nets, { ipMasq: this.#opts.ipMasq ?? false, forwardRules: this.#opts.forwardRules ?? true, fullyRandom });
 
     const sysctl = this.#opts.sysctl ?? procSysctl;
-    if (v4) await sysctl('net.ipv4.ip_forward', '1');
-    if (v6) await sysctl('net.ipv6.conf.all.forwarding', '1');
+    for (const key of this.#forwardingKeys()) await sysctl.write(key, '1');
 
     const prev = describe(opts.previous);
     if (opts.previous && prev !== describe(nets)) this.#log.info('network or subnet changed; recycling traffic rules', { previous: prev, current: describe(nets) });
@@ -134,13 +134,15 @@ export class TrafficRules {
   }
 
   /**
-   * One resync: restores the wanted set if the node differs from it and removes the other
-   * driver's rules if present. Returns what differed (empty when nothing did).
+   * One resync: switches forwarding back on if something switched it off, restores the wanted set
+   * if the node differs from it and removes the other driver's rules if present. Returns what
+   * differed (empty when nothing did).
    */
   async resync(): Promise<string[]> {
     const driver = this.#driver;
     const want = this.#want;
     if (!driver || !want) return [];
+    const forwarding = await this.#restoreForwarding();
     const drift = await driver.drift(want);
     if (drift.length > 0) {
       await driver.apply(want);
@@ -152,7 +154,7 @@ export class TrafficRules {
       drift.push(`${other.name} rules present`);
       this.#log.warn(`removed ${other.name} traffic rules left beside ${driver.name}`, { driver: driver.name });
     }
-    return drift;
+    return [...forwarding, ...drift];
   }
 
   /** Ends the resync loop; the rules stay. Resolves when the loop has ended. */
@@ -195,6 +197,24 @@ export class TrafficRules {
         this.#log.error('failed to resync traffic rules; trying again next period', { err: e });
       }
     }
+  }
+
+  #forwardingKeys(): string[] {
+    return this.#families().map((f) => (f === 4 ? 'net.ipv4.ip_forward' : 'net.ipv6.conf.all.forwarding'));
+  }
+
+  /** Pods are cut off while forwarding is off: switch it back on, and say so. */
+  async #restoreForwarding(): Promise<string[]> {
+    const sysctl = this.#opts.sysctl ?? procSysctl;
+    const off: string[] = [];
+    for (const key of this.#forwardingKeys()) {
+      const value = await sysctl.read(key);
+      if (value === '1') continue;
+      await sysctl.write(key, '1');
+      off.push(`${key}=${value}`);
+      this.#log.warn('forwarding was switched off; switched it back on', { sysctl: key, was: value });
+    }
+    return off;
   }
 
   #families(): Family[] {

@@ -4,7 +4,7 @@
  * in the node's namespace, spawns them directly.
  */
 import { spawn } from 'node:child_process';
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { WeftError } from '../errors.ts';
 
 export interface RunResult {
@@ -55,17 +55,28 @@ export async function mustRun(run: Runner, verb: string, argv: readonly string[]
   return r.stdout;
 }
 
-/** Sets a sysctl, e.g. `('net.ipv4.ip_forward', '1')`. */
-export type SysctlWriter = (key: string, value: string) => Promise<void>;
+/** Reads and sets sysctls, e.g. `write('net.ipv4.ip_forward', '1')`. */
+export interface Sysctl {
+  read(key: string): Promise<string>;
+  write(key: string, value: string): Promise<void>;
+}
 
-/** Writes `/proc/sys/<key with dots as slashes>` of the namespace this process runs in. */
-export const procSysctl: SysctlWriter = async (key, value) => {
-  await writeFile(`/proc/sys/${key.replaceAll('.', '/')}`, value);
+const procPath = (key: string) => `/proc/sys/${key.replaceAll('.', '/')}`;
+
+/** `/proc/sys/<key with dots as slashes>` of the namespace this process runs in. */
+export const procSysctl: Sysctl = {
+  read: async (key) => (await readFile(procPath(key), 'utf8')).trim(),
+  write: async (key, value) => {
+    await writeFile(procPath(key), value);
+  },
 };
 
-/** Sets sysctls with `sysctl -w` through `run` (for a runner bound to another namespace). */
-export function runnerSysctl(run: Runner): SysctlWriter {
-  return async (key, value) => {
-    await mustRun(run, `set sysctl ${key}`, ['sysctl', '-w', `${key}=${value}`]);
+/** Sysctls through `sysctl` run by `run` (for a runner bound to another namespace). */
+export function runnerSysctl(run: Runner): Sysctl {
+  return {
+    read: async (key) => (await mustRun(run, `read sysctl ${key}`, ['sysctl', '-n', key])).trim(),
+    write: async (key, value) => {
+      await mustRun(run, `set sysctl ${key}`, ['sysctl', '-w', `${key}=${value}`]);
+    },
   };
 }

@@ -270,6 +270,24 @@ for (const driver of DRIVERS) {
   });
 }
 
+test('forwarding switched off on the node is back on within one resync', { skip: needsRoot }, async () => {
+  await withNetns(['node'], async (node) => {
+    const records = memoryLogger();
+    const ac = new AbortController();
+    const rules = manager(node!, 'nftables', { log: records, resyncSeconds: 1 });
+    try {
+      await rules.start(NETS, { signal: ac.signal });
+      await node!.exec('sysctl', '-w', 'net.ipv4.ip_forward=0');
+      for (let i = 0; i < 30 && !records.records.some((r) => r.msg === 'forwarding was switched off; switched it back on'); i++) await sleep(100);
+      assert.equal((await node!.exec('sysctl', '-n', 'net.ipv4.ip_forward')).trim(), '1');
+      assert.ok(records.records.some((r) => r.level === 'warn' && r.fields.sysctl === 'net.ipv4.ip_forward'));
+    } finally {
+      ac.abort();
+      await rules.stop();
+    }
+  });
+});
+
 test('switching driver leaves one set, both ways', { skip: needsRoot }, async () => {
   await withNetns(['node'], async (node) => {
     for (const driver of ['iptables', 'nftables', 'iptables'] as const) {

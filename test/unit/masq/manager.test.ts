@@ -5,7 +5,7 @@ import { parseCIDR } from '../../../src/ip/ip.ts';
 import { memoryLogger } from '../../../src/log.ts';
 import { TrafficRules } from '../../../src/masq/manager.ts';
 import { TrafficRulesError } from '../../../src/masq/runner.ts';
-import type { RunResult, Runner } from '../../../src/masq/runner.ts';
+import type { RunResult, Runner, Sysctl } from '../../../src/masq/runner.ts';
 
 const NETS = { network: parseCIDR('10.244.0.0/16', 'n'), subnet: parseCIDR('10.244.1.0/24', 's') };
 
@@ -21,17 +21,32 @@ function fakeRunner(answer: (cmd: string, stdin?: string) => Partial<RunResult> 
   return Object.assign(run, { calls });
 }
 
+/** Sysctls held in memory (absent keys read as '0'), recording every write as `key=value`. */
+function fakeSysctl(): Sysctl & { values: Map<string, string>; writes: string[] } {
+  const values = new Map<string, string>();
+  const writes: string[] = [];
+  return {
+    values,
+    writes,
+    read: async (key) => values.get(key) ?? '0',
+    write: async (key, value) => {
+      writes.push(`${key}=${value}`);
+      values.set(key, value);
+    },
+  };
+}
+
 const noNft = (cmd: string): Partial<RunResult> | undefined => (cmd.startsWith('nft') ? { code: 1, stderr: 'Error: Could not process rule: Operation not supported' } : undefined);
 
 test('auto picks nftables when nft works, says why once, and switches forwarding on', async () => {
-  const sysctls: string[] = [];
+  const sysctl = fakeSysctl();
   const log = memoryLogger();
   const run = fakeRunner((cmd) => (cmd.startsWith('iptables --version') ? { stdout: 'iptables v1.8.9 (nf_tables)' } : undefined));
-  const rules = new TrafficRules({ ipMasq: true, runner: run, log, sysctl: async (k, v) => void sysctls.push(`${k}=${v}`) });
+  const rules = new TrafficRules({ ipMasq: true, runner: run, log, sysctl });
   await rules.start(NETS);
   await rules.stop();
   assert.equal(rules.driver, 'nftables');
-  assert.deepEqual(sysctls, ['net.ipv4.ip_forward=1']);
+  assert.deepEqual(sysctl.writes, ['net.ipv4.ip_forward=1']);
   const info = log.records.filter((r) => r.msg.startsWith('traffic rules installed'));
   assert.equal(info.length, 1);
   assert.equal(info[0]!.fields.why, 'auto: nft works here');
@@ -40,18 +55,18 @@ test('auto picks nftables when nft works, says why once, and switches forwarding
 
 test('auto falls back to iptables (with --wait) when nft does not work; an explicit driver that does not work is a ConfigError', async () => {
   const run = fakeRunner((cmd) => noNft(cmd) ?? (cmd === 'iptables --version' ? { stdout: 'iptables v1.8.9 (legacy)' } : undefined));
-  const rules = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl: async () => {} });
+  const rules = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl: fakeSysctl() });
   await rules.start(NETS);
   await rules.stop();
   assert.equal(rules.driver, 'iptables');
   assert.ok(run.calls.includes('iptables-restore --noflush --wait'));
-  const forced = new TrafficRules({ driver: 'nftables', ipMasq: true, runner: run, log: memoryLogger(), sysctl: async () => {} });
+  const forced = new TrafficRules({ driver: 'nftables', ipMasq: true, runner: run, log: memoryLogger(), sysctl: fakeSysctl() });
   await assert.rejects(forced.start(NETS), (e: unknown) => e instanceof ConfigError && /Operation not supported/.test(e.message));
 });
 
 test('a failing apply is a TrafficRulesError naming the command and its stderr', async () => {
   const run = fakeRunner((cmd) => (cmd === 'nft -f -' ? { code: 1, stderr: 'Error: syntax error' } : cmd === 'iptables --version' ? { code: 127 } : undefined));
-  const rules = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl: async () => {} });
+  const rules = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl: fakeSysctl() });
   await assert.rejects(rules.start(NETS), (e: unknown) => e instanceof TrafficRulesError && e.message === 'failed to apply nftables table inet weft: nft -f -: Error: syntax error');
 });
 
@@ -59,13 +74,31 @@ test('auto picks iptables when its FORWARD policy is DROP (Docker): an nftables 
   const filter = '*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n';
   const run = fakeRunner((cmd) => (cmd === 'iptables --version' ? { stdout: 'iptables v1.8.9 (nf_tables)' } : cmd === 'iptables-save -t filter' ? { stdout: filter } : undefined));
   const log = memoryLogger();
-  const rules = new TrafficRules({ ipMasq: true, runner: run, log, sysctl: async () => {} });
+  const rules = new TrafficRules({ ipMasq: true, runner: run, log, sysctl: fakeSysctl() });
   await rules.start(NETS);
   await rules.stop();
   assert.equal(rules.driver, 'iptables');
   assert.match(String(log.records.find((r) => r.msg.startsWith('traffic rules installed'))?.fields.why), /FORWARD policy is DROP/);
-  const noForward = new TrafficRules({ ipMasq: true, forwardRules: false, runner: run, log: memoryLogger(), sysctl: async () => {} });
+  const noForward = new TrafficRules({ ipMasq: true, forwardRules: false, runner: run, log: memoryLogger(), sysctl: fakeSysctl() });
   await noForward.start(NETS);
   await noForward.stop();
   assert.equal(noForward.driver, 'nftables', 'without forward rules the FORWARD policy does not matter');
+});
+
+test('a resync switches forwarding back on when something switched it off, and says so', async () => {
+  const run = fakeRunner((cmd) => (cmd === 'iptables --version' ? { code: 127 } : undefined));
+  const sysctl = fakeSysctl();
+  const log = memoryLogger();
+  const rules = new TrafficRules({ ipMasq: true, enableIPv6: true, runner: run, log, sysctl });
+  await rules.start({ ...NETS, ipv6Network: parseCIDR('fd00::/56', 'n6'), ipv6Subnet: parseCIDR('fd00:0:0:1::/64', 's6') });
+  await rules.stop();
+  assert.deepEqual(sysctl.writes, ['net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1']);
+  sysctl.values.set('net.ipv6.conf.all.forwarding', '0');
+  const drift = await rules.resync();
+  assert.ok(drift.includes('net.ipv6.conf.all.forwarding=0'), drift.join('; '));
+  assert.equal(sysctl.values.get('net.ipv6.conf.all.forwarding'), '1');
+  assert.equal(sysctl.writes.length, 3, 'IPv4 forwarding, still on, is left alone');
+  const warn = log.records.find((r) => r.msg === 'forwarding was switched off; switched it back on');
+  assert.equal(warn?.fields.sysctl, 'net.ipv6.conf.all.forwarding');
+  assert.equal(warn?.fields.was, '0');
 });
