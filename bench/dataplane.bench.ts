@@ -4,7 +4,8 @@
  * node over the underlay without overlay, on the same veth + bridge underlay. This machine's own
  * throughput drifts by tens of percent from minute to minute, so each round measures the overlay
  * and then the underlay of the same cluster, and a ratio is the median of the rounds' ratios
- * (WEFT_BENCH_ROUNDS, 3); the Gbit/s figures are medians too. weftd runs with --ip-masq, as
+ * (WEFT_BENCH_ROUNDS, 5); the Gbit/s figures are medians too, and the rounds' ratios are printed
+ * so that the spread is in view. weftd runs with --ip-masq, as
  * daemonset.yaml and flannel's own manifest run it (without it the bridge delegate installs its
  * own masquerade chain, which every forwarded packet then walks).
  *
@@ -15,7 +16,7 @@ import type { Netns } from '../test/support/netns.ts';
 import { Cluster } from '../test/support/cluster.ts';
 
 const SECONDS = Number(process.env.WEFT_BENCH_SECONDS ?? 10);
-const ROUNDS = Number(process.env.WEFT_BENCH_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.WEFT_BENCH_ROUNDS ?? 5);
 
 /** Runs an iperf3 server in `server` and a client in `client` towards `address`; returns Gbit/s received. */
 async function iperf(server: Netns, client: Netns, address: string): Promise<number> {
@@ -42,7 +43,7 @@ function median(xs: number[]): number {
 }
 
 /** Rounds of pod → pod then node → node in one two-node cluster of `backend`. */
-async function measure(backend: 'vxlan' | 'host-gw'): Promise<{ pod: number; underlay: number; ratio: number }> {
+async function measure(backend: 'vxlan' | 'host-gw'): Promise<{ pod: number; underlay: number; ratio: number; ratios: number[] }> {
   const c = await Cluster.start({ nodes: 2, backend, mode: 'etcd', weftdArgs: ['--ip-masq'] });
   try {
     const a = await c.addPod(c.nodes[0]!);
@@ -54,7 +55,8 @@ async function measure(backend: 'vxlan' | 'host-gw'): Promise<{ pod: number; und
       pods.push(await iperf(b.ns, a.ns, b.ip));
       underlays.push(await iperf(c.nodes[1]!.ns, c.nodes[0]!.ns, c.nodes[1]!.address));
     }
-    return { pod: median(pods), underlay: median(underlays), ratio: median(pods.map((p, i) => p / underlays[i]!)) };
+    const ratios = pods.map((p, i) => p / underlays[i]!);
+    return { pod: median(pods), underlay: median(underlays), ratio: median(ratios), ratios };
   } finally {
     await c.stop();
   }
@@ -64,5 +66,6 @@ const vxlan = await measure('vxlan');
 const hostgw = await measure('host-gw');
 const underlay = median([vxlan.underlay, hostgw.underlay]);
 const f = (x: number) => x.toFixed(2);
+console.log(`rounds' ratios: vxlan ${vxlan.ratios.map(f).join(' ')}; host-gw ${hostgw.ratios.map(f).join(' ')}`);
 console.log(`iperf3 ${SECONDS} s, median of ${ROUNDS} rounds: pod→pod vxlan ${f(vxlan.pod)} Gbit/s (underlay ${f(vxlan.underlay)}), host-gw ${f(hostgw.pod)} Gbit/s (underlay ${f(hostgw.underlay)})`);
 console.log(`vxlan_gbps=${f(vxlan.pod)} hostgw_gbps=${f(hostgw.pod)} underlay_gbps=${f(underlay)} vxlan_ratio=${f(vxlan.ratio)} hostgw_ratio=${f(hostgw.ratio)}`);
