@@ -105,12 +105,22 @@ export function ownAnnotationChanges(keys: AnnotationKeys, attrs: LeaseAttrs, cu
   return changes;
 }
 
-/** The user-set `node-public-ip` / `node-public-ipv6` of a Node (flanneld ≥ 0.25.3 reads them like --public-ip). */
+/**
+ * The user-set `node-public-ip` / `node-public-ipv6` of a Node (flanneld ≥ 0.25.3 reads them like
+ * --public-ip). A value that is not an address of the annotation's family is a ConfigError naming
+ * the annotation and the Node, not a --public-ip error the operator never gave.
+ */
 export function nodePublicIPs(keys: AnnotationKeys, node: NodeLike): { publicIP?: string; publicIPv6?: string } {
   const a = node.metadata?.annotations ?? {};
   const out: { publicIP?: string; publicIPv6?: string } = {};
-  if (a[keys.nodePublicIP]) out.publicIP = a[keys.nodePublicIP];
-  if (a[keys.nodePublicIPv6]) out.publicIPv6 = a[keys.nodePublicIPv6];
+  for (const [key, field, family] of [[keys.nodePublicIP, 'publicIP', 4], [keys.nodePublicIPv6, 'publicIPv6', 6]] as const) {
+    const value = a[key];
+    if (!value) continue;
+    if (tryParseIP(value)?.family !== family) {
+      throw new ConfigError(`annotation ${key}`, `not an IPv${family} address on Node ${JSON.stringify(node.metadata?.name ?? '')}: ${JSON.stringify(value)}`);
+    }
+    out[field] = value;
+  }
   return out;
 }
 

@@ -119,6 +119,12 @@ test('own subnets: podCIDRs by family, else podCIDR; none assigned yet is undefi
   assert.throws(() => ownSubnets(node('a', {}, { podCIDR: '10.244.1.0/24' }), DUAL), /no IPv6 pod CIDR/);
 });
 
-test('node-public-ip annotations are read as hints', () => {
+test('node-public-ip annotations are read as hints; a bad one names the annotation and the Node', () => {
   assert.deepEqual(nodePublicIPs(K, node('a', { 'flannel.alpha.coreos.com/node-public-ip': '198.51.100.1' }, {})), { publicIP: '198.51.100.1' });
+  assert.deepEqual(nodePublicIPs(K, node('a', { 'flannel.alpha.coreos.com/node-public-ipv6': '2001:db8::1' }, {})), { publicIPv6: '2001:db8::1' });
+  assert.throws(
+    () => nodePublicIPs(K, node('a', { 'flannel.alpha.coreos.com/node-public-ip': '2001:db8::1' }, {})),
+    (e: unknown) => e instanceof ConfigError && e.field === 'annotation flannel.alpha.coreos.com/node-public-ip' && /IPv4 address on Node "a": "2001:db8::1"/.test(e.message),
+  );
+  assert.throws(() => nodePublicIPs(K, node('a', { 'flannel.alpha.coreos.com/node-public-ipv6': 'nope' }, {})), /node-public-ipv6: not an IPv6 address/);
 });
