@@ -17,7 +17,7 @@ import { LeaseTable } from '../../src/lease/table.ts';
 import type { LeaseEvent } from '../../src/lease/table.ts';
 import { memoryLogger, silentLogger } from '../../src/log.ts';
 import { sleep } from '../../src/retry.ts';
-import { KubeApiServer } from '../support/kube-apiserver.ts';
+import { ApiError, KubeApiServer } from '../support/kube-apiserver.ts';
 import type { Grant, Obj } from '../support/kube-apiserver.ts';
 
 const P = 'flannel.alpha.coreos.com';
@@ -325,6 +325,45 @@ test('our own Node: re-registered without annotations, they are published again;
   });
 });
 
+test('complete: a failing condition patch is retried with backoff; a forbidden one or the deadline gives up with an error logged, never thrown', async () => {
+  await withApi(async ({ api, source }) => {
+    api.addNode({ metadata: { name: 'node-1' }, spec: { podCIDR: '10.244.1.0/24' } });
+    const signal = AbortSignal.timeout(20_000);
+    let failures = 0;
+    let answer = () => new ApiError(503, 'ServiceUnavailable', 'etcd leader changed');
+    api.beforeServe = ({ verb, resource }) => {
+      if (verb === 'patch' && resource === 'nodes/status' && failures-- > 0) throw answer();
+    };
+    const waits: number[] = [];
+    const delay = (ms: number, sig: AbortSignal) => (waits.push(ms), fastDelay(ms, sig));
+    const condition = () => ((api.node('node-1')!.status as Obj | undefined)?.conditions as Obj[] | undefined)?.find((c) => c.type === 'NetworkUnavailable');
+
+    failures = 3;
+    const log = memoryLogger();
+    await (await source('flannel', { log, delay })).complete(signal);
+    assert.equal(condition()?.status, 'False', 'set after three failures');
+    assert.deepEqual(waits.map((ms) => Math.round(ms / 1000)), [1, 2, 4], 'backoff doubles from 1 s');
+    assert.ok(!log.records.some((r) => r.level === 'error'));
+
+    api.modifyNode('node-1', (n) => void ((n.status as Obj).conditions = []));
+    failures = Infinity;
+    let now = 0;
+    const late = memoryLogger();
+    const patches = api.requests.length;
+    await (await source('flannel', { log: late, completeTimeoutMs: 30_000, now: () => (now += 10_000), delay: fastDelay })).complete(signal);
+    assert.equal(condition(), undefined);
+    assert.ok(api.requests.length - patches <= 8, 'gives up at the deadline');
+    assert.match(String(late.records.find((r) => r.level === 'error')?.msg), /failed to set the NetworkUnavailable condition/);
+
+    answer = () => new ApiError(403, 'Forbidden', 'nodes "node-1" is forbidden');
+    const denied = memoryLogger();
+    const before = api.requests.length;
+    await (await source('flannel', { log: denied, delay })).complete(signal);
+    assert.equal(api.requests.filter((r, i) => i >= before && r.verb === 'patch').length, 1, 'a 403 is not retried');
+    assert.ok(denied.records.some((r) => r.level === 'error' && /HTTP 403|forbidden/.test(String((r.fields.err as Error | undefined)?.message))));
+  });
+});
+
 test('a Node list that expires between pages is listed again from the start, nothing dropped', async () => {
   await withApi(async ({ api, source }) => {
     for (let n = 2; n <= 8; n++) api.addNode(peerNode(n));
@@ -332,9 +371,9 @@ test('a Node list that expires between pages is listed again from the start, not
     const s = await source('flannel', { log, listPageSize: 2 });
     await s.networkConfig(AbortSignal.timeout(20_000));
     let expired = 0;
-    api.beforeList = (cont) => {
+    api.beforeServe = ({ verb, url }) => {
       // The first time a third page is asked for, its snapshot is compacted away.
-      if (cont !== undefined && expired === 0 && api.requests.filter((q) => q.verb === 'list').length === 2) {
+      if (verb === 'list' && url.searchParams.has('continue') && expired === 0 && api.requests.filter((q) => q.verb === 'list').length === 2) {
         expired++;
         api.compact();
       }

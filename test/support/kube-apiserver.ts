@@ -68,7 +68,8 @@ interface Snapshot {
   items: Obj[];
 }
 
-class ApiError extends Error {
+/** An API error the server answers with a Status (a test hook may throw one). */
+export class ApiError extends Error {
   readonly code: number;
   readonly reason: string;
   readonly details: Obj | undefined;
@@ -376,6 +377,7 @@ export class KubeApiServer {
       seen.verb = route.verb;
       seen.resource = route.resource;
       this.#authorize(req, route);
+      this.beforeServe?.({ ...route, url });
       if (route.verb === 'watch') {
         seen.status = 200;
         this.#watch(url, res);
@@ -496,13 +498,15 @@ export class KubeApiServer {
     return out;
   }
 
-  /** Test hook: called with each Node list request's continue token (undefined: a first page) before it is served. */
-  beforeList: ((cont: string | undefined) => void) | undefined;
+  /**
+   * Test hook: called with each authorized request before it is served; an {@link ApiError} it
+   * throws is the answer (a failing apiserver), and it may change the store first.
+   */
+  beforeServe: ((req: { verb: string; resource: string; name?: string; url: URL }) => void) | undefined;
 
   #list(url: URL): Obj {
     const limit = Number(url.searchParams.get('limit') ?? 0) || 0;
     const cont = url.searchParams.get('continue');
-    this.beforeList?.(cont ?? undefined);
     let snap: Snapshot;
     let start = 0;
     if (cont) {
