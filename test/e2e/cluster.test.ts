@@ -6,6 +6,8 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { Etcd3 } from 'etcd3';
 import { Cluster, WEFTD_BIN } from '../support/cluster.ts';
@@ -33,7 +35,10 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
       try {
         const pods = [];
         for (const n of c.nodes) pods.push(await c.addPod(n));
+        const mtu = backend === 'vxlan' ? (dualStack ? 1430 : 1450) : 1500;
         for (const [i, p] of pods.entries()) {
+          const v6 = dualStack ? 'FLANNEL_IPV6_NETWORK=fd00:10:244::/56\nFLANNEL_IPV6_SUBNET=fd00:10:244:[0-9a-f]+::1/64\n' : '';
+          assert.match(await readFile(join(c.nodes[i]!.dir, 'subnet.env'), 'utf8'), new RegExp(`^FLANNEL_NETWORK=10\\.244\\.0\\.0/16\nFLANNEL_SUBNET=10\\.244\\.\\d+\\.1/24\n${v6}FLANNEL_MTU=${mtu}\nFLANNEL_IPMASQ=true\n$`));
           const env = await c.subnetEnv(c.nodes[i]!);
           assert.equal(p.ip.split('.').slice(0, 3).join('.'), env.FLANNEL_SUBNET!.split('.').slice(0, 3).join('.'), 'the pod is in its node\'s subnet');
           if (dualStack) assert.ok(p.ipv6?.startsWith('fd00:10:244:'), `pod IPv6 ${p.ipv6}`);
@@ -41,20 +46,28 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
         await fullMesh(c, pods, false);
         if (dualStack) await fullMesh(c, pods, true);
         const [eth0] = await pods[0]!.ns.ipJson<{ mtu: number }[]>('link', 'show', 'eth0');
-        assert.equal(eth0!.mtu, backend === 'vxlan' ? (dualStack ? 1430 : 1450) : 1500);
+        assert.equal(eth0!.mtu, mtu);
         const readyz = await c.nodes[0]!.ns.exec('curl', '-s', '-w', ' %{http_code}', 'http://127.0.0.1:8081/readyz');
         assert.equal(readyz, 'weftd is ready\n 200');
         const metrics = await c.nodes[0]!.ns.exec('curl', '-s', 'http://127.0.0.1:8081/metrics');
         assert.match(metrics, /^weft_leases 2$/m);
 
-        // --ip-masq: the rules are in place (pods above still reach each other unmasqueraded)
-        // and stay when weftd stops; --cleanup-traffic-rules removes them.
+        // --ip-masq: the rules are in place (pods above still reach each other unmasqueraded).
+        // SIGTERM: weftd exits 0 and leaves the data plane, rules included; pods keep talking.
+        // --cleanup-traffic-rules removes the rules; restarted, weftd has the same subnet.
         const n1 = c.nodes[0]!;
+        const subnet = (await c.subnetEnv(n1)).FLANNEL_SUBNET;
+        const routes = await podRoutes(c, 0);
         assert.match(await n1.ns.exec('nft', 'list', 'table', 'inet', 'weft'), /ip saddr 10\.244\.0\.0\/16 ip daddr != 224\.0\.0\.0\/4 masquerade/);
         assert.equal(await c.stopWeftd(n1), 0);
+        assert.match(n1.daemon.log(), /Exiting cleanly/);
+        assert.deepEqual(await podRoutes(c, 0), routes, 'routes stay after weftd exits');
+        assert.ok(await c.ping(pods[0]!, pods[1]!), 'pods keep talking after weftd exits');
         await n1.ns.exec('nft', 'list', 'table', 'inet', 'weft');
         await n1.ns.exec(WEFTD_BIN, '--cleanup-traffic-rules');
         await assert.rejects(n1.ns.exec('nft', 'list', 'table', 'inet', 'weft'), 'the table is gone after the cleanup');
+        await c.restartWeftd(n1);
+        assert.equal((await c.subnetEnv(n1)).FLANNEL_SUBNET, subnet, 'same subnet after a restart');
       } finally {
         await c.stop();
       }

@@ -13,6 +13,7 @@ import { LeaseTable } from '../../src/lease/table.ts';
 import { memoryLogger, silentLogger } from '../../src/log.ts';
 import { EtcdServer } from '../support/etcd.ts';
 import { FaultProxy } from '../support/fault-proxy.ts';
+import { until } from '../support/until.ts';
 
 const PREFIX = '/coreos.com/network';
 const CONFIG = '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}';
@@ -27,14 +28,6 @@ function attrs(n: number): LeaseAttrs {
 
 function value(n: number): string {
   return `{"PublicIP":"198.51.100.${n}","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"6e:00:00:00:00:${n.toString(16).padStart(2, '0')}"}}`;
-}
-
-async function until(what: string, cond: () => boolean | Promise<boolean>, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 async function withEtcd(fn: (etcd: EtcdServer, admin: Etcd3) => Promise<void>, tls = false): Promise<void> {

@@ -19,6 +19,7 @@ import { memoryLogger, silentLogger } from '../../src/log.ts';
 import { sleep } from '../../src/retry.ts';
 import { ApiError, KubeApiServer } from '../support/kube-apiserver.ts';
 import type { Grant, Obj } from '../support/kube-apiserver.ts';
+import { until } from '../support/until.ts';
 
 const P = 'flannel.alpha.coreos.com';
 /** flannel's ClusterRole (reference §3). */
@@ -53,14 +54,6 @@ function peerNode(n: number, extra: Record<string, string> = {}): Obj {
     },
     spec: { podCIDR: `10.244.${n}.0/24`, podCIDRs: [`10.244.${n}.0/24`] },
   };
-}
-
-async function until(what: string, cond: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await sleep(10);
-  }
 }
 
 interface Ctx {

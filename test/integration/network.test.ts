@@ -16,6 +16,7 @@ import { memoryLogger } from '../../src/log.ts';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
 import { joinUnderlay, needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
+import { until } from '../support/until.ts';
 
 interface Node {
   ns: Netns;
@@ -26,14 +27,6 @@ interface Node {
 }
 
 const DUAL_VXLAN = '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00::/48","Backend":{"Type":"vxlan"}}';
-
-async function eventually(what: string, cond: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 async function node(ns: Netns, n: number, netConf: string): Promise<Node> {
   await ns.ip('link', 'add', 'cni0', 'type', 'bridge');
@@ -62,7 +55,7 @@ async function cluster(k: number, netConf: string, fn: (nodes: Node[]) => Promis
     try {
       for (const [i, ns] of nss.entries()) nodes.push(await node(ns!, i + 1, netConf));
       // A fresh IPv6 underlay answers neighbour solicitations only after a moment.
-      await eventually('the IPv6 underlay', async () => nodes[0]!.ns.exec('ping', '-c', '1', '-W', '1', '2001:db8::2').then(() => true, () => false));
+      await until('the IPv6 underlay', async () => nodes[0]!.ns.exec('ping', '-c', '1', '-W', '1', '2001:db8::2').then(() => true, () => false));
       await fn(nodes);
     } finally {
       for (const x of nodes) x.h.close();
@@ -96,13 +89,13 @@ test('vxlan, three nodes, dual stack: weftd\'s data plane carries pod traffic, r
       // The vxlan device deleted by hand: recreated with the same MAC, entries back, traffic flows.
       const mac = (await a.h.linkByName('flannel.1')).mac;
       await a.ns.ip('link', 'del', 'flannel.1');
-      await eventually('flannel.1 recreated with its entries', async () => /10\.244\.3\.0\/24 via 10\.244\.3\.0 dev flannel\.1/.test(await a.ns.ip('route')));
+      await until('flannel.1 recreated with its entries', async () => /10\.244\.3\.0\/24 via 10\.244\.3\.0 dev flannel\.1/.test(await a.ns.ip('route')));
       assert.equal((await a.h.linkByName('flannel.1')).mac, mac);
-      await eventually('traffic after the repair', () => reaches(a, '10.244.1.1', '10.244.3.1'));
+      await until('traffic after the repair', () => reaches(a, '10.244.1.1', '10.244.3.1'));
 
       // Its MAC rewritten (as udev's MACAddressPolicy=persistent does): set back.
       await a.ns.ip('link', 'set', 'flannel.1', 'address', '02:11:22:33:44:55');
-      await eventually('the VTEP MAC restored', async () => (await a.h.linkByName('flannel.1')).mac === mac);
+      await until('the VTEP MAC restored', async () => (await a.h.linkByName('flannel.1')).mac === mac);
 
       // A node leaves: its entries go at once.
       runs[0]!.table.apply([], ['node-3']);

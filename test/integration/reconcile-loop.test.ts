@@ -7,6 +7,10 @@ import type { PassInfo } from '../../src/reconcile/loop.ts';
 import { WEFT_RTPROT } from '../../src/reconcile/state.ts';
 import type { KernelState } from '../../src/reconcile/state.ts';
 import { needsRoot, vxlanNode, withNetns } from '../support/netns.ts';
+import { until } from '../support/until.ts';
+
+/** Repairs come from kernel events; the periodic resync is far longer than this. */
+const REPAIR_MS = 3000;
 
 function peers(vx: number, ns: number[]): KernelState {
   return {
@@ -15,15 +19,6 @@ function peers(vx: number, ns: number[]): KernelState {
     fdb: ns.map((n) => ({ linkIndex: vx, mac: `6e:00:00:00:00:0${n}`, dst: `198.51.100.${n}`, state: 0x80, flags: 2 })),
   };
 }
-
-async function eventually(what: string, check: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + 3000;
-  while (!(await check())) {
-    if (Date.now() > deadline) assert.fail(`${what} did not happen within 3 s`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 
 test('the loop repairs hand-deleted routes, neighbours and FDB entries from kernel events alone', { skip: needsRoot }, async () => {
   await withNetns(['loop'], async (ns) => {
@@ -49,13 +44,13 @@ test('the loop repairs hand-deleted routes, neighbours and FDB entries from kern
         assert.equal(passes[0]?.ops.length, 6);
         const routes = () => ns!.ip('route', 'show', 'proto', String(WEFT_RTPROT));
         await ns!.ip('route', 'del', '10.244.2.0/24');
-        await eventually('route repair', async () => /10\.244\.2\.0\/24/.test(await routes()));
+        await until('route repair', async () => /10\.244\.2\.0\/24/.test(await routes()), REPAIR_MS);
         await ns!.ip('neigh', 'del', '10.244.3.0', 'dev', 'flannel.1');
-        await eventually('neighbour repair', async () => /10\.244\.3\.0 lladdr/.test(await ns!.ip('neigh', 'show', 'dev', 'flannel.1')));
+        await until('neighbour repair', async () => /10\.244\.3\.0 lladdr/.test(await ns!.ip('neigh', 'show', 'dev', 'flannel.1')), REPAIR_MS);
         await ns!.exec('bridge', 'fdb', 'del', '6e:00:00:00:00:02', 'dev', 'flannel.1', 'dst', '198.51.100.2', 'self');
-        await eventually('fdb repair', async () => /6e:00:00:00:00:02 dst 198\.51\.100\.2/.test(await ns!.exec('bridge', 'fdb', 'show', 'dev', 'flannel.1')));
+        await until('fdb repair', async () => /6e:00:00:00:00:02 dst 198\.51\.100\.2/.test(await ns!.exec('bridge', 'fdb', 'show', 'dev', 'flannel.1')), REPAIR_MS);
         await ns!.ip('route', 'add', '10.244.9.0/24', 'via', '198.51.100.9', 'proto', String(WEFT_RTPROT));
-        await eventually('unwanted tagged route removed', async () => !/10\.244\.9\.0/.test(await routes()));
+        await until('unwanted tagged route removed', async () => !/10\.244\.9\.0/.test(await routes()), REPAIR_MS);
         assert.ok(passes.some((p) => p.kind === 'fast' && p.reasons.includes('route 10.244.2.0/24 deleted')), 'repaired by a fast pass');
 
         // A trigger from a pass's own callback (as a lease source would) still gets its pass.
@@ -99,7 +94,7 @@ test('the loop repairs hand-deleted routes, neighbours and FDB entries from kern
         assert.match(await routes(), /10\.244\.3\.0\/24/, 'other owners untouched');
 
         await ns!.ip('link', 'del', 'flannel.1');
-        await eventually('device loss reported', async () => gone.includes(vx));
+        await until('device loss reported', async () => gone.includes(vx), REPAIR_MS);
       } finally {
         loop.stop();
       }

@@ -18,6 +18,7 @@ import { EtcdServer } from './etcd.ts';
 import { KubeApiServer } from './kube-apiserver.ts';
 import { attachToUnderlay, createNetns, forwardIntoNetns, joinUnderlay } from './netns.ts';
 import type { Netns } from './netns.ts';
+import { until } from './until.ts';
 
 export const WEFTD_BIN = fileURLToPath(new URL('../../bin/weftd', import.meta.url));
 const ETCD_PREFIX = '/coreos.com/network';
@@ -57,11 +58,24 @@ export interface ClusterNode {
   daemon: Daemon;
 }
 
-async function until(what: string, cond: () => Promise<boolean> | boolean, timeoutMs: number, detail?: () => string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${detail ? `\n${detail()}` : ''}`);
-    await new Promise((r) => setTimeout(r, 50));
+/** Runs bin/weftd in `ns` with `args` and only `env` (plus PATH); stderr is kept for {@link Daemon.log}. */
+export function spawnWeftd(ns: Netns, args: readonly string[], env: Record<string, string> = {}): Daemon {
+  const proc = spawn('ip', ['netns', 'exec', ns.name, WEFTD_BIN, ...args], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+  let text = '';
+  proc.stderr!.on('data', (c: Buffer) => (text += c.toString()));
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+  return { proc, log: () => text, exited };
+}
+
+/** Stops `d` with `signal` (SIGKILL after 10 s); resolves with its exit code (null if killed). */
+export async function stopDaemon(d: Daemon, signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
+  if (d.proc.exitCode !== null || d.proc.signalCode !== null) return d.proc.exitCode;
+  d.proc.kill(signal);
+  const timer = setTimeout(() => d.proc.kill('SIGKILL'), 10_000);
+  try {
+    return await d.exited;
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -160,14 +174,9 @@ export class Cluster {
   }
 
   #weftd(node: ClusterNode): Daemon {
-    const env: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin', NODE_NAME: node.name };
     const args = [...this.args(node)];
     if (this.api) args.push(`--kubeconfig-file=${this.#kubeconfig}`);
-    const proc = spawn('ip', ['netns', 'exec', node.ns.name, WEFTD_BIN, ...args], { env, stdio: ['ignore', 'ignore', 'pipe'] });
-    let text = '';
-    proc.stderr!.on('data', (c: Buffer) => (text += c.toString()));
-    const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
-    return { proc, log: () => text, exited };
+    return spawnWeftd(node.ns, args, { NODE_NAME: node.name });
   }
 
   get #kubeconfig(): string {
@@ -184,15 +193,7 @@ export class Cluster {
 
   /** Stops `node`'s weftd with `signal` (SIGKILL after 10 s); resolves with its exit code. */
   async stopWeftd(node: ClusterNode, signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
-    const d = node.daemon;
-    if (d.proc.exitCode !== null || d.proc.signalCode !== null) return d.proc.exitCode;
-    d.proc.kill(signal);
-    const timer = setTimeout(() => d.proc.kill('SIGKILL'), 10_000);
-    try {
-      return await d.exited;
-    } finally {
-      clearTimeout(timer);
-    }
+    return stopDaemon(node.daemon, signal);
   }
 
   /** Starts `node`'s weftd again (after stopWeftd) and waits until it is ready. */
