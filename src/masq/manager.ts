@@ -7,7 +7,8 @@
  *   forward rules are wanted and an iptables FORWARD policy is DROP (Docker sets it): an nftables
  *   accept in another table cannot override that drop. An explicit choice that does not work here
  *   is a ConfigError. The choice and its reason are logged once.
- * - Start: switches forwarding on, removes the other driver's sets (Weft's and flanneld's: the
+ * - Start: switches forwarding on where it is off (a read-only /proc/sys is fine when the host has
+ *   it on already), removes the other driver's sets (Weft's and flanneld's: the
  *   nftables tables `inet weft`, `ip flannel-ipv4`, `ip6 flannel-ipv6`, or the FLANNEL-* chains
  *   and their jumps), then applies the wanted set in one transaction, which also recycles rules of
  *   an old network/subnet and adopts flanneld's set of the same driver (rules.ts explains how).
@@ -21,7 +22,7 @@
  *   iptables: one transaction per family, so an IPv6 failure can follow an applied IPv4 set); the
  *   error names the command and its stderr, and the loop tries again next period.
  */
-import { ConfigError } from '../errors.ts';
+import { ConfigError, WeftError } from '../errors.ts';
 import { formatCIDR } from '../ip/ip.ts';
 import type { Family } from '../ip/ip.ts';
 import type { Logger } from '../log.ts';
@@ -113,8 +114,7 @@ export class TrafficRules {
     const fullyRandom = !this.#opts.fullyRandomDisable && (await driver.fullyRandomSupported());
     const want = wantedRules(nets, { ipMasq: this.#opts.ipMasq ?? false, forwardRules: this.#opts.forwardRules ?? true, fullyRandom });
 
-    const sysctl = this.#opts.sysctl ?? procSysctl;
-    for (const key of this.#forwardingKeys()) await sysctl.write(key, '1');
+    for (const was of await this.#ensureForwarding()) this.#log.info('switched forwarding on', was);
 
     const prev = describe(opts.previous);
     if (opts.previous && prev !== describe(nets)) this.#log.info('network or subnet changed; recycling traffic rules', { previous: prev, current: describe(nets) });
@@ -142,7 +142,10 @@ export class TrafficRules {
     const driver = this.#driver;
     const want = this.#want;
     if (!driver || !want) return [];
-    const forwarding = await this.#restoreForwarding();
+    const forwarding = (await this.#ensureForwarding()).map(({ sysctl, was }) => {
+      this.#log.warn('forwarding was switched off; switched it back on', { sysctl, was });
+      return `${sysctl}=${was}`;
+    });
     const drift = await driver.drift(want);
     if (drift.length > 0) {
       await driver.apply(want);
@@ -203,18 +206,25 @@ export class TrafficRules {
     return this.#families().map((f) => (f === 4 ? 'net.ipv4.ip_forward' : 'net.ipv6.conf.all.forwarding'));
   }
 
-  /** Pods are cut off while forwarding is off: switch it back on, and say so. */
-  async #restoreForwarding(): Promise<string[]> {
+  /**
+   * Switches forwarding on where it is off (pods are cut off from other nodes without it); returns
+   * what it changed. Read first and written only when off, so a read-only /proc/sys (a container
+   * that is not privileged) is fine as long as the host has forwarding on.
+   */
+  async #ensureForwarding(): Promise<{ sysctl: string; was: string }[]> {
     const sysctl = this.#opts.sysctl ?? procSysctl;
-    const off: string[] = [];
+    const changed: { sysctl: string; was: string }[] = [];
     for (const key of this.#forwardingKeys()) {
-      const value = await sysctl.read(key);
-      if (value === '1') continue;
-      await sysctl.write(key, '1');
-      off.push(`${key}=${value}`);
-      this.#log.warn('forwarding was switched off; switched it back on', { sysctl: key, was: value });
+      const was = await sysctl.read(key);
+      if (was === '1') continue;
+      try {
+        await sysctl.write(key, '1');
+      } catch (e) {
+        throw new WeftError('EFORWARDING', `${key} is ${was} and could not be set to 1 (${(e as Error).message}): pods cannot reach other nodes; set it on the host or give weftd a writable /proc/sys`, { cause: e });
+      }
+      changed.push({ sysctl: key, was });
     }
-    return off;
+    return changed;
   }
 
   #families(): Family[] {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError, WeftError } from '../../../src/errors.ts';
 import { parseCIDR } from '../../../src/ip/ip.ts';
 import { memoryLogger } from '../../../src/log.ts';
 import { TrafficRules } from '../../../src/masq/manager.ts';
@@ -101,4 +101,19 @@ test('a resync switches forwarding back on when something switched it off, and s
   const warn = log.records.find((r) => r.msg === 'forwarding was switched off; switched it back on');
   assert.equal(warn?.fields.sysctl, 'net.ipv6.conf.all.forwarding');
   assert.equal(warn?.fields.was, '0');
+});
+
+test('forwarding already on is only read (a read-only /proc/sys is fine); off and not settable stops start-up naming the sysctl', async () => {
+  const run = fakeRunner((cmd) => (cmd === 'iptables --version' ? { code: 127 } : undefined));
+  const readOnly = (values: Record<string, string>): Sysctl => ({
+    read: async (key) => values[key] ?? '0',
+    write: async () => {
+      throw Object.assign(new Error('EROFS: read-only file system'), { code: 'EROFS' });
+    },
+  });
+  const on = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl: readOnly({ 'net.ipv4.ip_forward': '1' }) });
+  await on.start(NETS);
+  await on.stop();
+  const off = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl: readOnly({}) });
+  await assert.rejects(off.start(NETS), (e: unknown) => e instanceof WeftError && e.code === 'EFORWARDING' && /^net\.ipv4\.ip_forward is 0 and could not be set to 1 \(EROFS/.test(e.message));
 });
