@@ -115,6 +115,7 @@ export class TrafficRules {
     const want = wantedRules(nets, { ipMasq: this.#opts.ipMasq ?? false, forwardRules: this.#opts.forwardRules ?? true, fullyRandom });
 
     for (const was of await this.#ensureForwarding()) this.#log.info('switched forwarding on', was);
+    await this.#checkBridgeNetfilter();
 
     const prev = describe(opts.previous);
     if (opts.previous && prev !== describe(nets)) this.#log.info('network or subnet changed; recycling traffic rules', { previous: prev, current: describe(nets) });
@@ -199,6 +200,23 @@ export class TrafficRules {
       } catch (e) {
         this.#log.error('failed to resync traffic rules; trying again next period', { err: e });
       }
+    }
+  }
+
+  /**
+   * flanneld (iptables mode) exits when br_netfilter is not loaded. Pod traffic between nodes is
+   * routed and does not need it, but kube-proxy's rules then miss traffic between pods on one
+   * bridge (a Service backed by a pod on the same node): say so, and go on.
+   */
+  async #checkBridgeNetfilter(): Promise<void> {
+    const sysctl = this.#opts.sysctl ?? procSysctl;
+    for (const family of this.#families()) {
+      const key = `net.bridge.bridge-nf-call-${family === 4 ? 'iptables' : 'ip6tables'}`;
+      const value = await sysctl.read(key).catch(() => undefined);
+      if (value === '1') continue;
+      this.#log.warn(value === undefined
+        ? 'br_netfilter is not loaded: Services reached from a pod on the same node as their backend may fail (modprobe br_netfilter)'
+        : `${key} is ${value}: Services reached from a pod on the same node as their backend may fail`, { sysctl: key });
     }
   }
 

@@ -117,3 +117,24 @@ test('forwarding already on is only read (a read-only /proc/sys is fine); off an
   const off = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl: readOnly({}) });
   await assert.rejects(off.start(NETS), (e: unknown) => e instanceof WeftError && e.code === 'EFORWARDING' && /^net\.ipv4\.ip_forward is 0 and could not be set to 1 \(EROFS/.test(e.message));
 });
+
+test('br_netfilter missing or off is a warning naming the sysctl, not a stop', async () => {
+  const run = fakeRunner((cmd) => (cmd === 'iptables --version' ? { code: 127 } : undefined));
+  const start = async (values: Record<string, string>) => {
+    const log = memoryLogger();
+    const sysctl: Sysctl = {
+      read: async (key) => {
+        if (values[key] === undefined) throw Object.assign(new Error(`ENOENT: no such file, open '/proc/sys/${key}'`), { code: 'ENOENT' });
+        return values[key];
+      },
+      write: async (key, value) => void (values[key] = value),
+    };
+    const rules = new TrafficRules({ ipMasq: true, runner: run, log, sysctl });
+    await rules.start(NETS);
+    await rules.stop();
+    return log.records.filter((r) => r.level === 'warn').map((r) => r.msg);
+  };
+  assert.deepEqual(await start({ 'net.ipv4.ip_forward': '1', 'net.bridge.bridge-nf-call-iptables': '1' }), []);
+  assert.match((await start({ 'net.ipv4.ip_forward': '1' })).join(), /br_netfilter is not loaded/);
+  assert.match((await start({ 'net.ipv4.ip_forward': '1', 'net.bridge.bridge-nf-call-iptables': '0' })).join(), /net\.bridge\.bridge-nf-call-iptables is 0/);
+});
