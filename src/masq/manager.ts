@@ -143,10 +143,17 @@ export class TrafficRules {
     const driver = this.#driver;
     const want = this.#want;
     if (!driver || !want) return [];
-    const forwarding = (await this.#ensureForwarding()).map(({ sysctl, was }) => {
-      this.#log.warn('forwarding was switched off; switched it back on', { sysctl, was });
-      return `${sysctl}=${was}`;
-    });
+    // Forwarding that cannot be switched back on must not keep the rules from being restored.
+    const forwarding = await this.#ensureForwarding().then(
+      (changed) => changed.map(({ sysctl, was }) => {
+        this.#log.warn('forwarding was switched off; switched it back on', { sysctl, was });
+        return `${sysctl}=${was}`;
+      }),
+      (e: unknown) => {
+        this.#log.error('forwarding is off and could not be switched back on', { err: e });
+        return [];
+      },
+    );
     const drift = await driver.drift(want);
     if (drift.length > 0) {
       await driver.apply(want);

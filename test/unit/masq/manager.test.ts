@@ -111,9 +111,16 @@ test('forwarding already on is only read (a read-only /proc/sys is fine); off an
       throw Object.assign(new Error('EROFS: read-only file system'), { code: 'EROFS' });
     },
   });
-  const on = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl: readOnly({ 'net.ipv4.ip_forward': '1' }) });
+  const values: Record<string, string> = { 'net.ipv4.ip_forward': '1' };
+  const log = memoryLogger();
+  const on = new TrafficRules({ ipMasq: true, runner: run, log, sysctl: readOnly(values) });
   await on.start(NETS);
   await on.stop();
+  values['net.ipv4.ip_forward'] = '0';
+  const applies = run.calls.filter((c) => c === 'nft -f -').length;
+  await on.resync();
+  assert.equal(run.calls.filter((c) => c === 'nft -f -').length, applies + 1, 'the rules are still restored');
+  assert.match(String((log.records.find((r) => r.level === 'error')?.fields.err as Error | undefined)?.message), /net\.ipv4\.ip_forward is 0 and could not be set/);
   const off = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl: readOnly({}) });
   await assert.rejects(off.start(NETS), (e: unknown) => e instanceof WeftError && e.code === 'EFORWARDING' && /^net\.ipv4\.ip_forward is 0 and could not be set to 1 \(EROFS/.test(e.message));
 });
