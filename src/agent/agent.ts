@@ -92,10 +92,12 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   await writeEnv(flags.subnetFile, config, own, backend.mtu, flags.ipMasq);
   log.info('wrote the subnet file', { file: flags.subnetFile, subnet: own.subnet && formatCIDR(own.subnet), ipv6Subnet: own.ipv6Subnet && formatCIDR(own.ipv6Subnet), mtu: backend.mtu });
 
-  if (flags.ipBlackholeRoute) log.warn('--ip-blackhole-route is not supported by this build; no blackhole route is kept for the own subnet');
+  if (flags.ipBlackholeRoute) log.info('keeping a blackhole route for our subnet, at the lowest priority so cni0\'s own route wins while it exists');
   const table = new LeaseTable();
   if (d.metrics) d.metrics.leaseCount = () => table.size;
-  const network = new Network({ handle, backend, table, own, log, resyncPeriodMs: flags.resyncPeriod * 1000, onPass: (p) => d.metrics?.pass(p) });
+  const network = new Network({
+    handle, backend, table, own, log, resyncPeriodMs: flags.resyncPeriod * 1000, blackhole: flags.ipBlackholeRoute, onPass: (p) => d.metrics?.pass(p),
+  });
   // Own-lease changes are applied one at a time, in order.
   let current = own;
   let moving = Promise.resolve();

@@ -17,6 +17,7 @@ import { DesiredState } from '../reconcile/desired.ts';
 import { Reconciler } from '../reconcile/loop.ts';
 import type { PassInfo } from '../reconcile/loop.ts';
 import type { Backend } from './backend.ts';
+import { ownBlackhole } from './plan.ts';
 
 export interface NetworkOptions {
   handle: NetlinkHandle;
@@ -26,8 +27,13 @@ export interface NetworkOptions {
   log: Logger;
   /** Milliseconds between full passes (--resync-period). */
   resyncPeriodMs: number;
+  /** --ip-blackhole-route: keep `blackhole <own subnet>` below cni0's route (plan.ts ownBlackhole). */
+  blackhole?: boolean;
   onPass?: (info: PassInfo) => void;
 }
+
+/** The desired-state owner of the own subnet's blackhole routes; no peer can be named so. */
+const OWN_BLACKHOLE = ' own subnet blackhole';
 
 export class Network {
   readonly #o: NetworkOptions;
@@ -132,6 +138,7 @@ export class Network {
   }
 
   async #planAll(): Promise<void> {
+    this.#desired.set(OWN_BLACKHOLE, this.#o.blackhole ? ownBlackhole(this.#own) : undefined);
     const leases = this.#o.table.leases();
     const peers = new Set(leases.map((l) => l.peer));
     for (const l of leases) this.#desired.set(l.peer, await this.#plan(l));

@@ -21,7 +21,7 @@ import type { NetConfig } from '../config/netconf.ts';
 import { formatCIDR, formatIP, overlaps } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
 import type { Lease } from '../lease/lease.ts';
-import { NTF_SELF, NUD_PERMANENT, RT_TABLE_MAIN, RTN_UNICAST, RT_SCOPE_UNIVERSE } from '../netlink/records.ts';
+import { NTF_SELF, NUD_PERMANENT, RT_TABLE_MAIN, RTN_BLACKHOLE, RTN_UNICAST, RT_SCOPE_UNIVERSE } from '../netlink/records.ts';
 import type { Route } from '../netlink/records.ts';
 import { WEFT_RTPROT } from '../reconcile/state.ts';
 import type { KernelState } from '../reconcile/state.ts';
@@ -80,6 +80,30 @@ function route(dst: CIDR, gateway: IP, linkIndex: number, onlink: boolean): Rout
     metric: family6Metric(dst.ip.family),
     onlink,
   };
+}
+
+/**
+ * --ip-blackhole-route's metric: the largest, so the bridge's own prefix route (metric 0, IPv6
+ * 256) always wins while it exists and the blackhole only catches what it would have caught.
+ */
+export const BLACKHOLE_METRIC = 0xffffffff;
+
+/**
+ * --ip-blackhole-route: `blackhole <own subnet>` for each family of our lease, so traffic to
+ * addresses of our subnet is dropped rather than sent along the default route when cni0 has no
+ * address (no pod yet) or is down. flanneld adds it at metric 0, where it collides with cni0's
+ * prefix route: added first, it shadows every local pod; added after, the kernel refuses it.
+ */
+export function ownBlackhole(own: Lease): KernelState {
+  const routes: Route[] = [];
+  for (const subnet of [own.subnet, own.ipv6Subnet]) {
+    if (!subnet) continue;
+    routes.push({
+      family: subnet.ip.family, dst: formatCIDR(subnet), table: RT_TABLE_MAIN, protocol: WEFT_RTPROT,
+      scope: RT_SCOPE_UNIVERSE, type: RTN_BLACKHOLE, metric: BLACKHOLE_METRIC, onlink: false,
+    });
+  }
+  return { routes, neighs: [], fdb: [] };
 }
 
 /** The kernel gives IPv6 routes metric 1024 when none is set; say so, so the diff sees a match. */

@@ -19,6 +19,9 @@ export const RT_SCOPE_UNIVERSE = 0;
 export const RT_SCOPE_LINK = 253;
 export const RT_SCOPE_HOST = 254;
 export const RTN_UNICAST = 1;
+export const RTN_BLACKHOLE = 6;
+export const RTN_UNREACHABLE = 7;
+export const RTN_PROHIBIT = 8;
 export const RTPROT_BOOT = 3;
 export const RTPROT_KERNEL = 2;
 
@@ -154,6 +157,10 @@ export function addrFromRaw(r: RawAddr): Addr {
   };
 }
 
+function isRejectType(type: number): boolean {
+  return type === RTN_BLACKHOLE || type === RTN_UNREACHABLE || type === RTN_PROHIBIT;
+}
+
 export function routeFromRaw(r: RawRoute): Route {
   const family = familyOf(r.family);
   const route: Route = {
@@ -167,7 +174,8 @@ export function routeFromRaw(r: RawRoute): Route {
     onlink: ((r.flags | r.nhFlags) & RTNH_F_ONLINK) !== 0,
   };
   if (r.gateway) route.gateway = r.gateway;
-  if (r.oif) route.linkIndex = r.oif;
+  // Reject routes have no output device; IPv6 reports the loopback device for them.
+  if (r.oif && !isRejectType(r.routeType)) route.linkIndex = r.oif;
   if (r.prefsrc) route.prefsrc = r.prefsrc;
   return route;
 }

@@ -14,6 +14,7 @@ import type { Lease } from '../../src/lease/lease.ts';
 import { LeaseTable } from '../../src/lease/table.ts';
 import { memoryLogger } from '../../src/log.ts';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
+import type { PassInfo } from '../../src/reconcile/loop.ts';
 import { joinUnderlay, needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 import { until } from '../support/until.ts';
@@ -135,6 +136,49 @@ test('restart: stale entries of a node that left meanwhile are removed, foreign 
     } finally {
       second.network.stop();
     }
+  });
+});
+
+test('--ip-blackhole-route: our subnet is blackholed below cni0\'s route, repaired when deleted, gone when no longer wanted', { skip: needsRoot }, async () => {
+  await cluster(2, DUAL_VXLAN, async (nodes) => {
+    const [a, b] = nodes as [Node, Node];
+    const passes: PassInfo[] = [];
+    const start = async (blackhole: boolean) => {
+      const table = new LeaseTable();
+      table.replaceAll([b.lease]);
+      const network = new Network({ handle: a.h, backend: a.backend, table, own: a.lease, log: memoryLogger(), resyncPeriodMs: 3_600_000, blackhole, onPass: (p) => passes.push(p) });
+      await network.start(new AbortController().signal);
+      return network;
+    };
+    const blackholes = async () => [
+      ...(await a.ns.ipJson<{ dst: string; metric: number }[]>('-4', 'route', 'show', 'proto', '201', 'type', 'blackhole')),
+      ...(await a.ns.ipJson<{ dst: string; metric: number }[]>('-6', 'route', 'show', 'proto', '201', 'type', 'blackhole')),
+    ].map((r) => `${r.dst} ${r.metric}`);
+    const local = () => a.ns.ip('route', 'get', '10.244.1.5').then((out) => out, (e: Error) => e.message);
+
+    const network = await start(true);
+    try {
+      assert.deepEqual(await blackholes(), ['10.244.1.0/24 4294967295', 'fd00:0:1::/64 4294967295']);
+      assert.match(await local(), /dev cni0/, 'cni0\'s route wins while cni0 has its address');
+      assert.match(await a.ns.ip('route', 'get', '10.244.2.1'), /dev flannel\.1/, 'peers are routed as before');
+      await a.ns.ip('addr', 'del', '10.244.1.1/24', 'dev', 'cni0');
+      assert.match(await local(), /Invalid argument/, 'without cni0\'s route, our subnet is blackholed, not sent along another route');
+      await a.ns.ip('addr', 'add', '10.244.1.1/24', 'dev', 'cni0');
+      assert.match(await local(), /dev cni0/);
+
+      await a.ns.ip('route', 'del', 'blackhole', '10.244.1.0/24', 'metric', '4294967295');
+      await until('the blackhole repaired', async () => (await blackholes()).includes('10.244.1.0/24 4294967295'), 3000);
+      // A full pass finds nothing to do: the IPv6 blackhole read back (on lo) equals the wanted one.
+      await network.setOwn(a.lease);
+      await network.idle();
+      const last = passes.filter((p) => p.kind === 'full').at(-1)!;
+      assert.deepEqual(last.ops, [], `a settled full pass changes nothing: ${JSON.stringify(last.ops)}`);
+    } finally {
+      network.stop();
+    }
+    const without = await start(false);
+    without.stop();
+    assert.deepEqual(await blackholes(), [], 'started without the flag, the blackholes are removed');
   });
 });
 

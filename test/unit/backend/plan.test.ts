@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { planHostGw, planVxlan, vtepMac } from '../../../src/backend/plan.ts';
+import { BLACKHOLE_METRIC, ownBlackhole, planHostGw, planVxlan, vtepMac } from '../../../src/backend/plan.ts';
 import type { PlanInput } from '../../../src/backend/plan.ts';
 import { formatIP, parseCIDR, parseIP } from '../../../src/ip/ip.ts';
 import type { Lease } from '../../../src/lease/lease.ts';
@@ -83,4 +83,13 @@ test('vtepMac reads flannel backend data case-insensitively', () => {
   assert.equal(vtepMac({ VtepMAC: 'aa:bb:cc:dd:ee' }), undefined);
   assert.equal(vtepMac(null), undefined);
   assert.equal(vtepMac('aa:bb:cc:dd:ee:ff'), undefined);
+});
+
+test('ownBlackhole: one blackhole per family of our lease, tagged as ours, at the largest metric', () => {
+  assert.deepEqual(ownBlackhole(own).routes.map((r) => [r.dst, r.type, r.metric, r.protocol, r.linkIndex, r.gateway]), [
+    ['10.244.1.0/24', 6, BLACKHOLE_METRIC, 201, undefined, undefined],
+    ['fd00:0:0:1::/64', 6, BLACKHOLE_METRIC, 201, undefined, undefined],
+  ]);
+  assert.equal(BLACKHOLE_METRIC, 2 ** 32 - 1);
+  assert.deepEqual(ownBlackhole({ ...own, ipv6Subnet: undefined }).routes.map((r) => r.dst), ['10.244.1.0/24']);
 });

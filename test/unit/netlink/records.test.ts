@@ -28,6 +28,8 @@ test('routeFromRaw: CIDR destination, onlink from the next hop, default routes n
   assert.equal(routeFromRaw({ ...raw, family: AF_INET6, dst: '', dstLen: 0 }).dst, '::/0');
   assert.equal(routeFromRaw({ ...raw, nhFlags: 0 }).onlink, false);
   assert.equal(routeFromRaw({ ...raw, oif: 0 }).linkIndex, undefined);
+  // IPv6 reports reject routes (blackhole, unreachable, prohibit) on the loopback device.
+  assert.equal(routeFromRaw({ ...raw, family: AF_INET6, dst: 'fd00::', dstLen: 64, routeType: 6, oif: 1, gateway: undefined, nhFlags: 0 }).linkIndex, undefined);
 });
 
 test('route identity and equality: the key ignores the next hop, equality does not', () => {
