@@ -31,7 +31,7 @@ async function podRoutes(c: Cluster, nodeIndex: number): Promise<string[]> {
 for (const backend of ['vxlan', 'host-gw'] as const) {
   for (const dualStack of [false, true]) {
     test(`3 nodes, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}: pods made by bin/weft reach every other node's pods`, { skip, timeout: 180_000 }, async () => {
-      const c = await Cluster.start({ nodes: 3, backend, dualStack, mode: 'etcd', weftdArgs: ['--healthz-ip=127.0.0.1', '--healthz-port=8081', '--ip-masq'] });
+      const c = await Cluster.start({ nodes: 3, backend, dualStack, mode: 'etcd', weftdArgs: ['--healthz-ip=127.0.0.1', '--healthz-port=8081', '--ip-masq', '--ip-blackhole-route'] });
       try {
         const pods = [];
         for (const n of c.nodes) pods.push(await c.addPod(n));
@@ -43,8 +43,11 @@ for (const backend of ['vxlan', 'host-gw'] as const) {
           assert.equal(p.ip.split('.').slice(0, 3).join('.'), env.FLANNEL_SUBNET!.split('.').slice(0, 3).join('.'), 'the pod is in its node\'s subnet');
           if (dualStack) assert.ok(p.ipv6?.startsWith('fd00:10:244:'), `pod IPv6 ${p.ipv6}`);
         }
+        // Every node keeps a blackhole for its own subnet, which must not shadow its own pods.
         await fullMesh(c, pods, false);
         if (dualStack) await fullMesh(c, pods, true);
+        const own = (await c.subnetEnv(c.nodes[0]!)).FLANNEL_SUBNET!.replace(/\.1\/24$/, '.0/24');
+        assert.match(await c.nodes[0]!.ns.ip('route', 'show', 'type', 'blackhole', 'proto', '201'), new RegExp(`^blackhole ${own.replaceAll('.', '\\.')} metric 4294967295`, 'm'));
         const [eth0] = await pods[0]!.ns.ipJson<{ mtu: number }[]>('link', 'show', 'eth0');
         assert.equal(eth0!.mtu, mtu);
         const readyz = await c.nodes[0]!.ns.exec('curl', '-s', '-w', ' %{http_code}', 'http://127.0.0.1:8081/readyz');
