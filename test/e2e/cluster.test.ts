@@ -14,6 +14,7 @@ import { Cluster, WEFTD_BIN } from '../support/cluster.ts';
 import type { ClusterNode, Pod } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
 import { needsRoot } from '../support/netns.ts';
+import { until } from '../support/until.ts';
 
 const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
 const PREFIX = '/coreos.com/network';
@@ -91,11 +92,7 @@ test('a node leaves (its lease deleted): its routes disappear on the others; a S
     await c.stopWeftd(n3!);
     await admin.delete().key(`${PREFIX}/subnets/${subnet3.replace('/', '-')}`);
     for (const i of [0, 1]) {
-      const deadline = Date.now() + 20_000;
-      while ((await podRoutes(c, i)).includes(subnet3)) {
-        assert.ok(Date.now() < deadline, `the route to ${subnet3} is still on node ${i + 1}`);
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      await until(`the route to ${subnet3} gone from node ${i + 1}`, async () => !(await podRoutes(c, i)).includes(subnet3), 20_000);
     }
 
     // n1 is SIGKILLed; while it is down n2's lease goes away; n1 comes back.
@@ -173,11 +170,7 @@ test('two nodes, kube mode: weftd takes its Node\'s pod CIDR, publishes flannel\
     await fullMesh(c, [await c.addPod(n1), await c.addPod(n2)], false);
 
     c.api!.deleteNode(n2.name);
-    const deadline = Date.now() + 20_000;
-    while ((await podRoutes(c, 0)).length > 0) {
-      assert.ok(Date.now() < deadline, `the route to ${n2.name} is still on ${n1.name}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await until(`the route to ${n2.name} gone from ${n1.name}`, async () => (await podRoutes(c, 0)).length === 0, 20_000);
   } finally {
     await c.stop();
   }

@@ -11,6 +11,7 @@ import { promisify } from 'node:util';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { until } from './until.ts';
 
 const execFileAsync = promisify(execFile);
 
@@ -131,16 +132,12 @@ export class EtcdServer {
     proc.stderr?.on('data', (chunk: Buffer) => {
       this.#log = (this.#log + chunk.toString()).slice(-4000);
     });
-    const deadline = Date.now() + (options.startTimeoutMs ?? 15_000);
-    for (;;) {
+    await until('etcd to become healthy', async () => {
       if (proc.exitCode !== null) throw new Error(`etcd exited with ${proc.exitCode}: ${this.#log}`);
-      const healthy = await fetch(`http://127.0.0.1:${this.metricsPort}/health`, { signal: AbortSignal.timeout(500) })
+      return fetch(`http://127.0.0.1:${this.metricsPort}/health`, { signal: AbortSignal.timeout(500) })
         .then(async (r) => r.ok && ((await r.json()) as { health?: string }).health === 'true')
         .catch(() => false);
-      if (healthy) return;
-      if (Date.now() > deadline) throw new Error(`etcd did not become healthy: ${this.#log}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    }, options.startTimeoutMs ?? 15_000, () => this.#log);
   }
 
   /** Stops the process (SIGTERM, then SIGKILL after 5 s) and keeps the data. */
