@@ -264,6 +264,36 @@ test('a watch stopped while it lists returns at once', async () => {
   });
 });
 
+test('a watch stopped while etcd has not yet answered its creation leaves no watcher behind', async () => {
+  await withEtcd(async (etcd, admin) => {
+    await admin.put(`${PREFIX}/config`).value(CONFIG);
+    const proxy = await FaultProxy.start(etcd.clientPort);
+    const s = await source(proxy.endpoint);
+    const ctl = new AbortController();
+    const table = new LeaseTable();
+    const watchers = async () => Number(/^etcd_debugging_mvcc_watcher_total (\d+)/m.exec(await (await fetch(`http://127.0.0.1:${etcd.metricsPort}/metrics`)).text())?.[1]);
+    try {
+      await s.networkConfig(ctl.signal);
+      // Once the leases are listed, the connection stalls: the watch's creation is sent and
+      // not answered, and the watch is stopped meanwhile.
+      table.subscribe(() => proxy.suspend());
+      const done = s.watch(table, ctl.signal);
+      await until('the snapshot', () => table.synced);
+      await new Promise((r) => setTimeout(r, 300));
+      ctl.abort();
+      await done;
+      proxy.resume();
+      // etcd now creates the watch; the source, done with it, must cancel it.
+      await new Promise((r) => setTimeout(r, 1500));
+      assert.equal(await watchers(), 0, 'no watcher left on etcd while the client is still open');
+    } finally {
+      ctl.abort();
+      await s.close();
+      await proxy.close();
+    }
+  });
+});
+
 test('a silent watch is checked by relisting', async () => {
   await withEtcd(async (etcd, admin) => {
     await admin.put(`${PREFIX}/config`).value(CONFIG);

@@ -435,6 +435,7 @@ export class EtcdLeaseSource implements LeaseSource {
     const silenceMs = this.#o.watchSilenceMs ?? 5 * 60_000;
     let watcher: Watcher | undefined;
     let cancelled = false;
+    let finished = false;
     let silence: NodeJS.Timeout | undefined;
     try {
       return await new Promise<string | undefined>((resolve, reject) => {
@@ -449,8 +450,13 @@ export class EtcdLeaseSource implements LeaseSource {
         signal.addEventListener('abort', () => resolve(undefined), { once: true });
         arm();
         this.#client.watch().prefix(subnetsPrefix(this.#o.prefix)).startRevision(revision.toString()).create().then((w) => {
+          // Created after this watch ended (stopped, or silent while etcd was slow to answer):
+          // nobody cancels it below, and etcd3 would keep it, reconnecting, past close().
+          if (finished) {
+            w.cancel().catch(() => {});
+            return;
+          }
           watcher = w;
-          if (signal.aborted) return;
           let disconnected = false;
           w.on('data', (res: IWatchResponse) => {
             arm();
@@ -475,6 +481,7 @@ export class EtcdLeaseSource implements LeaseSource {
         }, (e: unknown) => resolve(`the watch could not start (${(e as Error).message})`));
       });
     } finally {
+      finished = true;
       clearTimeout(silence);
       // etcd already dropped a cancelled watch; on a dead connection the cancel would wait forever.
       if (watcher && !cancelled) await Promise.race([watcher.cancel().catch(() => {}), sleep(1000)]);
