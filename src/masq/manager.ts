@@ -58,6 +58,13 @@ export interface TrafficRulesOptions {
   delay?: (ms: number, signal: AbortSignal) => Promise<void>;
 }
 
+/** What {@link TrafficRules.prepare} found: the driver, why, and whether it can randomise ports fully. */
+interface Prepared {
+  driver: Driver;
+  why: string;
+  fullyRandom: boolean;
+}
+
 function describe(n: TrafficNetworks | undefined): string {
   if (!n) return 'none';
   const parts: string[] = [];
@@ -79,6 +86,8 @@ export class TrafficRules {
   #otherWorks = false;
   #loop: AbortController | undefined;
   #loopDone: Promise<void> | undefined;
+  /** A {@link prepare} not yet taken by {@link start}. */
+  #prepared: Promise<Prepared> | undefined;
 
   constructor(opts: TrafficRulesOptions) {
     this.#opts = opts;
@@ -94,10 +103,37 @@ export class TrafficRules {
   }
 
   /**
-   * Chooses the driver, switches forwarding on, removes the other driver's rules, installs the
-   * rules for `current` and resolves; then resyncs every `resyncSeconds` until `signal` aborts or
-   * {@link stop} is called. `previous` (the old subnet.env's values) is only logged: the apply
-   * replaces Weft's chains or table whole, so an old network's rules go with it.
+   * What {@link start} does before it knows the networks: chooses the driver, switches forwarding
+   * on and removes the other driver's rules. Call it as soon as the configuration is known, so the
+   * nft/iptables processes run while the lease is being acquired; the next {@link start} takes
+   * its result (or its error) instead of doing the same again.
+   */
+  prepare(): Promise<Prepared> {
+    const p = this.#doPrepare();
+    // Awaited by start(); until then a failure must not count as unhandled.
+    p.catch(() => {});
+    this.#prepared = p;
+    return p;
+  }
+
+  async #doPrepare(): Promise<Prepared> {
+    const { driver, why } = await this.#choose();
+    const [fullyRandom, forwarding] = await Promise.all([
+      this.#opts.fullyRandomDisable ? false : driver.fullyRandomSupported(),
+      this.#ensureForwarding(),
+      this.#checkBridgeNetfilter(),
+      this.#removeOther(driver),
+    ]);
+    for (const was of forwarding) this.#log.info('switched forwarding on', was);
+    return { driver, why, fullyRandom };
+  }
+
+  /**
+   * Chooses the driver, switches forwarding on, removes the other driver's rules (all of which a
+   * {@link prepare} call may have done already), installs the rules for `current` and resolves;
+   * then resyncs every `resyncSeconds` until `signal` aborts or {@link stop} is called.
+   * `previous` (the old subnet.env's values) is only logged: the apply replaces Weft's chains or
+   * table whole, so an old network's rules go with it.
    */
   async start(current: TrafficNetworks, opts: { previous?: TrafficNetworks; signal?: AbortSignal } = {}): Promise<void> {
     // A resync of the old set must not run alongside (or after) this apply.
@@ -110,16 +146,13 @@ export class TrafficRules {
     if (v6 && current.ipv6Network) nets.ipv6Network = current.ipv6Network;
     if (v6 && current.ipv6Subnet) nets.ipv6Subnet = current.ipv6Subnet;
 
-    const { driver, why } = await this.#choose();
-    const fullyRandom = !this.#opts.fullyRandomDisable && (await driver.fullyRandomSupported());
+    const prepared = this.#prepared ?? this.prepare();
+    this.#prepared = undefined;
+    const { driver, why, fullyRandom } = await prepared;
     const want = wantedRules(nets, { ipMasq: this.#opts.ipMasq ?? false, forwardRules: this.#opts.forwardRules ?? true, fullyRandom });
-
-    for (const was of await this.#ensureForwarding()) this.#log.info('switched forwarding on', was);
-    await this.#checkBridgeNetfilter();
 
     const prev = describe(opts.previous);
     if (opts.previous && prev !== describe(nets)) this.#log.info('network or subnet changed; recycling traffic rules', { previous: prev, current: describe(nets) });
-    await this.#removeOther(driver);
     await driver.apply(want);
     this.#driver = driver;
     this.#want = want;
@@ -278,8 +311,7 @@ export class TrafficRules {
       if (no !== undefined) throw new ConfigError('--traffic-rules', `${pref} does not work here: ${no}`);
       return { driver: d, why: 'configured' };
     }
-    const noNft = await this.#drivers.nftables.unavailable();
-    const noIpt = await this.#drivers.iptables.unavailable();
+    const [noNft, noIpt] = await Promise.all([this.#drivers.nftables.unavailable(), this.#drivers.iptables.unavailable()]);
     if (noNft === undefined && noIpt === undefined && (this.#opts.forwardRules ?? true)) {
       for (const family of this.#families()) {
         if (await this.#iptables.forwardDrops(family)) {
