@@ -6,7 +6,7 @@
  * Per run: wall time from exec to subnet.env written and to the first full reconcile done (weftd
  * logs both the moment they happen; the kernel's entry count is checked afterwards), VmHWM and
  * RssAnon from /proc/<pid>/status once converged, and, at 1,000 leases, the CPU weftd uses over the
- * 10 s after convergence (utime + stime from /proc/<pid>/stat). Also `bin/weftd --version`. Every
+ * 10 s after convergence (utime + stime, its waited-for children's included, from /proc/<pid>/stat). Also `bin/weftd --version`. Every
  * figure is the median of RUNS runs (default 5; FOOTPRINT_RUNS overrides).
  *
  * Last line: version_ms=<> start_1000_ms=<> converge_1000_ms=<> converge_5000_ms=<>
@@ -51,11 +51,12 @@ async function procStatus(pid: number): Promise<{ hwmMb: number; anonMb: number 
   return { hwmMb: kb('VmHWM') / 1024, anonMb: kb('RssAnon') / 1024 };
 }
 
-/** utime + stime of `pid`, in ms. */
+/** CPU time of `pid` and of the children it waited for (the nft and iptables it ran), in ms. */
 async function cpuMs(pid: number): Promise<number> {
   const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLK_TCK;
+  const [utime, stime, cutime, cstime] = [11, 12, 13, 14].map((i) => Number(fields[i]));
+  return ((utime! + stime! + cutime! + cstime!) * 1000) / CLK_TCK;
 }
 
 /** The node's external interface: eth0 with 198.51.100.1/24, up (its peer stays in the namespace). */
