@@ -128,6 +128,9 @@ export interface RouteFilter {
   linkIndex?: number;
 }
 
+/** Operations per call into the addon in {@link NetlinkHandle.batch}. */
+const BATCH_SLICE = 1024;
+
 function splitCidr(cidr: string): { ip: string; len: number } {
   const slash = cidr.lastIndexOf('/');
   const ip = slash < 0 ? cidr : cidr.slice(0, slash);
@@ -340,8 +343,15 @@ export class NetlinkHandle {
    * does not stop the ones after it. Equals a sequence of `ip -batch` / `bridge -batch` lines.
    */
   async batch(ops: readonly Operation[]): Promise<(NetlinkError | null)[]> {
-    const results = await this.#raw.apply(ops.map(rawOp));
-    return results.map((r, i) => (r ? failure(ops[i]!, r) : null));
+    const out: (NetlinkError | null)[] = [];
+    // Handed over a slice at a time, so the addon's copies of a 15,000-operation batch never
+    // exist all at once and die young; the kernel sees the same sequence either way.
+    for (let i = 0; i < ops.length; i += BATCH_SLICE) {
+      const slice = ops.slice(i, i + BATCH_SLICE);
+      const results = await this.#raw.apply(slice.map(rawOp));
+      for (let j = 0; j < results.length; j++) out.push(results[j] ? failure(slice[j]!, results[j]!) : null);
+    }
+    return out;
   }
 
   // ---- links ----
