@@ -66,10 +66,16 @@ bool isOwnEcho(const struct nlmsghdr* hdr, uint32_t ownPort) {
   }
 }
 
+// An FDB entry added or changed: RTM_NEWNEIGH of the bridge family.
+bool isFdbAdd(const struct nlmsghdr* hdr) {
+  if (hdr->nlmsg_type != RTM_NEWNEIGH || hdr->nlmsg_len < NLMSG_LENGTH(sizeof(struct ndmsg))) return false;
+  return static_cast<const struct ndmsg*>(NLMSG_DATA(hdr))->ndm_family == AF_BRIDGE;
+}
+
 }  // namespace
 
-Monitor::Monitor(Napi::Env env, struct nl_sock* sk, uint32_t ownPort, Napi::Function callback)
-    : env_(env), sk_(sk), ownPort_(ownPort), callback_(Napi::Persistent(callback)) {
+Monitor::Monitor(Napi::Env env, struct nl_sock* sk, uint32_t ownPort, bool fdbAdds, Napi::Function callback)
+    : env_(env), sk_(sk), ownPort_(ownPort), fdbAdds_(fdbAdds), callback_(Napi::Persistent(callback)) {
   uv_loop_t* loop = nullptr;
   if (napi_get_uv_event_loop(env, &loop) != napi_ok) return;
   poll_ = new uv_poll_t;
@@ -126,7 +132,7 @@ void Monitor::drain() {
     }
     int len = static_cast<int>(n);
     for (auto* hdr = reinterpret_cast<struct nlmsghdr*>(buf.data()); nlmsg_ok(hdr, len); hdr = nlmsg_next(hdr, &len)) {
-      if (isOwnEcho(hdr, ownPort_)) continue;
+      if (isOwnEcho(hdr, ownPort_) || (!fdbAdds_ && isFdbAdd(hdr))) continue;
       if (std::optional<Event> ev = parseNotification(hdr)) batch.push_back(std::move(*ev));
     }
   }

@@ -119,6 +119,12 @@ export type MonitorGroup = 'link' | 'addr' | 'route' | 'neigh';
 export interface MonitorOptions {
   /** Receive buffer of the monitor socket in bytes; default the system's. */
   rcvbuf?: number;
+  /**
+   * Report FDB entries added or changed (default true). The vxlan driver reports every FDB entry
+   * written, the handle's own too (it stamps no sender on them), so a caller that only acts on
+   * deletions saves decoding one event per entry it writes.
+   */
+  fdbAdds?: boolean;
 }
 
 export interface RouteFilter {
@@ -573,6 +579,7 @@ export class NetlinkHandle {
           if (events.length > 0) listener(events);
         },
         options.rcvbuf ?? 0,
+        options.fdbAdds ?? true,
       );
     } catch (e) {
       throw rejected('subscribe to', groups.join(','), e);

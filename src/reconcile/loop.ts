@@ -69,7 +69,8 @@ export class Reconciler {
    * ours left from before a restart) and resolves when it is done.
    */
   async start(signal?: AbortSignal): Promise<void> {
-    this.#monitor = await this.#opts.handle.monitor(['link', 'route', 'neigh'], (events) => this.#onEvents(events));
+    // Only deleted FDB entries matter here (#onEvents), and every one written would echo back.
+    this.#monitor = await this.#opts.handle.monitor(['link', 'route', 'neigh'], (events) => this.#onEvents(events), { fdbAdds: false });
     signal?.addEventListener('abort', () => this.stop(), { once: true });
     this.#timer = setInterval(() => this.trigger('periodic resync'), this.#opts.resyncPeriodMs);
     this.#timer.unref();

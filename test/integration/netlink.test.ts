@@ -367,6 +367,22 @@ test('monitor: the handle\'s own route and neighbour changes are not echoed back
   });
 });
 
+test('monitor without fdbAdds: FDB entries added are not reported, deleted ones are', { skip: needsRoot }, async () => {
+  await withHandle(['fdbadds'], async (h, ns) => {
+    await vxlan(h, 'vxfdb', {});
+    const c = collector();
+    const mon = await h.monitor(['neigh'], c.listener, { fdbAdds: false });
+    try {
+      await ns!.exec('bridge', 'fdb', 'replace', '6e:11:22:33:44:56', 'dev', 'vxfdb', 'dst', '198.51.100.7', 'self', 'permanent');
+      await ns!.exec('bridge', 'fdb', 'del', '6e:11:22:33:44:56', 'dev', 'vxfdb', 'dst', '198.51.100.7', 'self');
+      await c.waitFor((e) => e.kind === 'fdb' && e.action === 'del' && e.fdb.mac === '6e:11:22:33:44:56', 'fdb del');
+      assert.deepEqual(c.events.filter((e) => e.kind === 'fdb' && e.action === 'new'), []);
+    } finally {
+      mon.stop();
+    }
+  });
+});
+
 /** Sends one broadcast ARP request out of a device: argv = device, source MAC, source IP, target IP. */
 const ARP_REQUEST = `
 import socket, sys
