@@ -15,6 +15,11 @@
  * it), create, update, patch, delete, the status subresource; discovery at /api, /apis and each
  * group version; errors as metav1.Status. See kube-api/api.ts for the verbs' semantics.
  *
+ * Not served (405, 415 or 404, as the real server answers what it does not know): deletecollection,
+ * server-side apply, the legacy /watch/ paths, protobuf, conversion webhooks (versions of a
+ * custom resource differ only in apiVersion), CEL validation rules, admission other than
+ * "the namespace must exist". Pods are deleted at once (no grace period: there is no kubelet).
+ *
  * Test hooks change the store directly, bypassing validation and admission (standing in for
  * other clients and for an administrator): seed, modify, remove, object, and the Node and Pod
  * shorthands; and disturb it: compact (drop history up to now), breakWatches (reset every watch
