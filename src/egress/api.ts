@@ -15,8 +15,11 @@ export const EGRESS_VERSION = 'v1alpha1';
 /** The default of nodeSelection.limit and eipAllocation.limit. */
 export const DEFAULT_LIMIT = 5;
 
-export type NodeSelectionMode = 'Spread' | 'Pack' | 'Limit';
-export type EipAllocationMode = 'PreferUnused' | 'Random' | 'Limit';
+export const NODE_SELECTION_MODES = ['Spread', 'Pack', 'Limit'] as const;
+export const EIP_ALLOCATION_MODES = ['PreferUnused', 'Random', 'Limit'] as const;
+export const EGRESS_SOURCES = ['EIP', 'NodeIP'] as const;
+export type NodeSelectionMode = (typeof NODE_SELECTION_MODES)[number];
+export type EipAllocationMode = (typeof EIP_ALLOCATION_MODES)[number];
 
 export interface Gateway {
   name: string;
@@ -42,7 +45,7 @@ export interface Policy {
   podSelector: LabelSelector;
   /** Empty: every destination outside the cluster. */
   destinations: readonly CIDR[];
-  source: 'EIP' | 'NodeIP';
+  source: (typeof EGRESS_SOURCES)[number];
   /** EIP addresses asked for (source EIP); absent ones are allocated. */
   ipv4?: string;
   ipv6?: string;
@@ -118,9 +121,9 @@ export function parseGateway(o: unknown): Gateway | InvalidGateway {
       name,
       nodeSelector: selector(spec.nodeSelector, 'spec.nodeSelector'),
       eipPool: { ipv4: strings(pool.ipv4, 'spec.eipPool.ipv4'), ipv6: strings(pool.ipv6, 'spec.eipPool.ipv6') },
-      nodeSelection: { mode: oneOf(sel.mode, ['Spread', 'Pack', 'Limit'], 'Spread', 'spec.nodeSelection.mode'), limit: limit(sel.limit, 'spec.nodeSelection.limit') },
+      nodeSelection: { mode: oneOf(sel.mode, NODE_SELECTION_MODES, 'Spread', 'spec.nodeSelection.mode'), limit: limit(sel.limit, 'spec.nodeSelection.limit') },
       eipAllocation: {
-        mode: oneOf(alloc.mode, ['PreferUnused', 'Random', 'Limit'], 'PreferUnused', 'spec.eipAllocation.mode'),
+        mode: oneOf(alloc.mode, EIP_ALLOCATION_MODES, 'PreferUnused', 'spec.eipAllocation.mode'),
         limit: limit(alloc.limit, 'spec.eipAllocation.limit'),
       },
     };
@@ -143,7 +146,7 @@ export function parsePolicy(o: unknown): Policy | InvalidPolicy {
       }
     });
     const addr = section(spec, 'egressAddress');
-    const source = oneOf(addr.source, ['EIP', 'NodeIP'], 'EIP', 'spec.egressAddress.source');
+    const source = oneOf(addr.source, EGRESS_SOURCES, 'EIP', 'spec.egressAddress.source');
     const policy: Policy = {
       id: namespace ? `${namespace}/${name}` : name,
       gateway: spec.gateway,
