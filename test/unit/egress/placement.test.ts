@@ -271,10 +271,11 @@ test('property: for any gateways, nodes, policies and history, placement never t
         assert.ok(g, 'placed only on an existing gateway');
         const n = nodes.find((x) => x.name === s.placement!.node);
         assert.ok(n && n.ready && n.labels.egress === g.name && NOW - n.renewedAt! <= 30_000, 'placed only on a serving node of its gateway');
-        assert.equal(s.placement.ipv4 === undefined, p.source === 'NodeIP', 'an EIP exactly with source EIP');
+        const eip = [s.placement.ipv4, s.placement.ipv6].filter(Boolean).join('/');
+        assert.equal(eip === '', p.source === 'NodeIP', 'an EIP exactly with source EIP');
         if (p.ipv4) assert.equal(s.placement.ipv4, p.ipv4, 'the asked-for EIP');
-        if (s.placement.ipv4) {
-          const key = `${g.name} ${s.placement.ipv4}`;
+        if (eip) {
+          const key = `${g.name} ${eip}`;
           assert.equal(eipNode.get(key) ?? s.placement.node, s.placement.node, 'an EIP is on one node');
           eipNode.set(key, s.placement.node);
         }
