@@ -45,7 +45,7 @@ const subject = (t: ResourceType, name: unknown): Subject => ({ group: t.group, 
 const without = (o: Obj, ...keys: string[]): Obj => Object.fromEntries(Object.entries(o).filter(([k]) => !keys.includes(k)));
 
 /** The namespaces every cluster has. */
-export const SYSTEM_NAMESPACES = ['default', 'kube-node-lease', 'kube-public', 'kube-system'];
+const SYSTEM_NAMESPACES = ['default', 'kube-node-lease', 'kube-public', 'kube-system'];
 
 export class Api {
   readonly store = new Store();

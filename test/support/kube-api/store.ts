@@ -23,7 +23,7 @@ const meta = (o: Obj) => o.metadata as Obj;
 export const objectKey = (o: Obj): string => (meta(o).namespace ? `${String(meta(o).namespace)}/${String(meta(o).name)}` : String(meta(o).name));
 
 /** 410 Expired, as etcd's compaction answers through the apiserver. */
-export const tooOld = (rv: number, oldest: number): ApiError =>
+const tooOld = (rv: number, oldest: number): ApiError =>
   new ApiError(410, 'Expired', `too old resource version: ${rv} (${oldest})`);
 
 export class Store {

@@ -139,7 +139,7 @@ const POD: ResourceType = {
 };
 
 /** The label the apiserver sets on every Namespace (NetworkPolicy namespaceSelectors use it). */
-export const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
+const NAMESPACE_NAME_LABEL = 'kubernetes.io/metadata.name';
 
 const NAMESPACE: ResourceType = {
   ...base, group: '', version: 'v1', plural: 'namespaces', singular: 'namespace', kind: 'Namespace', namespaced: false, shortNames: ['ns'], status: true,
