@@ -15,6 +15,7 @@ import {
 import type { KubernetesObject, V1CustomResourceDefinition } from '@kubernetes/client-node';
 import { KubeApiServer } from '../support/kube-apiserver.ts';
 import type { Grant, Obj } from '../support/kube-apiserver.ts';
+import { sleep } from '../../src/retry.ts';
 import { until } from '../support/until.ts';
 
 const G = 'test.weft.dev';
@@ -280,6 +281,9 @@ test('custom resources: a CRD makes them served (cluster-scoped and namespaced),
     await rejectsWith(custom.listClusterCustomObject(w), 404, 'NotFound', /could not find the requested resource/);
     const crd = await ext.createCustomResourceDefinition({ body: WIDGETS });
     assert.ok(crd.status!.conditions!.some((c) => c.type === 'Established' && c.status === 'True'));
+    await sleep(1000); // timestamps have whole seconds: a rewritten condition time would differ now
+    const same = await ext.patchCustomResourceDefinition({ name: `widgets.${G}`, body: {} }, merge);
+    assert.equal(same.metadata!.resourceVersion, crd.metadata!.resourceVersion, 'a write that changes nothing stores nothing');
     await ext.createCustomResourceDefinition({ body: GADGETS });
     await rejectsWith(ext.createCustomResourceDefinition({ body: { ...WIDGETS, metadata: { name: 'wrong' } } }), 422, 'Invalid', /metadata.name/);
 

@@ -205,12 +205,12 @@ const CRD_KIND = 'CustomResourceDefinition';
 const CRD: ResourceType = {
   ...base, group: 'apiextensions.k8s.io', version: 'v1', plural: 'customresourcedefinitions', singular: 'customresourcedefinition', kind: CRD_KIND,
   namespaced: false, shortNames: ['crd', 'crds'], status: true, generation: 'spec', unconditionalUpdate: false, returnDeletedObject: true, merge: rules({}),
-  prepare(crd) {
-    // The establishing and naming controllers' work, done at once.
+  prepare(crd, old) {
+    // The establishing and naming controllers' work, done at once (and once: the time stays).
     const spec = obj(crd.spec);
     const names = obj(spec.names);
     const acceptedNames = { ...names, singular: str(names.singular) || str(names.kind).toLowerCase(), listKind: str(names.listKind) || `${str(names.kind)}List` };
-    const now = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+    const now = str(obj(list(obj(old?.status).conditions)[0]).lastTransitionTime) || new Date().toISOString().replace(/\.\d+Z$/, 'Z');
     const condition = (type: string, reason: string, message: string) => ({ type, status: 'True', lastTransitionTime: now, reason, message });
     crd.status = {
       acceptedNames,
