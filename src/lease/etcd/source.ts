@@ -141,6 +141,8 @@ export class EtcdLeaseSource implements LeaseSource {
   /** Keys whose value we already warned about, with that value: one warning per bad value. */
   readonly #warned = new Map<string, string>();
   #closed = new AbortController();
+  /** The listing networkConfig() started, until acquire() takes it. */
+  #prefetched: Promise<IRangeResponse> | undefined;
   /** acquire()'s listing, until the watch's first relist takes it. */
   #listing: IRangeResponse | undefined;
   #watchStarted = false;
@@ -164,6 +166,10 @@ export class EtcdLeaseSource implements LeaseSource {
     const key = configKey(this.#o.prefix);
     const backoff = new Backoff(500, 5000);
     let waiting = false;
+    // acquire() needs every lease: list them while the configuration is read and the interface
+    // and device are set up, rather than after. Stale by then? The guarded write catches that.
+    const prefetch = this.#list();
+    prefetch.catch(() => {});
     for (;;) {
       let text: string | null = null;
       try {
@@ -177,6 +183,8 @@ export class EtcdLeaseSource implements LeaseSource {
           throw new ConfigError('EnableIPv4', `the etcd registry has no key form for IPv6-only leases (${key}); enable IPv4 or use --kube-subnet-mgr`);
         }
         this.#config = cfg;
+        // A listing from before a wait for the configuration is too old to choose from.
+        if (!waiting) this.#prefetched = prefetch;
         this.#log.info('read the network configuration', { key, network: cfg.network && formatCIDR(cfg.network), ipv6Network: cfg.ipv6Network && formatCIDR(cfg.ipv6Network), backend: cfg.backend.type });
         return cfg;
       }
@@ -240,7 +248,9 @@ export class EtcdLeaseSource implements LeaseSource {
   }
 
   async #listEntries(): Promise<RegistryEntry[]> {
-    const res = await this.#list();
+    const prefetched = this.#prefetched;
+    this.#prefetched = undefined;
+    const res = (await prefetched?.catch(() => undefined)) ?? (await this.#list());
     // The watch, when it has not started yet, starts from this listing rather than asking etcd
     // for the same again.
     if (!this.#watchStarted) this.#listing = res;
