@@ -125,12 +125,11 @@ export class TrafficRules {
    * nft/iptables processes run while the lease is being acquired; the next {@link start} takes
    * its result (or its error) instead of doing the same again.
    */
-  prepare(): Promise<Prepared> {
+  prepare(): void {
     const p = this.#doPrepare();
     // Awaited by start(); until then a failure must not count as unhandled.
     p.catch(() => {});
     this.#prepared = p;
-    return p;
   }
 
   async #doPrepare(): Promise<Prepared> {
@@ -163,7 +162,7 @@ export class TrafficRules {
     if (v6 && current.ipv6Network) nets.ipv6Network = current.ipv6Network;
     if (v6 && current.ipv6Subnet) nets.ipv6Subnet = current.ipv6Subnet;
 
-    const prepared = this.#prepared ?? this.prepare();
+    const prepared = this.#prepared ?? this.#doPrepare();
     this.#prepared = undefined;
     const { driver, why, fullyRandom } = await prepared;
     const want = wantedRules(nets, { ipMasq: this.#opts.ipMasq ?? false, forwardRules: this.#opts.forwardRules ?? true, fullyRandom });
