@@ -75,14 +75,20 @@ interface OwnLease {
   etcdLeaseId: string;
 }
 
-/** What the etcd3 watch manager expects of a backoff (cockatiel's IBackoff shape). */
+/**
+ * What the etcd3 watch manager expects of a backoff (cockatiel's IBackoff shape): the cap
+ * doubles 100 ms → 5 s, and each reconnection waits a random part of it (full jitter), so the
+ * watches of every node do not reconnect in lockstep after an outage.
+ */
 class WatchBackoff {
   readonly duration: number;
-  constructor(ms: number) {
-    this.duration = ms;
+  readonly #capMs: number;
+  constructor(capMs: number) {
+    this.#capMs = capMs;
+    this.duration = Math.floor(Math.random() * capMs);
   }
   next(): WatchBackoff {
-    return new WatchBackoff(Math.min(this.duration === 0 ? 100 : this.duration * 2, 5000));
+    return new WatchBackoff(Math.min(this.#capMs === 0 ? 100 : this.#capMs * 2, 5000));
   }
 }
 
