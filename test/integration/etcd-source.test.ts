@@ -350,6 +350,34 @@ test('own lease: deleted by hand → re-acquired (same subnet, said loudly); ren
   });
 });
 
+test('a lease write that lands but whose answer is lost is read back: our key is kept, never revoked blindly', async () => {
+  await withEtcd(async (etcd, admin) => {
+    await admin.put(`${PREFIX}/config`).value(CONFIG);
+    const proxy = await FaultProxy.start(etcd.clientPort);
+    const log = memoryLogger();
+    const s = await source(proxy.endpoint, { log, callTimeoutMs: 500 });
+    const ctl = new AbortController();
+    const deletes: string[] = [];
+    const watcher = await admin.watch().prefix(`${PREFIX}/subnets`).create();
+    watcher.on('delete', (kv) => deletes.push(kv.key.toString()));
+    try {
+      await s.networkConfig(ctl.signal);
+      // acquire lists, is granted an etcd lease, then writes: that write reaches etcd and its
+      // answer is lost with its connection (the client retries on a new one).
+      proxy.afterAnswers(2, () => proxy.holdReplies());
+      const own = await s.acquire({ attrs: attrs(1) }, ctl.signal);
+      assert.equal(await admin.get(own.peer).string(), value(1));
+      assert.deepEqual(deletes, [], 'our key was never deleted');
+      assert.equal(log.records.filter((r) => r.msg === 'acquired lease').length, 1);
+    } finally {
+      ctl.abort();
+      await watcher.cancel();
+      await s.close();
+      await proxy.close();
+    }
+  });
+});
+
 test('security: TLS with a client certificate, and username/password', async () => {
   await withEtcd(async (etcd, admin) => {
     await admin.put(`${PREFIX}/config`).value(CONFIG);

@@ -277,18 +277,35 @@ export class EtcdLeaseSource implements LeaseSource {
     const cond = 'absent' in guard
       ? this.#client.if(key, 'Version', '==', 0)
       : 'mod' in guard ? this.#client.if(key, 'Mod', '==', guard.mod) : this.#client.if(key, 'Value', '==', guard.value);
-    let ok: boolean;
+    // Ambiguous outcomes: a deadline or a broken connection says nothing of whether the write
+    // landed, and a failed guard may be the client library's retry meeting our own landed write.
+    // Revoking the new etcd lease blindly would delete our key with it; read the key back first.
+    let ok = false;
+    let failure: unknown;
     try {
       ok = (await cond.then(this.#client.put(key).value(value).lease(id)).commit()).succeeded;
     } catch (e) {
-      await this.#revoke(id);
-      throw unavailable(`write lease ${key}`, e);
+      failure = e;
     }
-    if (!ok) {
-      await this.#revoke(id);
+    if (ok) return id;
+    const landed = await this.#landed(key, id);
+    if (landed) return id;
+    if (landed === false) await this.#revoke(id);
+    if (failure !== undefined) throw unavailable(`write lease ${key}`, failure);
+    return undefined;
+  }
+
+  /**
+   * Whether `key` is attached to etcd lease `id`: true, false, or undefined when etcd cannot say
+   * (then the unused etcd lease, if any, is left to expire by its TTL rather than risk our key).
+   */
+  async #landed(key: string, id: string): Promise<boolean | undefined> {
+    try {
+      const res = await this.#client.get(key).exec();
+      return res.kvs[0]?.lease === id;
+    } catch {
       return undefined;
     }
-    return id;
   }
 
   async #guardedDelete(entry: RegistryEntry): Promise<void> {
