@@ -48,7 +48,7 @@ async function pkiCredentials(etcd: EtcdServer) {
 }
 
 async function source(endpoint: string, extra: Partial<EtcdSourceOptions> = {}): Promise<EtcdLeaseSource> {
-  return EtcdLeaseSource.create({ endpoints: [endpoint], prefix: PREFIX, log: silentLogger, watchSilenceMs: 60_000, ...extra });
+  return EtcdLeaseSource.create({ endpoints: [endpoint], prefix: PREFIX, log: silentLogger, ...extra });
 }
 
 /** Keys under <prefix>/subnets, as etcd holds them. */
@@ -294,25 +294,35 @@ test('a watch stopped while etcd has not yet answered its creation leaves no wat
   });
 });
 
-test('a silent watch is checked by relisting', async () => {
+test('watch liveness comes from the connection: a quiet watch is never relisted, a stalled one is found by keepalive', async () => {
   await withEtcd(async (etcd, admin) => {
     await admin.put(`${PREFIX}/config`).value(CONFIG);
+    const proxy = await FaultProxy.start(etcd.clientPort);
     const log = memoryLogger();
-    const s = await source(etcd.endpoint, { log, watchSilenceMs: 300 });
+    const s = await source(proxy.endpoint, { log, keepaliveMs: 600 });
     const ctl = new AbortController();
     const table = new LeaseTable();
     try {
       await s.networkConfig(ctl.signal);
       await s.acquire({ attrs: attrs(1) }, ctl.signal);
       const running = s.watch(table, ctl.signal);
-      await until('a relist after silence', () => log.records.some((r) => r.msg.includes('the watch was silent')));
+      await until('the snapshot', () => table.synced);
+      // Quiet for many keepalive periods: no event, no progress notification, and no relist.
+      await new Promise((r) => setTimeout(r, 3000));
+      assert.deepEqual(log.records.filter((r) => r.msg.startsWith('relisting') || r.msg.includes('disconnected')).map((r) => r.msg), []);
+
+      // Stalled: the unanswered ping drops the connection while nothing else would notice.
+      proxy.suspend();
+      await until('the stalled watch to be dropped', () => log.records.some((r) => r.msg === 'etcd watch disconnected; reconnecting'), 5000);
       await admin.put(`${PREFIX}/subnets/10.244.30.0-24`).value(value(30));
-      await until('a lease after the relist', () => table.size === 1);
+      proxy.resume();
+      await until('the lease written meanwhile', () => table.size === 1);
       ctl.abort();
       await running;
     } finally {
       ctl.abort();
       await s.close();
+      await proxy.close();
     }
   });
 });

@@ -16,10 +16,13 @@
  *
  * Watch: snapshot, then watch from its revision + 1. Each watch response becomes one LeaseTable
  * batch (events of one key collapsed to the last). The client library reconnects a broken stream
- * by itself from the last revision seen (backoff 100 ms → 5 s here); a cancelled watch (the
- * revision it needs was compacted, #2470) or one silent for longer than `watchSilenceMs` (a
- * half-dead connection) ends in a relist, diffed by the table against what it holds, and a new
- * watch from the relist's revision. One TimeToLive per key on every list, as flanneld does
+ * by itself from the last revision seen (backoff 100 ms → 5 s here, jittered); a cancelled watch
+ * (the revision it needs was compacted, #2470) ends in a relist, diffed by the table against what
+ * it holds, and a new watch from the relist's revision. A half-dead connection is found by gRPC
+ * keepalive (a ping every `keepaliveMs`, the connection dropped when one goes unanswered), which
+ * breaks the stream and so reconnects the watch. Silence proves nothing: etcd sends progress
+ * notifications only every 10 minutes, so a silence timer made every node of a quiet cluster
+ * relist all of /subnets over and over. One TimeToLive per key on every list, as flanneld does
  * (gap 5), is not needed: remote expiry arrives as a DELETE.
  */
 import { readFile } from 'node:fs/promises';
@@ -60,8 +63,12 @@ export interface EtcdSourceOptions {
   renewMarginMs?: number;
   /** Retry period of a failed renewal; default 60 s. */
   renewRetryMs?: number;
-  /** A watch with no response (not even a progress notification) this long is relisted; default 5 min. */
-  watchSilenceMs?: number;
+  /**
+   * gRPC keepalive: a ping this often while calls or watches are open; a ping not answered within
+   * half of it drops the connection (watches reconnect and resume). Default 10 s; etcd refuses
+   * pings more often than its --grpc-keepalive-min-time (5 s by default).
+   */
+  keepaliveMs?: number;
   /** Deadline of every unary etcd call; default 10 s. */
   callTimeoutMs?: number;
   /** Uniform in [0, 1) for the random subnet pick. */
@@ -119,7 +126,7 @@ export async function clientOptions(o: EtcdSourceOptions): Promise<IOptions> {
     dialTimeout: o.callTimeoutMs ?? 10_000,
     defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + (o.callTimeoutMs ?? 10_000) }),
     // Detects a connection that silently stopped carrying data (the watch would never notice).
-    grpcOptions: { 'grpc.keepalive_time_ms': 10_000, 'grpc.keepalive_timeout_ms': 5_000 },
+    grpcOptions: { 'grpc.keepalive_time_ms': o.keepaliveMs ?? 10_000, 'grpc.keepalive_timeout_ms': Math.ceil((o.keepaliveMs ?? 10_000) / 2) },
     faultHandling: { watchBackoff: new WatchBackoff(0) as never },
   };
   if (o.caFile || o.keyFile) {
@@ -455,25 +462,18 @@ export class EtcdLeaseSource implements LeaseSource {
    * undefined). Each response is applied to `table` as one batch.
    */
   async #watchFrom(table: LeaseTable, revision: bigint, signal: AbortSignal): Promise<string | undefined> {
-    const silenceMs = this.#o.watchSilenceMs ?? 5 * 60_000;
     let watcher: Watcher | undefined;
     let cancelled = false;
     let finished = false;
-    let silence: NodeJS.Timeout | undefined;
     try {
       return await new Promise<string | undefined>((resolve, reject) => {
-        const arm = () => {
-          clearTimeout(silence);
-          silence = setTimeout(() => resolve(`the watch was silent for ${silenceMs} ms`), silenceMs);
-        };
         if (signal.aborted) {
           resolve(undefined);
           return;
         }
         signal.addEventListener('abort', () => resolve(undefined), { once: true });
-        arm();
         this.#client.watch().prefix(subnetsPrefix(this.#o.prefix)).startRevision(revision.toString()).create().then((w) => {
-          // Created after this watch ended (stopped, or silent while etcd was slow to answer):
+          // Created after this watch ended (stopped while etcd was slow to answer):
           // nobody cancels it below, and etcd3 would keep it, reconnecting, past close().
           if (finished) {
             w.cancel().catch(() => {});
@@ -482,7 +482,6 @@ export class EtcdLeaseSource implements LeaseSource {
           watcher = w;
           let disconnected = false;
           w.on('data', (res: IWatchResponse) => {
-            arm();
             try {
               this.#onWatchResponse(table, res);
             } catch (e) {
@@ -505,7 +504,6 @@ export class EtcdLeaseSource implements LeaseSource {
       });
     } finally {
       finished = true;
-      clearTimeout(silence);
       // etcd already dropped a cancelled watch; on a dead connection the cancel would wait forever.
       if (watcher && !cancelled) await Promise.race([watcher.cancel().catch(() => {}), sleep(1000)]);
     }
