@@ -335,7 +335,8 @@ test('complete: a failing condition patch is retried with backoff; a forbidden o
     const log = memoryLogger();
     await (await source('flannel', { log, delay })).complete(signal);
     assert.equal(condition()?.status, 'False', 'set after three failures');
-    assert.deepEqual(waits.map((ms) => Math.round(ms / 1000)), [1, 2, 4], 'backoff doubles from 1 s');
+    assert.equal(waits.length, 3);
+    assert.ok(waits.every((ms, i) => ms >= 0 && ms < 1000 * 2 ** i), `jittered waits under caps doubling from 1 s: ${waits.join(', ')}`);
     assert.ok(!log.records.some((r) => r.level === 'error'));
 
     api.modifyNode('node-1', (n) => void ((n.status as Obj).conditions = []));
