@@ -183,6 +183,48 @@ test('watch: snapshot, then added and removed batches; own key filtered; malform
   });
 });
 
+test('watch: a known peer that publishes garbage keeps its last good lease, through a relist too, until deleted', async () => {
+  await withEtcd(async (etcd, admin) => {
+    await admin.put(`${PREFIX}/config`).value(CONFIG);
+    const key = `${PREFIX}/subnets/10.244.60.0-24`;
+    await admin.put(key).value(value(60));
+    const proxy = await FaultProxy.start(etcd.clientPort);
+    const log = memoryLogger();
+    const s = await source(proxy.endpoint, { log });
+    const ctl = new AbortController();
+    const table = new LeaseTable();
+    try {
+      await s.networkConfig(ctl.signal);
+      const running = s.watch(table, ctl.signal);
+      await until('the snapshot', () => table.size === 1);
+      const good = table.get(key)!;
+      await admin.put(key).value('{"PublicIP": 12');
+      await until('the warning', () => log.records.some((r) => r.level === 'warn' && r.fields.key === key));
+      assert.match(log.records.find((r) => r.level === 'warn' && r.fields.key === key)!.msg, /keeping its last good lease/);
+      assert.equal(table.get(key), good, 'the last good lease is kept');
+
+      // A relist after compaction keeps it as well.
+      proxy.suspend();
+      await admin.put(`${PREFIX}/subnets/10.244.61.0-24`).value(value(61));
+      await admin.kv.compact({ revision: (await admin.get('anything').exec()).header.revision, physical: true });
+      proxy.drop();
+      proxy.resume();
+      await until('the relist', () => table.size === 2);
+      assert.equal(table.get(key), good);
+      assert.equal(log.records.filter((r) => r.level === 'warn' && r.fields.key === key).length, 1, 'one warning per bad value');
+
+      await admin.delete().key(key);
+      await until('the removal once deleted', () => table.get(key) === undefined);
+      ctl.abort();
+      await running;
+    } finally {
+      ctl.abort();
+      await s.close();
+      await proxy.close();
+    }
+  });
+});
+
 /** The table holds exactly the remote leases etcd holds. */
 async function tableMatchesEtcd(admin: Etcd3, table: LeaseTable, ownKey: string): Promise<boolean> {
   const keys = (await subnetKeys(admin)).filter((k) => k !== ownKey);

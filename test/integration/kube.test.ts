@@ -199,7 +199,7 @@ test('dual stack: own lease and annotations of both families; remote dual-stack 
   });
 });
 
-test('watch: own and unmanaged Nodes left out, podCIDR change is one update, delete removes, a bad Node warns once', async () => {
+test('watch: own and unmanaged Nodes left out, podCIDR change is one update, delete removes, a known Node turned bad keeps its last good lease and warns once', async () => {
   await withApi(async ({ api, source }) => {
     api.addNode({ metadata: { name: 'node-1' }, spec: { podCIDR: '10.244.1.0/24' } });
     api.addNode(peerNode(2));
@@ -233,11 +233,22 @@ test('watch: own and unmanaged Nodes left out, podCIDR change is one update, del
           ((n.metadata as Obj).labels as Record<string, string>).i = String(i);
         });
       }
-      await until('node-2 skipped', () => w.table.size === 0);
+      await until('the warning about node-2', () => log.records.some((r) => r.level === 'warn' && r.fields.node === 'node-2'));
       await sleep(100);
       const warnings = log.records.filter((r) => r.level === 'warn' && r.fields.node === 'node-2');
       assert.equal(warnings.length, 1);
+      assert.match(warnings[0]!.msg, /keeping its last good lease/);
       assert.match(String((warnings[0]!.fields.err as Error).message), /node-2.*public-ip/);
+      assert.deepEqual(subnets(w.table), ['node-2=10.244.22.0/24'], 'the last good lease of node-2 is kept');
+      // A relist (410 Gone) keeps it too; a new Node that is bad from the start is skipped.
+      api.addNode(peerNode(4, { [`${P}/public-ip`]: 'garbage' }));
+      api.compact();
+      api.breakWatches();
+      await until('the relist', () => log.records.some((r) => /relisting Nodes: .*410/.test(r.msg)));
+      await sleep(100);
+      assert.deepEqual(subnets(w.table), ['node-2=10.244.22.0/24']);
+      api.deleteNode('node-2');
+      await until('node-2 removed once deleted', () => w.table.size === 0);
       assert.equal(w.table.get('node-1'), undefined);
       assert.equal(w.table.get('plain'), undefined);
     } finally {

@@ -428,7 +428,7 @@ export class EtcdLeaseSource implements LeaseSource {
         ownSeen = true;
         continue;
       }
-      const lease = this.#decode(key, kv.value.toString());
+      const lease = this.#decode(key, kv.value.toString(), table.get(key));
       if (lease) leases.push(lease);
     }
     const batch = table.replaceAll(leases);
@@ -437,8 +437,12 @@ export class EtcdLeaseSource implements LeaseSource {
     return BigInt(res.header.revision);
   }
 
-  /** A remote lease, or undefined (with one warning per bad value) when it cannot be used. */
-  #decode(key: string, value: string): Lease | undefined {
+  /**
+   * A remote lease; when the value cannot be used (one warning per bad value), `last`: a peer
+   * that was valid keeps its last good lease until it is valid again or deleted, so garbage from
+   * it never removes its routes.
+   */
+  #decode(key: string, value: string, last: Lease | undefined): Lease | undefined {
     try {
       const lease = decodeLease(key, value);
       const own = this.#own?.lease;
@@ -451,9 +455,9 @@ export class EtcdLeaseSource implements LeaseSource {
       if (!(e instanceof PeerDataError)) throw e;
       if (this.#warned.get(key) !== value) {
         this.#warned.set(key, value);
-        this.#log.warn('skipping lease', { key, err: e });
+        this.#log.warn(last ? 'ignoring an unusable update of a peer, keeping its last good lease' : 'skipping lease', { key, err: e });
       }
-      return undefined;
+      return last;
     }
   }
 
@@ -527,9 +531,8 @@ export class EtcdLeaseSource implements LeaseSource {
         this.#warned.delete(key);
         continue;
       }
-      const lease = this.#decode(key, value);
+      const lease = this.#decode(key, value, table.get(key));
       if (lease) upserts.push(lease);
-      else removals.push(key);
     }
     table.apply(upserts, removals);
   }

@@ -341,7 +341,7 @@ export class KubeLeaseSource implements LeaseSource {
       for (const node of page.items) {
         if (node.metadata?.name === ownName) this.#onOwnNode(node);
         else {
-          const lease = this.#remote(node);
+          const lease = this.#remote(node, table.get(node.metadata?.name ?? ''));
           if (lease) leases.push(lease);
         }
       }
@@ -392,8 +392,12 @@ export class KubeLeaseSource implements LeaseSource {
     return JSON.parse(text.body) as { items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } };
   }
 
-  /** A remote Node's lease, or undefined (one warning per Node and problem) when unusable or unmanaged. */
-  #remote(node: NodeLike): Lease | undefined {
+  /**
+   * A remote Node's lease, or undefined when unmanaged. When its data is unusable (one warning
+   * per Node and problem): `last`, so a Node that was valid keeps its last good lease (and its
+   * routes) until it is valid again or deleted.
+   */
+  #remote(node: NodeLike, last: Lease | undefined): Lease | undefined {
     const name = node.metadata?.name ?? '';
     try {
       const lease = remoteLease(node, { keys: this.#keys, config: this.#config!, own: this.#own });
@@ -403,9 +407,9 @@ export class KubeLeaseSource implements LeaseSource {
       if (!(e instanceof PeerDataError)) throw e;
       if (this.#warned.get(name) !== e.message) {
         this.#warned.set(name, e.message);
-        this.#log.warn('skipping Node', { node: name, err: e });
+        this.#log.warn(last ? 'ignoring an unusable update of a Node, keeping its last good lease' : 'skipping Node', { node: name, err: e });
       }
-      return undefined;
+      return last;
     }
   }
 
@@ -430,7 +434,7 @@ export class KubeLeaseSource implements LeaseSource {
           this.#onOwnNode(node);
           continue;
         }
-        const lease = node ? this.#remote(node) : undefined;
+        const lease = node ? this.#remote(node, table.get(name)) : undefined;
         if (lease) upserts.push(lease);
         else {
           removals.push(name);
