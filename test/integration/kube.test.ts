@@ -281,6 +281,13 @@ test('watch: broken watch, 410 Gone and a silent watch all end with the table eq
       api.compact();
       await until('a relist after 410', () => subnets(w.table).join() === expect([4, 5, 6, 7, 8]).join());
       assert.ok(log.records.some((r) => /relisting Nodes: .*410/.test(r.msg)), 'relisted on 410');
+      // The apiserver's load: the first list may be served from its cache (resourceVersion=0);
+      // a relist asks for no older than what was seen (the cache again), never a quorum read.
+      const lists = api.requests.filter((q) => q.verb === 'list').map((q) => new URL(q.path, api.url).searchParams);
+      assert.equal(lists.length, 2);
+      assert.equal(lists[0]!.get('resourceVersion'), '0');
+      assert.equal(lists[1]!.get('resourceVersionMatch'), 'NotOlderThan');
+      assert.ok(Number(lists[1]!.get('resourceVersion')) > 0, 'no older than the resourceVersion last seen');
 
       await until('a watch', () => api.watchCount === 1);
       api.silenceWatches();

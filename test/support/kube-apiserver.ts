@@ -5,7 +5,9 @@
  * "<verb> <resource>" standing in for RBAC (403 with the apiserver's message).
  *
  * Served: core/v1 Nodes — list (`limit`/`continue` pages from a consistent snapshot, 410 Expired
- * for a continue token whose snapshot was compacted), get, watch (`resourceVersion`,
+ * for a continue token whose snapshot was compacted; `resourceVersion` 0 or with
+ * `resourceVersionMatch=NotOlderThan` served as the watch cache would, which here is always
+ * current, and 504 for a version the server has not reached), get, watch (`resourceVersion`,
  * `allowWatchBookmarks`, `timeoutSeconds`; a compacted resourceVersion gets an ERROR event with a
  * 410 Status, as the real server sends it), update (PUT, 409 Conflict on a stale
  * resourceVersion), patch (JSON merge, strategic merge with `type` as the merge key of
@@ -521,6 +523,10 @@ export class KubeApiServer {
       snap = found;
       start = Number(token.start);
     } else {
+      const want = url.searchParams.get('resourceVersion') ?? '';
+      if (want !== '' && want !== '0' && !(Number(want) <= this.#rv)) {
+        throw new ApiError(504, 'Timeout', `Too large resource version: ${want}, current: ${this.#rv}`);
+      }
       snap = { rv: this.#rv, items: [...this.#nodes.values()].sort((a, b) => ((a.metadata as Obj).name as string).localeCompare((b.metadata as Obj).name as string)) };
     }
     const end = limit > 0 ? Math.min(start + limit, snap.items.length) : snap.items.length;

@@ -12,7 +12,11 @@
  *
  * Watch: one list (250 Nodes a page, read as plain JSON with client-node's credentials, see
  * #listPage) replaces the LeaseTable, then one watch from the list's resourceVersion with
- * bookmarks. Watch events go into a per-Node map and are applied to the table as one batch
+ * bookmarks. Lists go easy on the API server, as client-go's reflector does: the first asks for
+ * resourceVersion=0 (any version, served from the apiserver's watch cache), a relist for no
+ * older than the resourceVersion last seen (the cache again); only when that is refused (410) is
+ * a consistent list read from etcd. Every node relisting after an outage must not be a quorum
+ * read of every Node. Watch events go into a per-Node map and are applied to the table as one batch
  * per tick, so a burst of changes to one Node costs one update and nothing can block the watch
  * callback — flanneld's fixed-depth event channel hung kube-subnet-mgr near 5k nodes
  * (flannel-io/flannel#719, #2251). Unlike flanneld, a pod CIDR change is an update (flanneld only
@@ -92,6 +96,8 @@ interface WatchEnd {
   error?: WeftError;
   /** The watch delivered at least one event or bookmark. */
   progressed: boolean;
+  /** The newest resourceVersion seen. */
+  seen: string;
 }
 
 const STRATEGIC = setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch);
@@ -279,15 +285,17 @@ export class KubeLeaseSource implements LeaseSource {
     const stop = AbortSignal.any([signal, this.#closed.signal]);
     const backoff = new Backoff(1000, 30_000);
     let rv: string | undefined;
+    let seen: string | undefined;
     while (!stop.aborted) {
       try {
         const own = await this.nodeName(stop);
         if (rv === undefined) {
-          rv = await this.#relist(table, own, stop);
+          rv = await this.#relist(table, own, seen, stop);
           backoff.reset();
         }
         const end = await this.#watchFrom(table, own, rv, stop);
         rv = end.rv;
+        seen = end.seen;
         if (end.error) throw end.error;
         if (end.why) {
           this.#log.info(`${rv === undefined ? 'relisting' : 'resuming the watch of'} Nodes: ${end.why}`);
@@ -313,25 +321,31 @@ export class KubeLeaseSource implements LeaseSource {
     }
   }
 
-  /** Lists every Node (paged) into `table`; returns the list's resourceVersion. */
-  async #relist(table: LeaseTable, ownName: string, signal: AbortSignal): Promise<string> {
+  /**
+   * Lists every Node (paged) into `table`; returns the list's resourceVersion. `seen`: the newest
+   * resourceVersion known, the list may be no older (undefined: any, as at start-up).
+   */
+  async #relist(table: LeaseTable, ownName: string, seen: string | undefined, signal: AbortSignal): Promise<string> {
     const limit = this.#o.listPageSize ?? 250;
     let leases: Lease[] = [];
     let cont: string | undefined;
+    let from = seen ?? '0';
     let rv = '';
     let pages = 0;
     for (;;) {
       signal.throwIfAborted();
       let page;
       try {
-        page = await this.#listPage(limit, cont, signal);
+        page = await this.#listPage(limit, cont ?? from, cont !== undefined, signal);
       } catch (e) {
         const err = kubeError('list', 'nodes', undefined, e);
-        if (cont && err instanceof KubeApiError && err.status === 410) {
-          // The snapshot the continue token points at was compacted: start over.
-          this.#log.info('the Node list expired between pages; listing again');
+        if (err instanceof KubeApiError && err.status === 410 && (cont || from !== '')) {
+          // The snapshot a continue token points at was compacted, or the cache cannot serve
+          // the version asked for: start over with a consistent list.
+          this.#log.info(cont ? 'the Node list expired between pages; listing again' : 'the API server cannot list Nodes from its cache; listing from etcd');
           leases = [];
           cont = undefined;
+          from = '';
           continue;
         }
         throw err;
@@ -354,17 +368,23 @@ export class KubeLeaseSource implements LeaseSource {
   }
 
   /**
-   * One page of `GET /api/v1/nodes` as plain JSON. client-node supplies the TLS and credentials
+   * One page of `GET /api/v1/nodes` as plain JSON. `at` is a continue token when `continued`,
+   * else the resourceVersion wanted: `0` any, `` the latest (consistent), else no older than it. client-node supplies the TLS and credentials
    * (applyToHTTPSOptions: kubeconfig, token files, exec plugins, proxies); the request is made
    * here because CoreV1Api.listNode turns every Node into typed model objects, which at 5,000
    * Nodes costs more memory at its peak than everything else the source holds (bench-kube).
    */
-  async #listPage(limit: number, cont: string | undefined, signal: AbortSignal): Promise<{ items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } }> {
+  async #listPage(limit: number, at: string, continued: boolean, signal: AbortSignal): Promise<{ items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } }> {
     const cluster = this.#kc.getCurrentCluster();
     if (!cluster) throw new ConfigError('--kubeconfig-file', 'no current cluster');
     const url = new URL(`${cluster.server.replace(/\/+$/, '')}/api/v1/nodes`);
     url.searchParams.set('limit', String(limit));
-    if (cont) url.searchParams.set('continue', cont);
+    if (continued) {
+      url.searchParams.set('continue', at);
+    } else if (at !== '') {
+      url.searchParams.set('resourceVersion', at);
+      if (at !== '0') url.searchParams.set('resourceVersionMatch', 'NotOlderThan');
+    }
     const opts: RequestOptions = {};
     await this.#kc.applyToHTTPSOptions(opts);
     const text = await new Promise<{ status: number; body: string }>((resolve, reject) => {
@@ -457,7 +477,7 @@ export class KubeLeaseSource implements LeaseSource {
         ended.abort();
         request?.abort();
         stop.removeEventListener('abort', onStop);
-        resolve({ rv: end.relist ? undefined : last, progressed, ...(end.why ? { why: end.why } : {}), ...(end.error ? { error: end.error } : {}) });
+        resolve({ rv: end.relist ? undefined : last, seen: last, progressed, ...(end.why ? { why: end.why } : {}), ...(end.error ? { error: end.error } : {}) });
       };
       const onStop = () => finish({});
       if (stop.aborted) {
