@@ -15,6 +15,7 @@ import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
 import { DesiredState } from '../reconcile/desired.ts';
 import { Reconciler } from '../reconcile/loop.ts';
+import { failureCounts } from '../reconcile/reconcile.ts';
 import type { PassInfo } from '../reconcile/loop.ts';
 import type { Backend } from './backend.ts';
 import { ownBlackhole } from './plan.ts';
@@ -55,11 +56,12 @@ export class Network {
       resyncPeriodMs: o.resyncPeriodMs,
       onPass: (p) => {
         if (p.kind === 'full' && p.ops.length > 0) o.log.info('reconciled', { reasons: p.reasons.join(', '), ops: p.ops.length, failures: p.failures.length, ms: Math.round(p.durationMs) });
-        for (const f of p.failures) o.log.warn('kernel refused an operation; a later pass retries it', { err: f });
+        // A fast pass that failed is followed by a full pass (or a rebuild), which says what stays refused.
+        if (p.kind === 'full' && p.failures.length > 0) o.log.warn('the kernel refused operations of a pass; a later pass retries them', { failures: p.failures.length, counts: failureCounts(p.failures), first: p.failures[0] });
         o.onPass?.(p);
       },
       onError: (e) => o.log.error('reconcile pass failed; the next trigger retries', { err: e }),
-      onDeviceGone: (index) => this.#queue(() => this.#repair(`device #${index} disappeared`)),
+      onDeviceGone: (why) => this.#queue(() => this.#repair(why)),
       onDeviceChanged: (link) => {
         const why = o.backend.drifted(link);
         if (why) this.#queue(() => this.#repair(`device ${link.name} was changed by someone else (${why})`));
@@ -160,6 +162,6 @@ export class Network {
     this.#o.log.warn(`${why}; setting it up again`);
     await this.#o.backend.repair(this.#own);
     await this.#planAll();
-    this.#reconciler.trigger('device recreated');
+    this.#reconciler.resume('device recreated');
   }
 }
