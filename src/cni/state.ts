@@ -61,9 +61,9 @@ export function loadState(dataDir: string, id: string): string | undefined {
   return readOptional(join(dataDir, id));
 }
 
-/** Removes the state of container `id`; a missing file is fine. */
+/** Removes the state of container `id` (whatever is at its name); a missing file is fine. */
 export function removeState(dataDir: string, id: string): void {
-  rmSync(join(dataDir, id), { force: true });
+  rmSync(join(dataDir, id), { force: true, recursive: true });
 }
 
 /** Container IDs that have state; none when the directory does not exist. */
