@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Etcd3 } from 'etcd3';
+import { LeaseConflictError } from '../../src/errors.ts';
 import { formatCIDR, parseCIDR, parseIP } from '../../src/ip/ip.ts';
 import type { LeaseAttrs } from '../../src/lease/lease.ts';
 import { EtcdLeaseSource } from '../../src/lease/etcd/source.ts';
@@ -110,6 +111,28 @@ test('acquire: 50 nodes starting together, each with its own client, get 50 dist
       const subnets = new Set(leases.map((l) => formatCIDR(l.subnet!)));
       assert.equal(subnets.size, 50);
       assert.equal((await subnetKeys(admin)).length, 50);
+    } finally {
+      await Promise.all(sources.map((s) => s.close()));
+    }
+  });
+});
+
+test('acquire: a node that loses the race for a subnet sees a LeaseConflictError naming it, and chooses again', async () => {
+  await withEtcd(async (etcd, admin) => {
+    await admin.put(`${PREFIX}/config`).value(CONFIG);
+    const signal = new AbortController().signal;
+    const log = memoryLogger();
+    // The same "random" pick for all three: two of them must lose the first subnet.
+    const sources = await Promise.all([1, 2, 3].map(() => source(etcd.endpoint, { log, random: () => 0 })));
+    try {
+      const leases = await Promise.all(sources.map(async (s, i) => {
+        await s.networkConfig(signal);
+        return s.acquire({ attrs: attrs(i + 1) }, signal);
+      }));
+      assert.equal(new Set(leases.map((l) => formatCIDR(l.subnet!))).size, 3);
+      const conflicts = log.records.filter((r) => r.fields.err instanceof LeaseConflictError).map((r) => (r.fields.err as Error).message);
+      assert.ok(conflicts.length >= 2, `${conflicts.length} conflicts`);
+      assert.ok(conflicts.every((m) => /failed to acquire lease 10\.244\.\d+\.0\/24: taken by another node/.test(m)), conflicts.join('; '));
     } finally {
       await Promise.all(sources.map((s) => s.close()));
     }

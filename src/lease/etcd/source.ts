@@ -30,7 +30,7 @@ import { Etcd3 } from 'etcd3';
 import type { IOptions, IWatchResponse, Watcher } from 'etcd3';
 import { checkNetworkConfig, parseNetConfig } from '../../config/netconf.ts';
 import type { NetConfig } from '../../config/netconf.ts';
-import { ConfigError, DatastoreUnavailableError, PeerDataError, WeftError } from '../../errors.ts';
+import { ConfigError, DatastoreUnavailableError, LeaseConflictError, PeerDataError, WeftError } from '../../errors.ts';
 import { equalCIDR, formatCIDR, overlaps } from '../../ip/ip.ts';
 import type { Logger } from '../../log.ts';
 import { Backoff, sleep } from '../../retry.ts';
@@ -207,10 +207,14 @@ export class EtcdLeaseSource implements LeaseSource {
       try {
         const lease = await this.#acquireOnce(cfg, req, signal);
         if (lease) return lease;
-        // Lost a race to another node: decide again on a fresh listing, after a short random
-        // pause so that nodes colliding once do not collide again in lockstep.
-        await sleep(Math.floor((this.#o.random ?? Math.random)() * 50), signal);
       } catch (e) {
+        if (e instanceof LeaseConflictError) {
+          // Lost a race to another node: decide again on a fresh listing, after a short random
+          // pause so that nodes colliding once do not collide again in lockstep.
+          this.#log.info('another node took the subnet first; choosing again', { err: e });
+          await sleep(Math.floor((this.#o.random ?? Math.random)() * 50), signal);
+          continue;
+        }
         if (!(e instanceof DatastoreUnavailableError)) throw e;
         this.#log.warn('etcd unavailable while acquiring a lease; retrying', { err: e });
         await sleep(backoff.next(), signal);
@@ -218,7 +222,10 @@ export class EtcdLeaseSource implements LeaseSource {
     }
   }
 
-  /** One listing and one guarded write; undefined when the guard failed. */
+  /**
+   * One listing and one guarded write: LeaseConflictError when another node moved first;
+   * undefined after deleting our old lease that no longer fits (decide again).
+   */
   async #acquireOnce(cfg: NetConfig, req: AcquireRequest, signal: AbortSignal): Promise<Lease | undefined> {
     const entries = await this.#listEntries();
     const choice = chooseLease({ config: cfg, entries, publicIP: req.attrs.publicIP, previous: req.previous, random: this.#o.random });
@@ -237,10 +244,7 @@ export class EtcdLeaseSource implements LeaseSource {
         const lease: Lease = { peer: key, subnet: subnets.subnet, attrs: req.attrs };
         if (subnets.ipv6Subnet) lease.ipv6Subnet = subnets.ipv6Subnet;
         const written = await this.#write(key, encodeLeaseValue(req.attrs), choice.kind === 'reuse' ? { mod: choice.entry.modRevision } : { absent: true });
-        if (!written) {
-          this.#log.info('another node took the subnet first; choosing again', { key });
-          return undefined;
-        }
+        if (!written) throw new LeaseConflictError(formatCIDR(subnets.subnet));
         signal.throwIfAborted();
         this.#adopt(lease, encodeLeaseValue(req.attrs), written);
         this.#log.info('acquired lease', { key, subnet: formatCIDR(subnets.subnet), ipv6Subnet: subnets.ipv6Subnet && formatCIDR(subnets.ipv6Subnet), reason: choice.reason });
