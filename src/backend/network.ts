@@ -7,7 +7,10 @@
  * Nothing touches the kernel before the lease source has delivered its first listing: the first
  * full pass removes entries of ours that no lease wants (nodes that left while we were down,
  * flannel #2554), which must not happen against an empty table. A peer's warnings (wrong backend
- * type, unusable data) are logged once per distinct message, not on every pass.
+ * type, unusable data) are logged once per distinct message, not on every pass. A known peer
+ * whose new lease plans to nothing (a VTEP MAC that is no MAC, a backend type this node does not
+ * run) keeps the entries of its last good lease until it is valid again or removed: garbage from
+ * a peer must not cut it off.
  */
 import type { Lease } from '../lease/lease.ts';
 import type { LeaseEvent, LeaseTable } from '../lease/table.ts';
@@ -41,6 +44,8 @@ export class Network {
   readonly #desired = new DesiredState();
   readonly #reconciler: Reconciler;
   readonly #warned = new Map<string, string>();
+  /** Each peer's last lease that planned without a warning. */
+  readonly #lastGood = new Map<string, Lease>();
   #own: Lease;
   /** Lease batches and device repairs, one at a time and in order. */
   #work: Promise<void> = Promise.resolve();
@@ -128,7 +133,17 @@ export class Network {
   }
 
   async #plan(lease: Lease) {
-    const { state, warnings } = await this.#o.backend.plan(this.#own, lease);
+    let { state, warnings } = await this.#o.backend.plan(this.#own, lease);
+    const last = this.#lastGood.get(lease.peer);
+    if (warnings.length === 0) {
+      this.#lastGood.set(lease.peer, lease);
+    } else if (last && last !== lease) {
+      const kept = await this.#o.backend.plan(this.#own, last);
+      if (kept.warnings.length === 0) {
+        state = kept.state;
+        warnings = warnings.map((w) => `${w}; keeping its last good entries`);
+      }
+    }
     const text = warnings.join('; ');
     if (text === '') {
       this.#warned.delete(lease.peer);
@@ -145,12 +160,14 @@ export class Network {
     const peers = new Set(leases.map((l) => l.peer));
     for (const l of leases) this.#desired.set(l.peer, await this.#plan(l));
     for (const peer of this.#warned.keys()) if (!peers.has(peer)) this.#warned.delete(peer);
+    for (const peer of this.#lastGood.keys()) if (!peers.has(peer)) this.#lastGood.delete(peer);
   }
 
   async #onBatch(batch: readonly LeaseEvent[]): Promise<void> {
     for (const e of batch) {
       if (e.type === 'removed') {
         this.#warned.delete(e.lease.peer);
+        this.#lastGood.delete(e.lease.peer);
         this.#reconciler.update(e.lease.peer, undefined, `lease ${e.lease.peer} removed`);
       } else {
         this.#reconciler.update(e.lease.peer, await this.#plan(e.lease), `lease ${e.lease.peer} ${e.previous ? 'changed' : 'added'}`);

@@ -102,6 +102,13 @@ test('vxlan, three nodes, dual stack: weftd\'s data plane carries pod traffic, r
       await a.ns.ip('link', 'set', 'flannel.1', 'address', '02:11:22:33:44:55');
       await until('the VTEP MAC restored', async () => (await a.h.linkByName('flannel.1')).mac === mac);
 
+      // A known peer publishing data no plan can use (a VTEP MAC that is no MAC) keeps its last
+      // good entries, with a warning; once deleted, they go.
+      runs[0]!.table.apply([{ ...c.lease, attrs: { ...c.lease.attrs, backendData: { VNI: 1, VtepMAC: 'zz' } } }]);
+      await runs[0]!.network.idle();
+      assert.match(await a.ns.ip('route'), /10\.244\.3\.0\/24 via 10\.244\.3\.0 dev flannel\.1/);
+      assert.ok(log.records.some((r) => r.level === 'warn' && /VtepMAC.*keeping its last good entries/.test(r.msg)));
+
       // A node leaves: its entries go at once.
       runs[0]!.table.apply([], ['node-3']);
       await runs[0]!.network.idle();
