@@ -25,9 +25,11 @@
  * connection can stay open for ever, and client-node's only guard is an idle timer private to
  * its Watch class (30 s in 2.0) that a future release may change. 410 Gone, as an ERROR event
  * or an HTTP status, ends in a relist, which the table diffs against what it holds, so nothing
- * is lost and nothing is repeated. Failures back off
- * 1 s → 30 s (the client-node informer's schedule); 401 and 403 are not retried: they need an
- * operator, and the error names the verb and resource RBAC must allow.
+ * is lost and nothing is repeated. A failing watch is retried 500 ms → 2 s with full jitter
+ * (client-node's informer waits up to 30 s, so a node could miss every change for half a
+ * minute after the API server came back; the jitter spreads the retries of many nodes, and a
+ * refused watch is cheap); other calls back off 1 s → 30 s. 401 and 403 are not retried: they
+ * need an operator, and the error names the verb and resource RBAC must allow.
  *
  * Our own Node is kept out of the table. When its annotations lose ours (the Node was deleted and
  * registered again) they are published again; when its pod CIDR changes the new lease goes to
@@ -283,7 +285,7 @@ export class KubeLeaseSource implements LeaseSource {
     this.#onOwnLease = onOwnLease;
     if (!this.#config) throw new WeftError('ESTATE', 'networkConfig() must succeed before watch()');
     const stop = AbortSignal.any([signal, this.#closed.signal]);
-    const backoff = new Backoff(1000, 30_000);
+    const backoff = new Backoff(500, 2000);
     let rv: string | undefined;
     let seen: string | undefined;
     while (!stop.aborted) {
