@@ -15,9 +15,9 @@
  * bookmarks. Lists go easy on the API server, as client-go's reflector does: the first asks for
  * resourceVersion=0 (any version, served from the apiserver's watch cache), a relist for no
  * older than the resourceVersion last seen (the cache again); only when that is refused (410) is
- * a consistent list read from etcd. Every node relisting after an outage must not be a quorum
- * read of every Node. Watch events go into a per-Node map and are applied to the table as one batch
- * per tick, so a burst of changes to one Node costs one update and nothing can block the watch
+ * a consistent list read from etcd: every node relisting after an outage must not be a quorum
+ * read of every Node. Watch events go into a per-Node map and are applied to the table as one
+ * batch per tick, so a burst of changes to one Node costs one update and nothing can block the watch
  * callback — flanneld's fixed-depth event channel hung kube-subnet-mgr near 5k nodes
  * (flannel-io/flannel#719, #2251). Unlike flanneld, a pod CIDR change is an update (flanneld only
  * compares annotations). A watch that ends is resumed from the last resourceVersion seen
@@ -371,10 +371,11 @@ export class KubeLeaseSource implements LeaseSource {
 
   /**
    * One page of `GET /api/v1/nodes` as plain JSON. `at` is a continue token when `continued`,
-   * else the resourceVersion wanted: `0` any, `` the latest (consistent), else no older than it. client-node supplies the TLS and credentials
-   * (applyToHTTPSOptions: kubeconfig, token files, exec plugins, proxies); the request is made
-   * here because CoreV1Api.listNode turns every Node into typed model objects, which at 5,000
-   * Nodes costs more memory at its peak than everything else the source holds (bench-kube).
+   * else the resourceVersion wanted: `0` any, empty the latest (consistent), else no older than
+   * it. client-node supplies the TLS and credentials (applyToHTTPSOptions: kubeconfig, token
+   * files, exec plugins, proxies); the request is made here because CoreV1Api.listNode turns
+   * every Node into typed model objects, which at 5,000 Nodes costs more memory at its peak than
+   * everything else the source holds (bench-kube).
    */
   async #listPage(limit: number, at: string, continued: boolean, signal: AbortSignal): Promise<{ items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } }> {
     const cluster = this.#kc.getCurrentCluster();
