@@ -181,10 +181,12 @@ function entryKey(e: NetlinkEvent): { key: string; action: string; weft: boolean
 
 /** 1,000 random deletions of Weft's entries on `node` (and its vxlan device twice); restore times. */
 async function kernelChaos(node: ClusterNode, deletions = 1000): Promise<{ times: number[]; unrestored: number }> {
+  // Deletions on one handle, events on another: a handle's monitor does not echo its own changes.
   const h = NetlinkHandle.open(node.ns.path);
+  const watcher = NetlinkHandle.open(node.ns.path);
   // An entry is back at the first "new" of its key after the "del" of it.
   const waiters = new Map<string, { deleted: boolean; back: () => void }>();
-  const mon = await h.monitor(['route', 'neigh'], (events) => {
+  const mon = await watcher.monitor(['route', 'neigh'], (events) => {
     for (const e of events) {
       const k = entryKey(e);
       const w = k && waiters.get(k.key);
@@ -270,6 +272,7 @@ async function kernelChaos(node: ClusterNode, deletions = 1000): Promise<{ times
     return { times, unrestored };
   } finally {
     mon.stop();
+    watcher.close();
     h.close();
   }
 }
