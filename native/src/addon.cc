@@ -104,11 +104,16 @@ struct MonitorJob : Job {
   std::vector<int> groups;
   int rcvbuf = 0;
   struct nl_sock* sk = nullptr;
+  uint32_t requestPort = 0;
+  bool fdbAdds = true;
   MonitorJob(Napi::Env env, Handle* h) : Job(env), handle(h) {}
   ~MonitorJob() override {
     if (sk) nl_socket_free(sk);
   }
-  void run(Worker& w) override { failure = w.openMonitorSocket(groups, rcvbuf, &sk); }
+  void run(Worker& w) override {
+    failure = w.openMonitorSocket(groups, rcvbuf, &sk);
+    requestPort = w.requestPort();
+  }
   Napi::Value result(Napi::Env env) override { return env.Undefined(); }
   void complete(Napi::Env env) override;  // hands the socket to the handle first
 };
@@ -355,6 +360,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
       }
     }
     if (info.Length() > 2 && info[2].IsNumber()) job->rcvbuf = info[2].As<Napi::Number>().Int32Value();
+    if (info.Length() > 3 && info[3].IsBoolean()) job->fdbAdds = info[3].As<Napi::Boolean>().Value();
     // The socket is made on the worker (inside the namespace); polling starts when it is handed over.
     Napi::Promise created = submit(env, job).As<Napi::Promise>();
     monitorCallback_ = Napi::Persistent(info[1].As<Napi::Function>());
@@ -383,7 +389,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
     if (job != monitorJob_) return;
     monitorJob_ = nullptr;
     if (job->failure || monitorCallback_.IsEmpty() || !worker_) return;
-    monitor_ = new Monitor(env, job->sk, monitorCallback_.Value());
+    monitor_ = new Monitor(env, job->sk, job->requestPort, job->fdbAdds, monitorCallback_.Value());
     job->sk = nullptr;
     monitorCallback_.Reset();
     if (!monitor_->ok()) {

@@ -38,14 +38,17 @@ export class NftablesDriver implements Driver {
   readonly #run: Runner;
   /** `nft list table inet weft` as the kernel printed it right after our last apply, and that apply's script. */
   #golden: { script: string; listing: string } | undefined;
+  #unavailable: Promise<string | undefined> | undefined;
 
   constructor(run: Runner) {
     this.#run = run;
   }
 
-  async unavailable(): Promise<string | undefined> {
-    const r = await this.#run(['nft', 'list', 'tables']);
-    return r.code === 0 ? undefined : `nft list tables: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`;
+  /** Asked once per driver: whether nft works does not change while weftd runs. */
+  unavailable(): Promise<string | undefined> {
+    this.#unavailable ??= this.#run(['nft', 'list', 'tables']).then((r) =>
+      r.code === 0 ? undefined : `nft list tables: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`);
+    return this.#unavailable;
   }
 
   /** `nft -c` (check only, nothing committed) of a fully-random masquerade. */
@@ -129,6 +132,7 @@ export class IptablesDriver implements Driver {
   readonly name = 'iptables' as const;
   readonly #run: Runner;
   #version: [number, number, number] | undefined | null = null;
+  #unavailable: Promise<string | undefined> | undefined;
 
   constructor(run: Runner) {
     this.#run = run;
@@ -142,12 +146,17 @@ export class IptablesDriver implements Driver {
     return this.#version;
   }
 
-  async unavailable(): Promise<string | undefined> {
-    const r = await this.#run(['iptables', '--version']);
-    if (r.code !== 0) return `iptables --version: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`;
-    const s = await this.#run(['iptables-save', '-t', 'nat']);
-    if (s.code !== 0) return `iptables-save -t nat: ${(s.stderr || s.stdout).trim() || `exit status ${s.code}`}`;
-    return undefined;
+  /** Asked once per driver: whether iptables works does not change while weftd runs. */
+  unavailable(): Promise<string | undefined> {
+    this.#unavailable ??= (async () => {
+      const r = await this.#run(['iptables', '--version']);
+      if (r.code !== 0) return `iptables --version: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`;
+      this.#version ??= parseIptablesVersion(r.stdout + r.stderr);
+      const s = await this.#run(['iptables-save', '-t', 'nat']);
+      if (s.code !== 0) return `iptables-save -t nat: ${(s.stderr || s.stdout).trim() || `exit status ${s.code}`}`;
+      return undefined;
+    })();
+    return this.#unavailable;
   }
 
   /**

@@ -119,6 +119,12 @@ export type MonitorGroup = 'link' | 'addr' | 'route' | 'neigh';
 export interface MonitorOptions {
   /** Receive buffer of the monitor socket in bytes; default the system's. */
   rcvbuf?: number;
+  /**
+   * Report FDB entries added or changed (default true). The vxlan driver reports every FDB entry
+   * written, the handle's own too (it stamps no sender on them), so a caller that only acts on
+   * deletions saves decoding one event per entry it writes.
+   */
+  fdbAdds?: boolean;
 }
 
 export interface RouteFilter {
@@ -127,6 +133,9 @@ export interface RouteFilter {
   protocol?: number;
   linkIndex?: number;
 }
+
+/** Operations per call into the addon in {@link NetlinkHandle.batch}. */
+const BATCH_SLICE = 1024;
 
 function splitCidr(cidr: string): { ip: string; len: number } {
   const slash = cidr.lastIndexOf('/');
@@ -340,8 +349,15 @@ export class NetlinkHandle {
    * does not stop the ones after it. Equals a sequence of `ip -batch` / `bridge -batch` lines.
    */
   async batch(ops: readonly Operation[]): Promise<(NetlinkError | null)[]> {
-    const results = await this.#raw.apply(ops.map(rawOp));
-    return results.map((r, i) => (r ? failure(ops[i]!, r) : null));
+    const out: (NetlinkError | null)[] = [];
+    // Handed over a slice at a time, so the addon's copies of a 15,000-operation batch never
+    // exist all at once and die young; the kernel sees the same sequence either way.
+    for (let i = 0; i < ops.length; i += BATCH_SLICE) {
+      const slice = ops.slice(i, i + BATCH_SLICE);
+      const results = await this.#raw.apply(slice.map(rawOp));
+      for (let j = 0; j < results.length; j++) out.push(results[j] ? failure(slice[j]!, results[j]!) : null);
+    }
+    return out;
   }
 
   // ---- links ----
@@ -563,6 +579,7 @@ export class NetlinkHandle {
           if (events.length > 0) listener(events);
         },
         options.rcvbuf ?? 0,
+        options.fdbAdds ?? true,
       );
     } catch (e) {
       throw rejected('subscribe to', groups.join(','), e);

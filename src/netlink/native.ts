@@ -107,7 +107,7 @@ export interface RawHandle {
   dump(kind: 'neigh', filter?: RawDumpFilter): Promise<RawNeigh[]>;
   linkGet(nameOrIndex: string | number): Promise<RawLink>;
   routeGet(dst: string, oif?: number): Promise<RawRoute>;
-  monitor(groups: string[], callback: (events: RawEvent[]) => void, rcvbuf?: number): Promise<void>;
+  monitor(groups: string[], callback: (events: RawEvent[]) => void, rcvbuf?: number, fdbAdds?: boolean): Promise<void>;
   unmonitor(): void;
   close(): void;
 }

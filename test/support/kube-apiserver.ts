@@ -1,25 +1,30 @@
 /**
- * A Kubernetes API server for tests, faithful to the documented API semantics for what Weft
- * uses (no kube-apiserver can be installed on these machines). HTTPS on 127.0.0.1 with a
- * throwaway CA, bearer tokens (401 for a missing or unknown token) and a per-token allow-list of
- * "<verb> <resource>" standing in for RBAC (403 with the apiserver's message).
+ * A Kubernetes API server for tests, faithful to kube-apiserver's documented semantics for what
+ * Weft uses (no kube-apiserver can be installed on these machines), spoken to by the real
+ * @kubernetes/client-node. HTTPS on 127.0.0.1 (and a unix socket) with a throwaway CA, bearer
+ * tokens (401 for a missing or unknown token) and a per-token allow-list standing in for RBAC
+ * (403 with the apiserver's message).
  *
- * Served: core/v1 Nodes — list (`limit`/`continue` pages from a consistent snapshot, 410 Expired
- * for a continue token whose snapshot was compacted; `resourceVersion` 0 or with
- * `resourceVersionMatch=NotOlderThan` served as the watch cache would, which here is always
- * current, and 504 for a version the server has not reached), get, watch (`resourceVersion`,
- * `allowWatchBookmarks`, `timeoutSeconds`; a compacted resourceVersion gets an ERROR event with a
- * 410 Status, as the real server sends it), update (PUT, 409 Conflict on a stale
- * resourceVersion), patch (JSON merge, strategic merge with `type` as the merge key of
- * status.conditions and status.addresses, JSON patch), delete, and the `status` subresource
- * (which changes status and metadata but never spec, while the main resource never changes
- * status); Pods get. resourceVersion is one global counter; a write that changes nothing keeps it
- * and sends no event. spec.podCIDR(s) may only go from unset to set, as the API validates.
+ * One generic store serves every resource the same way (test/support/kube-api/): core/v1 Nodes,
+ * Pods, Namespaces; coordination.k8s.io/v1 Leases; networking.k8s.io/v1 NetworkPolicies;
+ * apiextensions.k8s.io/v1 CustomResourceDefinitions, and the custom resources of every CRD
+ * created. For each: get, list (label and field selectors, `limit`/`continue`, 410 Expired),
+ * watch (`resourceVersion`, `allowWatchBookmarks`, `timeoutSeconds`, `sendInitialEvents`, label
+ * and field selectors with the ADDED/DELETED an object moving in or out of them causes; a
+ * compacted resourceVersion gets an ERROR event with a 410 Status, as the real server sends
+ * it), create, update, patch, delete, the status subresource; discovery at /api, /apis and each
+ * group version; errors as metav1.Status. See kube-api/api.ts for the verbs' semantics.
  *
- * Test hooks change the store directly (standing in for other clients and for an administrator
- * deleting and re-registering a Node): addNode, modifyNode, deleteNode, addPod; and disturb it:
- * compact (drop history and list snapshots up to now), breakWatches (reset every watch
- * connection), silenceWatches (keep them open but send nothing more).
+ * Not served (405, 415 or 404, as the real server answers what it does not know): deletecollection,
+ * server-side apply, the legacy /watch/ paths, protobuf, conversion webhooks (versions of a
+ * custom resource differ only in apiVersion), CEL validation rules, admission other than
+ * "the namespace must exist". Pods are deleted at once (no grace period: there is no kubelet).
+ *
+ * Test hooks change the store directly, bypassing validation and admission (standing in for
+ * other clients and for an administrator): seed, modify, remove, object, and the Node and Pod
+ * shorthands; and disturb it: compact (drop history up to now), breakWatches (reset every watch
+ * connection), silenceWatches (keep them open but send nothing more), beforeServe (fail or
+ * change things before a request is served).
  */
 import { once } from 'node:events';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -30,12 +35,22 @@ import { createServer as createNetServer } from 'node:net';
 import type { Server as NetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Api } from './kube-api/api.ts';
+import { ApiError, badRequest, qualifiedResource } from './kube-api/status.ts';
+import type { Obj } from './kube-api/status.ts';
+import type { StoreEvent } from './kube-api/store.ts';
+import { apiVersionOf, storeKey } from './kube-api/types.ts';
+import type { ResourceType } from './kube-api/types.ts';
 import { makePki } from './etcd.ts';
 
-/** A JSON object as the API stores it. */
-export type Obj = { [k: string]: unknown };
+export { ApiError } from './kube-api/status.ts';
+export type { Obj } from './kube-api/status.ts';
 
-/** Who a token is and what it may do: `*`, or entries like `get nodes`, `patch nodes/status`. */
+/**
+ * Who a token is and what it may do: `*`, or entries `<verb> <resource>` with the resource
+ * named as kubectl does: `get nodes`, `patch nodes/status`, `update leases.coordination.k8s.io`,
+ * `watch egressgateways.egress.weft.dev`, `update egressgateways.egress.weft.dev/status`.
+ */
 export interface Grant {
   user: string;
   allow: '*' | string[];
@@ -53,154 +68,35 @@ export interface SeenRequest {
   method: string;
   path: string;
   verb: string;
+  /** `plural` or `plural/subresource`; empty for discovery. */
   resource: string;
+  group: string;
   status: number;
   contentType?: string;
   body?: string;
+}
+
+/** What a request is for. */
+export interface Route {
+  verb: string;
+  /** `plural` or `plural/subresource`. */
+  resource: string;
+  group: string;
+  name?: string;
+  namespace?: string;
+  url: URL;
 }
 
 interface Watcher {
   res: ServerResponse;
   silenced: boolean;
   timers: NodeJS.Timeout[];
+  unsubscribe: () => void;
 }
 
-interface Snapshot {
-  rv: number;
-  items: Obj[];
-}
+type Resolved = Route & { type?: ResourceType; sub?: string; discovery?: () => Obj };
 
-/** An API error the server answers with a Status (a test hook may throw one). */
-export class ApiError extends Error {
-  readonly code: number;
-  readonly reason: string;
-  readonly details: Obj | undefined;
-  constructor(code: number, reason: string, message: string, details?: Obj) {
-    super(message);
-    this.code = code;
-    this.reason = reason;
-    this.details = details;
-  }
-}
-
-const isObj = (v: unknown): v is Obj => typeof v === 'object' && v !== null && !Array.isArray(v);
-
-function deepEqual(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((x, i) => deepEqual(x, b[i]));
-  if (isObj(a) && isObj(b)) {
-    const ka = Object.keys(a);
-    return ka.length === Object.keys(b).length && ka.every((k) => k in b && deepEqual(a[k], b[k]));
-  }
-  return false;
-}
-
-/** RFC 7386 JSON merge patch: objects merge, null deletes, everything else (arrays too) replaces. */
-export function jsonMergePatch(target: unknown, patch: unknown): unknown {
-  if (!isObj(patch)) return patch;
-  const out: Obj = isObj(target) ? { ...target } : {};
-  for (const [k, v] of Object.entries(patch)) {
-    if (v === null) delete out[k];
-    else out[k] = jsonMergePatch(out[k], v);
-  }
-  return out;
-}
-
-/** Lists merged by a key under strategic merge patch (patchMergeKey of the core/v1 Node schema). */
-const MERGE_KEYS: Record<string, string> = { 'status.conditions': 'type', 'status.addresses': 'type' };
-/** Lists of scalars with patchStrategy merge. */
-const MERGE_SCALARS = new Set(['spec.podCIDRs']);
-
-/**
- * Strategic merge patch over a Node: maps merge, null deletes, lists with a merge key merge item
- * by item (`$patch: delete` removes one), scalar lists with the merge strategy union, other lists
- * replace; `$patch: replace` replaces a map, `$setElementOrder/…` and `$retainKeys` only order or
- * prune and are accepted.
- */
-export function strategicMergePatch(target: unknown, patch: unknown, path = ''): unknown {
-  if (!isObj(patch)) return patch;
-  if (patch.$patch === 'replace') {
-    const { $patch: _, ...rest } = patch;
-    return rest;
-  }
-  if (patch.$patch === 'delete') return undefined;
-  const out: Obj = isObj(target) ? { ...target } : {};
-  for (const [k, v] of Object.entries(patch)) {
-    if (k.startsWith('$setElementOrder/') || k === '$retainKeys') continue;
-    if (k.startsWith('$')) throw new ApiError(400, 'BadRequest', `unknown strategic merge patch directive ${k}`);
-    const at = path ? `${path}.${k}` : k;
-    if (v === null) {
-      delete out[k];
-    } else if (Array.isArray(v) && MERGE_KEYS[at]) {
-      out[k] = mergeList(Array.isArray(out[k]) ? (out[k] as unknown[]) : [], v, MERGE_KEYS[at], at);
-    } else if (Array.isArray(v) && MERGE_SCALARS.has(at)) {
-      const old = Array.isArray(out[k]) ? (out[k] as unknown[]) : [];
-      out[k] = [...old, ...v.filter((x) => !old.includes(x))];
-    } else if (isObj(v)) {
-      const merged = strategicMergePatch(out[k], v, at);
-      if (merged === undefined) delete out[k];
-      else out[k] = merged;
-    } else {
-      out[k] = v;
-    }
-  }
-  return out;
-}
-
-function mergeList(old: unknown[], items: unknown[], key: string, path: string): unknown[] {
-  const out = [...old];
-  for (const item of items) {
-    if (!isObj(item) || typeof item[key] !== 'string') throw new ApiError(422, 'Invalid', `${path}: every item needs the merge key "${key}"`);
-    const i = out.findIndex((o) => isObj(o) && o[key] === item[key]);
-    if (item.$patch === 'delete') {
-      if (i >= 0) out.splice(i, 1);
-    } else if (i >= 0) {
-      out[i] = strategicMergePatch(out[i], item, path);
-    } else {
-      out.push(strategicMergePatch({}, item, path));
-    }
-  }
-  return out;
-}
-
-/** RFC 6902 JSON patch: add, remove, replace, test. */
-function jsonPatch(target: Obj, ops: unknown): Obj {
-  if (!Array.isArray(ops)) throw new ApiError(400, 'BadRequest', 'a JSON patch must be an array of operations');
-  const doc = structuredClone(target);
-  for (const op of ops) {
-    if (!isObj(op) || typeof op.path !== 'string') throw new ApiError(400, 'BadRequest', 'JSON patch operation without a path');
-    const parts = op.path.split('/').slice(1).map((p) => p.replaceAll('~1', '/').replaceAll('~0', '~'));
-    const last = parts.pop();
-    if (last === undefined) throw new ApiError(422, 'Invalid', 'JSON patch cannot replace the whole object');
-    let parent: unknown = doc;
-    for (const p of parts) parent = isObj(parent) || Array.isArray(parent) ? (parent as Obj)[p] : undefined;
-    if (!isObj(parent) && !Array.isArray(parent)) throw new ApiError(422, 'Invalid', `JSON patch path ${op.path} does not exist`);
-    const container = parent as Obj;
-    switch (op.op) {
-      case 'add':
-        if (Array.isArray(parent)) parent.splice(last === '-' ? parent.length : Number(last), 0, op.value);
-        else container[last] = op.value;
-        break;
-      case 'replace':
-        if (!(last in container)) throw new ApiError(422, 'Invalid', `JSON patch replace: ${op.path} does not exist`);
-        container[last] = op.value;
-        break;
-      case 'remove':
-        if (!(last in container)) throw new ApiError(422, 'Invalid', `JSON patch remove: ${op.path} does not exist`);
-        if (Array.isArray(parent)) parent.splice(Number(last), 1);
-        else delete container[last];
-        break;
-      case 'test':
-        if (!deepEqual(container[last], op.value)) throw new ApiError(422, 'Invalid', `JSON patch test failed at ${op.path}`);
-        break;
-      default:
-        throw new ApiError(400, 'BadRequest', `unsupported JSON patch op ${JSON.stringify(op.op)}`);
-    }
-  }
-  return doc;
-}
-
-const LIST_EXPIRED = 'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.';
+const VERBS: Record<string, string> = { GET: 'get', PUT: 'update', PATCH: 'patch', DELETE: 'delete' };
 
 export class KubeApiServer {
   /** `https://127.0.0.1:<port>`. */
@@ -214,20 +110,18 @@ export class KubeApiServer {
   readonly socketPath: string;
   /** Every request served, in order. */
   readonly requests: SeenRequest[] = [];
+  /**
+   * Test hook: called with each authorized request before it is served; an {@link ApiError} it
+   * throws is the answer (a failing apiserver), and it may change the store first.
+   */
+  beforeServe: ((req: Route) => void) | undefined;
+  readonly #api = new Api();
   readonly #server: Server;
   readonly #unix: NetServer;
   readonly #dir: string;
   readonly #tokens: Record<string, Grant>;
   readonly #bookmarkMs: number;
-  #rv = 0;
-  readonly #nodes = new Map<string, Obj>();
-  readonly #pods = new Map<string, Obj>();
-  /** Node events after #compacted, oldest first. */
-  #history: { rv: number; type: string; object: Obj }[] = [];
-  #compacted = 0;
   readonly #watchers = new Set<Watcher>();
-  readonly #snapshots = new Map<number, Snapshot>();
-  #uid = 0;
 
   private constructor(server: Server, unix: NetServer, url: string, dir: string, caFile: string, o: KubeApiServerOptions) {
     this.#server = server;
@@ -276,7 +170,7 @@ export class KubeApiServer {
 
   /** The current resourceVersion (the global counter). */
   get resourceVersion(): string {
-    return String(this.#rv);
+    return String(this.#api.store.rv);
   }
 
   /** Open watch connections. */
@@ -284,54 +178,53 @@ export class KubeApiServer {
     return this.#watchers.size;
   }
 
+  /** A copy of an object as stored; `resource` as in {@link Grant} (`pods`, `leases.coordination.k8s.io`). */
+  object(resource: string, name: string, namespace?: string): Obj | undefined {
+    const o = this.#api.store.get(storeKey(this.#api.resource(resource)), namespace ? `${namespace}/${name}` : name);
+    return o && structuredClone(o);
+  }
+
+  /** Creates an object from a partial one (metadata.name, and namespace if namespaced), unvalidated; returns it as stored. */
+  seed(resource: string, partial: Obj): Obj {
+    return structuredClone(this.#api.seed(this.#api.resource(resource), partial));
+  }
+
+  /** Changes an object through `edit` on a copy, unvalidated (an admin re-registering a Node); returns it as stored. */
+  modify(resource: string, name: string, edit: (o: Obj) => void, namespace?: string): Obj {
+    return structuredClone(this.#api.modify(this.#api.resource(resource), namespace ? `${namespace}/${name}` : name, edit));
+  }
+
+  /** Removes an object at once, finalizers or not. */
+  remove(resource: string, name: string, namespace?: string): void {
+    this.#api.remove(this.#api.resource(resource), namespace ? `${namespace}/${name}` : name);
+  }
+
   /** A copy of Node `name` as stored. */
   node(name: string): Obj | undefined {
-    const n = this.#nodes.get(name);
-    return n && structuredClone(n);
+    return this.object('nodes', name);
   }
 
-  /** Creates a Node from a partial object (metadata.name required); returns it as stored. */
+  /** Creates a Node (empty spec and status unless given); returns it as stored. */
   addNode(partial: Obj): Obj {
-    const meta = isObj(partial.metadata) ? partial.metadata : {};
-    const name = meta.name;
-    if (typeof name !== 'string' || name === '') throw new Error('addNode: metadata.name is required');
-    if (this.#nodes.has(name)) throw new Error(`addNode: Node ${name} exists`);
-    const node: Obj = {
-      kind: 'Node', apiVersion: 'v1', spec: {}, status: {}, ...structuredClone(partial),
-      metadata: { ...structuredClone(meta), uid: `uid-${++this.#uid}`, creationTimestamp: new Date().toISOString().replace(/\.\d+Z$/, 'Z') },
-    };
-    return structuredClone(this.#commit('ADDED', name, node));
+    return this.seed('nodes', { spec: {}, status: {}, ...partial });
   }
 
-  /** Changes Node `name` through `edit` on a copy, bypassing validation (an admin re-registering it). */
   modifyNode(name: string, edit: (node: Obj) => void): Obj {
-    const cur = this.#nodes.get(name);
-    if (!cur) throw new Error(`modifyNode: no Node ${name}`);
-    const next = structuredClone(cur);
-    edit(next);
-    return structuredClone(deepEqual(next, cur) ? cur : this.#commit('MODIFIED', name, next));
+    return this.modify('nodes', name, edit);
   }
 
-  /** Deletes Node `name`. */
   deleteNode(name: string): void {
-    const cur = this.#nodes.get(name);
-    if (!cur) throw new Error(`deleteNode: no Node ${name}`);
-    this.#commit('DELETED', name, undefined);
+    this.remove('nodes', name);
   }
 
-  /** Creates Pod `namespace/name` scheduled to `nodeName`. */
+  /** Creates Pod `namespace/name` scheduled to `nodeName` (its namespace need not exist). */
   addPod(namespace: string, name: string, nodeName: string): void {
-    this.#pods.set(`${namespace}/${name}`, {
-      kind: 'Pod', apiVersion: 'v1', metadata: { name, namespace, uid: `uid-${++this.#uid}`, resourceVersion: String(++this.#rv) },
-      spec: { nodeName, containers: [{ name: 'main', image: 'weft' }] }, status: {},
-    });
+    this.seed('pods', { metadata: { name, namespace }, spec: { nodeName, containers: [{ name: 'main', image: 'weft' }] }, status: {} });
   }
 
-  /** Forgets history and list snapshots up to now: older watches and continue tokens get 410. */
+  /** Forgets history up to now: older watches and continue tokens get 410. */
   compact(): void {
-    this.#compacted = this.#rv;
-    this.#history = [];
-    this.#snapshots.clear();
+    this.#api.store.compact();
   }
 
   /** Resets every open watch connection. */
@@ -352,22 +245,9 @@ export class KubeApiServer {
     await rm(this.#dir, { recursive: true, force: true });
   }
 
-  /** Stores `obj` (undefined: deletes) under a new resourceVersion and tells the watchers. */
-  #commit(type: 'ADDED' | 'MODIFIED' | 'DELETED', name: string, obj: Obj | undefined): Obj {
-    const rv = ++this.#rv;
-    const base = obj ?? this.#nodes.get(name)!;
-    const stored: Obj = { ...base, metadata: { ...(base.metadata as Obj), resourceVersion: String(rv) } };
-    if (type === 'DELETED') this.#nodes.delete(name);
-    else this.#nodes.set(name, stored);
-    this.#history.push({ rv, type, object: stored });
-    const line = `${JSON.stringify({ type, object: stored })}\n`;
-    for (const w of this.#watchers) if (!w.silenced) w.res.write(line);
-    return stored;
-  }
-
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', this.url);
-    const seen: SeenRequest = { method: req.method ?? 'GET', path: url.pathname + url.search, verb: '', resource: '', status: 0 };
+    const seen: SeenRequest = { method: req.method ?? 'GET', path: url.pathname + url.search, verb: '', resource: '', group: '', status: 0 };
     if (req.headers['content-type']) seen.contentType = req.headers['content-type'];
     this.requests.push(seen);
     try {
@@ -378,23 +258,27 @@ export class KubeApiServer {
       const route = this.#route(req.method ?? 'GET', url);
       seen.verb = route.verb;
       seen.resource = route.resource;
+      seen.group = route.group;
       this.#authorize(req, route);
-      this.beforeServe?.({ ...route, url });
-      if (route.verb === 'watch') {
+      const { type, sub, discovery, ...plain } = route;
+      this.beforeServe?.(plain);
+      if (discovery) {
         seen.status = 200;
-        this.#watch(url, res);
+        this.#send(res, 200, discovery());
         return;
       }
-      const out = this.#serve(route, url, req.headers['content-type'] ?? '', body);
-      seen.status = 200;
-      this.#send(res, 200, out);
+      if (route.verb === 'watch') {
+        this.#watch(type!, route.namespace, url, res);
+        seen.status = 200;
+        return;
+      }
+      const [code, out] = this.#serve(route, type!, sub, req.headers['content-type'] ?? '', body);
+      seen.status = code;
+      this.#send(res, code, out);
     } catch (e) {
       const err = e instanceof ApiError ? e : new ApiError(500, 'InternalError', (e as Error).message);
       seen.status = err.code;
-      this.#send(res, err.code, {
-        kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: err.message, reason: err.reason,
-        ...(err.details ? { details: err.details } : {}), code: err.code,
-      });
+      this.#send(res, err.code, err.status());
     }
   }
 
@@ -404,174 +288,180 @@ export class KubeApiServer {
     res.end(text);
   }
 
-  #route(method: string, url: URL): { verb: string; resource: string; name?: string; namespace?: string } {
-    const p = url.pathname.split('/').filter(Boolean);
-    const notFound = () => new ApiError(404, 'NotFound', 'the server could not find the requested resource');
-    if (p[0] !== 'api' || p[1] !== 'v1') throw notFound();
-    const watch = ['true', '1'].includes(url.searchParams.get('watch') ?? '');
-    const verbOf: Record<string, string> = { GET: 'get', PUT: 'update', PATCH: 'patch', DELETE: 'delete', POST: 'create' };
-    if (p[2] === 'nodes' && p.length === 3 && method === 'GET') return { verb: watch ? 'watch' : 'list', resource: 'nodes' };
-    if (p[2] === 'nodes' && p.length === 4 && verbOf[method]) return { verb: verbOf[method], resource: 'nodes', name: p[3]! };
-    if (p[2] === 'nodes' && p.length === 5 && p[4] === 'status' && ['GET', 'PUT', 'PATCH'].includes(method)) {
-      return { verb: verbOf[method]!, resource: 'nodes/status', name: p[3]! };
+  #serve(route: Route, type: ResourceType, sub: string | undefined, contentType: string, body: string): [number, unknown] {
+    const { namespace, name } = route;
+    const parse = (): unknown => {
+      try {
+        return body ? JSON.parse(body) : undefined;
+      } catch (e) {
+        throw badRequest(`the body of the request could not be decoded: ${(e as Error).message}`);
+      }
+    };
+    const q = route.url.searchParams;
+    switch (route.verb) {
+      case 'list':
+        return [200, this.#api.list(type, namespace, {
+          labelSelector: q.get('labelSelector'), fieldSelector: q.get('fieldSelector'), limit: q.get('limit'), continue: q.get('continue'),
+          resourceVersion: q.get('resourceVersion'), resourceVersionMatch: q.get('resourceVersionMatch'),
+        })];
+      case 'create': return [201, this.#api.create(type, namespace, parse())];
+      case 'get': return [200, this.#api.get(type, namespace, name!)];
+      case 'update': return [200, this.#api.update(type, namespace, name!, parse(), sub)];
+      case 'patch': return [200, this.#api.patch(type, namespace, name!, contentType, body, sub)];
+      default: return [200, this.#api.delete(type, namespace, name!, parse())];
     }
-    if (p[2] === 'namespaces' && p[4] === 'pods' && p.length === 6 && method === 'GET') return { verb: 'get', resource: 'pods', namespace: p[3]!, name: p[5]! };
-    throw method === 'GET' || method === 'PATCH' || method === 'PUT' ? notFound() : new ApiError(405, 'MethodNotAllowed', `the server does not allow this method on the requested resource`);
   }
 
-  #authorize(req: IncomingMessage, route: { verb: string; resource: string; name?: string; namespace?: string }): void {
+  /** Maps a request to its verb, resource and object, or to a discovery document. */
+  #route(method: string, url: URL): Resolved {
+    const p = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+    const notFound = () => new ApiError(404, 'NotFound', 'the server could not find the requested resource', {});
+    const notAllowed = () => new ApiError(405, 'MethodNotAllowed', 'the server does not allow this method on the requested resource', {});
+    const discovery = (doc: () => Obj): Resolved => {
+      if (method !== 'GET') throw notAllowed();
+      return { verb: 'get', resource: '', group: '', url, discovery: doc };
+    };
+    if (p[0] === 'version' && p.length === 1) return discovery(() => ({ major: '1', minor: '34', gitVersion: 'v1.34.0-weft-test', platform: 'linux/amd64' }));
+    if (p[0] === 'api' && p.length === 1) return discovery(() => ({ kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress: new URL(this.url).host }] }));
+    if (p[0] === 'apis' && p.length === 1) return discovery(() => ({ kind: 'APIGroupList', apiVersion: 'v1', groups: this.#groups() }));
+    if (p[0] === 'apis' && p.length === 2) {
+      const g = this.#groups().find((x) => x.name === p[1]);
+      if (!g) throw notFound();
+      return discovery(() => ({ kind: 'APIGroup', apiVersion: 'v1', ...g }));
+    }
+    let group: string;
+    let version: string;
+    let rest: string[];
+    if (p[0] === 'api' && p.length >= 2) [group, version, rest] = ['', p[1]!, p.slice(2)];
+    else if (p[0] === 'apis' && p.length >= 3) [group, version, rest] = [p[1]!, p[2]!, p.slice(3)];
+    else throw notFound();
+    const served = this.#api.types().filter((t) => t.group === group && t.version === version);
+    if (served.length === 0) throw notFound();
+    if (rest.length === 0) return discovery(() => this.#resourceList(group ? `${group}/${version}` : version, served));
+    let namespace: string | undefined;
+    if (rest[0] === 'namespaces' && rest.length >= 3 && this.#api.type(group, version, rest[2]!)?.namespaced) {
+      namespace = rest[1];
+      rest = rest.slice(2);
+    }
+    const type = this.#api.type(group, version, rest[0]!);
+    if (!type || rest.length > 3 || (type.namespaced && namespace === undefined && rest.length > 1)) throw notFound();
+    const [, name, sub] = rest;
+    if (sub !== undefined && (sub !== 'status' || !type.status)) throw notFound();
+    const base = { group, url, type, ...(namespace !== undefined ? { namespace } : {}) };
+    if (name === undefined) {
+      const watch = ['true', '1'].includes(url.searchParams.get('watch') ?? '');
+      if (method === 'GET') return { ...base, verb: watch ? 'watch' : 'list', resource: type.plural };
+      if (method === 'POST' && (namespace !== undefined || !type.namespaced)) return { ...base, verb: 'create', resource: type.plural };
+      throw notAllowed();
+    }
+    const verb = VERBS[method];
+    if (!verb || (sub && verb === 'delete')) throw notAllowed();
+    return { ...base, verb, resource: sub ? `${type.plural}/${sub}` : type.plural, name, ...(sub ? { sub } : {}) };
+  }
+
+  #groups(): Obj[] {
+    const versions = new Map<string, string[]>();
+    for (const t of this.#api.types()) {
+      if (!t.group) continue;
+      const vs = versions.get(t.group) ?? [];
+      if (!vs.includes(t.version)) vs.push(t.version);
+      versions.set(t.group, vs);
+    }
+    return [...versions].map(([name, vs]) => {
+      const list = vs.map((version) => ({ groupVersion: `${name}/${version}`, version }));
+      return { name, versions: list, preferredVersion: list[0] };
+    });
+  }
+
+  #resourceList(groupVersion: string, served: ResourceType[]): Obj {
+    const resources = served.flatMap((t) => [
+      {
+        name: t.plural, singularName: t.singular, namespaced: t.namespaced, kind: t.kind,
+        verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'], ...(t.shortNames.length ? { shortNames: t.shortNames } : {}),
+      },
+      ...(t.status ? [{ name: `${t.plural}/status`, singularName: '', namespaced: t.namespaced, kind: t.kind, verbs: ['get', 'patch', 'update'] }] : []),
+    ]);
+    return { kind: 'APIResourceList', apiVersion: 'v1', groupVersion, resources };
+  }
+
+  #authorize(req: IncomingMessage, route: Resolved): void {
     const m = /^Bearer (.+)$/.exec(req.headers.authorization ?? '');
     const grant = m ? this.#tokens[m[1]!] : undefined;
     if (!grant) throw new ApiError(401, 'Unauthorized', 'Unauthorized');
-    if (grant.allow === '*' || grant.allow.includes(`${route.verb} ${route.resource}`)) return;
-    const kind = route.resource.split('/')[0]!;
-    const subject = route.name ? `${kind} "${route.name}"` : kind;
+    // Discovery is open to every authenticated user (system:discovery).
+    if (route.discovery || grant.allow === '*') return;
+    const [plural, sub] = route.resource.split('/') as [string, string | undefined];
+    const named = `${qualifiedResource(route.group, plural)}${sub ? `/${sub}` : ''}`;
+    if (grant.allow.includes(`${route.verb} ${named}`)) return;
+    const subject = route.name ? `${qualifiedResource(route.group, plural)} "${route.name}"` : qualifiedResource(route.group, plural);
     const scope = route.namespace ? `in the namespace "${route.namespace}"` : 'at the cluster scope';
-    throw new ApiError(403, 'Forbidden', `${subject} is forbidden: User "${grant.user}" cannot ${route.verb} resource "${route.resource}" in API group "" ${scope}`,
-      { ...(route.name ? { name: route.name } : {}), kind });
-  }
-
-  #serve(route: { verb: string; resource: string; name?: string; namespace?: string }, url: URL, contentType: string, body: string): unknown {
-    if (route.resource === 'pods') {
-      const pod = this.#pods.get(`${route.namespace}/${route.name}`);
-      if (!pod) throw new ApiError(404, 'NotFound', `pods "${route.name}" not found`, { name: route.name!, kind: 'pods' });
-      return pod;
-    }
-    if (route.verb === 'list') return this.#list(url);
-    const name = route.name!;
-    const cur = this.#nodes.get(name);
-    if (!cur) throw new ApiError(404, 'NotFound', `nodes "${name}" not found`, { name, kind: 'nodes' });
-    if (route.verb === 'get') return cur;
-    if (route.verb === 'delete') {
-      this.#commit('DELETED', name, undefined);
-      return cur;
-    }
-    let doc: unknown;
-    try {
-      doc = JSON.parse(body);
-    } catch (e) {
-      throw new ApiError(400, 'BadRequest', `the body of the request could not be decoded: ${(e as Error).message}`);
-    }
-    let next: unknown;
-    if (route.verb === 'update') {
-      next = doc;
-    } else {
-      const type = contentType.split(';')[0]!.trim();
-      if (type === 'application/merge-patch+json') next = jsonMergePatch(cur, doc);
-      else if (type === 'application/strategic-merge-patch+json') next = strategicMergePatch(cur, doc);
-      else if (type === 'application/json-patch+json') next = jsonPatch(cur, doc);
-      else throw new ApiError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json`);
-    }
-    if (!isObj(next)) throw new ApiError(400, 'BadRequest', 'the object must be a JSON object');
-    const sentRv = route.verb === 'update' || route.verb === 'patch' ? (isObj(doc) && isObj(doc.metadata) ? doc.metadata.resourceVersion : undefined) : undefined;
-    if (typeof sentRv === 'string' && sentRv !== '' && sentRv !== (cur.metadata as Obj).resourceVersion) {
-      throw new ApiError(409, 'Conflict', `Operation cannot be fulfilled on nodes "${name}": the object has been modified; please apply your changes to the latest version and try again`, { name, kind: 'nodes' });
-    }
-    const updated = this.#prepare(cur, next, route.resource === 'nodes/status');
-    return deepEqual(updated, cur) ? cur : this.#commit('MODIFIED', name, updated);
-  }
-
-  /** What an update of `cur` to `next` stores: the status subresource keeps spec, the main resource keeps status. */
-  #prepare(cur: Obj, next: Obj, status: boolean): Obj {
-    const curMeta = cur.metadata as Obj;
-    const nextMeta = isObj(next.metadata) ? next.metadata : {};
-    const name = curMeta.name as string;
-    if (nextMeta.name !== undefined && nextMeta.name !== name) throw new ApiError(400, 'BadRequest', `the name of the object (${String(nextMeta.name)}) does not match the name on the URL (${name})`);
-    const out: Obj = {
-      ...next, kind: 'Node', apiVersion: 'v1',
-      metadata: { ...nextMeta, name, uid: curMeta.uid, creationTimestamp: curMeta.creationTimestamp, resourceVersion: curMeta.resourceVersion },
-      spec: status ? cur.spec : (next.spec ?? {}),
-      status: status ? (next.status ?? {}) : cur.status,
-    };
-    const invalid = (field: string, msg: string) => new ApiError(422, 'Invalid', `Node "${name}" is invalid: ${field}: ${msg}`, { name, kind: 'Node' });
-    const ann = (out.metadata as Obj).annotations;
-    if (ann !== undefined && (!isObj(ann) || Object.values(ann).some((v) => typeof v !== 'string'))) {
-      throw invalid('metadata.annotations', 'Invalid value: annotation values must be strings');
-    }
-    const oldSpec = (cur.spec ?? {}) as Obj;
-    const newSpec = (out.spec ?? {}) as Obj;
-    if ((oldSpec.podCIDR ?? '') !== '' && oldSpec.podCIDR !== newSpec.podCIDR) {
-      throw invalid('spec.podCIDRs', 'Forbidden: node updates may not change podCIDR except from "" to valid');
-    }
-    const conds = (out.status as Obj | undefined)?.conditions;
-    if (conds !== undefined && (!Array.isArray(conds) || conds.some((c) => !isObj(c) || typeof c.type !== 'string' || typeof c.status !== 'string'))) {
-      throw invalid('status.conditions', 'Required value: every condition needs type and status');
-    }
-    return out;
+    throw new ApiError(403, 'Forbidden', `${subject} is forbidden: User "${grant.user}" cannot ${route.verb} resource "${route.resource}" in API group "${route.group}" ${scope}`,
+      { ...(route.name ? { name: route.name } : {}), ...(route.group ? { group: route.group } : {}), kind: plural });
   }
 
   /**
-   * Test hook: called with each authorized request before it is served; an {@link ApiError} it
-   * throws is the answer (a failing apiserver), and it may change the store first.
+   * Streams watch events of `type` in `namespace` (all when undefined): the current objects as
+   * ADDED when no resourceVersion is given (then, with sendInitialEvents, a BOOKMARK marking their
+   * end), else every change after it; an object moving into the selectors is ADDED, out of them
+   * DELETED (its previous content at the new resourceVersion), as the watch cache does.
    */
-  beforeServe: ((req: { verb: string; resource: string; name?: string; url: URL }) => void) | undefined;
-
-  #list(url: URL): Obj {
-    const limit = Number(url.searchParams.get('limit') ?? 0) || 0;
-    const cont = url.searchParams.get('continue');
-    let snap: Snapshot;
-    let start = 0;
-    if (cont) {
-      let token: { rv?: unknown; start?: unknown };
-      try {
-        token = JSON.parse(Buffer.from(cont, 'base64url').toString()) as typeof token;
-      } catch {
-        throw new ApiError(400, 'BadRequest', 'continue key is not valid');
-      }
-      const found = typeof token.rv === 'number' ? this.#snapshots.get(token.rv) : undefined;
-      if (!found) throw new ApiError(410, 'Expired', LIST_EXPIRED);
-      snap = found;
-      start = Number(token.start);
-    } else {
-      const want = url.searchParams.get('resourceVersion') ?? '';
-      if (want !== '' && want !== '0' && !(Number(want) <= this.#rv)) {
-        throw new ApiError(504, 'Timeout', `Too large resource version: ${want}, current: ${this.#rv}`);
-      }
-      snap = { rv: this.#rv, items: [...this.#nodes.values()].sort((a, b) => ((a.metadata as Obj).name as string).localeCompare((b.metadata as Obj).name as string)) };
-    }
-    const end = limit > 0 ? Math.min(start + limit, snap.items.length) : snap.items.length;
-    const metadata: Obj = { resourceVersion: String(snap.rv) };
-    if (end < snap.items.length) {
-      this.#snapshots.set(snap.rv, snap);
-      metadata.continue = Buffer.from(JSON.stringify({ rv: snap.rv, start: end })).toString('base64url');
-      metadata.remainingItemCount = snap.items.length - end;
-    }
-    return { kind: 'NodeList', apiVersion: 'v1', metadata, items: snap.items.slice(start, end) };
-  }
-
-  #watch(url: URL, res: ServerResponse): void {
-    const rvText = url.searchParams.get('resourceVersion') ?? '';
+  #watch(type: ResourceType, namespace: string | undefined, url: URL, res: ServerResponse): void {
+    const q = url.searchParams;
+    const match = this.#api.matcher(type, namespace, { labelSelector: q.get('labelSelector'), fieldSelector: q.get('fieldSelector') });
+    const rvText = q.get('resourceVersion') ?? '';
     const from = rvText === '' || rvText === '0' ? undefined : Number(rvText);
-    if (from !== undefined && !Number.isInteger(from)) throw new ApiError(400, 'BadRequest', `resourceVersion: Invalid value: ${JSON.stringify(rvText)}`);
+    if (from !== undefined && !Number.isInteger(from)) throw badRequest(`resourceVersion: Invalid value: ${JSON.stringify(rvText)}`);
+    const initial = q.get('sendInitialEvents') === 'true';
+    const bookmarks = q.get('allowWatchBookmarks') === 'true';
+    if (initial && (q.get('resourceVersionMatch') !== 'NotOlderThan' || !bookmarks)) {
+      throw new ApiError(422, 'Invalid', 'sendInitialEvents requires resourceVersionMatch=NotOlderThan and allowWatchBookmarks=true', {});
+    }
+    const store = this.#api.store;
+    let replay: StoreEvent[] = [];
+    let expired: ApiError | undefined;
+    try {
+      if (from !== undefined && !initial) replay = store.since(from);
+    } catch (e) {
+      expired = e as ApiError;
+    }
     res.writeHead(200, { 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' });
     // The apiserver answers a watch at once, before any event.
     res.flushHeaders();
-    const event = (type: string, object: unknown) => `${JSON.stringify({ type, object })}\n`;
-    if (from !== undefined && from < this.#compacted) {
-      res.end(event('ERROR', {
-        kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: `too old resource version: ${from} (${this.#compacted + 1})`, reason: 'Expired', code: 410,
-      }));
+    const line = (type: string, object: unknown) => `${JSON.stringify({ type, object })}\n`;
+    if (expired) {
+      res.end(line('ERROR', expired.status()));
       return;
     }
-    const w: Watcher = { res, silenced: false, timers: [] };
-    if (from === undefined) {
-      for (const n of this.#nodes.values()) res.write(event('ADDED', n));
+    const w: Watcher = { res, silenced: false, timers: [], unsubscribe: () => undefined };
+    const send = (t: string, o: Obj) => {
+      if (!w.silenced) res.write(line(t, this.#api.present(type, o)));
+    };
+    const bookmark = (annotations?: Record<string, string>) =>
+      send('BOOKMARK', { kind: type.kind, apiVersion: apiVersionOf(type), metadata: { resourceVersion: String(store.rv), ...(annotations ? { annotations } : {}) } });
+    const deliver = (e: StoreEvent) => {
+      if (e.resource !== storeKey(type)) return;
+      const was = e.previous !== undefined && match(e.previous);
+      const is = e.type !== 'DELETED' && match(e.object);
+      if (is) send(was ? 'MODIFIED' : 'ADDED', e.object);
+      else if (was) send('DELETED', { ...e.previous!, metadata: { ...(e.previous!.metadata as Obj), resourceVersion: String(e.rv) } });
+    };
+    if (from === undefined || initial) {
+      for (const o of store.list(storeKey(type))) if (match(o)) send('ADDED', o);
+      if (initial) bookmark({ 'k8s.io/initial-events-end': 'true' });
     } else {
-      for (const h of this.#history) if (h.rv > from) res.write(event(h.type, h.object));
+      for (const e of replay) deliver(e);
     }
+    w.unsubscribe = store.subscribe(deliver);
     this.#watchers.add(w);
-    const timeout = Number(url.searchParams.get('timeoutSeconds') ?? 0);
+    const timeout = Number(q.get('timeoutSeconds') ?? 0);
     if (timeout > 0) w.timers.push(setTimeout(() => this.#endWatch(w), timeout * 1000));
-    if (url.searchParams.get('allowWatchBookmarks') === 'true') {
-      w.timers.push(setInterval(() => {
-        if (!w.silenced) res.write(event('BOOKMARK', { kind: 'Node', apiVersion: 'v1', metadata: { resourceVersion: String(this.#rv) } }));
-      }, this.#bookmarkMs));
-    }
+    if (bookmarks) w.timers.push(setInterval(() => bookmark(), this.#bookmarkMs));
     res.on('close', () => this.#endWatch(w));
   }
 
   #endWatch(w: Watcher): void {
     if (!this.#watchers.delete(w)) return;
+    w.unsubscribe();
     for (const t of w.timers) clearTimeout(t);
     w.res.end();
   }

@@ -148,6 +148,20 @@ test("weftd's args are flags parseFlags accepts: kube mode, masquerade, health o
   assert.equal(flags.subnetFile, '/run/flannel/subnet.env');
 });
 
+test("weftd's memory: a request and a limit above it (sized from bench-footprint's kube figure)", () => {
+  const mib = (q: string | undefined) => {
+    const m = /^(\d+)(Mi|Gi)$/.exec(q ?? '');
+    assert.ok(m, `${q} is a quantity in Mi or Gi`);
+    return Number(m[1]) * (m[2] === 'Gi' ? 1024 : 1);
+  };
+  const r = (weftd as { resources?: { requests?: Record<string, string>; limits?: Record<string, string> } }).resources;
+  const request = mib(r?.requests?.memory);
+  const limit = mib(r?.limits?.memory);
+  // 5,000 Nodes peaked at ~125 MB: the request covers it, the limit leaves room above it.
+  assert.ok(request >= 120, `request ${request}Mi covers the measured peak`);
+  assert.ok(limit >= 1.5 * request, `limit ${limit}Mi leaves headroom over the request`);
+});
+
 test('probes hit /healthz and /readyz on the --healthz-port', () => {
   assert.deepEqual(weftd.livenessProbe?.httpGet, { path: '/healthz', port: flags.healthzPort });
   assert.deepEqual(weftd.readinessProbe?.httpGet, { path: '/readyz', port: flags.healthzPort });
