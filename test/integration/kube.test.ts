@@ -301,6 +301,29 @@ test('watch: broken watch, 410 Gone and a silent watch all end with the table eq
   });
 });
 
+test('an API server that refuses every list and watch is retried within 2 s each time (jittered), and the watch resumes when it is back', async () => {
+  await withApi(async ({ api, source }) => {
+    api.addNode(peerNode(2));
+    const waits: number[] = [];
+    const s = await source('flannel', { delay: (ms, signal) => (waits.push(ms), sleep(ms / 20, signal)) });
+    await s.networkConfig(AbortSignal.timeout(10_000));
+    api.beforeServe = ({ verb }) => {
+      if (verb === 'list' || verb === 'watch') throw new ApiError(503, 'ServiceUnavailable', 'the API server is down');
+    };
+    const w = watchInto(s);
+    try {
+      await until('ten refused attempts', () => waits.length >= 10);
+      api.beforeServe = undefined;
+      await until('the list once it is back', () => w.table.size === 1);
+      const retries = waits.slice(0, 10);
+      assert.ok(retries.every((ms) => ms >= 0 && ms < 2000), `waits between attempts: ${retries.join(', ')}`);
+      assert.ok(new Set(retries).size > 1, 'jittered');
+    } finally {
+      await w.stop();
+    }
+  });
+});
+
 test('our own Node: re-registered without annotations, they are published again; a new pod CIDR reaches onOwnLease', async () => {
   await withApi(async ({ api, source }) => {
     api.addNode({ metadata: { name: 'node-1' }, spec: { podCIDR: '10.244.1.0/24', podCIDRs: ['10.244.1.0/24'] } });
