@@ -104,7 +104,7 @@ bench-cni: deps build
 bench-dataplane: deps build
 	$(NODE) bench/dataplane.bench.ts
 
-# Faults injected one at a time into clusters of the e2e harness; about 6 minutes (two 60 s outages).
+# Faults injected one at a time into clusters of the e2e harness; about 3 minutes (two 60 s outages).
 bench-faults: deps build
 	$(NODE) bench/faults.bench.ts
 
