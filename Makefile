@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
-	typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd bench-cni bench-dataplane bench-footprint demo clean
+	typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd bench-cni bench-dataplane bench-footprint bench-faults demo clean
 
 all: build
 
@@ -103,6 +103,10 @@ bench-cni: deps build
 
 bench-dataplane: deps build
 	$(NODE) bench/dataplane.bench.ts
+
+# Faults injected one at a time into clusters of the e2e harness; about 3 minutes (two 60 s outages).
+bench-faults: deps build
+	$(NODE) bench/faults.bench.ts
 
 # A 3-node cluster with pods in namespaces on this machine; Ctrl-C removes it.
 demo: deps build
