@@ -135,7 +135,8 @@ export class TrafficRules {
   async #doPrepare(): Promise<Prepared> {
     const { driver, why } = await this.#choose();
     const [fullyRandom, forwarding] = await Promise.all([
-      this.#opts.fullyRandomDisable ? false : driver.fullyRandomSupported(),
+      // Fully random ports are a property of the masquerade rules: without --ip-masq, no probe.
+      this.#opts.fullyRandomDisable || !this.#opts.ipMasq ? false : driver.fullyRandomSupported(),
       this.#ensureForwarding(),
       this.#checkBridgeNetfilter(),
       this.#removeOther(driver),

@@ -153,7 +153,7 @@ test('prepare() does the engine choice, forwarding and the other engine\'s lefto
   rules.prepare();
   await new Promise((r) => setTimeout(r, 10));
   const before = [...run.calls];
-  assert.ok(before.includes('nft list tables') && before.includes('iptables --version'), before.join(', '));
+  assert.ok(before.includes('nft list tables') && before.includes('iptables-save -t nat'), before.join(', '));
   assert.deepEqual(sysctl.writes, ['net.ipv4.ip_forward=1'], 'forwarding switched on before the lease is known');
   assert.ok(!before.includes('nft -f -'), 'no rules before the networks are known');
   await rules.start(NETS);
