@@ -10,9 +10,11 @@
  * that differ, by a strategic merge patch of the `nodes/status` subresource, since flannel's RBAC
  * grants `patch` on `nodes/status` but not on `nodes`.
  *
- * Watch: one list (250 Nodes a page, read as plain JSON with client-node's credentials, see
- * #listPage) replaces the LeaseTable, then one watch from the list's resourceVersion with
- * bookmarks. Lists go easy on the API server, as client-go's reflector does: the first asks for
+ * API calls go over node:https with client-node's credentials (http.ts says why not its API
+ * classes and Watch).
+ *
+ * Watch: one list (250 Nodes a page, read as plain JSON) replaces the LeaseTable, then one watch
+ * from the list's resourceVersion with bookmarks. Lists go easy on the API server, as client-go's reflector does: the first asks for
  * resourceVersion=0 (any version, served from the apiserver's watch cache), a relist for no
  * older than the resourceVersion last seen (the cache again); only when that is refused (410) is
  * a consistent list read from etcd: every node relisting after an outage must not be a quorum
@@ -22,8 +24,7 @@
  * (flannel-io/flannel#719, #2251). Unlike flanneld, a pod CIDR change is an update (flanneld only
  * compares annotations). A watch that ends is resumed from the last resourceVersion seen
  * (bookmarks included), and so is one silent for longer than `watchSilenceMs`: a half-dead
- * connection can stay open for ever, and client-node's only guard is an idle timer private to
- * its Watch class (30 s in 2.0) that a future release may change. 410 Gone, as an ERROR event
+ * connection can stay open for ever. 410 Gone, as an ERROR event
  * or an HTTP status, ends in a relist, which the table diffs against what it holds, so nothing
  * is lost and nothing is repeated. A failing watch is retried 500 ms → 2 s with full jitter
  * (client-node's informer waits up to 30 s, so a node could miss every change for half a
@@ -36,11 +37,7 @@
  * `onOwnLease`.
  */
 import { readFile } from 'node:fs/promises';
-import { request as httpRequest } from 'node:http';
-import type { RequestOptions } from 'node:http';
-import { request as httpsRequest } from 'node:https';
-import { CoreV1Api, PatchStrategy, Watch, setHeaderOptions } from '@kubernetes/client-node';
-import type { KubeConfig, V1Node } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import { parseNetConfig } from '../../config/netconf.ts';
 import type { NetConfig } from '../../config/netconf.ts';
 import { ConfigError, DatastoreUnavailableError, PeerDataError, WeftError, isRetryable } from '../../errors.ts';
@@ -55,6 +52,8 @@ import { DEFAULT_ANNOTATION_PREFIX, annotationKeys, nodePublicIPs, ownAnnotation
 import type { AnnotationKeys, NodeLike } from './annotations.ts';
 import { KubeApiError, kubeConfigFromFlags, kubeError } from './client.ts';
 import type { ClientFlags } from './client.ts';
+import { KubeHttp } from './http.ts';
+import type { WatchEvent } from './http.ts';
 import { resolveNodeName } from './identity.ts';
 
 /** The NetworkUnavailable condition flanneld sets once up (reason and message as flanneld's). */
@@ -102,7 +101,10 @@ interface WatchEnd {
   seen: string;
 }
 
-const STRATEGIC = setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch);
+/** What weftd reads of its own Node: NodeLike and the conditions. */
+type OwnNode = NodeLike & { status?: { conditions?: { type?: string; status?: string; reason?: string; message?: string }[] } };
+
+const nodePath = (name: string) => `/api/v1/nodes/${encodeURIComponent(name)}`;
 
 /** RFC 3339 in seconds, as metav1.Time is written. */
 function rfc3339(d: Date): string {
@@ -117,7 +119,7 @@ export class KubeLeaseSource implements LeaseSource {
   readonly name = 'kube';
   readonly #o: KubeSourceOptions;
   readonly #kc: KubeConfig;
-  readonly #core: CoreV1Api;
+  readonly #http: KubeHttp;
   readonly #keys: AnnotationKeys;
   readonly #log: Logger;
   readonly #delay: (ms: number, signal: AbortSignal) => Promise<void>;
@@ -135,7 +137,7 @@ export class KubeLeaseSource implements LeaseSource {
   private constructor(o: KubeSourceOptions, kc: KubeConfig, keys: AnnotationKeys) {
     this.#o = o;
     this.#kc = kc;
-    this.#core = kc.makeApiClient(CoreV1Api);
+    this.#http = new KubeHttp(kc);
     this.#keys = keys;
     this.#log = o.log.child({ component: 'kube' });
     this.#delay = o.delay ?? sleep;
@@ -166,7 +168,7 @@ export class KubeLeaseSource implements LeaseSource {
   nodeName(signal: AbortSignal): Promise<string> {
     this.#nodeName ??= this.#retry('find our Node name', signal, () => resolveNodeName(this.#o.env ?? process.env, async (namespace, name) => {
       try {
-        return (await this.#core.readNamespacedPod({ namespace, name })).spec?.nodeName;
+        return (await this.#http.get<{ spec?: { nodeName?: string } }>(`/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}`)).spec?.nodeName;
       } catch (e) {
         throw kubeError('get', 'pods', `${namespace}/${name}`, e);
       }
@@ -180,7 +182,7 @@ export class KubeLeaseSource implements LeaseSource {
   /** What our Node publishes already (for interface selection and VTEP MAC reuse before acquire). */
   async published(signal: AbortSignal): Promise<PublishedOwn> {
     const name = await this.nodeName(signal);
-    let node: V1Node;
+    let node: OwnNode;
     try {
       node = await this.#retry(`get Node ${name}`, signal, () => this.#readNode(name));
     } catch (e) {
@@ -239,9 +241,9 @@ export class KubeLeaseSource implements LeaseSource {
     }
   }
 
-  async #readNode(name: string): Promise<V1Node> {
+  async #readNode(name: string): Promise<OwnNode> {
     try {
-      return await this.#core.readNode({ name });
+      return await this.#http.get<OwnNode>(nodePath(name));
     } catch (e) {
       throw kubeError('get', 'nodes', name, e);
     }
@@ -249,7 +251,7 @@ export class KubeLeaseSource implements LeaseSource {
 
   async #patchStatus(name: string, body: object): Promise<void> {
     try {
-      await this.#core.patchNodeStatus({ name, body }, STRATEGIC);
+      await this.#http.strategicPatch(`${nodePath(name)}/status`, body);
     } catch (e) {
       throw kubeError('patch', 'nodes/status', name, e);
     }
@@ -372,47 +374,17 @@ export class KubeLeaseSource implements LeaseSource {
   /**
    * One page of `GET /api/v1/nodes` as plain JSON. `at` is a continue token when `continued`,
    * else the resourceVersion wanted: `0` any, empty the latest (consistent), else no older than
-   * it. client-node supplies the TLS and credentials (applyToHTTPSOptions: kubeconfig, token
-   * files, exec plugins, proxies); the request is made here because CoreV1Api.listNode turns
-   * every Node into typed model objects, which at 5,000 Nodes costs more memory at its peak than
-   * everything else the source holds (bench-kube).
+   * it.
    */
   async #listPage(limit: number, at: string, continued: boolean, signal: AbortSignal): Promise<{ items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } }> {
-    const cluster = this.#kc.getCurrentCluster();
-    if (!cluster) throw new ConfigError('--kubeconfig-file', 'no current cluster');
-    const url = new URL(`${cluster.server.replace(/\/+$/, '')}/api/v1/nodes`);
-    url.searchParams.set('limit', String(limit));
+    const query: Record<string, string> = { limit: String(limit) };
     if (continued) {
-      url.searchParams.set('continue', at);
+      query.continue = at;
     } else if (at !== '') {
-      url.searchParams.set('resourceVersion', at);
-      if (at !== '0') url.searchParams.set('resourceVersionMatch', 'NotOlderThan');
+      query.resourceVersion = at;
+      if (at !== '0') query.resourceVersionMatch = 'NotOlderThan';
     }
-    const opts: RequestOptions = {};
-    await this.#kc.applyToHTTPSOptions(opts);
-    const text = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, {
-        ...opts, method: 'GET', headers: { ...opts.headers, Accept: 'application/json' }, timeout: this.#o.listTimeoutMs ?? 60_000, signal,
-      }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
-        res.on('error', reject);
-      });
-      req.on('timeout', () => req.destroy(new Error(`no answer within ${this.#o.listTimeoutMs ?? 60_000} ms`)));
-      req.on('error', reject);
-      req.end();
-    });
-    if (text.status !== 200) {
-      let message = text.body.slice(0, 200);
-      try {
-        message = (JSON.parse(text.body) as { message?: string }).message ?? message;
-      } catch {
-        // not a Status object; keep the text
-      }
-      throw Object.assign(new Error(message), { statusCode: text.status });
-    }
-    return JSON.parse(text.body) as { items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } };
+    return this.#http.get('/api/v1/nodes', { query, timeoutMs: this.#o.listTimeoutMs ?? 60_000, signal });
   }
 
   /**
@@ -443,7 +415,6 @@ export class KubeLeaseSource implements LeaseSource {
    */
   #watchFrom(table: LeaseTable, ownName: string, rv: string, stop: AbortSignal): Promise<WatchEnd> {
     const silenceMs = this.#o.watchSilenceMs ?? 60_000;
-    const watch = new Watch(this.#kc);
     const pending = new Map<string, NodeLike | null>();
     let flushing: NodeJS.Immediate | undefined;
     const flush = () => {
@@ -473,12 +444,12 @@ export class KubeLeaseSource implements LeaseSource {
       let progressed = false;
       let lastActivity = this.#now();
       const ended = new AbortController();
-      let request: AbortController | undefined;
+      let cancel: (() => void) | undefined;
       const finish = (end: { relist?: boolean; why?: string; error?: WeftError }) => {
         if (ended.signal.aborted) return;
         flush();
         ended.abort();
-        request?.abort();
+        cancel?.();
         stop.removeEventListener('abort', onStop);
         resolve({ rv: end.relist ? undefined : last, seen: last, progressed, ...(end.why ? { why: end.why } : {}), ...(end.error ? { error: end.error } : {}) });
       };
@@ -489,7 +460,8 @@ export class KubeLeaseSource implements LeaseSource {
       }
       stop.addEventListener('abort', onStop, { once: true });
 
-      const onEvent = (type: string, obj: NodeLike & { code?: number; message?: string }) => {
+      const onEvent = ({ type, object }: WatchEvent) => {
+        const obj = object as NodeLike & { code?: number; message?: string };
         if (ended.signal.aborted) return;
         lastActivity = this.#now();
         progressed = true;
@@ -516,15 +488,11 @@ export class KubeLeaseSource implements LeaseSource {
         }
       };
       const timeoutSeconds = this.#o.watchTimeoutSeconds ?? Math.floor(300 + Math.random() * 300);
-      watch.watch('/api/v1/nodes', { resourceVersion: rv, allowWatchBookmarks: true, timeoutSeconds }, onEvent, (err: unknown) => {
-        // client-node 2.x drops a watch idle for 30 s itself (TimeoutError): resume, as for a timeout.
-        if ((err as Error | null)?.name === 'TimeoutError') finish({ why: 'client-node dropped the idle watch' });
-        else if (err) finish({ error: kubeError('watch', 'nodes', undefined, err) });
+      const query = { resourceVersion: rv, allowWatchBookmarks: 'true', timeoutSeconds: String(timeoutSeconds) };
+      cancel = this.#http.watch('/api/v1/nodes', query, onEvent, (err) => {
+        if (err) finish({ error: kubeError('watch', 'nodes', undefined, err) });
         else finish({ why: 'the API server closed the watch' });
-      }).then((c) => {
-        request = c;
-        if (ended.signal.aborted) c.abort();
-      }, (e: unknown) => finish({ error: kubeError('watch', 'nodes', undefined, e) }));
+      });
 
       void (async () => {
         const period = Math.max(Math.floor(silenceMs / 4), 10);
