@@ -117,6 +117,26 @@ test('acquire: 50 nodes starting together, each with its own client, get 50 dist
   });
 });
 
+test('acquire, dual stack: 30 nodes starting together get distinct IPv4 and distinct IPv6 subnets', async () => {
+  await withEtcd(async (etcd, admin) => {
+    // A /59 of /64s: 31 usable IPv6 subnets for 30 nodes, so nodes choosing at random collide.
+    await admin.put(`${PREFIX}/config`).value('{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/59","Backend":{"Type":"vxlan"}}');
+    const signal = new AbortController().signal;
+    const sources = await Promise.all(Array.from({ length: 30 }, () => source(etcd.endpoint)));
+    try {
+      const leases = await Promise.all(sources.map(async (s, i) => {
+        await s.networkConfig(signal);
+        return s.acquire({ attrs: attrs(i + 1) }, signal);
+      }));
+      assert.equal(new Set(leases.map((l) => formatCIDR(l.subnet!))).size, 30, 'IPv4 subnets distinct');
+      assert.equal(new Set(leases.map((l) => formatCIDR(l.ipv6Subnet!))).size, 30, 'IPv6 subnets distinct');
+      assert.equal((await subnetKeys(admin)).length, 30);
+    } finally {
+      await Promise.all(sources.map((s) => s.close()));
+    }
+  });
+});
+
 test('acquire: a node that loses the race for a subnet sees a LeaseConflictError naming it, and chooses again', async () => {
   await withEtcd(async (etcd, admin) => {
     await admin.put(`${PREFIX}/config`).value(CONFIG);

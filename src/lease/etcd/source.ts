@@ -27,7 +27,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { Etcd3 } from 'etcd3';
-import type { IOptions, IRangeResponse, IWatchResponse, Watcher } from 'etcd3';
+import type { ICompare, IOptions, IRangeResponse, IWatchResponse, Watcher } from 'etcd3';
 import { checkNetworkConfig, parseNetConfig } from '../../config/netconf.ts';
 import type { NetConfig } from '../../config/netconf.ts';
 import { ConfigError, DatastoreUnavailableError, LeaseConflictError, PeerDataError, WeftError } from '../../errors.ts';
@@ -110,6 +110,13 @@ async function readFlagFile(flag: string, path: string): Promise<Buffer> {
   } catch (e) {
     throw new ConfigError(flag, `cannot read ${path}: ${(e as Error).message}`, { cause: e });
   }
+}
+
+/** The end of the key range holding every key that starts with `prefix` (etcd's "prefix + 1"). */
+function prefixEnd(prefix: string): Buffer {
+  const end = Buffer.from(prefix);
+  end[end.length - 1]! += 1;
+  return end;
 }
 
 /** Builds the etcd3 client options from the flanneld flags; ConfigError names a bad flag. */
@@ -238,7 +245,7 @@ export class EtcdLeaseSource implements LeaseSource {
    * undefined after deleting our old lease that no longer fits (decide again).
    */
   async #acquireOnce(cfg: NetConfig, req: AcquireRequest, signal: AbortSignal): Promise<Lease | undefined> {
-    const entries = await this.#listEntries();
+    const { entries, revision } = await this.#listEntries();
     const choice = chooseLease({ config: cfg, entries, publicIP: req.attrs.publicIP, previous: req.previous, random: this.#o.random });
     switch (choice.kind) {
       case 'exhausted':
@@ -254,7 +261,11 @@ export class EtcdLeaseSource implements LeaseSource {
         const key = leaseKey(this.#o.prefix, subnets.subnet, subnets.ipv6Subnet);
         const lease: Lease = { peer: key, subnet: subnets.subnet, attrs: req.attrs };
         if (subnets.ipv6Subnet) lease.ipv6Subnet = subnets.ipv6Subnet;
-        const written = await this.#write(key, encodeLeaseValue(req.attrs), choice.kind === 'reuse' ? { mod: choice.entry.modRevision } : { absent: true });
+        // A dual-stack key names two subnets, so the key's own guard cannot stop two nodes taking
+        // the same IPv6 (or IPv4) subnet under different keys: the write also requires that no
+        // lease changed since the listing the choice was made from.
+        const guard = choice.kind === 'reuse' ? { mod: choice.entry.modRevision } : { absent: true as const };
+        const written = await this.#write(key, encodeLeaseValue(req.attrs), guard, subnets.ipv6Subnet ? revision : undefined);
         if (!written) throw new LeaseConflictError(formatCIDR(subnets.subnet));
         signal.throwIfAborted();
         this.#adopt(lease, encodeLeaseValue(req.attrs), written);
@@ -264,7 +275,8 @@ export class EtcdLeaseSource implements LeaseSource {
     }
   }
 
-  async #listEntries(): Promise<RegistryEntry[]> {
+  /** Every lease as acquire() chooses from, and the revision of the listing. */
+  async #listEntries(): Promise<{ entries: RegistryEntry[]; revision: string }> {
     const prefetched = this.#prefetched;
     this.#prefetched = undefined;
     const res = (await prefetched?.catch(() => undefined)) ?? (await this.#list());
@@ -285,27 +297,36 @@ export class EtcdLeaseSource implements LeaseSource {
       }
       entries.push(entry);
     }
-    return entries;
+    return { entries, revision: res.header.revision };
   }
 
-  /** Writes `key` under a new etcd lease if the guard holds; returns the etcd lease ID or undefined. */
-  async #write(key: string, value: string, guard: { absent: true } | { mod: string } | { value: string }): Promise<string | undefined> {
+  /**
+   * Writes `key` under a new etcd lease if the guard holds (and, with `unchangedSince`, no key
+   * under the subnets prefix was written after that revision); returns the etcd lease ID or
+   * undefined.
+   */
+  async #write(key: string, value: string, guard: { absent: true } | { mod: string } | { value: string }, unchangedSince?: string): Promise<string | undefined> {
     let id: string;
     try {
       id = (await this.#client.leaseClient.leaseGrant({ TTL: this.#o.leaseTtlSeconds ?? 86_400 })).ID;
     } catch (e) {
       throw unavailable('grant an etcd lease', e);
     }
-    const cond = 'absent' in guard
-      ? this.#client.if(key, 'Version', '==', 0)
-      : 'mod' in guard ? this.#client.if(key, 'Mod', '==', guard.mod) : this.#client.if(key, 'Value', '==', guard.value);
+    const k = Buffer.from(key);
+    const compare: ICompare[] = ['absent' in guard
+      ? { key: k, target: 'Version', result: 'Equal', version: 0 }
+      : 'mod' in guard ? { key: k, target: 'Mod', result: 'Equal', mod_revision: guard.mod } : { key: k, target: 'Value', result: 'Equal', value: Buffer.from(guard.value) }];
+    if (unchangedSince !== undefined) {
+      const prefix = subnetsPrefix(this.#o.prefix);
+      compare.push({ key: Buffer.from(prefix), range_end: prefixEnd(prefix), target: 'Mod', result: 'Less', mod_revision: String(BigInt(unchangedSince) + 1n) });
+    }
     // Ambiguous outcomes: a deadline or a broken connection says nothing of whether the write
     // landed, and a failed guard may be the client library's retry meeting our own landed write.
     // Revoking the new etcd lease blindly would delete our key with it; read the key back first.
     let ok = false;
     let failure: unknown;
     try {
-      ok = (await cond.then(this.#client.put(key).value(value).lease(id)).commit()).succeeded;
+      ok = (await this.#client.kv.txn({ compare, success: [{ request_put: { key: k, value: Buffer.from(value), lease: id } }] })).succeeded;
     } catch (e) {
       failure = e;
     }
