@@ -16,6 +16,7 @@ import type { NetlinkHandle } from '../netlink/handle.ts';
 import { DesiredState } from '../reconcile/desired.ts';
 import { Reconciler } from '../reconcile/loop.ts';
 import type { PassInfo } from '../reconcile/loop.ts';
+import type { KernelState } from '../reconcile/state.ts';
 import type { Backend } from './backend.ts';
 import { ownBlackhole } from './plan.ts';
 
@@ -106,6 +107,20 @@ export class Network {
       await this.#planAll();
       this.#reconciler.trigger('own lease changed');
     });
+  }
+
+  /** What the node wants in the kernel, in all and per peer, and the repairs done so far (weftd's admin socket). */
+  get desired(): { all(): KernelState; of(peer: string): KernelState | undefined } {
+    return this.#desired;
+  }
+
+  /** Peers the backend does not program, with its warnings. */
+  get skipped(): ReadonlyMap<string, string> {
+    return this.#warned;
+  }
+
+  get repairs(): number {
+    return this.#reconciler.repairs;
   }
 
   /** Resolves when queued lease batches and the passes they caused are done. */

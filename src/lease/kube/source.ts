@@ -392,6 +392,10 @@ export class KubeLeaseSource implements LeaseSource {
     return JSON.parse(text.body) as { items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } };
   }
 
+  skipped(): { peer: string; reason: string }[] {
+    return [...this.#warned].map(([peer, reason]) => ({ peer, reason }));
+  }
+
   /** A remote Node's lease, or undefined (one warning per Node and problem) when unusable or unmanaged. */
   #remote(node: NodeLike): Lease | undefined {
     const name = node.metadata?.name ?? '';
