@@ -34,7 +34,8 @@ async function txChecksum(dev: string): Promise<boolean | undefined> {
 
 /**
  * iptables' filter FORWARD policy and whether an ACCEPT rule for `network` (as source or
- * destination) is reached from FORWARD, directly or through a chain it jumps to.
+ * destination), or one for everything, is reached from FORWARD, directly or through a chain it
+ * jumps to. Pure.
  */
 export function forwardPolicy(rules: string, network: string | undefined): DoctorFacts['forward'] {
   const policy = /^-P FORWARD (\S+)/m.exec(rules)?.[1];
@@ -50,7 +51,7 @@ export function forwardPolicy(rules: string, network: string | undefined): Docto
     seen.add(chain);
     return (chains.get(chain) ?? []).some((r) => {
       const jump = /-j (\S+)/.exec(r)?.[1];
-      if (jump === 'ACCEPT') return network !== undefined && (r.includes(`-s ${network} `) || r.includes(`-d ${network} `));
+      if (jump === 'ACCEPT') return r.trim() === '-j ACCEPT' || (network !== undefined && (r.includes(`-s ${network} `) || r.includes(`-d ${network} `)));
       return jump !== undefined && chains.has(jump) && accepts(jump);
     });
   };
