@@ -6,42 +6,10 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { build } from 'esbuild';
-import type { Metafile } from 'esbuild';
+import { has, loadedWith, metafile as bundle, outputOf } from '../../support/imports.ts';
 
 const ENTRY = 'src/cmd/weftd.ts';
-
-async function metafile(): Promise<Metafile> {
-  const r = await build({
-    entryPoints: [ENTRY], bundle: true, splitting: true, format: 'esm', platform: 'node', target: 'node24',
-    outdir: 'dist/weftd-imports-test', write: false, metafile: true, logLevel: 'silent',
-  });
-  return r.metafile;
-}
-
-/** The input files of `output` and of every output it imports statically, transitively. */
-function loadedWith(meta: Metafile, output: string): Set<string> {
-  const inputs = new Set<string>();
-  const seen = new Set<string>();
-  const visit = (o: string) => {
-    if (seen.has(o)) return;
-    seen.add(o);
-    const out = meta.outputs[o]!;
-    for (const input of Object.keys(out.inputs)) inputs.add(input);
-    for (const imp of out.imports) if (imp.kind === 'import-statement' && !imp.external) visit(imp.path);
-  };
-  visit(output);
-  return inputs;
-}
-
-/** The output whose dynamic-import entry is the source file `input`. */
-function outputOf(meta: Metafile, input: string): string {
-  const found = Object.entries(meta.outputs).find(([, o]) => o.entryPoint === input);
-  assert.ok(found, `${input} is imported dynamically, so it has an output of its own`);
-  return found[0];
-}
-
-const has = (inputs: Set<string>, pkg: string) => [...inputs].some((i) => i.includes(`node_modules/${pkg}/`));
+const metafile = () => bundle(ENTRY);
 
 test('before the mode is known, weftd loads no datastore client, gRPC, winston, metrics, netlink or admin socket', async () => {
   const meta = await metafile();
