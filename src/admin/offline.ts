@@ -1,7 +1,8 @@
 /**
  * The node's status while weftd does not answer: weftctl reads what it can itself. The kernel
  * (Weft's vxlan device, its routes, neighbours and FDB entries), subnet.env, and, when given
- * --etcd-endpoints, the registry's leases, which it plans with the backend's own pure plan() to
+ * --etcd-endpoints or --kube-subnet-mgr, the registry's leases, which it plans with the
+ * backend's own pure plan() to
  * know what the kernel should hold. Without a registry the desired state is unknown: the status
  * then says so and lists only what is present.
  */
@@ -18,7 +19,10 @@ import type { Skipped } from './inspect.ts';
 import { linkNamer, subnetEnvStatus } from './node.ts';
 import type { NodeStatus } from './status.ts';
 
-import type { RegistryOptions } from './registry.ts';
+import type { KubeRegistryOptions } from './registry-kube.ts';
+
+/** Where weftctl reads the leases from while weftd is down: etcd, or Kubernetes Nodes. */
+export type RegistryOptions = { etcdEndpoints: string[]; etcdPrefix: string } | ({ kube: true } & KubeRegistryOptions);
 
 /** Weft's (or flannel's) IPv4 vxlan device: `flannel.<VNI>`. */
 function vxlanDevice(links: readonly Link[]): Link | undefined {
@@ -35,15 +39,15 @@ export async function offlineStatus(h: NetlinkHandle, subnetFile: string, why: s
   let leases: Lease[] = [];
   let skipped: Skipped[] = [];
   let mode: string | undefined;
-  if (registry && registry.etcdEndpoints.length > 0) {
+  if (registry) {
     try {
-      ({ leases, skipped } = await (await import('./registry.ts')).etcdLeases(registry));
-      mode = 'etcd';
+      ({ leases, skipped } = 'kube' in registry ? await (await import('./registry-kube.ts')).kubeLeases(registry) : await (await import('./registry-etcd.ts')).etcdLeases(registry));
+      mode = 'kube' in registry ? 'kube' : 'etcd';
     } catch (e) {
       notes.push(`the registry could not be read: ${(e as Error).message}`);
     }
   } else {
-    notes.push('no registry given (--etcd-endpoints): what the kernel should hold is unknown');
+    notes.push('no registry given (--etcd-endpoints, or --kube-subnet-mgr): what the kernel should hold is unknown');
   }
   const ownSubnet = subnetEnv.subnet;
   const own = leases.find((l) => l.subnet && formatCIDR(l.subnet) === ownSubnet);

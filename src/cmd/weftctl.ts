@@ -5,19 +5,33 @@
  * --etcd-endpoints, the registry itself. Exit status 0 when healthy, 1 when something is wrong.
  * No logic here; see src/admin/. Heavy parts (netlink, etcd3) load only when a verb needs them.
  */
-import { Command, CommanderError, Option } from 'commander';
+import { Command, Option } from 'commander';
+import { runCommand } from '../cli.ts';
 import { VERSION } from '../config/flags.ts';
-import { LocalSocketError, WeftError } from '../errors.ts';
+import { LocalSocketError } from '../errors.ts';
 import { LOG_LEVELS } from '../log.ts';
 import { localRequest } from '../local/client.ts';
 import { kernelHealthy, renderDiff, renderDoctor, renderPeers, renderStatus } from '../admin/render.ts';
 import { ADMIN_PROTOCOL, adminSocketPath } from '../admin/status.ts';
 import type { NodeStatus } from '../admin/status.ts';
+import type { RegistryOptions } from '../admin/offline.ts';
+
+/** Where to read the leases from when weftd does not answer, as weftd's flags name it. */
+function registry(g: Globals): RegistryOptions | undefined {
+  if (g.kubeSubnetMgr) return { kube: true, kubeconfigFile: g.kubeconfigFile, apiUrl: g.kubeApiUrl, netConfigPath: g.netConfigPath, annotationPrefix: g.kubeAnnotationPrefix };
+  const endpoints = g.etcdEndpoints.split(',').map((s) => s.trim()).filter(Boolean);
+  return endpoints.length > 0 ? { etcdEndpoints: endpoints, etcdPrefix: g.etcdPrefix } : undefined;
+}
 
 interface Globals {
   subnetFile: string;
   etcdEndpoints: string;
   etcdPrefix: string;
+  kubeSubnetMgr: boolean;
+  kubeconfigFile: string;
+  kubeApiUrl: string;
+  netConfigPath: string;
+  kubeAnnotationPrefix: string;
   output: 'text' | 'json';
   timeout: number;
 }
@@ -31,8 +45,7 @@ async function fetchStatus(g: Globals): Promise<NodeStatus> {
     const [{ offlineStatus }, { NetlinkHandle }] = await Promise.all([import('../admin/offline.ts'), import('../netlink/index.ts')]);
     const h = NetlinkHandle.open();
     try {
-      const endpoints = g.etcdEndpoints.split(',').map((s) => s.trim()).filter(Boolean);
-      return await offlineStatus(h, g.subnetFile, e.message, endpoints.length > 0 ? { etcdEndpoints: endpoints, etcdPrefix: g.etcdPrefix } : undefined);
+      return await offlineStatus(h, g.subnetFile, e.message, registry(g));
     } finally {
       h.close();
     }
@@ -51,6 +64,11 @@ async function main(argv: string[]): Promise<number> {
     .addOption(new Option('--subnet-file <path>', 'weftd\'s subnet.env; its admin socket is beside it').default('/run/flannel/subnet.env').env('FLANNELD_SUBNET_FILE'))
     .addOption(new Option('--etcd-endpoints <list>', 'etcd to read the leases from when weftd is down (comma-separated)').default('').env('FLANNELD_ETCD_ENDPOINTS'))
     .addOption(new Option('--etcd-prefix <prefix>', 'etcd key prefix').default('/coreos.com/network').env('FLANNELD_ETCD_PREFIX'))
+    .addOption(new Option('--kube-subnet-mgr', 'read the leases from Node annotations when weftd is down').default(false))
+    .addOption(new Option('--kubeconfig-file <path>', 'kubeconfig (default: the pod\'s service account)').default('').env('FLANNELD_KUBECONFIG_FILE'))
+    .addOption(new Option('--kube-api-url <url>', 'API server URL').default('').env('FLANNELD_KUBE_API_URL'))
+    .addOption(new Option('--net-config-path <path>', 'net-conf.json, in kube mode').default('/etc/kube-flannel/net-conf.json').env('FLANNELD_NET_CONFIG_PATH'))
+    .addOption(new Option('--kube-annotation-prefix <prefix>', 'Node annotation prefix').default('flannel.alpha.coreos.com').env('FLANNELD_KUBE_ANNOTATION_PREFIX'))
     .addOption(new Option('-o, --output <format>', 'output format').choices(['text', 'json']).default('text'))
     .addOption(new Option('--timeout <ms>', 'how long to wait for weftd').default(10_000).argParser(Number))
     .exitOverride();
@@ -91,15 +109,4 @@ async function main(argv: string[]): Promise<number> {
   return code;
 }
 
-try {
-  process.exitCode = await main(process.argv.slice(2));
-} catch (e) {
-  if (e instanceof CommanderError) {
-    process.exitCode = e.exitCode;
-  } else if (e instanceof WeftError) {
-    console.error(`weftctl: ${e.message}`);
-    process.exitCode = 1;
-  } else {
-    throw e;
-  }
-}
+await runCommand('weftctl', main);

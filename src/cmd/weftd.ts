@@ -8,7 +8,7 @@
  * --healthz-port=0, and the admin socket (weftctl's) is loaded beside the agent
  * (test/unit/cmd/weftd-imports.test.ts holds the graph to that).
  */
-import { CommanderError } from 'commander';
+import { runCommand } from '../cli.ts';
 import { parseFlags, VERSION } from '../config/flags.ts';
 import type { Flags } from '../config/flags.ts';
 import { WeftError } from '../errors.ts';
@@ -85,15 +85,4 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-try {
-  process.exitCode = await main(process.argv.slice(2));
-} catch (e) {
-  if (e instanceof CommanderError) {
-    process.exitCode = e.exitCode;
-  } else if (e instanceof WeftError) {
-    console.error(`weftd: ${e.message}`);
-    process.exitCode = 1;
-  } else {
-    throw e;
-  }
-}
+await runCommand('weftd', main);

@@ -17,5 +17,6 @@ test('weftctl loads no netlink, etcd3, Kubernetes client or winston up front; et
   for (const file of ['src/netlink/native.ts', 'src/admin/facts.ts', 'src/admin/offline.ts', 'src/admin/doctor.ts']) assert.ok(!start.has(file), `${file} loaded at start`);
   const offline = loadedWith(meta, outputOf(meta, 'src/admin/offline.ts'));
   assert.ok(!has(offline, 'etcd3'), 'reading the kernel while weftd is down loads no etcd3');
-  assert.ok(has(loadedWith(meta, outputOf(meta, 'src/admin/registry.ts')), 'etcd3'), 'the registry is read with etcd3');
+  assert.ok(has(loadedWith(meta, outputOf(meta, 'src/admin/registry-etcd.ts')), 'etcd3'), 'the etcd registry is read with etcd3');
+  assert.ok(!has(loadedWith(meta, outputOf(meta, 'src/admin/registry-kube.ts')), 'etcd3'), 'reading Nodes loads no etcd3');
 });

@@ -1,19 +1,14 @@
 /**
- * The registry's leases as weftctl reads them while weftd is down (offline.ts), loaded only then:
- * etcd3 and gRPC cost weftctl nothing otherwise.
+ * The etcd registry's leases as weftctl reads them while weftd is down (offline.ts), loaded only
+ * then: etcd3 and gRPC cost weftctl nothing otherwise.
  */
 import { Etcd3 } from 'etcd3';
 import { decodeLease, subnetsPrefix } from '../lease/etcd/codec.ts';
 import type { Lease } from '../lease/lease.ts';
 import type { Skipped } from './inspect.ts';
 
-export interface RegistryOptions {
-  etcdEndpoints: string[];
-  etcdPrefix: string;
-}
-
 /** Every lease under `<prefix>/subnets` in etcd; unparseable ones are skipped with the reason. */
-export async function etcdLeases(o: RegistryOptions): Promise<{ leases: Lease[]; skipped: Skipped[] }> {
+export async function etcdLeases(o: { etcdEndpoints: string[]; etcdPrefix: string }): Promise<{ leases: Lease[]; skipped: Skipped[] }> {
   const client = new Etcd3({ hosts: o.etcdEndpoints, dialTimeout: 3000 });
   try {
     const all = await client.getAll().prefix(subnetsPrefix(o.etcdPrefix)).strings();
