@@ -18,10 +18,10 @@ import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
 import { TrafficRules } from '../masq/manager.ts';
 import type { Metrics } from '../server/metrics.ts';
+import { readSubnetEnv, writeSubnetEnv } from '../subnetenv/subnetenv.ts';
 import type { AgentView } from './view.ts';
 
 export { AgentView } from './view.ts';
-import { readSubnetEnv, writeSubnetEnv } from '../subnetenv/subnetenv.ts';
 
 export interface AgentDeps {
   flags: Flags;

@@ -109,7 +109,7 @@ export class Network {
     });
   }
 
-  /** What the node wants in the kernel, in all and per peer, and the repairs done so far (weftd's admin socket). */
+  /** What the node wants in the kernel, in all and per peer (weftd's admin socket). */
   get desired(): { all(): KernelState; of(peer: string): KernelState | undefined } {
     return this.#desired;
   }
@@ -119,6 +119,7 @@ export class Network {
     return this.#warned;
   }
 
+  /** Entries repaired after kernel events so far. */
   get repairs(): number {
     return this.#reconciler.repairs;
   }

@@ -54,6 +54,8 @@ test('weftctl: status, peers, diff and doctor of a healthy node; the problems do
   const c = await Cluster.start({ nodes: 2, backend: 'vxlan', mode: 'etcd' });
   try {
     const [n1, n2] = c.nodes as [ClusterNode, ClusterNode];
+    // Ready means node-1 programmed the leases it had listed; node-2's may arrive just after.
+    await until('node-1 programmed node-2', async () => /^peers\s+1 \(1 ok\)/m.test((await weftctl(c, n1, 'status')).stdout), 10_000);
     const status = await weftctl(c, n1, 'status');
     assert.equal(status.code, 0, status.stdout + status.stderr);
     assert.match(status.stdout, /^weftd\s+running \(pid \d+, version 0\.1\.0\), ready, log level info$/m);
@@ -70,6 +72,12 @@ test('weftctl: status, peers, diff and doctor of a healthy node; the problems do
     assert.doesNotMatch(doctor.stdout, /^\[fail\]/m);
     assert.match(doctor.stdout, /^\[ok\]\s+reachability\s+all 1 peers answer/m);
     assert.equal((await weftctl(c, n1, 'diff')).code, 0);
+
+    // With weftd running, a deleted FDB entry is put back at once, and counted.
+    const peer = json.peers[0]!;
+    await n1.ns.exec('bridge', 'fdb', 'del', peer.vtepMac, 'dev', 'flannel.1', 'dst', peer.publicIP);
+    await until('weftd repaired the FDB entry', async () => (await weftctl(c, n1, 'diff')).code === 0, 10_000);
+    assert.match((await weftctl(c, n1, 'status')).stdout, /^reconcile\s+\d+ full and \d+ fast passes, 1 repairs, /m);
 
     // The log level, changed at run time: a refused request is logged at debug only after it.
     assert.match((await ask(n1, '{"protocol":1,"verb":"reboot"}')).stdout, /"code":"EBADREQUEST","message":"verb: must be status or log-level/);
@@ -109,7 +117,6 @@ test('weftctl: status, peers, diff and doctor of a healthy node; the problems do
     assert.equal((await weftctl(c, n2, 'doctor')).code, 0, 'healthy again once repaired');
 
     // weftd stopped (it would repair within ms), an FDB entry deleted: peers, diff, doctor and status say so.
-    const peer = json.peers[0]!;
     assert.equal(await c.stopWeftd(n1), 0);
     await n1.ns.exec('bridge', 'fdb', 'del', peer.vtepMac, 'dev', 'flannel.1', 'dst', peer.publicIP);
     const peers = await weftctl(c, n1, 'peers');

@@ -315,8 +315,13 @@ export class EtcdLeaseSource implements LeaseSource {
 
   #adopt(lease: Lease, value: string, etcdLeaseId: string): void {
     this.#own = { lease, key: lease.peer, value, etcdLeaseId };
-    this.#expires = new Date(Date.now() + (this.#o.leaseTtlSeconds ?? 86_400) * 1000);
+    this.#expires = this.#expiryFromNow();
     this.#scheduleRenewal(this.#renewDelay());
+  }
+
+  /** When an etcd lease granted or renewed now runs out. */
+  #expiryFromNow(): Date {
+    return new Date(Date.now() + (this.#o.leaseTtlSeconds ?? 86_400) * 1000);
   }
 
   #renewDelay(): number {
@@ -348,7 +353,7 @@ export class EtcdLeaseSource implements LeaseSource {
       }
       await this.#revoke(own.etcdLeaseId);
       own.etcdLeaseId = id;
-      this.#expires = new Date(Date.now() + (this.#o.leaseTtlSeconds ?? 86_400) * 1000);
+      this.#expires = this.#expiryFromNow();
       this.#log.info('renewed lease', { key: own.key, ttlSeconds: this.#o.leaseTtlSeconds ?? 86_400 });
       this.#o.observer?.leaseRenewed?.();
       this.#scheduleRenewal(this.#renewDelay());
