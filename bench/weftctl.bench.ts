@@ -34,6 +34,11 @@ try {
     if (r.status !== 0) throw new Error(`weftctl ${verb} exited ${r.status}: ${r.stdout}${r.stderr}`);
     return ms;
   };
+  // Ready means node-1 programmed the leases it had listed; the others' may arrive just after.
+  for (let tries = 0; spawnSync('ip', ['netns', 'exec', n.ns.name, WEFTCTL, `--subnet-file=${subnetFile}`, 'status']).status !== 0; tries++) {
+    if (tries === 50) throw new Error('weftctl status never reported node-1 healthy');
+    await new Promise((r) => setTimeout(r, 200));
+  }
   for (let i = 0; i < 3; i++) time('status');
   const status = Array.from({ length: 20 }, () => time('status'));
   const answers: number[] = [];

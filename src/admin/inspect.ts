@@ -7,8 +7,8 @@
 import { formatCIDR, formatIP } from '../ip/ip.ts';
 import type { Lease } from '../lease/lease.ts';
 import { vtepMac } from '../backend/plan.ts';
-import { fdbKey, neighKey, routeEqual, routeKey } from '../netlink/records.ts';
-import type { Fdb, Neigh, Route } from '../netlink/records.ts';
+import type { FdbSpec, NeighSpec, RouteSpec } from '../netlink/handle.ts';
+import { fdbKey, neighKey, routeEqual, routeKey, RTN_BLACKHOLE } from '../netlink/records.ts';
 import { diff } from '../reconcile/state.ts';
 import type { KernelState } from '../reconcile/state.ts';
 
@@ -41,17 +41,19 @@ export interface KernelDiff {
   extra: string[];
 }
 
-/** `ip route` style text of a route; `dev` names the link when its name is known. */
-export function routeText(r: Pick<Route, 'dst' | 'gateway' | 'linkIndex' | 'onlink' | 'type'>, dev: (index: number) => string): string {
-  if (r.type === 6) return `route blackhole ${r.dst}`;
+/** `ip route` style text of a route; `dev` names a link by its index. */
+function routeText(r: RouteSpec, dev: (index: number) => string): string {
+  if (r.type === RTN_BLACKHOLE) return `route blackhole ${r.dst}`;
   return `route ${r.dst}${r.gateway ? ` via ${r.gateway}` : ''}${r.linkIndex ? ` dev ${dev(r.linkIndex)}` : ''}${r.onlink ? ' onlink' : ''}`;
 }
 
-export function neighText(n: Pick<Neigh, 'ip' | 'mac' | 'linkIndex'>, dev: (index: number) => string): string {
+/** `ip neigh` style text of a neighbour entry. */
+function neighText(n: NeighSpec, dev: (index: number) => string): string {
   return `neigh ${n.ip}${n.mac ? ` lladdr ${n.mac}` : ''} dev ${dev(n.linkIndex)}`;
 }
 
-export function fdbText(f: Pick<Fdb, 'mac' | 'dst' | 'linkIndex'>, dev: (index: number) => string): string {
+/** `bridge fdb` style text of an FDB entry. */
+function fdbText(f: FdbSpec, dev: (index: number) => string): string {
   return `fdb ${f.mac} dst ${f.dst} dev ${dev(f.linkIndex)}`;
 }
 
@@ -65,16 +67,17 @@ export function kernelDiff(desired: KernelState, observed: KernelState, dev: (in
   const extra: string[] = [];
   for (const op of diff(desired, observed)) {
     switch (op.op) {
-      case 'routeReplace': missing.push(routeText({ ...op.route, type: op.route.type ?? 1 } as Route, dev)); break;
-      case 'neighReplace': missing.push(neighText(op.neigh as Neigh, dev)); break;
-      case 'fdbReplace': missing.push(fdbText(op.fdb as Fdb, dev)); break;
-      case 'routeDel': extra.push(routeText({ ...op.route, type: op.route.type ?? 1 } as Route, dev)); break;
+      case 'routeReplace': missing.push(routeText(op.route, dev)); break;
+      case 'neighReplace': missing.push(neighText(op.neigh, dev)); break;
+      case 'fdbReplace': missing.push(fdbText(op.fdb, dev)); break;
+      case 'routeDel': extra.push(routeText(op.route, dev)); break;
       case 'neighDel': {
-        const held = observed.neighs.find((n) => neighKey(n) === neighKey(op.neigh as Neigh));
-        extra.push(neighText(held ?? (op.neigh as Neigh), dev));
+        // The delete names only the address; the entry held says which MAC it had.
+        const held = observed.neighs.find((n) => neighKey(n) === neighKey(op.neigh));
+        extra.push(neighText(held ?? op.neigh, dev));
         break;
       }
-      case 'fdbDel': extra.push(fdbText(op.fdb as Fdb, dev)); break;
+      case 'fdbDel': extra.push(fdbText(op.fdb, dev)); break;
       default: break;
     }
   }

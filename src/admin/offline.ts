@@ -4,7 +4,8 @@
  * --etcd-endpoints or --kube-subnet-mgr, the registry's leases, which it plans with the
  * backend's own pure plan() to
  * know what the kernel should hold. Without a registry the desired state is unknown: the status
- * then says so and lists only what is present.
+ * then says so and lists only what is present. IPv4 only, and weftd's flags are unknown here:
+ * a --ip-blackhole-route route shows as extra.
  */
 import { planHostGw, planVxlan, vtepMac } from '../backend/plan.ts';
 import { formatCIDR, formatIP } from '../ip/ip.ts';
@@ -33,7 +34,7 @@ function vxlanDevice(links: readonly Link[]): Link | undefined {
 export async function offlineStatus(h: NetlinkHandle, subnetFile: string, why: string, registry?: RegistryOptions): Promise<NodeStatus> {
   const [links, subnetEnv, dev] = await Promise.all([h.linkList(), subnetEnvStatus(subnetFile), linkNamer(h)]);
   const vx = vxlanDevice(links);
-  const ext = vx?.vxlan?.vtepIndex ? links.find((l) => l.index === vx.vxlan!.vtepIndex) : undefined;
+  let ext = vx?.vxlan?.vtepIndex ? links.find((l) => l.index === vx.vxlan!.vtepIndex) : undefined;
   const observed = await observe(h, { protocol: WEFT_RTPROT, devices: vx ? [vx.index] : [] });
   const notes = [`weftd does not answer (${why}); read from the kernel and ${subnetFile}`];
   let leases: Lease[] = [];
@@ -53,6 +54,12 @@ export async function offlineStatus(h: NetlinkHandle, subnetFile: string, why: s
   const own = leases.find((l) => l.subnet && formatCIDR(l.subnet) === ownSubnet);
   const remotes = leases.filter((l) => l !== own);
   const type = own?.attrs.backendType.toLowerCase() ?? (vx ? 'vxlan' : undefined);
+  if (!ext && own?.attrs.publicIP) {
+    // host-gw has no device of its own: the external interface holds the lease's public IP.
+    const publicIP = formatIP(own.attrs.publicIP);
+    const holder = (await h.addrList({ family: 4 })).find((a) => a.address === publicIP);
+    ext = holder ? links.find((l) => l.index === holder.linkIndex) : undefined;
+  }
   const wanted = new Map<string, KernelState>();
   const planSkips = new Map<string, string>();
   if (own && type) {
@@ -75,7 +82,7 @@ export async function offlineStatus(h: NetlinkHandle, subnetFile: string, why: s
     weftd: { running: false, note: notes.join('; ') },
     ...(mode ? { mode } : {}),
     ...(type ? { backend: { type, ...(vx ? { device: vx.name, vni: vx.vxlan?.vni ?? 0, port: vx.vxlan?.port ?? 8472 } : {}) } } : {}),
-    ...(ext ? { iface: { name: ext.name, ...(extAddr ? { address: extAddr } : {}), mtu: ext.mtu, reason: 'the underlay device of the vxlan device' } } : {}),
+    ...(ext ? { iface: { name: ext.name, ...(extAddr ? { address: extAddr } : {}), mtu: ext.mtu, reason: vx ? 'the underlay device of the vxlan device' : 'holds the lease\'s public IP' } } : {}),
     ...(own ? {
       own: {
         ...(own.subnet ? { subnet: formatCIDR(own.subnet) } : {}),

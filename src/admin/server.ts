@@ -45,14 +45,25 @@ export async function agentStatus(o: AdminOptions): Promise<NodeStatus> {
   const wanted = new Map(leases.map((l) => [l.peer, desired?.of(l.peer) ?? EMPTY]));
   const skipped = [...(v.source?.skipped?.() ?? []), ...[...planSkips].map(([peer, reason]) => ({ peer, reason }))];
   const rows = peerRows(leases, wanted, observed, v.leaseSeen).map((r) => (planSkips.has(r.peer) ? { ...r, kernel: ['skipped'] } : r));
-  const vx = v.backend?.type === 'vxlan' ? v.backend.ownership().devices[0] : undefined;
   const expires = v.source?.expires?.();
   const own = v.own;
+  let backend: NodeStatus['backend'];
+  if (v.config) {
+    const cfg = v.config.backend;
+    backend = { type: cfg.type };
+    if (cfg.type === 'vxlan' && v.backend) {
+      // The kernel's default port when net-conf.json leaves it 0.
+      Object.assign(backend, { device: dev(v.backend.ownership().devices[0] ?? 0), vni: cfg.vni, port: cfg.port || 8472 });
+    }
+  }
+  const ext = v.ext;
+  const address = ext?.ifaceAddr ?? ext?.ifaceAddr6;
+  const publicIP = ext?.extAddr ?? ext?.extAddr6;
   return {
     weftd: { running: true, version: o.version, pid: process.pid },
     ...(v.source ? { mode: v.source.name } : {}),
-    ...(v.config ? { backend: { type: v.config.backend.type, ...(vx !== undefined ? { device: dev(vx) } : {}), ...('vni' in v.config.backend ? { vni: v.config.backend.vni as number, port: (v.config.backend as { port?: number }).port || 8472 } : {}) } } : {}),
-    ...(v.ext ? { iface: { name: v.ext.link.name, ...(v.ext.ifaceAddr ?? v.ext.ifaceAddr6 ? { address: v.ext.ifaceAddr ?? v.ext.ifaceAddr6 } : {}), ...(v.ext.extAddr ?? v.ext.extAddr6 ? { publicIP: v.ext.extAddr ?? v.ext.extAddr6 } : {}), mtu: v.ext.mtu, reason: v.ext.reason } } : {}),
+    ...(backend ? { backend } : {}),
+    ...(ext ? { iface: { name: ext.link.name, ...(address ? { address } : {}), ...(publicIP ? { publicIP } : {}), mtu: ext.mtu, reason: ext.reason } } : {}),
     ...(own ? {
       own: {
         ...(own.subnet ? { subnet: formatCIDR(own.subnet) } : {}),

@@ -140,10 +140,11 @@ test('weftctl: status, peers, diff and doctor of a healthy node; the problems do
   }
 });
 
-test('weftctl in kube mode with weftd stopped: the peers from the Nodes\' annotations, a deleted route missing', { skip, timeout: 120_000 }, async () => {
-  const c = await Cluster.start({ nodes: 2, backend: 'vxlan', mode: 'kube' });
+test('weftctl in kube mode, host-gw, weftd stopped: the peers from the Nodes\' annotations, a deleted route missing', { skip, timeout: 120_000 }, async () => {
+  const c = await Cluster.start({ nodes: 2, backend: 'host-gw', mode: 'kube' });
   try {
     const [n1] = c.nodes as [ClusterNode];
+    await until('node-1 programmed node-2', async () => (await weftctl(c, n1, 'peers')).code === 0, 10_000);
     const up = JSON.parse((await weftctl(c, n1, '-o', 'json', 'peers')).stdout) as { peers: { peer: string; subnet: string; kernel: string[] }[] };
     assert.deepEqual(up.peers.map((p) => [p.peer, p.kernel]), [['node-2', ['ok']]]);
     assert.equal(await c.stopWeftd(n1), 0);
@@ -151,9 +152,11 @@ test('weftctl in kube mode with weftd stopped: the peers from the Nodes\' annota
     const peers = await weftctl(c, n1, 'peers');
     assert.equal(peers.code, 1, peers.stdout);
     assert.match(peers.stdout, /^weftd is not running: /m);
-    assert.match(peers.stdout, /^node-2\s+10\.244\.2\.0\/24\s+198\.51\.100\.2\s+\S+\s+missing route\s/m);
+    assert.match(peers.stdout, /^node-2\s+10\.244\.2\.0\/24\s+198\.51\.100\.2\s+-\s+missing route\s/m);
+    assert.match((await weftctl(c, n1, 'diff')).stdout, /^\+ route 10\.244\.2\.0\/24 via 198\.51\.100\.2 dev eth0$/m);
     const status = await weftctl(c, n1, 'status');
-    assert.match(status.stdout, /^backend\s+vxlan \(flannel\.1, VNI 1, port 8472\), leases from kube$/m);
+    assert.match(status.stdout, /^backend\s+host-gw, leases from kube$/m);
+    assert.match(status.stdout, /^interface\s+eth0 198\.51\.100\.1 MTU 1500: holds the lease's public IP$/m);
     assert.match(status.stdout, /^lease\s+10\.244\.1\.0\/24, public IP 198\.51\.100\.1/m);
   } finally {
     await c.stop();
