@@ -1,5 +1,5 @@
 /**
- * The logger weftd and weftctl run with: one winston logger per process behind the
+ * The logger weftd runs with: one winston logger per process behind the
  * {@link Logger} seam (log.ts), so every component's records share one level, one format and
  * one destination (stderr). Child loggers only add fields; the level is the root's, and
  * {@link LogControl.setLevel} changes it for every component at once (weftd's admin socket:

@@ -1,8 +1,10 @@
 /**
- * The admin socket's vocabulary (protocol {@link ADMIN_PROTOCOL}): the requests weftctl sends
- * and the node status weftd answers with. weftctl builds the same {@link NodeStatus} from the
- * kernel, subnet.env and the registry when weftd does not answer, with `weftd.running` false,
- * so everything after the fetch works on one shape. Pure.
+ * The admin socket's vocabulary (protocol {@link ADMIN_PROTOCOL}): weftctl sends
+ * `{"verb":"status"}`, answered with a {@link NodeStatus}, or
+ * `{"verb":"log-level","level":"debug"}`, answered with `{"level","was"}` (each plus `protocol`,
+ * see src/local/protocol.ts). weftctl builds the same NodeStatus from the kernel, subnet.env and
+ * the registry when weftd does not answer, with `weftd.running` false, so everything after the
+ * fetch works on one shape. Pure.
  */
 import { dirname, join } from 'node:path';
 import type { KernelDiff, PeerRow, Skipped } from './inspect.ts';
@@ -14,9 +16,6 @@ export const ADMIN_PROTOCOL = 1;
 export function adminSocketPath(subnetFile: string): string {
   return join(dirname(subnetFile), 'weftd-admin.sock');
 }
-
-/** `{"verb":"status"}` or `{"verb":"log-level","level":"debug"}` (plus `protocol`). */
-export type AdminRequest = { verb: 'status' } | { verb: 'log-level'; level: string };
 
 export interface Counters {
   /** Full passes (dump, diff, apply) and fast passes (a lease event's or a repair's operations). */
