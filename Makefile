@@ -12,7 +12,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
 	typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane bench-footprint \
-	bench-weftctl demo clean
+	bench-faults bench-weftctl demo clean
 
 all: build
 
@@ -117,6 +117,10 @@ bench-dataplane: deps build
 # bin/weftctl status against a running weftd in a node namespace: median of 20.
 bench-weftctl: deps build
 	$(NODE) bench/weftctl.bench.ts
+
+# Faults injected one at a time into clusters of the e2e harness; about 3 minutes (two 60 s outages).
+bench-faults: deps build
+	$(NODE) bench/faults.bench.ts
 
 # A 3-node cluster with pods in namespaces on this machine; Ctrl-C removes it.
 demo: deps build

@@ -37,9 +37,11 @@ async function iperf(server: Netns, client: Netns, address: string): Promise<num
   }
 }
 
+/** The middle value; of an even count, the mean of the two middle ones (of two: their mean, not the larger). */
 function median(xs: number[]): number {
   const sorted = [...xs].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)]!;
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
 /** Rounds of pod → pod then node → node in one two-node cluster of `backend`. */

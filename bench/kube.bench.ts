@@ -81,7 +81,6 @@ if (process.argv[2] === 'serve') {
     await source.close();
     const rssMb = process.resourceUsage().maxRSS / 1024;
     console.log(`initial sync of ${NODES} Nodes (own Node excluded: ${table.size} leases): ${syncMs.toFixed(0)} ms, peak RSS ${rssMb.toFixed(1)} MB`);
-    setTimeout(() => console.error("handles", (process as unknown as { _getActiveHandles(): { constructor: { name: string } }[] })._getActiveHandles().map((h: { constructor: { name: string } }) => h.constructor.name)), 1000).unref();
     console.log(`kube_sync_ms=${syncMs.toFixed(0)} kube_rss_mb=${rssMb.toFixed(1)}`);
   } finally {
     child.disconnect();

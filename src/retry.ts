@@ -22,26 +22,36 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** Exponential backoff from `initialMs` doubling up to `maxMs`; `reset()` after a success. */
+/**
+ * Exponential backoff with full jitter: each delay is drawn uniformly from [0, cap), the cap
+ * starting at `initialMs` and doubling up to `maxMs`; `reset()` after a success. The jitter is
+ * what keeps nodes that failed together (an etcd or API server outage) from retrying and
+ * relisting together: without it every node's n-th retry lands on the same instant.
+ * (cockatiel, in the tree through etcd3, has the same generator, but neither an injectable
+ * random source for tests nor a reason to load it in kube mode.)
+ */
 export class Backoff {
   readonly #initialMs: number;
   readonly #maxMs: number;
-  #nextMs: number;
+  readonly #random: () => number;
+  #capMs: number;
 
-  constructor(initialMs: number, maxMs: number) {
+  /** `random`: uniform in [0, 1); default Math.random. */
+  constructor(initialMs: number, maxMs: number, random: () => number = Math.random) {
     this.#initialMs = initialMs;
     this.#maxMs = maxMs;
-    this.#nextMs = initialMs;
+    this.#random = random;
+    this.#capMs = initialMs;
   }
 
-  /** The delay to wait now; each call doubles the following one. */
+  /** The delay to wait now; each call doubles the cap of the following one. */
   next(): number {
-    const ms = this.#nextMs;
-    this.#nextMs = Math.min(this.#nextMs * 2, this.#maxMs);
+    const ms = Math.floor(this.#random() * this.#capMs);
+    this.#capMs = Math.min(this.#capMs * 2, this.#maxMs);
     return ms;
   }
 
   reset(): void {
-    this.#nextMs = this.#initialMs;
+    this.#capMs = this.#initialMs;
   }
 }

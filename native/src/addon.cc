@@ -25,6 +25,13 @@ namespace weft {
 
 namespace {
 
+// Whether JS can still run in `env` (false while a worker thread is being terminated): a
+// property set, which may run JS (a setter), is refused then.
+bool canRunJs(napi_env env) {
+  napi_value obj;
+  return napi_create_object(env, &obj) == napi_ok && napi_set_named_property(env, obj, "probe", obj) == napi_ok;
+}
+
 Napi::Error failureError(Napi::Env env, const Failure& f) {
   std::string name = errnoName(f.err);
   Napi::Error e = Napi::Error::New(env, f.detail.empty() ? name : name + ": " + f.detail);
@@ -130,9 +137,10 @@ class Handle : public Napi::ObjectWrap<Handle> {
     Napi::Env env = info.Env();
     std::string path;
     if (info.Length() > 0 && info[0].IsString()) path = info[0].As<Napi::String>().Utf8Value();
-    worker_ = std::make_unique<Worker>(path);
+    worker_ = Worker::start(path);
     if (worker_->startError()) {
       failureError(env, worker_->startError()).ThrowAsJavaScriptException();
+      worker_->stop(nullptr);
       worker_.reset();
       return;
     }
@@ -164,9 +172,15 @@ class Handle : public Napi::ObjectWrap<Handle> {
       monitor_ = nullptr;
     }
     if (worker_) {
-      worker_->stop();  // runs what was queued; completions still reach JS through tsfn_
+      // Never waits: the worker runs what was queued (completions still reach JS through tsfn_)
+      // and releases tsfn_ itself when done, on its own thread. If the environment went away
+      // first, calls on tsfn_ failed and the worker must not touch it again.
+      Napi::ThreadSafeFunction tsfn = tsfn_;
+      std::shared_ptr<bool> closing = closing_;
+      worker_->stop([tsfn, closing]() mutable {
+        if (!*closing) tsfn.Release();
+      });
       worker_.reset();
-      tsfn_.Release();
     }
   }
 
@@ -185,14 +199,28 @@ class Handle : public Napi::ObjectWrap<Handle> {
       Ref();
     }
     Napi::ThreadSafeFunction tsfn = tsfn_;
+    std::shared_ptr<bool> closing = closing_;
     Handle* self = this;
-    worker_->post([job, tsfn, self]() mutable {
-      job->run(*self->worker_);
-      tsfn.NonBlockingCall(job, [self](Napi::Env env, Napi::Function, Job* done) {
+    worker_->post([job, tsfn, self, closing](Worker& w) mutable {
+      job->run(w);
+      if (*closing) {
+        delete job;
+        return;
+      }
+      napi_status status = tsfn.NonBlockingCall(job, [self](Napi::Env env, Napi::Function, Job* done) {
         std::unique_ptr<Job> owned(done);
+        // A worker thread being terminated still drains this queue but can run no JS: settling
+        // would fail inside node-addon-api, which aborts the process. Nobody waits any more.
+        if (!canRunJs(env)) return;
         owned->complete(env);
         self->settled(env);
       });
+      // napi_closing: the environment is being torn down and no JS will run again, so the
+      // promise can never settle; free the job instead of leaking it, and stop calling.
+      if (status != napi_ok) {
+        *closing = true;
+        delete job;
+      }
     });
     return promise;
   }
@@ -307,7 +335,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
   Napi::Value MonitorStart(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (!usable(env)) return env.Undefined();
-    if (monitor_) {
+    if (monitor_ || monitorJob_) {
       Napi::Error::New(env, "this handle is already monitoring").ThrowAsJavaScriptException();
       return env.Undefined();
     }
@@ -341,6 +369,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
   }
 
   Napi::Value MonitorStop(const Napi::CallbackInfo& info) {
+    monitorJob_ = nullptr;  // a socket still being made is dropped when it arrives
     if (monitor_) {
       monitor_->close();
       monitor_ = nullptr;
@@ -373,8 +402,10 @@ class Handle : public Napi::ObjectWrap<Handle> {
  private:
   napi_env env_;
   bool hooked_ = false;
-  std::unique_ptr<Worker> worker_;
+  std::shared_ptr<Worker> worker_;
   Napi::ThreadSafeFunction tsfn_;
+  // Set on the worker thread once a call on tsfn_ failed (only the worker thread reads it after).
+  std::shared_ptr<bool> closing_ = std::make_shared<bool>(false);
   std::atomic<int> pending_{0};
   Monitor* monitor_ = nullptr;  // frees itself on close()
   Napi::FunctionReference monitorCallback_;

@@ -120,7 +120,11 @@ void Monitor::drain() {
   std::vector<Event> batch;
   int fd = nl_socket_get_fd(sk_);
   for (int i = 0; i < kMaxDatagramsPerWakeup; i++) {
-    ssize_t n = recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+    struct iovec iov = {buf.data(), buf.size()};
+    struct msghdr mh = {};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       // The kernel dropped notifications: say so, so the caller resyncs. The socket keeps working.
@@ -129,6 +133,12 @@ void Monitor::drain() {
         continue;
       }
       break;  // EAGAIN: drained
+    }
+    // A datagram larger than the buffer lost its tail: its notifications are as lost as in an
+    // overrun, so say so the same way (the caller resyncs).
+    if (mh.msg_flags & MSG_TRUNC) {
+      batch.push_back(Event{Event::Action::Overrun, std::nullopt});
+      continue;
     }
     int len = static_cast<int>(n);
     for (auto* hdr = reinterpret_cast<struct nlmsghdr*>(buf.data()); nlmsg_ok(hdr, len); hdr = nlmsg_next(hdr, &len)) {

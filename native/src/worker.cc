@@ -43,34 +43,41 @@ int errnoFromNl(int nlerr) {
 
 static Failure nlFailure(int rc) { return {errnoFromNl(rc), nl_geterror(rc)}; }
 
-Worker::Worker(const std::string& netnsPath) {
+std::shared_ptr<Worker> Worker::start(const std::string& netnsPath) {
+  std::shared_ptr<Worker> w(new Worker());
   std::promise<void> started;
   std::future<void> ready = started.get_future();
-  thread_ = std::thread([this, netnsPath, &started] {
-    run(netnsPath);
+  std::thread([w, netnsPath, started = std::move(started)]() mutable {
+    w->enter(netnsPath);
     started.set_value();
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) break;
-      std::function<void()> task = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      task();
-      lock.lock();
-    }
-  });
+    w->loop();
+  }).detach();
   ready.wait();
-  if (startError_) stop();
+  return w;
+}
+
+void Worker::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) break;
+    std::function<void(Worker&)> task = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    task(*this);
+    lock.lock();
+  }
+  std::function<void()> onExit = std::move(onExit_);
+  lock.unlock();
+  if (onExit) onExit();
 }
 
 Worker::~Worker() {
-  stop();
   if (cb_) nl_cb_put(cb_);
   if (sk_) nl_socket_free(sk_);
 }
 
-void Worker::run(const std::string& netnsPath) {
+void Worker::enter(const std::string& netnsPath) {
   if (!netnsPath.empty()) {
     int fd = open(netnsPath.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -109,7 +116,7 @@ void Worker::run(const std::string& netnsPath) {
   setsockopt(nl_socket_get_fd(sk_), SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof one);
 }
 
-void Worker::post(std::function<void()> task) {
+void Worker::post(std::function<void(Worker&)> task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(task));
@@ -117,15 +124,14 @@ void Worker::post(std::function<void()> task) {
   cv_.notify_one();
 }
 
-void Worker::stop() {
+void Worker::stop(std::function<void()> onExit) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopped_) return;
-    stopped_ = true;
+    if (stopping_) return;
     stopping_ = true;
+    onExit_ = std::move(onExit);
   }
   cv_.notify_one();
-  if (thread_.joinable()) thread_.join();
 }
 
 // libnl reports kernel errors folded into its own codes (ENOENT and ESRCH become one, ENETUNREACH

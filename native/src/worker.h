@@ -1,5 +1,7 @@
 // One thread per handle: it enters the handle's network namespace once, owns the libnl socket,
-// and runs requests strictly in order. Nothing on it touches JS.
+// and runs requests strictly in order. Nothing on it touches JS. The thread owns the Worker (a
+// shared_ptr) and is never joined: stopping it only asks, so the JS thread never waits for the
+// netlink work in flight.
 #pragma once
 
 #include "common.h"
@@ -7,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -22,8 +25,9 @@ struct DumpFilter {
 
 class Worker {
  public:
-  // Starts the thread in the namespace at `netnsPath` ("" = the caller's). Check startError().
-  explicit Worker(const std::string& netnsPath);
+  // Starts the thread in the namespace at `netnsPath` ("" = the caller's); returns once it is
+  // there (or failed to get there: check startError()).
+  static std::shared_ptr<Worker> start(const std::string& netnsPath);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -31,9 +35,10 @@ class Worker {
   const Failure& startError() const { return startError_; }
 
   // Queues `task` to run on the worker thread, after every task queued before it.
-  void post(std::function<void()> task);
-  // Runs the queued tasks, then stops the thread. Idempotent.
-  void stop();
+  void post(std::function<void(Worker&)> task);
+  // Asks the thread to run the queued tasks, then `onExit` (on the worker thread), then end.
+  // Returns at once. Idempotent: only the first call's `onExit` runs.
+  void stop(std::function<void()> onExit);
 
   // ---- worker-thread only ----
   Failure ack(struct nl_msg* msg);
@@ -45,17 +50,18 @@ class Worker {
   uint32_t requestPort() const;
 
  private:
-  void run(const std::string& netnsPath);
+  Worker() = default;
+  void enter(const std::string& netnsPath);
+  void loop();
   Failure receive(std::vector<Record>* out, const DumpFilter* filter);
   static int onError(struct sockaddr_nl*, struct nlmsgerr* e, void* arg);
   static int onValid(struct nl_msg* msg, void* arg);
 
-  std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<std::function<void(Worker&)>> queue_;
   bool stopping_ = false;
-  bool stopped_ = false;
+  std::function<void()> onExit_;
   Failure startError_;
 
   struct nl_sock* sk_ = nullptr;

@@ -72,7 +72,7 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   });
   // The rules engine is chosen and forwarding switched on while the interface, device and lease
   // are being set up; only the rules themselves wait for the lease's subnet.
-  void rules.prepare();
+  rules.prepare();
   if (view) Object.assign(view, { source, config, rules });
   const published = (await source.published?.(signal)) ?? {};
   // The node-public-ip(v6) annotations stand in for --public-ip(v6) when the flag is not given.

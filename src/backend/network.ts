@@ -7,7 +7,10 @@
  * Nothing touches the kernel before the lease source has delivered its first listing: the first
  * full pass removes entries of ours that no lease wants (nodes that left while we were down,
  * flannel #2554), which must not happen against an empty table. A peer's warnings (wrong backend
- * type, unusable data) are logged once per distinct message, not on every pass.
+ * type, unusable data) are logged once per distinct message, not on every pass. A known peer
+ * whose new lease plans to nothing (a VTEP MAC that is no MAC, a backend type this node does not
+ * run) keeps the entries of its last good lease until it is valid again or removed: garbage from
+ * a peer must not cut it off.
  */
 import type { Lease } from '../lease/lease.ts';
 import type { LeaseEvent, LeaseTable } from '../lease/table.ts';
@@ -15,6 +18,7 @@ import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
 import { DesiredState } from '../reconcile/desired.ts';
 import { Reconciler } from '../reconcile/loop.ts';
+import { failureCounts } from '../reconcile/reconcile.ts';
 import type { PassInfo } from '../reconcile/loop.ts';
 import type { KernelState } from '../reconcile/state.ts';
 import type { Backend } from './backend.ts';
@@ -41,6 +45,8 @@ export class Network {
   readonly #desired = new DesiredState();
   readonly #reconciler: Reconciler;
   readonly #warned = new Map<string, string>();
+  /** Each peer's last lease that planned without a warning. */
+  readonly #lastGood = new Map<string, Lease>();
   #own: Lease;
   /** Lease batches and device repairs, one at a time and in order. */
   #work: Promise<void> = Promise.resolve();
@@ -56,11 +62,12 @@ export class Network {
       resyncPeriodMs: o.resyncPeriodMs,
       onPass: (p) => {
         if (p.kind === 'full' && p.ops.length > 0) o.log.info('reconciled', { reasons: p.reasons.join(', '), ops: p.ops.length, failures: p.failures.length, ms: Math.round(p.durationMs) });
-        for (const f of p.failures) o.log.warn('kernel refused an operation; a later pass retries it', { err: f });
+        // A fast pass that failed is followed by a full pass (or a rebuild), which says what stays refused.
+        if (p.kind === 'full' && p.failures.length > 0) o.log.warn('the kernel refused operations of a pass; a later pass retries them', { failures: p.failures.length, counts: failureCounts(p.failures), first: p.failures[0] });
         o.onPass?.(p);
       },
       onError: (e) => o.log.error('reconcile pass failed; the next trigger retries', { err: e }),
-      onDeviceGone: (index) => this.#queue(() => this.#repair(`device #${index} disappeared`)),
+      onDeviceGone: (why) => this.#queue(() => this.#repair(why)),
       onDeviceChanged: (link) => {
         const why = o.backend.drifted(link);
         if (why) this.#queue(() => this.#repair(`device ${link.name} was changed by someone else (${why})`));
@@ -142,7 +149,17 @@ export class Network {
   }
 
   async #plan(lease: Lease) {
-    const { state, warnings } = await this.#o.backend.plan(this.#own, lease);
+    let { state, warnings } = await this.#o.backend.plan(this.#own, lease);
+    const last = this.#lastGood.get(lease.peer);
+    if (warnings.length === 0) {
+      this.#lastGood.set(lease.peer, lease);
+    } else if (last && last !== lease) {
+      const kept = await this.#o.backend.plan(this.#own, last);
+      if (kept.warnings.length === 0) {
+        state = kept.state;
+        warnings = warnings.map((w) => `${w}; keeping its last good entries`);
+      }
+    }
     const text = warnings.join('; ');
     if (text === '') {
       this.#warned.delete(lease.peer);
@@ -159,12 +176,14 @@ export class Network {
     const peers = new Set(leases.map((l) => l.peer));
     for (const l of leases) this.#desired.put(l.peer, await this.#plan(l));
     for (const peer of this.#warned.keys()) if (!peers.has(peer)) this.#warned.delete(peer);
+    for (const peer of this.#lastGood.keys()) if (!peers.has(peer)) this.#lastGood.delete(peer);
   }
 
   async #onBatch(batch: readonly LeaseEvent[]): Promise<void> {
     for (const e of batch) {
       if (e.type === 'removed') {
         this.#warned.delete(e.lease.peer);
+        this.#lastGood.delete(e.lease.peer);
         this.#reconciler.update(e.lease.peer, undefined, `lease ${e.lease.peer} removed`);
       } else {
         this.#reconciler.update(e.lease.peer, await this.#plan(e.lease), `lease ${e.lease.peer} ${e.previous ? 'changed' : 'added'}`);
@@ -176,6 +195,6 @@ export class Network {
     this.#o.log.warn(`${why}; setting it up again`);
     await this.#o.backend.repair(this.#own);
     await this.#planAll();
-    this.#reconciler.trigger('device recreated');
+    this.#reconciler.resume('device recreated');
   }
 }

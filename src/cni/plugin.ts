@@ -45,14 +45,19 @@ function savedDelegate(bytes: string | undefined): (Json & { type: string }) | u
   return undefined;
 }
 
-function add(args: CniArgs, conf: PluginConf, env: Env): string {
-  const id = args.containerId!;
+/** The delegate plugin and the config bytes it gets today (subnet.env, a version it speaks). */
+function currentDelegate(args: CniArgs, conf: PluginConf, env: Env): { plugin: string; bytes: string } {
   const subnetEnv = loadSubnetEnv(conf, CNI_CODE.TRY_AGAIN_LATER);
   const wanted = renderDelegate(conf, subnetEnv);
   const type = wanted['type'] as string;
   const plugin = findPlugin(type, args.path);
   const version = conf.cniVersionSet ? pickDelegateVersion(conf.cniVersion, pluginVersions(plugin, conf.dataDir, env), type) : conf.cniVersion;
-  const bytes = delegateBytes(version === conf.cniVersion ? wanted : renderDelegate(conf, subnetEnv, version));
+  return { plugin, bytes: delegateBytes(version === conf.cniVersion ? wanted : renderDelegate(conf, subnetEnv, version)) };
+}
+
+function add(args: CniArgs, conf: PluginConf, env: Env): string {
+  const id = args.containerId!;
+  const { plugin, bytes } = currentDelegate(args, conf, env);
   saveState(conf.dataDir, id, bytes);
   try {
     return JSON.stringify(convertResult(execPlugin(plugin, 'ADD', bytes, env), conf.cniVersion));
@@ -67,15 +72,28 @@ function add(args: CniArgs, conf: PluginConf, env: Env): string {
   }
 }
 
+/**
+ * DEL: the delegate's DEL with the bytes ADD saved, then the state goes. Without state there is
+ * nothing of ours to undo. State that exists but cannot be read or parsed still stands for an
+ * address and a veth: they are released with the delegate config of today's subnet.env
+ * (host-local releases by container ID, bridge by interface), and only then is the state dropped.
+ */
 function del(args: CniArgs, conf: PluginConf, env: Env): string {
   const id = args.containerId!;
-  const bytes = loadState(conf.dataDir, id);
-  const saved = savedDelegate(bytes);
-  if (saved === undefined) {
-    removeState(conf.dataDir, id);
-    return '';
+  let bytes: string | undefined;
+  let unreadable = false;
+  try {
+    bytes = loadState(conf.dataDir, id);
+  } catch {
+    unreadable = true;
   }
-  execPlugin(findPlugin(saved.type, args.path), 'DEL', bytes!, env);
+  const saved = savedDelegate(bytes);
+  if (saved !== undefined) {
+    execPlugin(findPlugin(saved.type, args.path), 'DEL', bytes!, env);
+  } else if (bytes !== undefined || unreadable) {
+    const today = currentDelegate(args, conf, env);
+    execPlugin(today.plugin, 'DEL', today.bytes, env);
+  }
   removeState(conf.dataDir, id);
   return '';
 }

@@ -5,10 +5,23 @@
  * either plugin can remove what the other added. Files whose names are not container IDs (all
  * of Weft's own start with `.`) are never treated as state.
  */
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, constants, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { CONTAINER_ID } from './args.ts';
 
+
+/** Creates `path` for writing, never through a symlink or over an existing file (O_EXCL, O_NOFOLLOW). */
+function createExclusive(path: string): number {
+  const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+  try {
+    return openSync(path, flags, 0o600);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    // Left by a crashed run of this PID, or planted: removing unlinks the name, never a target.
+    rmSync(path, { force: true });
+    return openSync(path, flags, 0o600);
+  }
+}
 
 /**
  * Writes `data` to `dir`/`name` atomically (temporary file, fsync, rename, directory fsync);
@@ -18,7 +31,7 @@ export function writeFileDurable(dir: string, name: string, data: string): void 
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const tmp = join(dir, `.${name}.${process.pid}.tmp`);
   try {
-    const fd = openSync(tmp, 'w', 0o600);
+    const fd = createExclusive(tmp);
     try {
       writeSync(fd, data);
       fsyncSync(fd);
@@ -48,9 +61,9 @@ export function loadState(dataDir: string, id: string): string | undefined {
   return readOptional(join(dataDir, id));
 }
 
-/** Removes the state of container `id`; a missing file is fine. */
+/** Removes the state of container `id` (whatever is at its name); a missing file is fine. */
 export function removeState(dataDir: string, id: string): void {
-  rmSync(join(dataDir, id), { force: true });
+  rmSync(join(dataDir, id), { force: true, recursive: true });
 }
 
 /** Container IDs that have state; none when the directory does not exist. */

@@ -37,15 +37,18 @@ export class NftablesDriver implements Driver {
   readonly name = 'nftables' as const;
   readonly #run: Runner;
   /** `nft list table inet weft` as the kernel printed it right after our last apply, and that apply's script. */
-  #golden: { script: string; listing: string } | undefined;
+  #golden: Promise<{ script: string; listing: string }> | undefined;
+  #unavailable: Promise<string | undefined> | undefined;
 
   constructor(run: Runner) {
     this.#run = run;
   }
 
-  async unavailable(): Promise<string | undefined> {
-    const r = await this.#run(['nft', 'list', 'tables']);
-    return r.code === 0 ? undefined : `nft list tables: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`;
+  /** Asked once per driver: whether nft works does not change while weftd runs. */
+  unavailable(): Promise<string | undefined> {
+    this.#unavailable ??= this.#run(['nft', 'list', 'tables']).then((r) =>
+      r.code === 0 ? undefined : `nft list tables: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`);
+    return this.#unavailable;
   }
 
   /** `nft -c` (check only, nothing committed) of a fully-random masquerade. */
@@ -59,8 +62,10 @@ export class NftablesDriver implements Driver {
     const script = nftScript(want);
     this.#golden = undefined;
     await mustRun(this.#run, `apply nftables table inet ${NFT_TABLE}`, ['nft', '-f', '-'], script);
-    const listing = await this.#list();
-    this.#golden = { script, listing: listing ?? '' };
+    // Listed now but not waited for: the apply is done, and only drift() needs the listing.
+    const golden = this.#list().then((listing) => ({ script, listing: listing ?? '' }));
+    golden.catch(() => {});
+    this.#golden = golden;
   }
 
   /**
@@ -75,14 +80,15 @@ export class NftablesDriver implements Driver {
     for (const [family, name] of FLANNEL_NFT_TABLES) if (tables.has(`${family} ${name}`)) d.push(`flanneld's table ${family} ${name} present`);
     const listing = tables.has(`inet ${NFT_TABLE}`) ? await this.#list() : undefined;
     const wantsTable = script.includes(`table inet ${NFT_TABLE} {\n`);
-    if (!this.#golden || this.#golden.script !== script) {
+    const golden = await this.#golden?.catch(() => undefined);
+    if (!golden || golden.script !== script) {
       if (wantsTable || listing !== undefined) d.push(`table inet ${NFT_TABLE} not applied with the current rules`);
     } else if (listing === undefined) {
       if (wantsTable) d.push(`table inet ${NFT_TABLE} missing`);
     } else if (!wantsTable) {
       d.push(`table inet ${NFT_TABLE} present, wanted absent`);
-    } else if (listing !== this.#golden.listing) {
-      d.push(`table inet ${NFT_TABLE} altered: ${describeListingDiff(this.#golden.listing, listing)}`);
+    } else if (listing !== golden.listing) {
+      d.push(`table inet ${NFT_TABLE} altered: ${describeListingDiff(golden.listing, listing)}`);
     }
     return d;
   }
@@ -129,6 +135,7 @@ export class IptablesDriver implements Driver {
   readonly name = 'iptables' as const;
   readonly #run: Runner;
   #version: [number, number, number] | undefined | null = null;
+  #unavailable: Promise<string | undefined> | undefined;
 
   constructor(run: Runner) {
     this.#run = run;
@@ -142,12 +149,11 @@ export class IptablesDriver implements Driver {
     return this.#version;
   }
 
-  async unavailable(): Promise<string | undefined> {
-    const r = await this.#run(['iptables', '--version']);
-    if (r.code !== 0) return `iptables --version: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`;
-    const s = await this.#run(['iptables-save', '-t', 'nat']);
-    if (s.code !== 0) return `iptables-save -t nat: ${(s.stderr || s.stdout).trim() || `exit status ${s.code}`}`;
-    return undefined;
+  /** Asked once per driver: whether iptables works does not change while weftd runs. */
+  unavailable(): Promise<string | undefined> {
+    this.#unavailable ??= this.#run(['iptables-save', '-t', 'nat']).then((r) =>
+      r.code === 0 ? undefined : `iptables-save -t nat: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`);
+    return this.#unavailable;
   }
 
   /**

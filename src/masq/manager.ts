@@ -125,18 +125,18 @@ export class TrafficRules {
    * nft/iptables processes run while the lease is being acquired; the next {@link start} takes
    * its result (or its error) instead of doing the same again.
    */
-  prepare(): Promise<Prepared> {
+  prepare(): void {
     const p = this.#doPrepare();
     // Awaited by start(); until then a failure must not count as unhandled.
     p.catch(() => {});
     this.#prepared = p;
-    return p;
   }
 
   async #doPrepare(): Promise<Prepared> {
     const { driver, why } = await this.#choose();
     const [fullyRandom, forwarding] = await Promise.all([
-      this.#opts.fullyRandomDisable ? false : driver.fullyRandomSupported(),
+      // Fully random ports are a property of the masquerade rules: without --ip-masq, no probe.
+      this.#opts.fullyRandomDisable || !this.#opts.ipMasq ? false : driver.fullyRandomSupported(),
       this.#ensureForwarding(),
       this.#checkBridgeNetfilter(),
       this.#removeOther(driver),
@@ -163,7 +163,7 @@ export class TrafficRules {
     if (v6 && current.ipv6Network) nets.ipv6Network = current.ipv6Network;
     if (v6 && current.ipv6Subnet) nets.ipv6Subnet = current.ipv6Subnet;
 
-    const prepared = this.#prepared ?? this.prepare();
+    const prepared = this.#prepared ?? this.#doPrepare();
     this.#prepared = undefined;
     const { driver, why, fullyRandom } = await prepared;
     const want = wantedRules(nets, { ipMasq: this.#opts.ipMasq ?? false, forwardRules: this.#opts.forwardRules ?? true, fullyRandom });

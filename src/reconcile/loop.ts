@@ -11,6 +11,12 @@
  *
  * The fast path is what keeps a lease event's way into the kernel in the low milliseconds with
  * thousands of peers; the full pass is what keeps the fast path honest.
+ *
+ * When a device of ours is deleted, every entry on it is planned with its old interface index:
+ * a pass then would be thousands of failing operations (three per peer). So the loop holds all
+ * passes from that event on, asks the backend to rebuild (onDeviceGone, again at every periodic
+ * resync until it succeeds), and runs one full pass when told the device is back ({@link
+ * Reconciler.resume}). Work queued meanwhile is kept and folded into that pass.
  */
 import type { NetlinkHandle, NetlinkEvent, Monitor, Operation } from '../netlink/handle.ts';
 import { fdbKey, neighKey, routeEqual, routeKey } from '../netlink/records.ts';
@@ -48,8 +54,12 @@ export interface ReconcilerOptions {
   onPass?: (info: PassInfo) => void;
   /** Called when a pass throws (e.g. the dump failed); the next trigger tries again. */
   onError?: (e: unknown) => void;
-  /** Called when a device of ours disappears: the backend must recreate it. */
-  onDeviceGone?: (linkIndex: number) => void;
+  /**
+   * Called when a device of ours disappears, or a fast pass finds it gone (ENODEV), and at each
+   * periodic resync until {@link Reconciler.resume}: the backend must recreate it, then call
+   * resume. `why` says what was seen.
+   */
+  onDeviceGone?: (why: string) => void;
   /** Called when a device of ours changed (its MAC, MTU or state may have been altered). */
   onDeviceChanged?: (link: Link) => void;
 }
@@ -68,6 +78,8 @@ export class Reconciler {
   #stopped = false;
   /** Entries of ours put back after a kernel event said someone deleted or changed them. */
   #repairs = 0;
+  /** Why a device of ours is gone (deleted and not rebuilt yet): passes are held meanwhile. */
+  #gone: string | undefined;
 
   constructor(opts: ReconcilerOptions) {
     this.#opts = opts;
@@ -81,7 +93,10 @@ export class Reconciler {
     // Only deleted FDB entries matter here (#onEvents), and every one written would echo back.
     this.#monitor = await this.#opts.handle.monitor(['link', 'route', 'neigh'], (events) => this.#onEvents(events), { fdbAdds: false, rcvbuf: MONITOR_RCVBUF });
     signal?.addEventListener('abort', () => this.stop(), { once: true });
-    this.#timer = setInterval(() => this.trigger('periodic resync'), this.#opts.resyncPeriodMs);
+    this.#timer = setInterval(() => {
+      if (this.#gone !== undefined) this.#opts.onDeviceGone?.(this.#gone);
+      this.trigger('periodic resync');
+    }, this.#opts.resyncPeriodMs);
     this.#timer.unref();
     this.trigger('start-up');
     await this.idle();
@@ -101,6 +116,19 @@ export class Reconciler {
     this.#kick();
   }
 
+  /** Holds every pass until {@link resume}, and asks for the device to be rebuilt. */
+  #deviceGone(why: string): void {
+    if (this.#gone !== undefined) return;
+    this.#gone = why;
+    this.#opts.onDeviceGone?.(why);
+  }
+
+  /** Ends the hold of a deleted device (rebuilt now, and re-planned) with a full pass. */
+  resume(reason: string): void {
+    this.#gone = undefined;
+    this.trigger(reason);
+  }
+
   /** Sets what `owner` wants (undefined: nothing) and applies the change in a fast pass. */
   update(owner: string, state: KernelState | undefined, reason: string): void {
     this.#fast(this.#opts.desired.set(owner, state), reason);
@@ -114,7 +142,7 @@ export class Reconciler {
   }
 
   #kick(): void {
-    if (!this.#busy) {
+    if (!this.#busy && this.#gone === undefined) {
       this.#busy = true;
       this.#running = this.#drain();
     }
@@ -131,7 +159,7 @@ export class Reconciler {
   }
 
   async #drain(): Promise<void> {
-    while ((this.#reasons.length > 0 || this.#fastOps.length > 0) && !this.#stopped) {
+    while ((this.#reasons.length > 0 || this.#fastOps.length > 0) && !this.#stopped && this.#gone === undefined) {
       const start = performance.now();
       const full = this.#reasons.length > 0;
       let reasons: string[];
@@ -155,9 +183,15 @@ export class Reconciler {
           report = { ops, failures: await apply(this.#opts.handle, ops) };
         }
         this.#opts.onPass?.({ ...report, reasons, durationMs: performance.now() - start, kind: full ? 'full' : 'fast' });
+        // A device being deleted refuses repairs before its deletion is reported: hold then too.
+        if (!full && report.failures.some((f) => f.errno === 'ENODEV')) this.#deviceGone('a repair found a device of ours gone (ENODEV)');
         if (!full && report.failures.length > 0) this.trigger('operations of a fast pass failed');
       } catch (e) {
-        this.#opts.onError?.(e);
+        try {
+          this.#opts.onError?.(e);
+        } catch {
+          // The reporter failed too; there is nobody left to tell. The loop must go on.
+        }
       }
     }
     // Cleared in the same synchronous step as the last empty check: a trigger arriving any later
@@ -183,6 +217,14 @@ export class Reconciler {
   #onEvents(events: NetlinkEvent[]): void {
     const own = this.#opts.ownership();
     const devices = new Set(own.devices);
+    // A deleted device first: the events around it (its neighbours flushed) must not be repaired
+    // onto its old index before the rebuild.
+    for (const e of events) {
+      if (e.kind === 'link' && e.action === 'del' && devices.has(e.link.index)) {
+        this.#deviceGone(`device ${e.link.name} deleted`);
+        this.trigger(`device ${e.link.name} deleted`);
+      }
+    }
     const desired = this.#opts.desired;
     const repair = (entry: Partial<KernelState>, why: string) => {
       this.#repairs++;
@@ -198,12 +240,7 @@ export class Reconciler {
             this.#onOtherLink(e.link, e.action === 'del');
             break;
           }
-          if (e.action === 'del') {
-            this.#opts.onDeviceGone?.(e.link.index);
-            this.trigger(`device ${e.link.name} deleted`);
-          } else {
-            this.#opts.onDeviceChanged?.(e.link);
-          }
+          if (e.action !== 'del') this.#opts.onDeviceChanged?.(e.link);
           break;
         case 'route': {
           // Deleted while wanted: write it back. Replaced by something else, or an unwanted route

@@ -48,6 +48,13 @@ export async function apply(h: NetlinkHandle, ops: readonly Operation[]): Promis
   return failures;
 }
 
+/** The failures of a pass counted by operation and errno, for one log line: `replace neighbour ENODEV ×5000, …`. */
+export function failureCounts(failures: readonly NetlinkError[]): string {
+  const counts = new Map<string, number>();
+  for (const f of failures) counts.set(`${f.op} ${f.errno}`, (counts.get(`${f.op} ${f.errno}`) ?? 0) + 1);
+  return [...counts].map(([k, n]) => `${k} ×${n}`).join(', ');
+}
+
 /** observe → diff → apply. */
 export async function reconcileOnce(h: NetlinkHandle, desired: KernelState, own: Ownership): Promise<PassReport> {
   const observed = await observe(h, own);

@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
+import { CNI_CODE } from '../../src/cni/errors.ts';
 import { runPlugin } from '../../src/cni/plugin.ts';
 import { checkNetworkConfig, parseNetConfig } from '../../src/config/netconf.ts';
 import { ConfigError, PeerDataError } from '../../src/errors.ts';
@@ -92,19 +93,36 @@ test('etcd lease keys and values (peer data): random and mutated text → PeerDa
   fc.assert(fc.property(fc.json(), (v) => onlyPeerErrors(() => decodeLease(LEASE_KEY, v))), RUNS);
 });
 
-test('the CNI plugin answers any environment and stdin with a result or a spec error, never a throw', () => {
+/** Runs the plugin and checks its answer is a result or a classified spec error (never 999, the code of an unexpected throw). */
+function answersWithSpecError(env: Record<string, string>, stdin: string): void {
+  const { stdout, exitCode } = runPlugin(env, stdin);
+  if (exitCode === 0) return;
+  const err = JSON.parse(stdout) as { code: unknown; msg: unknown };
+  assert.equal(typeof err.code, 'number');
+  assert.equal(typeof err.msg, 'string');
+  assert.notEqual(err.code, CNI_CODE.UNKNOWN, `an unexpected failure reached the runtime: ${String(err.msg)}`);
+}
+
+const PLUGIN_CONF = '{"cniVersion":"1.0.0","name":"n","type":"weft","subnetFile":"/nonexistent/weft-fuzz.env","dataDir":"/nonexistent/weft-fuzz","delegate":{"hairpinMode":true}}';
+
+test('the CNI plugin answers any environment and stdin with a result or a classified spec error', () => {
   const verbs = fc.constantFrom('ADD', 'DEL', 'CHECK', 'STATUS', 'GC', 'VERSION', '', 'add', 'FROB');
-  const text = fc.oneof(fc.string(), fc.json(), fc.constant('{"cniVersion":"1.0.0","name":"n","subnetFile":"/nonexistent/weft-fuzz.env","dataDir":"/nonexistent/weft-fuzz"}'));
+  const text = fc.oneof(fc.string(), fc.json(), fc.constant(PLUGIN_CONF));
+  // CNI_PATH names no directory that exists, so no delegate can ever run.
   fc.assert(
-    fc.property(verbs, fc.string(), fc.string(), fc.string(), text, (command, id, ifname, netns, stdin) => {
-      // CNI_PATH names no directory that exists, so no delegate can ever run.
-      const env = { CNI_COMMAND: command, CNI_CONTAINERID: id, CNI_IFNAME: ifname, CNI_NETNS: netns, CNI_PATH: '/nonexistent/weft-fuzz-bin' };
-      const { stdout, exitCode } = runPlugin(env, stdin);
-      if (exitCode === 0) return;
-      const err = JSON.parse(stdout) as { code: unknown; msg: unknown };
-      assert.equal(typeof err.code, 'number');
-      assert.equal(typeof err.msg, 'string');
-    }),
+    fc.property(verbs, fc.string(), fc.string(), fc.string(), text, (command, id, ifname, netns, stdin) =>
+      answersWithSpecError({ CNI_COMMAND: command, CNI_CONTAINERID: id, CNI_IFNAME: ifname, CNI_NETNS: netns, CNI_PATH: '/nonexistent/weft-fuzz-bin' }, stdin)),
+    RUNS,
+  );
+  // A valid environment, so the network config itself is what the fuzzer reaches.
+  const conf = fc.oneof(mutated(PLUGIN_CONF), fc.json(), fc.record({
+    cniVersion: fc.oneof(fc.constantFrom('0.3.1', '1.0.0', '1.1.0'), fc.string()), name: fc.oneof(fc.constant('n'), fc.string()), type: fc.constant('weft'),
+    subnetFile: fc.oneof(fc.constant('/nonexistent/weft-fuzz.env'), fc.string()), dataDir: fc.oneof(fc.constant('/nonexistent/weft-fuzz'), fc.string()),
+    delegate: fc.oneof(fc.object(), fc.string()), ipam: fc.oneof(fc.object(), fc.constant(null)), runtimeConfig: fc.object(),
+  }, { requiredKeys: [] }).map((d) => JSON.stringify(d)));
+  fc.assert(
+    fc.property(fc.constantFrom('ADD', 'DEL', 'CHECK', 'STATUS', 'GC'), conf, (command, stdin) =>
+      answersWithSpecError({ CNI_COMMAND: command, CNI_CONTAINERID: 'c0ffee', CNI_IFNAME: 'eth0', CNI_NETNS: '/nonexistent/netns', CNI_PATH: '/nonexistent/weft-fuzz-bin' }, stdin)),
     RUNS,
   );
 });

@@ -166,6 +166,32 @@ test('DEL without state or netns succeeds; without subnet.env ADD says try again
   }
 });
 
+test('a state file that cannot be read or parsed: DEL still releases the address and the veth', { skip }, async () => {
+  const net = await network();
+  try {
+    await withNetns(['node', 'pod1', 'pod2'], async (node, pod1, pod2) => {
+      const conf = { cniVersion: '1.1.0', name: net.name, type: 'weft', subnetFile: net.subnetFile, dataDir: net.dataDir };
+      for (const [id, pod] of [['garbled', pod1], ['unreadable', pod2]] as const) {
+        const r = await weft(node, { command: 'ADD', containerId: id, ifname: 'eth0', netns: pod.path }, conf);
+        assert.equal(r.code, 0, r.stdout);
+      }
+      assert.equal(allocations(net.store).length, 2);
+      await writeFile(join(net.dataDir, 'garbled'), '{"cniVersion":"1.1.0","na');
+      await rm(join(net.dataDir, 'unreadable'));
+      await mkdir(join(net.dataDir, 'unreadable'));
+      for (const [id, pod] of [['garbled', pod1], ['unreadable', pod2]] as const) {
+        const r = await weft(node, { command: 'DEL', containerId: id, ifname: 'eth0', netns: pod.path }, conf);
+        assert.equal(r.code, 0, `${id}: ${r.stdout}${r.stderr}`);
+      }
+      assert.deepEqual(allocations(net.store), [], 'both addresses released');
+      assert.deepEqual(await veths(node), [], 'both veths removed');
+      assert.deepEqual(stateFiles(net.dataDir), []);
+    });
+  } finally {
+    await net.done();
+  }
+});
+
 test('an ADD the delegate fails leaves no state, address or veth behind', { skip }, async () => {
   const net = await network();
   try {

@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Etcd3 } from 'etcd3';
+import { LeaseConflictError } from '../../src/errors.ts';
 import { formatCIDR, parseCIDR, parseIP } from '../../src/ip/ip.ts';
 import type { LeaseAttrs } from '../../src/lease/lease.ts';
 import { EtcdLeaseSource } from '../../src/lease/etcd/source.ts';
@@ -48,7 +49,7 @@ async function pkiCredentials(etcd: EtcdServer) {
 }
 
 async function source(endpoint: string, extra: Partial<EtcdSourceOptions> = {}): Promise<EtcdLeaseSource> {
-  return EtcdLeaseSource.create({ endpoints: [endpoint], prefix: PREFIX, log: silentLogger, watchSilenceMs: 60_000, ...extra });
+  return EtcdLeaseSource.create({ endpoints: [endpoint], prefix: PREFIX, log: silentLogger, ...extra });
 }
 
 /** Keys under <prefix>/subnets, as etcd holds them. */
@@ -110,6 +111,28 @@ test('acquire: 50 nodes starting together, each with its own client, get 50 dist
       const subnets = new Set(leases.map((l) => formatCIDR(l.subnet!)));
       assert.equal(subnets.size, 50);
       assert.equal((await subnetKeys(admin)).length, 50);
+    } finally {
+      await Promise.all(sources.map((s) => s.close()));
+    }
+  });
+});
+
+test('acquire: a node that loses the race for a subnet sees a LeaseConflictError naming it, and chooses again', async () => {
+  await withEtcd(async (etcd, admin) => {
+    await admin.put(`${PREFIX}/config`).value(CONFIG);
+    const signal = new AbortController().signal;
+    const log = memoryLogger();
+    // The same "random" pick for all three: two of them must lose the first subnet.
+    const sources = await Promise.all([1, 2, 3].map(() => source(etcd.endpoint, { log, random: () => 0 })));
+    try {
+      const leases = await Promise.all(sources.map(async (s, i) => {
+        await s.networkConfig(signal);
+        return s.acquire({ attrs: attrs(i + 1) }, signal);
+      }));
+      assert.equal(new Set(leases.map((l) => formatCIDR(l.subnet!))).size, 3);
+      const conflicts = log.records.filter((r) => r.fields.err instanceof LeaseConflictError).map((r) => (r.fields.err as Error).message);
+      assert.ok(conflicts.length >= 2, `${conflicts.length} conflicts`);
+      assert.ok(conflicts.every((m) => /failed to acquire lease 10\.244\.\d+\.0\/24: taken by another node/.test(m)), conflicts.join('; '));
     } finally {
       await Promise.all(sources.map((s) => s.close()));
     }
@@ -183,7 +206,49 @@ test('watch: snapshot, then added and removed batches; own key filtered; malform
   });
 });
 
-test('the watch starts from acquire\'s listing: no second Range, and a lease written in between is not missed', async () => {
+test('watch: a known peer that publishes garbage keeps its last good lease, through a relist too, until deleted', async () => {
+  await withEtcd(async (etcd, admin) => {
+    await admin.put(`${PREFIX}/config`).value(CONFIG);
+    const key = `${PREFIX}/subnets/10.244.60.0-24`;
+    await admin.put(key).value(value(60));
+    const proxy = await FaultProxy.start(etcd.clientPort);
+    const log = memoryLogger();
+    const s = await source(proxy.endpoint, { log });
+    const ctl = new AbortController();
+    const table = new LeaseTable();
+    try {
+      await s.networkConfig(ctl.signal);
+      const running = s.watch(table, ctl.signal);
+      await until('the snapshot', () => table.size === 1);
+      const good = table.get(key)!;
+      await admin.put(key).value('{"PublicIP": 12');
+      await until('the warning', () => log.records.some((r) => r.level === 'warn' && r.fields.key === key));
+      assert.match(log.records.find((r) => r.level === 'warn' && r.fields.key === key)!.msg, /keeping its last good lease/);
+      assert.equal(table.get(key), good, 'the last good lease is kept');
+
+      // A relist after compaction keeps it as well.
+      proxy.suspend();
+      await admin.put(`${PREFIX}/subnets/10.244.61.0-24`).value(value(61));
+      await admin.kv.compact({ revision: (await admin.get('anything').exec()).header.revision, physical: true });
+      proxy.drop();
+      proxy.resume();
+      await until('the relist', () => table.size === 2);
+      assert.equal(table.get(key), good);
+      assert.equal(log.records.filter((r) => r.level === 'warn' && r.fields.key === key).length, 1, 'one warning per bad value');
+
+      await admin.delete().key(key);
+      await until('the removal once deleted', () => table.get(key) === undefined);
+      ctl.abort();
+      await running;
+    } finally {
+      ctl.abort();
+      await s.close();
+      await proxy.close();
+    }
+  });
+});
+
+test('one listing serves acquire and the watch\'s start, read alongside the configuration; a lease written in between is not missed', async () => {
   await withEtcd(async (etcd, admin) => {
     await admin.put(`${PREFIX}/config`).value(CONFIG);
     await admin.put(`${PREFIX}/subnets/10.244.50.0-24`).value(value(50));
@@ -192,13 +257,13 @@ test('the watch starts from acquire\'s listing: no second Range, and a lease wri
     const ctl = new AbortController();
     const table = new LeaseTable();
     try {
-      await s.networkConfig(ctl.signal);
       const before = await ranges();
+      await s.networkConfig(ctl.signal);
       await s.acquire({ attrs: attrs(1) }, ctl.signal);
       await admin.put(`${PREFIX}/subnets/10.244.51.0-24`).value(value(51));
       const running = s.watch(table, ctl.signal);
       await until('both peers', () => table.synced && table.size === 2);
-      assert.equal(await ranges() - before, 1, 'acquire listed; the watch did not list again');
+      assert.equal(await ranges() - before, 2, 'the configuration and one listing, made while it was read; neither acquire nor the watch listed again');
       ctl.abort();
       await running;
     } finally {
@@ -319,25 +384,35 @@ test('a watch stopped while etcd has not yet answered its creation leaves no wat
   });
 });
 
-test('a silent watch is checked by relisting', async () => {
+test('watch liveness comes from the connection: a quiet watch is never relisted, a stalled one is found by keepalive', async () => {
   await withEtcd(async (etcd, admin) => {
     await admin.put(`${PREFIX}/config`).value(CONFIG);
+    const proxy = await FaultProxy.start(etcd.clientPort);
     const log = memoryLogger();
-    const s = await source(etcd.endpoint, { log, watchSilenceMs: 300 });
+    const s = await source(proxy.endpoint, { log, keepaliveMs: 600 });
     const ctl = new AbortController();
     const table = new LeaseTable();
     try {
       await s.networkConfig(ctl.signal);
       await s.acquire({ attrs: attrs(1) }, ctl.signal);
       const running = s.watch(table, ctl.signal);
-      await until('a relist after silence', () => log.records.some((r) => r.msg.includes('the watch was silent')));
+      await until('the snapshot', () => table.synced);
+      // Quiet for many keepalive periods: no event, no progress notification, and no relist.
+      await new Promise((r) => setTimeout(r, 3000));
+      assert.deepEqual(log.records.filter((r) => r.msg.startsWith('relisting') || r.msg.includes('disconnected')).map((r) => r.msg), []);
+
+      // Stalled: the unanswered ping drops the connection while nothing else would notice.
+      proxy.suspend();
+      await until('the stalled watch to be dropped', () => log.records.some((r) => r.msg === 'etcd watch disconnected; reconnecting'), 5000);
       await admin.put(`${PREFIX}/subnets/10.244.30.0-24`).value(value(30));
-      await until('a lease after the relist', () => table.size === 1);
+      proxy.resume();
+      await until('the lease written meanwhile', () => table.size === 1);
       ctl.abort();
       await running;
     } finally {
       ctl.abort();
       await s.close();
+      await proxy.close();
     }
   });
 });
@@ -371,6 +446,34 @@ test('own lease: deleted by hand → re-acquired (same subnet, said loudly); ren
     } finally {
       ctl.abort();
       await s.close();
+    }
+  });
+});
+
+test('a lease write that lands but whose answer is lost is read back: our key is kept, never revoked blindly', async () => {
+  await withEtcd(async (etcd, admin) => {
+    await admin.put(`${PREFIX}/config`).value(CONFIG);
+    const proxy = await FaultProxy.start(etcd.clientPort);
+    const log = memoryLogger();
+    const s = await source(proxy.endpoint, { log, callTimeoutMs: 500 });
+    const ctl = new AbortController();
+    const deletes: string[] = [];
+    const watcher = await admin.watch().prefix(`${PREFIX}/subnets`).create();
+    watcher.on('delete', (kv) => deletes.push(kv.key.toString()));
+    try {
+      await s.networkConfig(ctl.signal);
+      // acquire lists, is granted an etcd lease, then writes: that write reaches etcd and its
+      // answer is lost with its connection (the client retries on a new one).
+      proxy.afterAnswers(2, () => proxy.holdReplies());
+      const own = await s.acquire({ attrs: attrs(1) }, ctl.signal);
+      assert.equal(await admin.get(own.peer).string(), value(1));
+      assert.deepEqual(deletes, [], 'our key was never deleted');
+      assert.equal(log.records.filter((r) => r.msg === 'acquired lease').length, 1);
+    } finally {
+      ctl.abort();
+      await watcher.cancel();
+      await s.close();
+      await proxy.close();
     }
   });
 });

@@ -199,7 +199,7 @@ test('dual stack: own lease and annotations of both families; remote dual-stack 
   });
 });
 
-test('watch: own and unmanaged Nodes left out, podCIDR change is one update, delete removes, a bad Node warns once', async () => {
+test('watch: own and unmanaged Nodes left out, podCIDR change is one update, delete removes, a known Node turned bad keeps its last good lease and warns once', async () => {
   await withApi(async ({ api, source }) => {
     api.addNode({ metadata: { name: 'node-1' }, spec: { podCIDR: '10.244.1.0/24' } });
     api.addNode(peerNode(2));
@@ -233,11 +233,22 @@ test('watch: own and unmanaged Nodes left out, podCIDR change is one update, del
           ((n.metadata as Obj).labels as Record<string, string>).i = String(i);
         });
       }
-      await until('node-2 skipped', () => w.table.size === 0);
+      await until('the warning about node-2', () => log.records.some((r) => r.level === 'warn' && r.fields.node === 'node-2'));
       await sleep(100);
       const warnings = log.records.filter((r) => r.level === 'warn' && r.fields.node === 'node-2');
       assert.equal(warnings.length, 1);
+      assert.match(warnings[0]!.msg, /keeping its last good lease/);
       assert.match(String((warnings[0]!.fields.err as Error).message), /node-2.*public-ip/);
+      assert.deepEqual(subnets(w.table), ['node-2=10.244.22.0/24'], 'the last good lease of node-2 is kept');
+      // A relist (410 Gone) keeps it too; a new Node that is bad from the start is skipped.
+      api.addNode(peerNode(4, { [`${P}/public-ip`]: 'garbage' }));
+      api.compact();
+      api.breakWatches();
+      await until('the relist', () => log.records.some((r) => /relisting Nodes: .*410/.test(r.msg)));
+      await sleep(100);
+      assert.deepEqual(subnets(w.table), ['node-2=10.244.22.0/24']);
+      api.deleteNode('node-2');
+      await until('node-2 removed once deleted', () => w.table.size === 0);
       assert.equal(w.table.get('node-1'), undefined);
       assert.equal(w.table.get('plain'), undefined);
     } finally {
@@ -270,6 +281,13 @@ test('watch: broken watch, 410 Gone and a silent watch all end with the table eq
       api.compact();
       await until('a relist after 410', () => subnets(w.table).join() === expect([4, 5, 6, 7, 8]).join());
       assert.ok(log.records.some((r) => /relisting Nodes: .*410/.test(r.msg)), 'relisted on 410');
+      // The apiserver's load: the first list may be served from its cache (resourceVersion=0);
+      // a relist asks for no older than what was seen (the cache again), never a quorum read.
+      const lists = api.requests.filter((q) => q.verb === 'list').map((q) => new URL(q.path, api.url).searchParams);
+      assert.equal(lists.length, 2);
+      assert.equal(lists[0]!.get('resourceVersion'), '0');
+      assert.equal(lists[1]!.get('resourceVersionMatch'), 'NotOlderThan');
+      assert.ok(Number(lists[1]!.get('resourceVersion')) > 0, 'no older than the resourceVersion last seen');
 
       await until('a watch', () => api.watchCount === 1);
       api.silenceWatches();
@@ -277,6 +295,29 @@ test('watch: broken watch, 410 Gone and a silent watch all end with the table eq
       api.deleteNode('node-4');
       await until('the silent watch replaced', () => subnets(w.table).join() === expect([5, 6, 7, 8, 9]).join());
       assert.ok(log.records.some((r) => /silent/.test(r.msg)), 'the silence was noticed');
+    } finally {
+      await w.stop();
+    }
+  });
+});
+
+test('an API server that refuses every list and watch is retried within 2 s each time (jittered), and the watch resumes when it is back', async () => {
+  await withApi(async ({ api, source }) => {
+    api.addNode(peerNode(2));
+    const waits: number[] = [];
+    const s = await source('flannel', { delay: (ms, signal) => (waits.push(ms), sleep(ms / 20, signal)) });
+    await s.networkConfig(AbortSignal.timeout(10_000));
+    api.beforeServe = ({ verb }) => {
+      if (verb === 'list' || verb === 'watch') throw new ApiError(503, 'ServiceUnavailable', 'the API server is down');
+    };
+    const w = watchInto(s);
+    try {
+      await until('ten refused attempts', () => waits.length >= 10);
+      api.beforeServe = undefined;
+      await until('the list once it is back', () => w.table.size === 1);
+      const retries = waits.slice(0, 10);
+      assert.ok(retries.every((ms) => ms >= 0 && ms < 2000), `waits between attempts: ${retries.join(', ')}`);
+      assert.ok(new Set(retries).size > 1, 'jittered');
     } finally {
       await w.stop();
     }
@@ -335,7 +376,8 @@ test('complete: a failing condition patch is retried with backoff; a forbidden o
     const log = memoryLogger();
     await (await source('flannel', { log, delay })).complete(signal);
     assert.equal(condition()?.status, 'False', 'set after three failures');
-    assert.deepEqual(waits.map((ms) => Math.round(ms / 1000)), [1, 2, 4], 'backoff doubles from 1 s');
+    assert.equal(waits.length, 3);
+    assert.ok(waits.every((ms, i) => ms >= 0 && ms < 1000 * 2 ** i), `jittered waits under caps doubling from 1 s: ${waits.join(', ')}`);
     assert.ok(!log.records.some((r) => r.level === 'error'));
 
     api.modifyNode('node-1', (n) => void ((n.status as Obj).conditions = []));

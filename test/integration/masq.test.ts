@@ -252,10 +252,7 @@ for (const driver of DRIVERS) {
           await node!.exec('iptables', '-t', 'nat', '-D', 'FLANNEL-POSTRTG', '3');
           assert.equal((await flannelLines(node!)).length, FLANNELD_NAT.length + FLANNELD_FILTER.length + 1);
         } else {
-          const listing = await node!.exec('nft', '-a', 'list', 'chain', 'inet', 'weft', 'postrouting');
-          const handle = /ip saddr 10\.244\.0\.0\/16 ip daddr 10\.244\.1\.0\/24 return # handle (\d+)/.exec(listing)?.[1];
-          assert.ok(handle, listing);
-          await node!.exec('nft', 'delete', 'rule', 'inet', 'weft', 'postrouting', 'handle', handle);
+          await deleteNftRule(node!);
         }
         for (let i = 0; i < 30 && !records.records.some((r) => r.msg === 'traffic rules drifted; restored'); i++) await sleep(100);
         const warn = records.records.find((r) => r.msg === 'traffic rules drifted; restored');

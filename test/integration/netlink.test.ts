@@ -439,6 +439,70 @@ test('monitor: a receive overrun is its own event, and monitoring goes on after 
   });
 });
 
+/** Multicasts one RTM_NEWLINK datagram of argv[1] bytes to the link group, as root may. */
+const BIG_NOTIFICATION = `
+import socket, struct, sys
+n = int(sys.argv[1])
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+s.bind((0, 0))
+s.sendto(struct.pack('=LHHLL', n, 16, 0, 1, 0) + bytes(n - 16), (0, 1))
+`;
+
+test('monitor: a datagram larger than the receive buffer (MSG_TRUNC) is reported as an overrun', { skip: needsRoot }, async () => {
+  await withHandle(['trunc'], async (h, ns) => {
+    const c = collector();
+    const mon = await h.monitor(['link'], c.listener, { rcvbuf: 1 << 20 });
+    try {
+      await ns!.execSync('python3', '-c', BIG_NOTIFICATION, '100000');
+      await c.waitFor((e) => e.kind === 'overrun', 'overrun');
+      await ns!.ip('link', 'add', 'brt', 'type', 'bridge');
+      await c.waitFor((e) => e.kind === 'link' && e.link.name === 'brt', 'link after the truncated datagram');
+    } finally {
+      mon.stop();
+    }
+  });
+});
+
+test('monitor: a second monitor() on a handle is refused, the first keeps its events', { skip: needsRoot }, async () => {
+  await withHandle(['mon2'], async (h, ns) => {
+    const first = collector();
+    const second = collector();
+    const a = h.monitor(['link'], first.listener);
+    const b = h.monitor(['link'], second.listener).then(() => 'subscribed', (e: Error) => e.message);
+    const mon = await a;
+    try {
+      assert.match(await b, /already monitoring/);
+      await ns!.ip('link', 'add', 'brm', 'type', 'bridge');
+      await first.waitFor((e) => e.kind === 'link' && e.link.name === 'brm', 'link new on the first monitor');
+      assert.deepEqual(second.events, []);
+    } finally {
+      mon.stop();
+    }
+  });
+});
+
+test('close() does not wait for the work in flight on the JS thread; that work still settles', { skip: needsRoot }, async () => {
+  await withNetns(['close'], async (ns) => {
+    await underlay(ns!);
+    const h = NetlinkHandle.open(ns!.path);
+    const eth0 = await h.linkByName('eth0');
+    const ops = Array.from({ length: 20_000 }, (_, i) => ({
+      op: 'routeReplace' as const,
+      route: { dst: `10.${100 + (i >> 8)}.${i & 255}.0/24`, gateway: '198.51.100.3', linkIndex: eth0.index, protocol: WEFT_PROTO },
+    }));
+    // Twenty batches of 1,000, each handed to the addon at once (batch() submits its first slice
+    // before it returns), all queued on the worker when close() is called.
+    const pending = Array.from({ length: 20 }, (_, i) => h.batch(ops.slice(i * 1000, (i + 1) * 1000)));
+    h.close();
+    // Read while the batches run: a close() that joined the worker would have waited for all.
+    const during = ns!.execSync('ip', 'route', 'show', 'proto', String(WEFT_PROTO)).split('\n').filter(Boolean).length;
+    assert.ok(during < ops.length, `close() returned after ${during} of ${ops.length} routes were written`);
+    const results = (await Promise.all(pending)).flat();
+    assert.equal(results.length, ops.length);
+    assert.ok(results.every((r) => r === null));
+  });
+});
+
 test('no leak over 100,000 operations: RSS stays flat', { skip: needsRoot }, async () => {
   await withHandle(['leak'], async (h) => {
     const vx = await vxlan(h);
@@ -477,4 +541,28 @@ test('a process exits with handles never closed, and handles dropped with work p
   // Before the fix the finalizer released the thread-safe function under its own lock: exit hung.
   const { stdout } = await promisify(execFile)(process.execPath, ['--expose-gc', '--input-type=module', '-e', script], { timeout: 20_000 });
   assert.equal(stdout.trim(), '100');
+});
+
+test('worker threads terminated with netlink work in flight leave the process running', async () => {
+  const { execFile } = await import('node:child_process');
+  const { promisify } = await import('node:util');
+  const handleUrl = new URL('../../src/netlink/handle.ts', import.meta.url).href;
+  const worker = `
+    import { NetlinkHandle } from ${JSON.stringify(handleUrl)};
+    import { parentPort } from 'node:worker_threads';
+    const h = NetlinkHandle.open();
+    for (let k = 0; k < 50; k++) h.linkList();
+    parentPort.postMessage('busy');`;
+  const script = `
+    import { Worker } from 'node:worker_threads';
+    for (let i = 0; i < 20; i++) {
+      const w = new Worker(${JSON.stringify(worker)}, { eval: true, type: 'module' });
+      await new Promise((r) => w.once('message', r));
+      await w.terminate();
+    }
+    console.log('alive');`;
+  // Before, completions still queued for a terminating thread settled their promises through
+  // node-addon-api, which cannot run JS there and aborted the whole process.
+  const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script], { timeout: 60_000 });
+  assert.equal(stdout.trim(), 'alive');
 });

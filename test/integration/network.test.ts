@@ -77,7 +77,8 @@ async function reaches(from: Node, src: string, dst: string): Promise<boolean> {
 
 test('vxlan, three nodes, dual stack: weftd\'s data plane carries pod traffic, repairs a deleted device, removes what leaves', { skip: needsRoot }, async () => {
   await cluster(3, DUAL_VXLAN, async (nodes) => {
-    const runs = nodes.map((x) => run(x, nodes.filter((o) => o !== x).map((o) => o.lease)));
+    const log = memoryLogger();
+    const runs = nodes.map((x, i) => run(x, nodes.filter((o) => o !== x).map((o) => o.lease), i === 0 ? log : memoryLogger()));
     try {
       await Promise.all(runs.map((r) => r.network.start(r.ctl.signal)));
       const [a, b, c] = nodes as [Node, Node, Node];
@@ -93,10 +94,20 @@ test('vxlan, three nodes, dual stack: weftd\'s data plane carries pod traffic, r
       await until('flannel.1 recreated with its entries', async () => /10\.244\.3\.0\/24 via 10\.244\.3\.0 dev flannel\.1/.test(await a.ns.ip('route')));
       assert.equal((await a.h.linkByName('flannel.1')).mac, mac);
       await until('traffic after the repair', () => reaches(a, '10.244.1.1', '10.244.3.1'));
+      await runs[0]!.network.idle();
+      const failed = log.records.filter((r) => r.level === 'error' || /refused/.test(r.msg)).map((r) => r.msg);
+      assert.deepEqual(failed, [], 'no pass ran with the deleted device\'s index');
 
       // Its MAC rewritten (as udev's MACAddressPolicy=persistent does): set back.
       await a.ns.ip('link', 'set', 'flannel.1', 'address', '02:11:22:33:44:55');
       await until('the VTEP MAC restored', async () => (await a.h.linkByName('flannel.1')).mac === mac);
+
+      // A known peer publishing data no plan can use (a VTEP MAC that is no MAC) keeps its last
+      // good entries, with a warning; once deleted, they go.
+      runs[0]!.table.apply([{ ...c.lease, attrs: { ...c.lease.attrs, backendData: { VNI: 1, VtepMAC: 'zz' } } }]);
+      await runs[0]!.network.idle();
+      assert.match(await a.ns.ip('route'), /10\.244\.3\.0\/24 via 10\.244\.3\.0 dev flannel\.1/);
+      assert.ok(log.records.some((r) => r.level === 'warn' && /VtepMAC.*keeping its last good entries/.test(r.msg)));
 
       // A node leaves: its entries go at once.
       runs[0]!.table.apply([], ['node-3']);

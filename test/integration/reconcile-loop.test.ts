@@ -25,7 +25,7 @@ test('the loop repairs hand-deleted routes, neighbours and FDB entries from kern
     await vxlanNode(ns!, '198.51.100.1/24');
     const h = NetlinkHandle.open(ns!.path);
     const passes: PassInfo[] = [];
-    const gone: number[] = [];
+    const gone: string[] = [];
     try {
       const vx = (await h.linkByName('flannel.1')).index;
       const desired = new DesiredState();
@@ -36,7 +36,7 @@ test('the loop repairs hand-deleted routes, neighbours and FDB entries from kern
         ownership: () => ({ protocol: WEFT_RTPROT, devices: [vx] }),
         resyncPeriodMs: 3_600_000,
         onPass: (p) => passes.push(p),
-        onDeviceGone: (i) => gone.push(i),
+        onDeviceGone: (why) => gone.push(why),
       });
       await loop.start();
       try {
@@ -94,7 +94,7 @@ test('the loop repairs hand-deleted routes, neighbours and FDB entries from kern
         assert.match(await routes(), /10\.244\.3\.0\/24/, 'other owners untouched');
 
         await ns!.ip('link', 'del', 'flannel.1');
-        await until('device loss reported', async () => gone.includes(vx), REPAIR_MS);
+        await until('device loss reported', async () => gone.length > 0, REPAIR_MS);
       } finally {
         loop.stop();
       }

@@ -135,6 +135,13 @@ export class Cluster {
 
   /** One more node: a namespace on the underlay (and a Node object in kube mode) and its weftd. */
   async #addNode(): Promise<ClusterNode> {
+    const node = await this.#prepareNode();
+    node.daemon = this.#weftd(node);
+    return node;
+  }
+
+  /** A node's namespace on the underlay, directory (and Node object in kube mode); no weftd yet. */
+  async #prepareNode(): Promise<ClusterNode> {
     const index = this.nodes.length + 1;
     const name = `node-${index}`;
     const ns = await this.#netns(`n${index}`);
@@ -147,9 +154,19 @@ export class Cluster {
       this.#forwarders.push(await forwardIntoNetns(ns, API_PORT, this.api.socketPath));
     }
     const node: ClusterNode = { name, ns, address: `198.51.100.${index}`, dir, daemon: undefined as unknown as Daemon };
-    node.daemon = this.#weftd(node);
     this.nodes.push(node);
     return node;
+  }
+
+  /**
+   * Adds `k` nodes whose weftds all start in the same instant (a rollout, a power cut ending);
+   * returns without waiting for them: see {@link waitReady}.
+   */
+  async addNodes(k: number): Promise<ClusterNode[]> {
+    const nodes: ClusterNode[] = [];
+    for (let i = 0; i < k; i++) nodes.push(await this.#prepareNode());
+    for (const node of nodes) node.daemon = this.#weftd(node);
+    return nodes;
   }
 
   /** Adds a node to the running cluster and waits until its weftd is ready. */

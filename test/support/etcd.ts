@@ -126,6 +126,8 @@ export class EtcdServer {
       '--listen-metrics-urls', `http://127.0.0.1:${this.metricsPort}`,
       ...(this.pki ? ['--cert-file', this.pki.serverCertFile, '--key-file', this.pki.serverKeyFile,
         '--trusted-ca-file', this.pki.caFile, '--client-cert-auth'] : []),
+      // Lets a client ping as often as every 500 ms (keepalive tests); the default is 5 s.
+      '--grpc-keepalive-min-time', '500ms',
       '--log-level', 'error',
     ], { stdio: ['ignore', 'ignore', 'pipe'], cwd: join(this.dataDir, '..') });
     this.#proc = proc;

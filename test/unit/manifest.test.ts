@@ -157,8 +157,8 @@ test("weftd's memory: a request and a limit above it (sized from bench-footprint
   const r = (weftd as { resources?: { requests?: Record<string, string>; limits?: Record<string, string> } }).resources;
   const request = mib(r?.requests?.memory);
   const limit = mib(r?.limits?.memory);
-  // 5,000 Nodes peaked at ~125 MB: the request covers it, the limit leaves room above it.
-  assert.ok(request >= 120, `request ${request}Mi covers the measured peak`);
+  // 5,000 Nodes peaked at ~105 MB: the request covers it, the limit leaves room above it.
+  assert.ok(request >= 110, `request ${request}Mi covers the measured peak`);
   assert.ok(limit >= 1.5 * request, `limit ${limit}Mi leaves headroom over the request`);
 });
 

@@ -16,10 +16,13 @@
  *
  * Watch: snapshot, then watch from its revision + 1. Each watch response becomes one LeaseTable
  * batch (events of one key collapsed to the last). The client library reconnects a broken stream
- * by itself from the last revision seen (backoff 100 ms → 5 s here); a cancelled watch (the
- * revision it needs was compacted, #2470) or one silent for longer than `watchSilenceMs` (a
- * half-dead connection) ends in a relist, diffed by the table against what it holds, and a new
- * watch from the relist's revision. One TimeToLive per key on every list, as flanneld does
+ * by itself from the last revision seen (backoff 100 ms → 5 s here, jittered); a cancelled watch
+ * (the revision it needs was compacted, #2470) ends in a relist, diffed by the table against what
+ * it holds, and a new watch from the relist's revision. A half-dead connection is found by gRPC
+ * keepalive (a ping every `keepaliveMs`, the connection dropped when one goes unanswered), which
+ * breaks the stream and so reconnects the watch. Silence proves nothing: etcd sends progress
+ * notifications only every 10 minutes, so a silence timer made every node of a quiet cluster
+ * relist all of /subnets over and over. One TimeToLive per key on every list, as flanneld does
  * (gap 5), is not needed: remote expiry arrives as a DELETE.
  */
 import { readFile } from 'node:fs/promises';
@@ -27,7 +30,7 @@ import { Etcd3 } from 'etcd3';
 import type { IOptions, IRangeResponse, IWatchResponse, Watcher } from 'etcd3';
 import { checkNetworkConfig, parseNetConfig } from '../../config/netconf.ts';
 import type { NetConfig } from '../../config/netconf.ts';
-import { ConfigError, DatastoreUnavailableError, PeerDataError, WeftError } from '../../errors.ts';
+import { ConfigError, DatastoreUnavailableError, LeaseConflictError, PeerDataError, WeftError } from '../../errors.ts';
 import { equalCIDR, formatCIDR, overlaps } from '../../ip/ip.ts';
 import type { Logger } from '../../log.ts';
 import { Backoff, sleep } from '../../retry.ts';
@@ -60,8 +63,12 @@ export interface EtcdSourceOptions {
   renewMarginMs?: number;
   /** Retry period of a failed renewal; default 60 s. */
   renewRetryMs?: number;
-  /** A watch with no response (not even a progress notification) this long is relisted; default 5 min. */
-  watchSilenceMs?: number;
+  /**
+   * gRPC keepalive: a ping this often while calls or watches are open; a ping not answered within
+   * half of it drops the connection (watches reconnect and resume). Default 10 s; etcd refuses
+   * pings more often than its --grpc-keepalive-min-time (5 s by default).
+   */
+  keepaliveMs?: number;
   /** Deadline of every unary etcd call; default 10 s. */
   callTimeoutMs?: number;
   /** Uniform in [0, 1) for the random subnet pick. */
@@ -75,14 +82,20 @@ interface OwnLease {
   etcdLeaseId: string;
 }
 
-/** What the etcd3 watch manager expects of a backoff (cockatiel's IBackoff shape). */
+/**
+ * What the etcd3 watch manager expects of a backoff (cockatiel's IBackoff shape): the cap
+ * doubles 100 ms → 5 s, and each reconnection waits a random part of it (full jitter), so the
+ * watches of every node do not reconnect in lockstep after an outage.
+ */
 class WatchBackoff {
   readonly duration: number;
-  constructor(ms: number) {
-    this.duration = ms;
+  readonly #capMs: number;
+  constructor(capMs: number) {
+    this.#capMs = capMs;
+    this.duration = Math.floor(Math.random() * capMs);
   }
   next(): WatchBackoff {
-    return new WatchBackoff(Math.min(this.duration === 0 ? 100 : this.duration * 2, 5000));
+    return new WatchBackoff(Math.min(this.#capMs === 0 ? 100 : this.#capMs * 2, 5000));
   }
 }
 
@@ -113,7 +126,7 @@ export async function clientOptions(o: EtcdSourceOptions): Promise<IOptions> {
     dialTimeout: o.callTimeoutMs ?? 10_000,
     defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + (o.callTimeoutMs ?? 10_000) }),
     // Detects a connection that silently stopped carrying data (the watch would never notice).
-    grpcOptions: { 'grpc.keepalive_time_ms': 10_000, 'grpc.keepalive_timeout_ms': 5_000 },
+    grpcOptions: { 'grpc.keepalive_time_ms': o.keepaliveMs ?? 10_000, 'grpc.keepalive_timeout_ms': Math.ceil((o.keepaliveMs ?? 10_000) / 2) },
     faultHandling: { watchBackoff: new WatchBackoff(0) as never },
   };
   if (o.caFile || o.keyFile) {
@@ -143,6 +156,8 @@ export class EtcdLeaseSource implements LeaseSource {
   /** When our key's etcd lease runs out unless renewed. */
   #expires: Date | undefined;
   #closed = new AbortController();
+  /** The listing networkConfig() started, until acquire() takes it. */
+  #prefetched: Promise<IRangeResponse> | undefined;
   /** acquire()'s listing, until the watch's first relist takes it. */
   #listing: IRangeResponse | undefined;
   #watchStarted = false;
@@ -166,6 +181,10 @@ export class EtcdLeaseSource implements LeaseSource {
     const key = configKey(this.#o.prefix);
     const backoff = new Backoff(500, 5000);
     let waiting = false;
+    // acquire() needs every lease: list them while the configuration is read and the interface
+    // and device are set up, rather than after. Stale by then? The guarded write catches that.
+    const prefetch = this.#list();
+    prefetch.catch(() => {});
     for (;;) {
       let text: string | null = null;
       try {
@@ -179,6 +198,8 @@ export class EtcdLeaseSource implements LeaseSource {
           throw new ConfigError('EnableIPv4', `the etcd registry has no key form for IPv6-only leases (${key}); enable IPv4 or use --kube-subnet-mgr`);
         }
         this.#config = cfg;
+        // A listing from before a wait for the configuration is too old to choose from.
+        if (!waiting) this.#prefetched = prefetch;
         this.#log.info('read the network configuration', { key, network: cfg.network && formatCIDR(cfg.network), ipv6Network: cfg.ipv6Network && formatCIDR(cfg.ipv6Network), backend: cfg.backend.type });
         return cfg;
       }
@@ -199,10 +220,14 @@ export class EtcdLeaseSource implements LeaseSource {
       try {
         const lease = await this.#acquireOnce(cfg, req, signal);
         if (lease) return lease;
-        // Lost a race to another node: decide again on a fresh listing, after a short random
-        // pause so that nodes colliding once do not collide again in lockstep.
-        await sleep(Math.floor((this.#o.random ?? Math.random)() * 50), signal);
       } catch (e) {
+        if (e instanceof LeaseConflictError) {
+          // Lost a race to another node: decide again on a fresh listing, after a short random
+          // pause so that nodes colliding once do not collide again in lockstep.
+          this.#log.info('another node took the subnet first; choosing again', { err: e });
+          await sleep(Math.floor((this.#o.random ?? Math.random)() * 50), signal);
+          continue;
+        }
         if (!(e instanceof DatastoreUnavailableError)) throw e;
         this.#log.warn('etcd unavailable while acquiring a lease; retrying', { err: e });
         await sleep(backoff.next(), signal);
@@ -210,7 +235,10 @@ export class EtcdLeaseSource implements LeaseSource {
     }
   }
 
-  /** One listing and one guarded write; undefined when the guard failed. */
+  /**
+   * One listing and one guarded write: LeaseConflictError when another node moved first;
+   * undefined after deleting our old lease that no longer fits (decide again).
+   */
   async #acquireOnce(cfg: NetConfig, req: AcquireRequest, signal: AbortSignal): Promise<Lease | undefined> {
     const entries = await this.#listEntries();
     const choice = chooseLease({ config: cfg, entries, publicIP: req.attrs.publicIP, previous: req.previous, random: this.#o.random });
@@ -229,10 +257,7 @@ export class EtcdLeaseSource implements LeaseSource {
         const lease: Lease = { peer: key, subnet: subnets.subnet, attrs: req.attrs };
         if (subnets.ipv6Subnet) lease.ipv6Subnet = subnets.ipv6Subnet;
         const written = await this.#write(key, encodeLeaseValue(req.attrs), choice.kind === 'reuse' ? { mod: choice.entry.modRevision } : { absent: true });
-        if (!written) {
-          this.#log.info('another node took the subnet first; choosing again', { key });
-          return undefined;
-        }
+        if (!written) throw new LeaseConflictError(formatCIDR(subnets.subnet));
         signal.throwIfAborted();
         this.#adopt(lease, encodeLeaseValue(req.attrs), written);
         this.#log.info('acquired lease', { key, subnet: formatCIDR(subnets.subnet), ipv6Subnet: subnets.ipv6Subnet && formatCIDR(subnets.ipv6Subnet), reason: choice.reason });
@@ -242,7 +267,9 @@ export class EtcdLeaseSource implements LeaseSource {
   }
 
   async #listEntries(): Promise<RegistryEntry[]> {
-    const res = await this.#list();
+    const prefetched = this.#prefetched;
+    this.#prefetched = undefined;
+    const res = (await prefetched?.catch(() => undefined)) ?? (await this.#list());
     // The watch, when it has not started yet, starts from this listing rather than asking etcd
     // for the same again.
     if (!this.#watchStarted) this.#listing = res;
@@ -274,18 +301,35 @@ export class EtcdLeaseSource implements LeaseSource {
     const cond = 'absent' in guard
       ? this.#client.if(key, 'Version', '==', 0)
       : 'mod' in guard ? this.#client.if(key, 'Mod', '==', guard.mod) : this.#client.if(key, 'Value', '==', guard.value);
-    let ok: boolean;
+    // Ambiguous outcomes: a deadline or a broken connection says nothing of whether the write
+    // landed, and a failed guard may be the client library's retry meeting our own landed write.
+    // Revoking the new etcd lease blindly would delete our key with it; read the key back first.
+    let ok = false;
+    let failure: unknown;
     try {
       ok = (await cond.then(this.#client.put(key).value(value).lease(id)).commit()).succeeded;
     } catch (e) {
-      await this.#revoke(id);
-      throw unavailable(`write lease ${key}`, e);
+      failure = e;
     }
-    if (!ok) {
-      await this.#revoke(id);
+    if (ok) return id;
+    const landed = await this.#landed(key, id);
+    if (landed) return id;
+    if (landed === false) await this.#revoke(id);
+    if (failure !== undefined) throw unavailable(`write lease ${key}`, failure);
+    return undefined;
+  }
+
+  /**
+   * Whether `key` is attached to etcd lease `id`: true, false, or undefined when etcd cannot say
+   * (then the unused etcd lease, if any, is left to expire by its TTL rather than risk our key).
+   */
+  async #landed(key: string, id: string): Promise<boolean | undefined> {
+    try {
+      const res = await this.#client.get(key).exec();
+      return res.kvs[0]?.lease === id;
+    } catch {
       return undefined;
     }
-    return id;
   }
 
   async #guardedDelete(entry: RegistryEntry): Promise<void> {
@@ -428,7 +472,7 @@ export class EtcdLeaseSource implements LeaseSource {
         ownSeen = true;
         continue;
       }
-      const lease = this.#decode(key, kv.value.toString());
+      const lease = this.#decode(key, kv.value.toString(), table.get(key));
       if (lease) leases.push(lease);
     }
     const batch = table.replaceAll(leases);
@@ -437,8 +481,12 @@ export class EtcdLeaseSource implements LeaseSource {
     return BigInt(res.header.revision);
   }
 
-  /** A remote lease, or undefined (with one warning per bad value) when it cannot be used. */
-  #decode(key: string, value: string): Lease | undefined {
+  /**
+   * A remote lease; when the value cannot be used (one warning per bad value), `last`: a peer
+   * that was valid keeps its last good lease until it is valid again or deleted, so garbage from
+   * it never removes its routes.
+   */
+  #decode(key: string, value: string, last: Lease | undefined): Lease | undefined {
     try {
       const lease = decodeLease(key, value);
       const own = this.#own?.lease;
@@ -451,9 +499,9 @@ export class EtcdLeaseSource implements LeaseSource {
       if (!(e instanceof PeerDataError)) throw e;
       if (this.#warned.get(key)?.value !== value) {
         this.#warned.set(key, { value, reason: e.message });
-        this.#log.warn('skipping lease', { key, err: e });
+        this.#log.warn(last ? 'ignoring an unusable update of a peer, keeping its last good lease' : 'skipping lease', { key, err: e });
       }
-      return undefined;
+      return last;
     }
   }
 
@@ -462,25 +510,18 @@ export class EtcdLeaseSource implements LeaseSource {
    * undefined). Each response is applied to `table` as one batch.
    */
   async #watchFrom(table: LeaseTable, revision: bigint, signal: AbortSignal): Promise<string | undefined> {
-    const silenceMs = this.#o.watchSilenceMs ?? 5 * 60_000;
     let watcher: Watcher | undefined;
     let cancelled = false;
     let finished = false;
-    let silence: NodeJS.Timeout | undefined;
     try {
       return await new Promise<string | undefined>((resolve, reject) => {
-        const arm = () => {
-          clearTimeout(silence);
-          silence = setTimeout(() => resolve(`the watch was silent for ${silenceMs} ms`), silenceMs);
-        };
         if (signal.aborted) {
           resolve(undefined);
           return;
         }
         signal.addEventListener('abort', () => resolve(undefined), { once: true });
-        arm();
         this.#client.watch().prefix(subnetsPrefix(this.#o.prefix)).startRevision(revision.toString()).create().then((w) => {
-          // Created after this watch ended (stopped, or silent while etcd was slow to answer):
+          // Created after this watch ended (stopped while etcd was slow to answer):
           // nobody cancels it below, and etcd3 would keep it, reconnecting, past close().
           if (finished) {
             w.cancel().catch(() => {});
@@ -489,7 +530,6 @@ export class EtcdLeaseSource implements LeaseSource {
           watcher = w;
           let disconnected = false;
           w.on('data', (res: IWatchResponse) => {
-            arm();
             try {
               this.#onWatchResponse(table, res);
             } catch (e) {
@@ -512,7 +552,6 @@ export class EtcdLeaseSource implements LeaseSource {
       });
     } finally {
       finished = true;
-      clearTimeout(silence);
       // etcd already dropped a cancelled watch; on a dead connection the cancel would wait forever.
       if (watcher && !cancelled) await Promise.race([watcher.cancel().catch(() => {}), sleep(1000)]);
     }
@@ -536,9 +575,8 @@ export class EtcdLeaseSource implements LeaseSource {
         this.#warned.delete(key);
         continue;
       }
-      const lease = this.#decode(key, value);
+      const lease = this.#decode(key, value, table.get(key));
       if (lease) upserts.push(lease);
-      else removals.push(key);
     }
     table.apply(upserts, removals);
   }

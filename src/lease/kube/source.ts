@@ -12,8 +12,12 @@
  *
  * Watch: one list (250 Nodes a page, read as plain JSON with client-node's credentials, see
  * #listPage) replaces the LeaseTable, then one watch from the list's resourceVersion with
- * bookmarks. Watch events go into a per-Node map and are applied to the table as one batch
- * per tick, so a burst of changes to one Node costs one update and nothing can block the watch
+ * bookmarks. Lists go easy on the API server, as client-go's reflector does: the first asks for
+ * resourceVersion=0 (any version, served from the apiserver's watch cache), a relist for no
+ * older than the resourceVersion last seen (the cache again); only when that is refused (410) is
+ * a consistent list read from etcd: every node relisting after an outage must not be a quorum
+ * read of every Node. Watch events go into a per-Node map and are applied to the table as one
+ * batch per tick, so a burst of changes to one Node costs one update and nothing can block the watch
  * callback — flanneld's fixed-depth event channel hung kube-subnet-mgr near 5k nodes
  * (flannel-io/flannel#719, #2251). Unlike flanneld, a pod CIDR change is an update (flanneld only
  * compares annotations). A watch that ends is resumed from the last resourceVersion seen
@@ -21,9 +25,11 @@
  * connection can stay open for ever, and client-node's only guard is an idle timer private to
  * its Watch class (30 s in 2.0) that a future release may change. 410 Gone, as an ERROR event
  * or an HTTP status, ends in a relist, which the table diffs against what it holds, so nothing
- * is lost and nothing is repeated. Failures back off
- * 1 s → 30 s (the client-node informer's schedule); 401 and 403 are not retried: they need an
- * operator, and the error names the verb and resource RBAC must allow.
+ * is lost and nothing is repeated. A failing watch is retried 500 ms → 2 s with full jitter
+ * (client-node's informer waits up to 30 s, so a node could miss every change for half a
+ * minute after the API server came back; the jitter spreads the retries of many nodes, and a
+ * refused watch is cheap); other calls back off 1 s → 30 s. 401 and 403 are not retried: they
+ * need an operator, and the error names the verb and resource RBAC must allow.
  *
  * Our own Node is kept out of the table. When its annotations lose ours (the Node was deleted and
  * registered again) they are published again; when its pod CIDR changes the new lease goes to
@@ -92,6 +98,8 @@ interface WatchEnd {
   error?: WeftError;
   /** The watch delivered at least one event or bookmark. */
   progressed: boolean;
+  /** The newest resourceVersion seen. */
+  seen: string;
 }
 
 const STRATEGIC = setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch);
@@ -277,17 +285,19 @@ export class KubeLeaseSource implements LeaseSource {
     this.#onOwnLease = onOwnLease;
     if (!this.#config) throw new WeftError('ESTATE', 'networkConfig() must succeed before watch()');
     const stop = AbortSignal.any([signal, this.#closed.signal]);
-    const backoff = new Backoff(1000, 30_000);
+    const backoff = new Backoff(500, 2000);
     let rv: string | undefined;
+    let seen: string | undefined;
     while (!stop.aborted) {
       try {
         const own = await this.nodeName(stop);
         if (rv === undefined) {
-          rv = await this.#relist(table, own, stop);
+          rv = await this.#relist(table, own, seen, stop);
           backoff.reset();
         }
         const end = await this.#watchFrom(table, own, rv, stop);
         rv = end.rv;
+        seen = end.seen;
         if (end.error) throw end.error;
         if (end.why) {
           this.#log.info(`${rv === undefined ? 'relisting' : 'resuming the watch of'} Nodes: ${end.why}`);
@@ -313,25 +323,31 @@ export class KubeLeaseSource implements LeaseSource {
     }
   }
 
-  /** Lists every Node (paged) into `table`; returns the list's resourceVersion. */
-  async #relist(table: LeaseTable, ownName: string, signal: AbortSignal): Promise<string> {
+  /**
+   * Lists every Node (paged) into `table`; returns the list's resourceVersion. `seen`: the newest
+   * resourceVersion known, the list may be no older (undefined: any, as at start-up).
+   */
+  async #relist(table: LeaseTable, ownName: string, seen: string | undefined, signal: AbortSignal): Promise<string> {
     const limit = this.#o.listPageSize ?? 250;
     let leases: Lease[] = [];
     let cont: string | undefined;
+    let from = seen ?? '0';
     let rv = '';
     let pages = 0;
     for (;;) {
       signal.throwIfAborted();
       let page;
       try {
-        page = await this.#listPage(limit, cont, signal);
+        page = await this.#listPage(limit, cont ?? from, cont !== undefined, signal);
       } catch (e) {
         const err = kubeError('list', 'nodes', undefined, e);
-        if (cont && err instanceof KubeApiError && err.status === 410) {
-          // The snapshot the continue token points at was compacted: start over.
-          this.#log.info('the Node list expired between pages; listing again');
+        if (err instanceof KubeApiError && err.status === 410 && (cont || from !== '')) {
+          // The snapshot a continue token points at was compacted, or the cache cannot serve
+          // the version asked for: start over with a consistent list.
+          this.#log.info(cont ? 'the Node list expired between pages; listing again' : 'the API server cannot list Nodes from its cache; listing from etcd');
           leases = [];
           cont = undefined;
+          from = '';
           continue;
         }
         throw err;
@@ -341,7 +357,7 @@ export class KubeLeaseSource implements LeaseSource {
       for (const node of page.items) {
         if (node.metadata?.name === ownName) this.#onOwnNode(node);
         else {
-          const lease = this.#remote(node);
+          const lease = this.#remote(node, table.get(node.metadata?.name ?? ''));
           if (lease) leases.push(lease);
         }
       }
@@ -354,17 +370,24 @@ export class KubeLeaseSource implements LeaseSource {
   }
 
   /**
-   * One page of `GET /api/v1/nodes` as plain JSON. client-node supplies the TLS and credentials
-   * (applyToHTTPSOptions: kubeconfig, token files, exec plugins, proxies); the request is made
-   * here because CoreV1Api.listNode turns every Node into typed model objects, which at 5,000
-   * Nodes costs more memory at its peak than everything else the source holds (bench-kube).
+   * One page of `GET /api/v1/nodes` as plain JSON. `at` is a continue token when `continued`,
+   * else the resourceVersion wanted: `0` any, empty the latest (consistent), else no older than
+   * it. client-node supplies the TLS and credentials (applyToHTTPSOptions: kubeconfig, token
+   * files, exec plugins, proxies); the request is made here because CoreV1Api.listNode turns
+   * every Node into typed model objects, which at 5,000 Nodes costs more memory at its peak than
+   * everything else the source holds (bench-kube).
    */
-  async #listPage(limit: number, cont: string | undefined, signal: AbortSignal): Promise<{ items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } }> {
+  async #listPage(limit: number, at: string, continued: boolean, signal: AbortSignal): Promise<{ items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } }> {
     const cluster = this.#kc.getCurrentCluster();
     if (!cluster) throw new ConfigError('--kubeconfig-file', 'no current cluster');
     const url = new URL(`${cluster.server.replace(/\/+$/, '')}/api/v1/nodes`);
     url.searchParams.set('limit', String(limit));
-    if (cont) url.searchParams.set('continue', cont);
+    if (continued) {
+      url.searchParams.set('continue', at);
+    } else if (at !== '') {
+      url.searchParams.set('resourceVersion', at);
+      if (at !== '0') url.searchParams.set('resourceVersionMatch', 'NotOlderThan');
+    }
     const opts: RequestOptions = {};
     await this.#kc.applyToHTTPSOptions(opts);
     const text = await new Promise<{ status: number; body: string }>((resolve, reject) => {
@@ -396,8 +419,12 @@ export class KubeLeaseSource implements LeaseSource {
     return [...this.#warned].map(([peer, reason]) => ({ peer, reason }));
   }
 
-  /** A remote Node's lease, or undefined (one warning per Node and problem) when unusable or unmanaged. */
-  #remote(node: NodeLike): Lease | undefined {
+  /**
+   * A remote Node's lease, or undefined when unmanaged. When its data is unusable (one warning
+   * per Node and problem): `last`, so a Node that was valid keeps its last good lease (and its
+   * routes) until it is valid again or deleted.
+   */
+  #remote(node: NodeLike, last: Lease | undefined): Lease | undefined {
     const name = node.metadata?.name ?? '';
     try {
       const lease = remoteLease(node, { keys: this.#keys, config: this.#config!, own: this.#own });
@@ -407,9 +434,9 @@ export class KubeLeaseSource implements LeaseSource {
       if (!(e instanceof PeerDataError)) throw e;
       if (this.#warned.get(name) !== e.message) {
         this.#warned.set(name, e.message);
-        this.#log.warn('skipping Node', { node: name, err: e });
+        this.#log.warn(last ? 'ignoring an unusable update of a Node, keeping its last good lease' : 'skipping Node', { node: name, err: e });
       }
-      return undefined;
+      return last;
     }
   }
 
@@ -434,7 +461,7 @@ export class KubeLeaseSource implements LeaseSource {
           this.#onOwnNode(node);
           continue;
         }
-        const lease = node ? this.#remote(node) : undefined;
+        const lease = node ? this.#remote(node, table.get(name)) : undefined;
         if (lease) upserts.push(lease);
         else {
           removals.push(name);
@@ -457,7 +484,7 @@ export class KubeLeaseSource implements LeaseSource {
         ended.abort();
         request?.abort();
         stop.removeEventListener('abort', onStop);
-        resolve({ rv: end.relist ? undefined : last, progressed, ...(end.why ? { why: end.why } : {}), ...(end.error ? { error: end.error } : {}) });
+        resolve({ rv: end.relist ? undefined : last, seen: last, progressed, ...(end.why ? { why: end.why } : {}), ...(end.error ? { error: end.error } : {}) });
       };
       const onStop = () => finish({});
       if (stop.aborted) {

@@ -145,3 +145,27 @@ test('br_netfilter missing or off is a warning naming the sysctl, not a stop', a
   assert.match((await start({ 'net.ipv4.ip_forward': '1' })).join(), /br_netfilter is not loaded/);
   assert.match((await start({ 'net.ipv4.ip_forward': '1', 'net.bridge.bridge-nf-call-iptables': '0' })).join(), /net\.bridge\.bridge-nf-call-iptables is 0/);
 });
+
+test('prepare() does the engine choice, forwarding and the other engine\'s leftovers; start() then only applies', async () => {
+  const sysctl = fakeSysctl();
+  const run = fakeRunner((cmd) => (cmd.startsWith('iptables --version') ? { stdout: 'iptables v1.8.9 (nf_tables)' } : undefined));
+  const rules = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl });
+  rules.prepare();
+  await new Promise((r) => setTimeout(r, 10));
+  const before = [...run.calls];
+  assert.ok(before.includes('nft list tables') && before.includes('iptables-save -t nat'), before.join(', '));
+  assert.deepEqual(sysctl.writes, ['net.ipv4.ip_forward=1'], 'forwarding switched on before the lease is known');
+  assert.ok(!before.includes('nft -f -'), 'no rules before the networks are known');
+  await rules.start(NETS);
+  await rules.stop();
+  const after = run.calls.slice(before.length);
+  assert.ok(after.includes('nft -f -'), after.join(', '));
+  assert.ok(!after.some((c) => c === 'nft list tables' || c.startsWith('iptables')), `start() asked nothing prepare() knew: ${after.join(', ')}`);
+});
+
+test('a failing prepare() surfaces in start()', async () => {
+  const run = fakeRunner((cmd) => noNft(cmd) ?? (cmd.startsWith('iptables') ? { code: 127, stderr: 'not found' } : undefined));
+  const rules = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl: fakeSysctl() });
+  rules.prepare();
+  await assert.rejects(rules.start(NETS), (e: unknown) => e instanceof ConfigError && /neither nftables/.test(e.message));
+});

@@ -45,11 +45,18 @@ test('the subnet from subnet.env is reused when free and fitting, else a random 
 });
 
 test('the random pick is uniform over the first 100 free subnets, skipping taken ones', () => {
-  const entries = [entry('10.244.1.0/24'), entry('10.244.2.0/24')];
-  const first = chooseLease({ config: v4, entries, random: () => 0 });
-  const last = chooseLease({ config: v4, entries, random: () => 0.9999 });
-  assert.equal(first.kind === 'create' && formatCIDR(first.subnet), '10.244.3.0/24');
-  assert.equal(last.kind === 'create' && formatCIDR(last.subnet), `10.244.${2 + PICK_AMONG}.0/24`);
+  const entries = [entry('10.244.1.0/24'), entry('10.244.5.0/24')];
+  const free = ['10.244.2.0/24', '10.244.3.0/24', '10.244.4.0/24', ...Array.from({ length: PICK_AMONG - 3 }, (_, i) => `10.244.${6 + i}.0/24`)];
+  const pick = (r: number) => {
+    const c = chooseLease({ config: v4, entries, random: () => r });
+    return c.kind === 'create' ? formatCIDR(c.subnet) : c.kind;
+  };
+  // Each free subnet gets an equal share of [0, 1): [k/100, (k+1)/100) picks the k-th (the edges
+  // less a rounding margin).
+  for (let k = 0; k < PICK_AMONG; k++) {
+    assert.equal(pick(k / PICK_AMONG + 1e-9), free[k], `start of share ${k}`);
+    assert.equal(pick((k + 1) / PICK_AMONG - 1e-9), free[k], `end of share ${k}`);
+  }
 });
 
 test('dual stack: each family chosen on its own; a taken previous IPv6 subnet does not cost the IPv4 one', () => {

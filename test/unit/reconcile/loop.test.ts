@@ -1,0 +1,85 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { NetlinkHandle, NetlinkEvent } from '../../../src/netlink/handle.ts';
+import { DesiredState } from '../../../src/reconcile/desired.ts';
+import { Reconciler } from '../../../src/reconcile/loop.ts';
+import type { PassInfo } from '../../../src/reconcile/loop.ts';
+import { WEFT_RTPROT } from '../../../src/reconcile/state.ts';
+import { until } from '../../support/until.ts';
+
+/** A kernel that holds nothing and accepts everything; `failDumps` makes every dump throw. */
+function fakeKernel() {
+  const k = {
+    failDumps: false,
+    listener: undefined as ((events: NetlinkEvent[]) => void) | undefined,
+    handle: {
+      monitor: async (_groups: unknown, listener: (events: NetlinkEvent[]) => void) => {
+        k.listener = listener;
+        return { stop: () => {} };
+      },
+      routeList: async () => {
+        if (k.failDumps) throw new Error('dump failed');
+        return [];
+      },
+      neighList: async () => [],
+      fdbList: async () => [],
+      batch: async (ops: unknown[]) => ops.map(() => null),
+    } as unknown as NetlinkHandle,
+  };
+  return k;
+}
+
+test('an onError callback that throws does not stop the loop', async () => {
+  const k = fakeKernel();
+  const passes: PassInfo[] = [];
+  const loop = new Reconciler({
+    handle: k.handle, desired: new DesiredState(), ownership: () => ({ protocol: WEFT_RTPROT, devices: [] }), resyncPeriodMs: 3_600_000,
+    onPass: (p) => passes.push(p),
+    onError: () => {
+      throw new Error('the logger broke');
+    },
+  });
+  await loop.start();
+  try {
+    k.failDumps = true;
+    loop.trigger('failing');
+    await loop.idle();
+    k.failDumps = false;
+    loop.trigger('after the failure');
+    await until('the next pass', () => passes.some((p) => p.reasons.includes('after the failure')), 2000);
+  } finally {
+    loop.stop();
+  }
+});
+
+test('a device of ours deleted: no pass runs with its old index; resume() after the rebuild runs the full pass', async () => {
+  const k = fakeKernel();
+  const passes: PassInfo[] = [];
+  const gone: string[] = [];
+  let devices = [7];
+  const loop = new Reconciler({
+    handle: k.handle, desired: new DesiredState(), ownership: () => ({ protocol: WEFT_RTPROT, devices }), resyncPeriodMs: 3_600_000,
+    onPass: (p) => passes.push(p),
+    onDeviceGone: (why) => gone.push(why),
+  });
+  await loop.start();
+  try {
+    const before = passes.length;
+    k.listener!([
+      { kind: 'neigh', action: 'del', neigh: { family: 4, linkIndex: 7, ip: '10.244.2.0', mac: '6e:00:00:00:00:02', state: 0x80 } },
+      { kind: 'link', action: 'del', link: { index: 7, name: 'flannel.1' } },
+    ] as NetlinkEvent[]);
+    loop.trigger('a lease batch');
+    await loop.idle();
+    assert.deepEqual(gone, ['device flannel.1 deleted']);
+    assert.equal(passes.length, before, 'nothing ran against the deleted device');
+    devices = [8];
+    loop.resume('device recreated');
+    await loop.idle();
+    assert.equal(passes.length, before + 1);
+    assert.equal(passes.at(-1)!.kind, 'full');
+    assert.ok(passes.at(-1)!.reasons.includes('device recreated') && passes.at(-1)!.reasons.includes('a lease batch'));
+  } finally {
+    loop.stop();
+  }
+});
