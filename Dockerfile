@@ -8,6 +8,7 @@
 #   bin/weft                      the CNI launcher; bin/weft.cjs and bin/weft-node next to it are
 #   bin/weft.cjs, bin/weft-node   its "installed copy" layout, the three files install-cni copies
 #   dist/weftd/, dist/proto/      weftd bundled with its dependencies (etcd3 reads dist/proto)
+#   bin/weftctl, dist/weftctl/    weftctl (on PATH as /usr/local/bin/weftctl) and its bundle
 #   dist/weft.cjs                 the plugin bundle
 #   dist/.compile-cache/          Node's compile cache, filled at build so the first start is fast
 #   native/build/Release/weft_netlink.node
@@ -37,18 +38,20 @@ COPY native/binding.gyp native/
 COPY native/src/ native/src/
 # NODE_HEADERS: the base image ships its Node's headers in /usr/local/include/node, so node-gyp
 # needs neither the npm package's copy nor a download.
-RUN make build-native build-cni build-weftd NODE_HEADERS=/usr/local
+RUN make build-native build-cni build-weftd build-weftctl NODE_HEADERS=/usr/local
 
 FROM node:${NODE_VERSION}-bookworm-slim
 # libnl: the addon's shared libraries. iptables (Debian's default, iptables-nft) and nftables: the
 # masquerade and forward rules engines (--traffic-rules). iproute2: for debugging on the node.
+# ethtool and iputils-ping: weftctl doctor's offload check and peer probe.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libnl-3-200 libnl-route-3-200 iptables nftables iproute2 ca-certificates \
+      libnl-3-200 libnl-route-3-200 iptables nftables iproute2 ethtool iputils-ping ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/weft
 COPY --from=build /src/package.json ./
 COPY --from=build /src/dist/weftd/ dist/weftd/
+COPY --from=build /src/dist/weftctl/ dist/weftctl/
 COPY --from=build /src/dist/proto/ dist/proto/
 COPY --from=build /src/dist/weft.cjs dist/
 COPY --from=build /src/native/build/Release/weft_netlink.node native/build/Release/
@@ -61,6 +64,8 @@ RUN mkdir -p node_modules/.bin \
  && ln -sf /usr/local/bin/node node_modules/.bin/node \
  && ln -sf /usr/local/bin/node bin/weft-node \
  && ln -sf ../dist/weft.cjs bin/weft.cjs \
+ && ln -sf /opt/weft/bin/weftctl /usr/local/bin/weftctl \
  && /opt/weft/bin/weftd --version \
+ && /opt/weft/bin/weftctl --version \
  && CNI_COMMAND=VERSION /opt/weft/bin/weft </dev/null
 ENTRYPOINT ["/opt/weft/bin/weftd"]

@@ -6,12 +6,13 @@ NODE := $(CURDIR)/node_modules/.bin/node
 export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 
 DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
-	iproute2 iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config
+	iproute2 iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool
 
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
-	typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd bench-cni bench-dataplane bench-footprint bench-faults demo clean
+	typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane bench-footprint \
+	bench-faults bench-weftctl demo clean
 
 all: build
 
@@ -33,7 +34,7 @@ node_modules/.weft-installed: package-lock.json package.json
 	npm ci
 	@touch $@
 
-build: build-native build-ts build-cni build-weftd
+build: build-native build-ts build-cni build-weftd build-weftctl
 
 # Node-API is ABI-stable, so the addon builds offline against whichever Node headers are here:
 # those shipped with the pinned Node (npm may prune them later), else the machine's in /usr.
@@ -66,6 +67,15 @@ build-weftd: deps-npm
 		--outdir=dist/weftd --out-extension:.js=.mjs --chunk-names=[name]-[hash] --minify-whitespace --minify-syntax \
 		--banner:js="$(ESM_BANNER)" --log-level=warning
 	mkdir -p dist/proto && cp node_modules/etcd3/proto/*.proto dist/proto/
+
+# weftctl cut the same way (dist/weftctl/): `status` with weftd up loads commander and the socket
+# client only; netlink, the doctor's checks and etcd3 (weftd down) are chunks loaded on demand.
+# It shares dist/proto with weftd.
+build-weftctl: deps-npm build-weftd
+	rm -rf dist/weftctl
+	node_modules/.bin/esbuild src/cmd/weftctl.ts --bundle --splitting --format=esm --platform=node --target=node24 \
+		--outdir=dist/weftctl --out-extension:.js=.mjs --chunk-names=[name]-[hash] --minify-whitespace --minify-syntax \
+		--banner:js="$(ESM_BANNER)" --log-level=warning
 
 typecheck: deps-npm
 	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json --noEmit
@@ -103,6 +113,10 @@ bench-cni: deps build
 
 bench-dataplane: deps build
 	$(NODE) bench/dataplane.bench.ts
+
+# bin/weftctl status against a running weftd in a node namespace: median of 20.
+bench-weftctl: deps build
+	$(NODE) bench/weftctl.bench.ts
 
 # Faults injected one at a time into clusters of the e2e harness; about 3 minutes (two 60 s outages).
 bench-faults: deps build

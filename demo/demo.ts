@@ -1,10 +1,24 @@
 /**
  * make demo: a 3-node Weft cluster on this machine (test/support/cluster.ts): an etcd, three node
  * namespaces on an underlay bridge each running bin/weftd with the vxlan backend, one pod per node
- * wired by bin/weft. Prints the nodes, subnets and pods and a cross-node ping matrix, then keeps
- * running until Ctrl-C (or SIGTERM) and removes everything it made.
+ * wired by bin/weft. Prints the nodes, subnets and pods, a cross-node ping matrix and what
+ * `weftctl status` and `weftctl doctor` say on node-1, then keeps running until Ctrl-C (or
+ * SIGTERM), removes everything it made and exits 0.
  */
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Cluster } from '../test/support/cluster.ts';
+import type { ClusterNode } from '../test/support/cluster.ts';
+
+const WEFTCTL = fileURLToPath(new URL('../bin/weftctl', import.meta.url));
+
+/** `weftctl <verb>` inside `node`'s namespace: its output, whatever its exit status. */
+function weftctl(node: ClusterNode, verb: string): Promise<string> {
+  return new Promise((resolve) => {
+    execFile('ip', ['netns', 'exec', node.ns.name, WEFTCTL, `--subnet-file=${join(node.dir, 'subnet.env')}`, verb], (_e, stdout, stderr) => resolve(`${stdout}${stderr}`.trimEnd()));
+  });
+}
 
 const backend = process.env.WEFT_DEMO_BACKEND === 'host-gw' ? 'host-gw' : 'vxlan';
 console.log(`starting etcd and 3 nodes running weftd (${backend}); this takes a few seconds...`);
@@ -41,6 +55,8 @@ try {
       console.log(`  ${from.node.name} ${pad(from.ip, 13)} → ${to.node.name} ${pad(to.ip, 13)} ${ok ? 'ok' : 'FAILED'}`);
     }
   }
+  const first = cluster.nodes[0]!;
+  for (const verb of ['status', 'doctor']) console.log(`\n$ weftctl ${verb}   (on ${first.name})\n${await weftctl(first, verb)}`);
   console.log(failures === 0 ? '\nall pods reach each other. Press Ctrl-C to stop and clean up.' : `\n${failures} pings failed. Press Ctrl-C to stop and clean up.`);
   process.exitCode = failures === 0 ? 0 : 1;
   await new Promise<void>((resolve) => {

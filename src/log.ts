@@ -1,7 +1,7 @@
 /**
- * Logging for weftd: one line per record on stderr, as `text` (`I1122 10:04:05.123 msg key=value`,
- * close to the klog lines flanneld prints, so existing log searches keep working) or `json`
- * (one object per line). Components take a {@link Logger} in their options; tests pass
+ * Logging's seam: the {@link Logger} every component takes in its options, and the two line
+ * formats weftd writes (see {@link formatRecord}). The logger weftd and weftctl run with is
+ * winston's (winston-log.ts), loaded only once a run knows it will log; tests pass
  * {@link silentLogger} or a {@link memoryLogger} and assert on what was said.
  */
 import type { LogFormat, LogLevel } from './config/flags.ts';
@@ -17,12 +17,18 @@ export interface Logger {
   child(fields: Fields): Logger;
 }
 
-const RANK: Record<LogLevel, number> = { error: 0, warn: 1, info: 2, debug: 3 };
+/** The levels from most to least severe; a logger at level L writes L and everything before it. */
+export const LOG_LEVELS: readonly LogLevel[] = ['error', 'warn', 'info', 'debug'];
+
 const LETTER: Record<LogLevel, string> = { error: 'E', warn: 'W', info: 'I', debug: 'D' };
 
 function textValue(v: unknown): string {
-  const s = v instanceof Error ? v.message : typeof v === 'string' ? v : JSON.stringify(v);
+  const s = v instanceof Error ? v.message : typeof v === 'string' ? v : JSON.stringify(v, bigints);
   return /[\s"=]/.test(s ?? '') ? JSON.stringify(s) : String(s);
+}
+
+function bigints(_k: string, v: unknown): unknown {
+  return typeof v === 'bigint' ? String(v) : v;
 }
 
 function stamp(d: Date): string {
@@ -30,46 +36,25 @@ function stamp(d: Date): string {
   return `${p(d.getMonth() + 1)}${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}.${p(d.getMilliseconds(), 3)}`;
 }
 
-export interface LoggerOptions {
-  level?: LogLevel;
-  format?: LogFormat;
-  /** Where lines go; default process.stderr. */
-  write?: (line: string) => void;
-  now?: () => Date;
-  /** Sees every record, whatever `level` (weftd counts errors for /metrics). */
-  onRecord?: (level: LogLevel, msg: string, fields: Fields) => void;
+/**
+ * One record as one line (newline included). `text`: `I1122 10:04:05.123 msg key=value`, close
+ * to the klog lines flanneld prints, so existing log searches keep working; `json`: one object
+ * with `ts`, `level`, `msg` and the fields. Errors are written as their message. Pure.
+ */
+export function formatRecord(format: LogFormat, level: LogLevel, msg: string, fields: Fields, at: Date): string {
+  if (format === 'json') {
+    const record: Fields = { ts: at.toISOString(), level, msg };
+    for (const [k, v] of Object.entries(fields)) record[k] = v instanceof Error ? v.message : v;
+    return `${JSON.stringify(record, bigints)}\n`;
+  }
+  const kv = Object.entries(fields).map(([k, v]) => ` ${k}=${textValue(v)}`).join('');
+  return `${LETTER[level]}${stamp(at)} ${msg}${kv}\n`;
 }
 
-/** A logger writing records at or above `level` (default info) as text (default) or json. */
-export function createLogger(opts: LoggerOptions = {}, base: Fields = {}): Logger {
-  const max = RANK[opts.level ?? 'info'];
-  const write = opts.write ?? ((line: string) => process.stderr.write(line));
-  const now = opts.now ?? (() => new Date());
-  const emit = (level: LogLevel, msg: string, fields?: Fields) => {
-    if (opts.onRecord) opts.onRecord(level, msg, { ...base, ...fields });
-    if (RANK[level] > max) return;
-    const all = { ...base, ...fields };
-    const t = now();
-    if (opts.format === 'json') {
-      const record: Fields = { ts: t.toISOString(), level, msg };
-      for (const [k, v] of Object.entries(all)) record[k] = v instanceof Error ? v.message : v;
-      write(`${JSON.stringify(record, (_k, v: unknown) => (typeof v === 'bigint' ? String(v) : v))}\n`);
-    } else {
-      const kv = Object.entries(all).map(([k, v]) => ` ${k}=${textValue(v)}`).join('');
-      write(`${LETTER[level]}${stamp(t)} ${msg}${kv}\n`);
-    }
-  };
-  return {
-    error: (m, f) => emit('error', m, f),
-    warn: (m, f) => emit('warn', m, f),
-    info: (m, f) => emit('info', m, f),
-    debug: (m, f) => emit('debug', m, f),
-    child: (fields) => createLogger(opts, { ...base, ...fields }),
-  };
-}
+const nothing = () => {};
 
 /** Discards everything. */
-export const silentLogger: Logger = createLogger({ write: () => {} });
+export const silentLogger: Logger = { error: nothing, warn: nothing, info: nothing, debug: nothing, child: () => silentLogger };
 
 export interface LogRecord {
   level: LogLevel;

@@ -19,6 +19,9 @@ import type { NetlinkHandle } from '../netlink/handle.ts';
 import { TrafficRules } from '../masq/manager.ts';
 import type { Metrics } from '../server/metrics.ts';
 import { readSubnetEnv, writeSubnetEnv } from '../subnetenv/subnetenv.ts';
+import type { AgentView } from './view.ts';
+
+export { AgentView } from './view.ts';
 
 export interface AgentDeps {
   flags: Flags;
@@ -29,6 +32,8 @@ export interface AgentDeps {
   metrics?: Metrics;
   /** The masquerade/forward rules keeper; default one built from the flags and net-conf. */
   trafficRules?: TrafficRules;
+  /** Filled in as the parts come into being, for weftd's admin socket. */
+  view?: AgentView;
 }
 
 /** The subnet.env of a lease: what the CNI plugin wires pods with. */
@@ -57,6 +62,7 @@ export async function runAgent(d: AgentDeps, stop: AbortSignal, onReady?: () => 
 
 async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Promise<void> {
   const { flags, source, handle, log } = d;
+  const view = d.view;
   log.info('starting', { leaseSource: source.name });
   const config = await source.networkConfig(signal);
   const rules = d.trafficRules ?? new TrafficRules({
@@ -67,6 +73,7 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   // The rules engine is chosen and forwarding switched on while the interface, device and lease
   // are being set up; only the rules themselves wait for the lease's subnet.
   rules.prepare();
+  if (view) Object.assign(view, { source, config, rules });
   const published = (await source.published?.(signal)) ?? {};
   // The node-public-ip(v6) annotations stand in for --public-ip(v6) when the flag is not given.
   const publicIp = flags.publicIp || published.publicIP || '';
@@ -81,6 +88,7 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   log.info('using external interface', { iface: ext.link.name, address: ext.ifaceAddr ?? ext.ifaceAddr6, public: ext.extAddr ?? ext.extAddr6, mtu: ext.mtu, reason: ext.reason });
 
   const backend = createBackend({ handle, config, ext, log: log.child({ backend: config.backend.type }) });
+  if (view) Object.assign(view, { ext, backend });
   let previous;
   try {
     previous = await readSubnetEnv(flags.subnetFile);
@@ -99,8 +107,16 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   const table = new LeaseTable();
   if (d.metrics) d.metrics.leaseCount = () => table.size;
   const network = new Network({
-    handle, backend, table, own, log, resyncPeriodMs: flags.resyncPeriod * 1000, blackhole: flags.ipBlackholeRoute, onPass: (p) => d.metrics?.pass(p),
+    handle, backend, table, own, log, resyncPeriodMs: flags.resyncPeriod * 1000, blackhole: flags.ipBlackholeRoute,
+    onPass: (p) => {
+      d.metrics?.pass(p);
+      view?.pass(p);
+    },
   });
+  if (view) {
+    Object.assign(view, { own, network });
+    view.watch(table);
+  }
   // Own-lease changes are applied one at a time, in order.
   let current = own;
   let moving = Promise.resolve();
@@ -110,6 +126,7 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
       await rules.start(networks(lease), { previous: networks(current), signal });
       await writeEnv(flags.subnetFile, config, lease, backend.mtu, flags.ipMasq);
       current = lease;
+      if (view) view.own = lease;
     }).catch((e: unknown) => log.error('failed to move to the new lease', { err: e }));
   });
   try {

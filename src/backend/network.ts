@@ -20,6 +20,7 @@ import { DesiredState } from '../reconcile/desired.ts';
 import { Reconciler } from '../reconcile/loop.ts';
 import { failureCounts } from '../reconcile/reconcile.ts';
 import type { PassInfo } from '../reconcile/loop.ts';
+import type { KernelState } from '../reconcile/state.ts';
 import type { Backend } from './backend.ts';
 import { ownBlackhole } from './plan.ts';
 
@@ -113,6 +114,21 @@ export class Network {
       await this.#planAll();
       this.#reconciler.trigger('own lease changed');
     });
+  }
+
+  /** What the node wants in the kernel, in all and per peer (weftd's admin socket). */
+  get desired(): { all(): KernelState; of(peer: string): KernelState | undefined } {
+    return this.#desired;
+  }
+
+  /** Peers the backend does not program, with its warnings. */
+  get skipped(): ReadonlyMap<string, string> {
+    return this.#warned;
+  }
+
+  /** Entries repaired after kernel events so far. */
+  get repairs(): number {
+    return this.#reconciler.repairs;
   }
 
   /** Resolves when queued lease batches and the passes they caused are done. */

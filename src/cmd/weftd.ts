@@ -3,16 +3,16 @@
  * SIGTERM and SIGINT stop it cleanly (exit 0) leaving the data plane in place.
  *
  * Only the flags are read before anything else is loaded: each part is imported when the run
- * needs it, so `--version` loads neither datastore client, etcd mode never loads the Kubernetes
- * client, kube mode never loads etcd3 and gRPC, and metrics cost nothing with --healthz-port=0
+ * needs it, so `--version` loads neither datastore client nor winston, etcd mode never loads the
+ * Kubernetes client, kube mode never loads etcd3 and gRPC, metrics cost nothing with
+ * --healthz-port=0, and the admin socket (weftctl's) is loaded beside the agent
  * (test/unit/cmd/weftd-imports.test.ts holds the graph to that).
  */
-import { CommanderError } from 'commander';
-import { parseFlags } from '../config/flags.ts';
+import { runCommand } from '../cli.ts';
+import { parseFlags, VERSION } from '../config/flags.ts';
 import type { Flags } from '../config/flags.ts';
 import { WeftError } from '../errors.ts';
 import type { LeaseSource, SourceObserver } from '../lease/source.ts';
-import { createLogger } from '../log.ts';
 import type { Logger } from '../log.ts';
 import type { HealthServer } from '../server/http.ts';
 import type { Metrics } from '../server/metrics.ts';
@@ -39,7 +39,9 @@ async function main(argv: string[]): Promise<number> {
   const flags = parseFlags(argv);
   // Metrics exist only to be served: without the health server nothing would read them.
   const metrics: Metrics | undefined = flags.healthzPort > 0 ? new (await import('../server/metrics.ts')).Metrics() : undefined;
-  const log = createLogger({ level: flags.logLevel, format: flags.logFormat, ...(metrics ? { onRecord: metrics.record.bind(metrics) } : {}) });
+  const { createLogger } = await import('../winston-log.ts');
+  const logging = createLogger({ level: flags.logLevel, format: flags.logFormat, ...(metrics ? { onRecord: metrics.record.bind(metrics) } : {}) });
+  const log = logging.log;
   const stop = new AbortController();
   for (const sig of ['SIGTERM', 'SIGINT'] as const) {
     process.once(sig, () => {
@@ -52,25 +54,29 @@ async function main(argv: string[]): Promise<number> {
     await new TrafficRules({ log }).cleanup();
     return 0;
   }
-  let ready = false;
-  const [source, { runAgent }, { NetlinkHandle }] = await Promise.all([
+  const [source, { runAgent, AgentView }, { NetlinkHandle }, { startAdminServer }] = await Promise.all([
     leaseSource(flags, log, metrics?.sourceObserver(flags.kubeSubnetMgr ? 'kube' : 'etcd')),
     import('../agent/agent.ts'),
     import('../netlink/index.ts'),
+    import('../admin/server.ts'),
   ]);
   const handle = NetlinkHandle.open();
+  const view = new AgentView();
   let health: HealthServer | undefined;
+  let admin: { close(): Promise<void> } | undefined;
   try {
+    admin = await startAdminServer({ subnetFile: flags.subnetFile, view, handle, log: log.child({ component: 'admin' }), version: VERSION, logLevel: { get: logging.level, set: logging.setLevel } });
     if (metrics) {
       const { startHealthServer } = await import('../server/http.ts');
-      health = await startHealthServer({ host: flags.healthzIp, port: flags.healthzPort, ready: () => ready, metrics, log });
+      health = await startHealthServer({ host: flags.healthzIp, port: flags.healthzPort, ready: () => view.ready, metrics, log });
     }
-    await runAgent({ flags, source, handle, log, ...(metrics ? { metrics } : {}) }, stop.signal, () => {
-      ready = true;
+    await runAgent({ flags, source, handle, log, view, ...(metrics ? { metrics } : {}) }, stop.signal, () => {
+      view.ready = true;
     });
   } catch (e) {
     if (!stop.signal.aborted) throw e;
   } finally {
+    await admin?.close();
     await source.close();
     handle.close();
     await health?.close();
@@ -79,15 +85,4 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-try {
-  process.exitCode = await main(process.argv.slice(2));
-} catch (e) {
-  if (e instanceof CommanderError) {
-    process.exitCode = e.exitCode;
-  } else if (e instanceof WeftError) {
-    console.error(`weftd: ${e.message}`);
-    process.exitCode = 1;
-  } else {
-    throw e;
-  }
-}
+await runCommand('weftd', main);

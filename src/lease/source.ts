@@ -37,6 +37,12 @@ export interface LeaseSource {
   /** Names the source in logs: "etcd" or "kube". */
   readonly name: string;
 
+  /** The remote leases skipped as unusable, with why (for weftd's admin socket). */
+  skipped?(): { peer: string; reason: string }[];
+
+  /** When our own lease expires unless renewed; undefined where leases do not expire (kube). */
+  expires?(): Date | undefined;
+
   /**
    * The network configuration: etcd's `<prefix>/config` (waiting with backoff until it exists)
    * or the net-conf.json file in kube mode. Validated; throws ConfigError naming the field.

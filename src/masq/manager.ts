@@ -190,6 +190,15 @@ export class TrafficRules {
    * differed (empty when nothing did).
    */
   async resync(): Promise<string[]> {
+    const found = await this.#resync();
+    this.lastCheck = { at: new Date(), drift: found };
+    return found;
+  }
+
+  /** The last {@link resync}: when, and what differed (weftd's admin socket). */
+  lastCheck: { at: Date; drift: string[] } | undefined;
+
+  async #resync(): Promise<string[]> {
     const driver = this.#driver;
     const want = this.#want;
     if (!driver || !want) return [];

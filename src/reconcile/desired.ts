@@ -171,6 +171,11 @@ export class DesiredState {
     return { routes: this.#routes.values(), neighs: this.#neighs.values(), fdb: this.#fdb.values() };
   }
 
+  /** What `owner` wants, as last set. */
+  of(owner: string): KernelState | undefined {
+    return this.#owners.get(owner);
+  }
+
   /** Whether a wanted route goes out through link `index`. */
   routesVia(index: number): boolean {
     return this.#routes.some((r) => r.linkIndex === index);

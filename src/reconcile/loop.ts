@@ -76,6 +76,8 @@ export class Reconciler {
   #monitor: Monitor | undefined;
   #timer: NodeJS.Timeout | undefined;
   #stopped = false;
+  /** Entries of ours put back after a kernel event said someone deleted or changed them. */
+  #repairs = 0;
   /** Why a device of ours is gone (deleted and not rebuilt yet): passes are held meanwhile. */
   #gone: string | undefined;
 
@@ -144,6 +146,11 @@ export class Reconciler {
       this.#busy = true;
       this.#running = this.#drain();
     }
+  }
+
+  /** How many entries were repaired after kernel events (for weftd's admin socket). */
+  get repairs(): number {
+    return this.#repairs;
   }
 
   /** Resolves once no pass is running or pending. */
@@ -220,6 +227,7 @@ export class Reconciler {
     }
     const desired = this.#opts.desired;
     const repair = (entry: Partial<KernelState>, why: string) => {
+      this.#repairs++;
       this.#fast(replaceOps({ routes: entry.routes ?? [], neighs: entry.neighs ?? [], fdb: entry.fdb ?? [] }), why);
     };
     for (const e of events) {

@@ -147,7 +147,9 @@ export class EtcdServer {
     const proc = this.#proc;
     if (!proc) return;
     this.#proc = undefined;
-    if (proc.exitCode !== null) return;
+    // Killed by a signal (Ctrl-C reaches the whole process group), it has a signalCode and no
+    // exitCode, and its exit event is gone: waiting for it would leave nothing to wake us.
+    if (proc.exitCode !== null || proc.signalCode !== null) return;
     const exited = new Promise((resolve) => proc.once('exit', resolve));
     proc.kill('SIGTERM');
     const timer = setTimeout(() => proc.kill('SIGKILL'), 5000);

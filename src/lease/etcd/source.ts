@@ -158,8 +158,10 @@ export class EtcdLeaseSource implements LeaseSource {
   /** Serialises renewals and re-acquisitions of our own key. */
   #ownWork: Promise<void> = Promise.resolve();
   #onOwnLease: ((lease: Lease) => void) | undefined;
-  /** Keys whose value we already warned about, with that value: one warning per bad value. */
-  readonly #warned = new Map<string, string>();
+  /** Keys whose value we already warned about, with that value and why: one warning per bad value. */
+  readonly #warned = new Map<string, { value: string; reason: string }>();
+  /** When our key's etcd lease runs out unless renewed. */
+  #expires: Date | undefined;
   #closed = new AbortController();
   /** The listing networkConfig() started, until acquire() takes it. */
   #prefetched: Promise<IRangeResponse> | undefined;
@@ -368,9 +370,23 @@ export class EtcdLeaseSource implements LeaseSource {
     }
   }
 
+  skipped(): { peer: string; reason: string }[] {
+    return [...this.#warned].map(([peer, w]) => ({ peer, reason: w.reason }));
+  }
+
+  expires(): Date | undefined {
+    return this.#expires;
+  }
+
   #adopt(lease: Lease, value: string, etcdLeaseId: string): void {
     this.#own = { lease, key: lease.peer, value, etcdLeaseId };
+    this.#expires = this.#expiryFromNow();
     this.#scheduleRenewal(this.#renewDelay());
+  }
+
+  /** When an etcd lease granted or renewed now runs out. */
+  #expiryFromNow(): Date {
+    return new Date(Date.now() + (this.#o.leaseTtlSeconds ?? 86_400) * 1000);
   }
 
   #renewDelay(): number {
@@ -402,6 +418,7 @@ export class EtcdLeaseSource implements LeaseSource {
       }
       await this.#revoke(own.etcdLeaseId);
       own.etcdLeaseId = id;
+      this.#expires = this.#expiryFromNow();
       this.#log.info('renewed lease', { key: own.key, ttlSeconds: this.#o.leaseTtlSeconds ?? 86_400 });
       this.#o.observer?.leaseRenewed?.();
       this.#scheduleRenewal(this.#renewDelay());
@@ -501,8 +518,8 @@ export class EtcdLeaseSource implements LeaseSource {
       return lease;
     } catch (e) {
       if (!(e instanceof PeerDataError)) throw e;
-      if (this.#warned.get(key) !== value) {
-        this.#warned.set(key, value);
+      if (this.#warned.get(key)?.value !== value) {
+        this.#warned.set(key, { value, reason: e.message });
         this.#log.warn(last ? 'ignoring an unusable update of a peer, keeping its last good lease' : 'skipping lease', { key, err: e });
       }
       return last;

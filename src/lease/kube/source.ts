@@ -387,6 +387,10 @@ export class KubeLeaseSource implements LeaseSource {
     return this.#http.get('/api/v1/nodes', { query, timeoutMs: this.#o.listTimeoutMs ?? 60_000, signal });
   }
 
+  skipped(): { peer: string; reason: string }[] {
+    return [...this.#warned].map(([peer, reason]) => ({ peer, reason }));
+  }
+
   /**
    * A remote Node's lease, or undefined when unmanaged. When its data is unusable (one warning
    * per Node and problem): `last`, so a Node that was valid keeps its last good lease (and its

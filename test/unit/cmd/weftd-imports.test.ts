@@ -6,49 +6,17 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { build } from 'esbuild';
-import type { Metafile } from 'esbuild';
+import { has, loadedWith, metafile as bundle, outputOf } from '../../support/imports.ts';
 
 const ENTRY = 'src/cmd/weftd.ts';
+const metafile = () => bundle(ENTRY);
 
-async function metafile(): Promise<Metafile> {
-  const r = await build({
-    entryPoints: [ENTRY], bundle: true, splitting: true, format: 'esm', platform: 'node', target: 'node24',
-    outdir: 'dist/weftd-imports-test', write: false, metafile: true, logLevel: 'silent',
-  });
-  return r.metafile;
-}
-
-/** The input files of `output` and of every output it imports statically, transitively. */
-function loadedWith(meta: Metafile, output: string): Set<string> {
-  const inputs = new Set<string>();
-  const seen = new Set<string>();
-  const visit = (o: string) => {
-    if (seen.has(o)) return;
-    seen.add(o);
-    const out = meta.outputs[o]!;
-    for (const input of Object.keys(out.inputs)) inputs.add(input);
-    for (const imp of out.imports) if (imp.kind === 'import-statement' && !imp.external) visit(imp.path);
-  };
-  visit(output);
-  return inputs;
-}
-
-/** The output whose dynamic-import entry is the source file `input`. */
-function outputOf(meta: Metafile, input: string): string {
-  const found = Object.entries(meta.outputs).find(([, o]) => o.entryPoint === input);
-  assert.ok(found, `${input} is imported dynamically, so it has an output of its own`);
-  return found[0];
-}
-
-const has = (inputs: Set<string>, pkg: string) => [...inputs].some((i) => i.includes(`node_modules/${pkg}/`));
-
-test('before the mode is known, weftd loads no datastore client, gRPC, metrics or netlink', async () => {
+test('before the mode is known, weftd loads no datastore client, gRPC, winston, metrics, netlink or admin socket', async () => {
   const meta = await metafile();
   const start = loadedWith(meta, outputOf(meta, ENTRY));
   assert.ok(has(start, 'commander'), 'the flags are parsed with commander');
-  for (const pkg of ['etcd3', '@grpc/grpc-js', 'protobufjs', '@kubernetes/client-node']) assert.ok(!has(start, pkg), `${pkg} loaded at start`);
-  for (const file of ['src/server/metrics.ts', 'src/server/http.ts', 'src/netlink/native.ts', 'src/masq/manager.ts']) {
+  for (const pkg of ['etcd3', '@grpc/grpc-js', 'protobufjs', '@kubernetes/client-node', 'winston', 'logform']) assert.ok(!has(start, pkg), `${pkg} loaded at start`);
+  for (const file of ['src/server/metrics.ts', 'src/server/http.ts', 'src/netlink/native.ts', 'src/masq/manager.ts', 'src/admin/server.ts', 'src/local/server.ts', 'src/winston-log.ts']) {
     assert.ok(!start.has(file), `${file} loaded at start`);
   }
 });
@@ -63,4 +31,16 @@ test('etcd mode never loads the Kubernetes client; kube mode never loads etcd3 o
   assert.ok(!has(etcd, '@kubernetes/client-node'), 'etcd mode loads @kubernetes/client-node');
   for (const pkg of ['etcd3', '@grpc/grpc-js', 'protobufjs']) assert.ok(!has(kube, pkg), `kube mode loads ${pkg}`);
   for (const pkg of ['etcd3', '@grpc/grpc-js', '@kubernetes/client-node']) assert.ok(!has(agent, pkg), `the agent loads ${pkg}`);
+});
+
+test('the admin socket and the logger come without a datastore client; the logger is winston', async () => {
+  const meta = await metafile();
+  const admin = loadedWith(meta, outputOf(meta, 'src/admin/server.ts'));
+  const logger = loadedWith(meta, outputOf(meta, 'src/winston-log.ts'));
+  assert.ok(has(logger, 'winston'), 'the logger is winston');
+  assert.ok(admin.has('src/local/server.ts'), 'the admin socket is served by the local socket layer');
+  for (const pkg of ['etcd3', '@grpc/grpc-js', '@kubernetes/client-node']) {
+    assert.ok(!has(admin, pkg), `the admin socket loads ${pkg}`);
+    assert.ok(!has(logger, pkg), `the logger loads ${pkg}`);
+  }
 });

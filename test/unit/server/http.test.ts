@@ -3,7 +3,8 @@ import { createServer } from 'node:net';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { ConfigError, DatastoreUnavailableError } from '../../../src/errors.ts';
-import { createLogger, silentLogger } from '../../../src/log.ts';
+import { silentLogger } from '../../../src/log.ts';
+import { createLogger } from '../../../src/winston-log.ts';
 import { startHealthServer } from '../../../src/server/http.ts';
 import { Metrics } from '../../../src/server/metrics.ts';
 
@@ -31,12 +32,12 @@ test('/healthz always, /readyz only once ready, /metrics with what the parts rep
     metrics.pass({ ...pass, kind: 'fast', reasons: ['route 10.244.3.0/24 deleted'], ops: [{ op: 'routeReplace' }] as never[] });
     metrics.sourceObserver('etcd').watchRestarted?.();
     metrics.sourceObserver('etcd').leaseRenewed?.();
-    const log = createLogger({ write: () => {}, onRecord: (l, m, f) => metrics.record(l, m, f) });
+    const { log } = createLogger({ write: () => {}, onRecord: (l, m, f) => metrics.record(l, m, f) });
     log.warn('etcd down', { err: new DatastoreUnavailableError('no etcd') });
     log.warn('a warning without an error');
     log.info('not an error', { err: new Error('x') });
     // Counted even when the log level hides the line.
-    createLogger({ level: 'error', write: () => {}, onRecord: (l, m, f) => metrics.record(l, m, f) }).warn('etcd down', { err: new DatastoreUnavailableError('no etcd') });
+    createLogger({ level: 'error', write: () => {}, onRecord: (l, m, f) => metrics.record(l, m, f) }).log.warn('etcd down', { err: new DatastoreUnavailableError('no etcd') });
 
     const res = await fetch(`${base}/metrics`);
     assert.equal(res.status, 200);
