@@ -111,6 +111,35 @@ export class PeerDataError extends WeftError {
   }
 }
 
+/** Why a request on one of weftd's local sockets got no usable answer. */
+export type LocalSocketErrorKind =
+  /** Nothing listens on the socket (no file, refused, not a socket). */
+  | 'unavailable'
+  /** The server speaks another protocol version. */
+  | 'protocol'
+  /** No answer in time. */
+  | 'timeout'
+  /** The answer is not one (not JSON, too large, cut short). */
+  | 'malformed'
+  /** The server answered with a failure; `remoteCode` is its code. */
+  | 'failed';
+
+/** A request on a local socket (CNI, admin) failed; see {@link LocalSocketErrorKind}. */
+export class LocalSocketError extends WeftError {
+  readonly kind: LocalSocketErrorKind;
+  /** The socket's path. */
+  readonly path: string;
+  /** The server's error code when `kind` is `failed`. */
+  readonly remoteCode: string | undefined;
+
+  constructor(kind: LocalSocketErrorKind, path: string, message: string, options: WeftErrorOptions & { remoteCode?: string } = {}) {
+    super('ELOCALSOCKET', `failed to ask ${path}: ${message}`, { retryable: kind === 'unavailable' || kind === 'timeout', ...options });
+    this.kind = kind;
+    this.path = path;
+    this.remoteCode = options.remoteCode;
+  }
+}
+
 export function isRetryable(e: unknown): boolean {
   return e instanceof WeftError && e.retryable;
 }
