@@ -119,7 +119,7 @@ Napi::Object failureToJs(Napi::Env env, const Failure& f);
 // ---- requests (requests.cc) ----------------------------------------------------------------------
 
 enum class OpKind {
-  LinkAddVxlan, LinkSet, LinkDel,
+  LinkAddVxlan, LinkAddBridge, LinkAddVeth, LinkSet, LinkSetHairpin, LinkDel,
   AddrAdd, AddrReplace, AddrDel,
   RouteAdd, RouteReplace, RouteDel,
   NeighAdd, NeighReplace, NeighAppend, NeighDel,
@@ -136,6 +136,12 @@ struct Op {
   std::optional<bool> up;
   uint32_t mtu = 0;
   std::string mac;
+  int master = -1;  // linkSet: -1 unchanged, 0 no master, else the master's index
+  bool on = false;  // linkSetHairpin
+
+  // veth: the peer's name and the namespace it is created in (an open fd; -1: this one)
+  std::string peerName;
+  int peerNsFd = -1;
 
   // vxlan
   uint32_t vni = 0;
@@ -162,7 +168,7 @@ struct Op {
   int type = -1;
   bool onlink = false;
 
-  // neighbour / FDB: `dst` is NDA_DST, `mac` is NDA_LLADDR
+  // neighbour / FDB: `dst` is NDA_DST, `mac` is NDA_LLADDR; address: IFA_F_* in `flags`
   int state = -1;
   int flags = 0;
   int vlan = 0;

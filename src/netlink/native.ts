@@ -114,6 +114,8 @@ export interface RawHandle {
 
 interface Addon {
   Handle: new (netnsPath?: string) => RawHandle;
+  /** flock(2) with LOCK_NB; false when another holder has it. Throws with `errno` otherwise. */
+  flock(fd: number, mode: 'ex' | 'sh' | 'un'): boolean;
 }
 
 function packageRoot(from: string): string {
