@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
-	typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni bench-cni bench-dataplane demo clean
+	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni bench-cni bench-dataplane demo clean
 
 all: build
 
@@ -33,7 +33,7 @@ node_modules/.weft-installed: package-lock.json package.json
 	npm ci
 	@touch $@
 
-build: build-native build-ts build-cni
+build: build-native build-ts build-cni build-plugin
 
 # Node-API is ABI-stable, so the addon builds offline against whichever Node headers are here:
 # those shipped with the pinned Node (npm may prune them later), else the machine's in /usr.
@@ -52,6 +52,12 @@ build-ts: deps-npm
 build-cni: deps-npm
 	node_modules/.bin/esbuild src/cmd/weft.ts --bundle --platform=node --format=cjs --target=node24 \
 		--outfile=dist/weft.cjs --log-level=warning
+
+# The plugin the runtime executes: static, since it runs on the host, whose libc is not the image's.
+build-plugin: dist/weft-cni
+dist/weft-cni: native/plugin/weft-cni.c
+	@mkdir -p dist
+	gcc -static -Os -std=c11 -Wall -Wextra -Werror -o $@ $<
 
 typecheck: deps-npm
 	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json --noEmit

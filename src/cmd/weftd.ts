@@ -34,6 +34,20 @@ async function leaseSource(flags: Flags, log: Logger, metrics: Metrics): Promise
   });
 }
 
+/**
+ * The CNI server beside subnet.env, its module loaded only here. weftd runs on without it: pods
+ * are then wired by the plugin's fallback, as before.
+ */
+async function startCni(flags: Flags, handle: NetlinkHandle, log: Logger): Promise<{ close(): Promise<void> } | undefined> {
+  try {
+    const { startCniServer } = await import('../cni/server.ts');
+    return await startCniServer({ subnetFile: flags.subnetFile, host: handle, log: log.child({ component: 'cni' }) });
+  } catch (e) {
+    log.warn('not serving CNI requests: the plugin falls back to wiring pods itself', { err: e });
+    return undefined;
+  }
+}
+
 async function main(argv: string[]): Promise<number> {
   const flags = parseFlags(argv);
   const metrics = new Metrics();
@@ -52,6 +66,7 @@ async function main(argv: string[]): Promise<number> {
   let ready = false;
   const source = await leaseSource(flags, log, metrics);
   const handle = NetlinkHandle.open();
+  const cni = await startCni(flags, handle, log);
   let health: HealthServer | undefined;
   try {
     if (flags.healthzPort > 0) health = await startHealthServer({ host: flags.healthzIp, port: flags.healthzPort, ready: () => ready, metrics, log });
@@ -61,6 +76,7 @@ async function main(argv: string[]): Promise<number> {
   } catch (e) {
     if (!stop.signal.aborted) throw e;
   } finally {
+    await cni?.close();
     await source.close();
     handle.close();
     await health?.close();

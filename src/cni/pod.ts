@@ -1,0 +1,180 @@
+/**
+ * A pod's network, wired and unwired through the netlink addon the way the bridge plugin does it:
+ * the bridge with the gateway address, a veth pair whose pod end is created inside the pod's
+ * namespace under CNI_IFNAME, the host end on the bridge (hairpin when asked) and up, the pod's
+ * addresses, link and routes. No child process, no namespace switch of weftd's own threads: the
+ * host side goes through weftd's handle, the pod side through a handle bound to CNI_NETNS.
+ */
+import { closeSync, openSync } from 'node:fs';
+import { formatIP, gatewayOf } from '../ip/ip.ts';
+import { NetlinkError } from '../errors.ts';
+import { NetlinkHandle } from '../netlink/index.ts';
+import type { Link, Operation } from '../netlink/index.ts';
+import { podRoutes } from './bridge.ts';
+import type { Allocation, BridgePlan, Wired } from './bridge.ts';
+import { CNI_CODE, CniError } from './errors.ts';
+
+/** IFA_F_NODAD: the pod's and gateway's IPv6 addresses are unique by allocation. */
+const IFA_F_NODAD = 0x02;
+
+function isNotFound(e: unknown): boolean {
+  return e instanceof NetlinkError && e.notFound;
+}
+
+/** The bridge, created when missing, up, with the gateway addresses when it is the gateway. */
+async function ensureBridge(host: NetlinkHandle, plan: BridgePlan, allocations: readonly Allocation[]): Promise<Link> {
+  let bridge: Link;
+  try {
+    bridge = await host.linkByName(plan.bridge);
+  } catch (e) {
+    if (!isNotFound(e)) throw e;
+    await host.bridgeAdd(plan.bridge, plan.mtu).catch((err: unknown) => {
+      if (!(err instanceof NetlinkError && err.exists)) throw err;
+    });
+    bridge = await host.linkByName(plan.bridge);
+  }
+  if (bridge.kind !== 'bridge') throw new CniError(CNI_CODE.UNKNOWN, `failed to set up bridge ${plan.bridge}: it exists and is a ${bridge.kind || 'plain'} device, not a bridge`);
+  const ops: Operation[] = [];
+  if (!bridge.up) ops.push({ op: 'linkSet', index: bridge.index, changes: { up: true } });
+  if (plan.isGateway) {
+    for (const a of allocations) {
+      ops.push({ op: 'addrReplace', addr: { linkIndex: bridge.index, address: formatIP(gatewayOf(a.subnet)), prefixLen: a.subnet.prefix, flags: a.address.family === 6 ? IFA_F_NODAD : 0 } });
+    }
+  }
+  const failed = (await host.batch(ops)).find((r) => r !== null);
+  if (failed) throw failed;
+  return bridge;
+}
+
+function vethName(): string {
+  return `veth${Math.floor(Math.random() * 0x1_0000_0000).toString(16).padStart(8, '0')}`;
+}
+
+/** Opens the pod's namespace file; a missing one is the runtime's error, not ours. */
+function openNetns(netns: string): number {
+  try {
+    return openSync(netns, 'r');
+  } catch (e) {
+    throw new CniError(CNI_CODE.INVALID_ENVIRONMENT, `CNI_NETNS: failed to open network namespace ${netns}: ${(e as Error).message}`);
+  }
+}
+
+/**
+ * Wires the pod: bridge, veth pair, addresses, link up, routes. On failure the caller runs
+ * {@link unwirePod} (the pod's end takes the host end with it).
+ */
+export async function wirePod(host: NetlinkHandle, plan: BridgePlan, allocations: readonly Allocation[], ifname: string, netns: string): Promise<Wired> {
+  const bridge = await ensureBridge(host, plan, allocations);
+  const fd = openNetns(netns);
+  let hostVeth = vethName();
+  try {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await host.vethAdd({ name: hostVeth, peerName: ifname, peerNetnsFd: fd, mtu: plan.mtu });
+        break;
+      } catch (e) {
+        if (!(e instanceof NetlinkError && e.exists) || attempt === 3) throw e;
+        if (await podLink(netns, ifname)) throw new CniError(CNI_CODE.UNKNOWN, `container veth name provided (${ifname}) already exists`);
+        hostVeth = vethName();
+      }
+    }
+  } finally {
+    closeSync(fd);
+  }
+  const hostLink = await host.linkByName(hostVeth);
+  const hostOps: Operation[] = [{ op: 'linkSet', index: hostLink.index, changes: { master: bridge.index, up: true } }];
+  if (plan.hairpin) hostOps.push({ op: 'linkSetHairpin', index: hostLink.index, on: true });
+  const hostFailed = (await host.batch(hostOps)).find((r) => r !== null);
+  if (hostFailed) throw hostFailed;
+
+  const pod = NetlinkHandle.open(netns);
+  let podMac: string;
+  try {
+    const link = await pod.linkByName(ifname);
+    podMac = link.mac;
+    const ops: Operation[] = allocations.map((a) => ({
+      op: 'addrAdd', addr: { linkIndex: link.index, address: formatIP(a.address), prefixLen: a.subnet.prefix, flags: a.address.family === 6 ? IFA_F_NODAD : 0 },
+    }));
+    ops.push({ op: 'linkSet', index: link.index, changes: { up: true } });
+    for (const r of podRoutes(plan, allocations)) ops.push({ op: 'routeAdd', route: { dst: r.dst, gateway: r.gw, linkIndex: link.index } });
+    const failed = (await pod.batch(ops)).find((r) => r !== null);
+    if (failed) throw failed;
+  } finally {
+    pod.close();
+  }
+  const bridgeMac = (await host.linkByIndex(bridge.index)).mac;
+  return { bridgeMac, hostVeth, hostVethMac: hostLink.mac, podMac };
+}
+
+/** The pod's interface `ifname`, or undefined when it or the namespace is gone. */
+async function podLink(netns: string, ifname: string): Promise<Link | undefined> {
+  let pod: NetlinkHandle;
+  try {
+    pod = NetlinkHandle.open(netns);
+  } catch {
+    return undefined; // the namespace is gone: its interfaces went with it
+  }
+  try {
+    return await pod.linkByName(ifname);
+  } catch (e) {
+    if (isNotFound(e)) return undefined;
+    throw e;
+  } finally {
+    pod.close();
+  }
+}
+
+/**
+ * Removes the pod's interface (its veth peer on the host goes with it). Idempotent: no netns,
+ * a namespace that is gone, or an interface that is gone is success.
+ */
+export async function unwirePod(ifname: string, netns: string | undefined): Promise<void> {
+  if (netns === undefined) return;
+  let pod: NetlinkHandle;
+  try {
+    pod = NetlinkHandle.open(netns);
+  } catch {
+    return;
+  }
+  try {
+    const link = await pod.linkByName(ifname);
+    await pod.linkDel(link.index);
+  } catch (e) {
+    if (!isNotFound(e)) throw e;
+  } finally {
+    pod.close();
+  }
+}
+
+type Json = Record<string, unknown>;
+
+/**
+ * CHECK: the pod's `ifname` exists and is up, holds every address the saved result gave it, and
+ * has every route of the result (through the result's gateway, or the family's gateway when the
+ * route names none, as ADD installed it). `result` is in the 1.x shape.
+ */
+export async function checkPod(netns: string, ifname: string, result: Json): Promise<void> {
+  const fail = (what: string) => new CniError(CNI_CODE.UNKNOWN, `CHECK of ${ifname} in ${netns}: ${what}`);
+  const link = await podLink(netns, ifname);
+  if (!link) throw fail('the interface is missing');
+  if (!link.up) throw fail('the interface is down');
+  const pod = NetlinkHandle.open(netns);
+  try {
+    const addrs = await pod.addrList({ linkIndex: link.index });
+    const routes = await pod.routeList({ linkIndex: link.index });
+    const interfaces = Array.isArray(result['interfaces']) ? (result['interfaces'] as Json[]) : [];
+    const ips = (Array.isArray(result['ips']) ? (result['ips'] as Json[]) : []).filter((ip) => typeof ip['interface'] !== 'number' || interfaces[ip['interface']]?.['name'] === ifname);
+    for (const ip of ips) {
+      const [address, len] = String(ip['address']).split('/');
+      if (!addrs.some((a) => a.address === address && a.prefixLen === Number(len))) throw fail(`address ${String(ip['address'])} is missing`);
+    }
+    const gatewayOfFamily = (family: 4 | 6) => ips.find((ip) => String(ip['address']).includes(':') === (family === 6))?.['gateway'];
+    for (const r of Array.isArray(result['routes']) ? (result['routes'] as Json[]) : []) {
+      const dst = String(r['dst']);
+      const gw = r['gw'] ?? gatewayOfFamily(dst.includes(':') ? 6 : 4);
+      if (!routes.some((k) => k.dst === dst && (gw === undefined || k.gateway === gw))) throw fail(`route ${dst}${gw ? ` via ${String(gw)}` : ''} is missing`);
+    }
+  } finally {
+    pod.close();
+  }
+}

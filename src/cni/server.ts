@@ -1,0 +1,209 @@
+/**
+ * weftd's CNI server: the native plugin (native/plugin/weft-cni.c) hands each call to it over
+ * `weft-cni.sock` beside subnet.env, and weftd wires the pod in-process (pod.ts), allocating in
+ * host-local's own store (host-local.ts) and saving flannel's state file, so the TypeScript
+ * fallback, host-local and flannel's plugin can delete what the server added and the other way
+ * round. Configs the server does not serve (bridge.ts) are answered `{"fallback":true}`, and the
+ * plugin runs the TypeScript plugin with the real delegates instead.
+ *
+ * DESIGN NOTES
+ * - Each verb is a straight line with its rollback: ADD saves the state file first (as the
+ *   fallback does), then allocates, then wires; a failure unwires, releases and drops the state.
+ *   If weftd dies in between, the state file is what lets the runtime's DEL (through weftd or
+ *   the fallback) find and remove the rest: address files by container ID, the veth with the
+ *   pod's interface.
+ * - Verbs of one container run one after another; different containers run in parallel. The
+ *   store is shared with other processes through host-local's flock.
+ * - A client that hangs up does not stop a verb half-way: it finishes (or rolls back), and the
+ *   runtime's DEL that follows a failed ADD then finds a consistent state.
+ * - This module is loaded by weftd only when it serves CNI, and imports only node:net/fs and the
+ *   CNI modules: nothing heavy on weftd's start-up path.
+ */
+import { dirname, join } from 'node:path';
+import { WeftError } from '../errors.ts';
+import { LocalServer } from '../local/server.ts';
+import type { Logger } from '../log.ts';
+import type { NetlinkHandle } from '../netlink/index.ts';
+import type { CniArgs } from './args.ts';
+import { bridgeResult, planBridge } from './bridge.ts';
+import type { Allocation, BridgePlan } from './bridge.ts';
+import type { PluginConf } from './config.ts';
+import { CNI_CODE, CniError, toCniError } from './errors.ts';
+import { HostLocalStore } from './host-local.ts';
+import { errorVersion, parseCall, renderForAdd, savedDelegate, status } from './plugin.ts';
+import type { ParsedCall } from './plugin.ts';
+import { checkPod, unwirePod, wirePod } from './pod.ts';
+import { loadState, removeState, saveState } from './state.ts';
+import { CURRENT_VERSION, convertResult, versionInfo } from './version.ts';
+
+type Env = Record<string, string>;
+type Json = Record<string, unknown>;
+
+/** The version of the CNI socket's vocabulary; the native plugin sends the same number. */
+export const CNI_PROTOCOL = 1;
+
+/** The CNI socket of the node whose subnet.env is `subnetFile`. */
+export function cniSocketPath(subnetFile: string): string {
+  return join(dirname(subnetFile), 'weft-cni.sock');
+}
+
+/** What the plugin prints and exits with, or `fallback` to run the TypeScript plugin instead. */
+export type CniAnswer = { exitCode: number; stdout: string } | { fallback: true };
+
+function isObject(v: unknown): v is Json {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** The request's environment and stdin; throws (a bad request, answered by the socket layer) when malformed. */
+function readRequest(request: Json): { env: Env; stdin: string } {
+  const env = request['env'];
+  const stdin = request['stdin'];
+  if (!isObject(env) || !Object.values(env).every((v) => typeof v === 'string')) throw new WeftError('EBADREQUEST', 'request.env: not an object of strings');
+  if (typeof stdin !== 'string') throw new WeftError('EBADREQUEST', 'request.stdin: not a string');
+  return { env: env as Env, stdin };
+}
+
+export interface CniServerOptions {
+  /** weftd's own namespace, where the bridge and host ends live. */
+  host: NetlinkHandle;
+  log: Logger;
+}
+
+/** The verbs, served. */
+export class CniServer {
+  readonly #o: CniServerOptions;
+  /** The last verb queued per container: verbs of one container run in order. */
+  readonly #containers = new Map<string, Promise<unknown>>();
+
+  constructor(o: CniServerOptions) {
+    this.#o = o;
+  }
+
+  /** Answers one request of the socket (`{env, stdin}`); CNI failures are answers, not throws. */
+  async handle(request: Json): Promise<CniAnswer> {
+    const { env, stdin } = readRequest(request);
+    let call: ParsedCall | undefined;
+    try {
+      call = parseCall(env, stdin);
+      if (call.conf === undefined) return { exitCode: 0, stdout: JSON.stringify(versionInfo()) };
+      const { args, conf } = call;
+      const id = args.containerId;
+      switch (args.command) {
+        case 'ADD':
+          return await this.#serially(id!, () => this.#add(args, conf, env));
+        case 'DEL':
+          return await this.#serially(id!, () => this.#del(args, conf));
+        case 'CHECK':
+          return await this.#serially(id!, () => this.#check(args, conf));
+        case 'STATUS':
+          return { exitCode: 0, stdout: status(conf) };
+        case 'GC':
+          // GC walks every container's state through the delegates: rare, and left to the fallback.
+          return { fallback: true };
+      }
+    } catch (e) {
+      return { exitCode: 1, stdout: JSON.stringify(toCniError(e, errorVersion(call))) };
+    }
+  }
+
+  async #serially<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const before = this.#containers.get(id) ?? Promise.resolve();
+    const mine = before.then(fn);
+    const tail = mine.catch(() => undefined);
+    this.#containers.set(id, tail);
+    try {
+      return await mine;
+    } finally {
+      if (this.#containers.get(id) === tail) this.#containers.delete(id);
+    }
+  }
+
+  #plan(delegate: unknown, verb: string, id: string): BridgePlan | undefined {
+    const plan = planBridge(delegate);
+    if (typeof plan === 'string') {
+      this.#o.log.debug('CNI request left to the fallback plugin', { verb, container: id, reason: plan });
+      return undefined;
+    }
+    return plan;
+  }
+
+  async #add(args: CniArgs, conf: PluginConf, env: Env): Promise<CniAnswer> {
+    const id = args.containerId!;
+    const ifname = args.ifname!;
+    const netns = args.netns!;
+    const { bytes } = renderForAdd(args, conf, env);
+    const plan = this.#plan(JSON.parse(bytes), 'ADD', id);
+    if (plan === undefined) return { fallback: true };
+    const store = new HostLocalStore(plan.storeDir, plan.network);
+    saveState(conf.dataDir, id, bytes);
+    let allocations: Allocation[] = [];
+    try {
+      allocations = await store.locked(() => store.allocate(id, ifname, plan.ranges));
+      const wired = await wirePod(this.#o.host, plan, allocations, ifname, netns);
+      return { exitCode: 0, stdout: JSON.stringify(convertResult(bridgeResult(plan, allocations, wired, ifname, netns), conf.cniVersion)) };
+    } catch (e) {
+      try {
+        await unwirePod(ifname, netns);
+        if (allocations.length > 0) await store.locked(() => store.release(id, ifname));
+        removeState(conf.dataDir, id);
+      } catch (rollback) {
+        // the ADD error is the one to report; the runtime's DEL retries with the state kept
+        this.#o.log.warn('failed to roll back a failed CNI ADD', { container: id, err: rollback });
+      }
+      throw e;
+    }
+  }
+
+  async #del(args: CniArgs, conf: PluginConf): Promise<CniAnswer> {
+    const id = args.containerId!;
+    const ifname = args.ifname!;
+    const saved = savedDelegate(loadState(conf.dataDir, id));
+    if (saved === undefined) {
+      removeState(conf.dataDir, id);
+      return { exitCode: 0, stdout: '' };
+    }
+    const plan = this.#plan(saved, 'DEL', id);
+    if (plan === undefined) return { fallback: true };
+    await unwirePod(ifname, args.netns);
+    const store = new HostLocalStore(plan.storeDir, plan.network);
+    await store.locked(() => store.release(id, ifname));
+    removeState(conf.dataDir, id);
+    return { exitCode: 0, stdout: '' };
+  }
+
+  async #check(args: CniArgs, conf: PluginConf): Promise<CniAnswer> {
+    const id = args.containerId!;
+    const saved = savedDelegate(loadState(conf.dataDir, id));
+    if (saved === undefined) throw new CniError(CNI_CODE.CONTAINER_UNKNOWN, `CNI_CONTAINERID: no state for container ${id} in dataDir ${conf.dataDir}`);
+    const given = conf.prevResult;
+    if (!isObject(given)) throw new CniError(CNI_CODE.INVALID_CONFIG, 'prevResult: required for CHECK, as a JSON object');
+    const plan = this.#plan(saved, 'CHECK', id);
+    if (plan === undefined) return { fallback: true };
+    const result = convertResult({ cniVersion: conf.cniVersion, ...given }, CURRENT_VERSION);
+    await checkPod(args.netns!, args.ifname!, result);
+    const store = new HostLocalStore(plan.storeDir, plan.network);
+    const held = await store.locked(() => store.held(id, args.ifname!));
+    for (const ip of Array.isArray(result['ips']) ? (result['ips'] as Json[]) : []) {
+      const address = String(ip['address']).split('/')[0]!;
+      if (!held.includes(address)) throw new CniError(CNI_CODE.UNKNOWN, `CHECK: ${address} is not allocated to ${id} in ${store.dir}`);
+    }
+    return { exitCode: 0, stdout: '' };
+  }
+}
+
+export interface StartCniServerOptions extends CniServerOptions {
+  /** weftd's --subnet-file: the socket is created beside it. */
+  subnetFile: string;
+}
+
+/** Serves the CNI socket beside `subnetFile` until the returned server is closed. */
+export async function startCniServer(o: StartCniServerOptions): Promise<LocalServer> {
+  const cni = new CniServer(o);
+  const server = new LocalServer({
+    path: cniSocketPath(o.subnetFile), protocol: CNI_PROTOCOL, log: o.log,
+    handler: (request) => cni.handle(request),
+    maxRequestBytes: 8 << 20,
+  });
+  await server.listen();
+  return server;
+}
