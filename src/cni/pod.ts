@@ -5,7 +5,7 @@
  * addresses, link and routes. No child process, no namespace switch of weftd's own threads: the
  * host side goes through weftd's handle, the pod side through a handle bound to CNI_NETNS.
  */
-import { closeSync, openSync } from 'node:fs';
+import { closeSync, openSync, statfsSync } from 'node:fs';
 import { formatIP, gatewayOf } from '../ip/ip.ts';
 import { NetlinkError } from '../errors.ts';
 import { NetlinkHandle } from '../netlink/index.ts';
@@ -13,6 +13,9 @@ import type { Link, Operation } from '../netlink/index.ts';
 import { podRoutes } from './bridge.ts';
 import type { Allocation, BridgePlan, Wired } from './bridge.ts';
 import { CNI_CODE, CniError } from './errors.ts';
+
+/** statfs(2) f_type of a namespace file (nsfs). */
+const NSFS_MAGIC = 0x6e736673;
 
 /** IFA_F_NODAD: the pod's and gateway's IPv6 addresses are unique by allocation. */
 const IFA_F_NODAD = 0x02;
@@ -50,13 +53,19 @@ function vethName(): string {
   return `veth${Math.floor(Math.random() * 0x1_0000_0000).toString(16).padStart(8, '0')}`;
 }
 
-/** Opens the pod's namespace file; a missing one is the runtime's error, not ours. */
+/** Opens the pod's namespace file; a missing one, or a file that is none, is the runtime's error. */
 function openNetns(netns: string): number {
+  let fd: number;
   try {
-    return openSync(netns, 'r');
+    fd = openSync(netns, 'r');
   } catch (e) {
     throw new CniError(CNI_CODE.INVALID_ENVIRONMENT, `CNI_NETNS: failed to open network namespace ${netns}: ${(e as Error).message}`);
   }
+  if (statfsSync(netns).type !== NSFS_MAGIC) {
+    closeSync(fd);
+    throw new CniError(CNI_CODE.INVALID_ENVIRONMENT, `CNI_NETNS: ${netns} is not a network namespace`);
+  }
+  return fd;
 }
 
 /**
