@@ -3,13 +3,15 @@
 # container copies to the host (daemonset.yaml). Build: docker build -t weft:0.1.0 .
 #
 # /opt/weft, as bin/weftd, bin/weft and src/netlink/native.ts expect it:
-#   package.json                  "type": "module" for dist/, and the root native.ts looks up to
-#   bin/weftd                     execs <root>/node_modules/.bin/node on dist/src/cmd/weftd.js
+#   package.json                  the root native.ts looks up to
+#   bin/weftd                     execs <root>/node_modules/.bin/node on dist/weftd/weftd.mjs
 #   bin/weft                      the CNI launcher; bin/weft.cjs and bin/weft-node next to it are
 #   bin/weft.cjs, bin/weft-node   its "installed copy" layout, the three files install-cni copies
-#   dist/                         tsc output (dist/src) and the plugin bundle (dist/weft.cjs)
+#   dist/weftd/, dist/proto/      weftd bundled with its dependencies (etcd3 reads dist/proto)
+#   dist/weft.cjs                 the plugin bundle
+#   dist/.compile-cache/          Node's compile cache, filled at build so the first start is fast
 #   native/build/Release/weft_netlink.node
-#   node_modules/                 production dependencies only
+#   node_modules/.bin/node        a link to the image's Node: the bundles need no node_modules
 
 # The Node release package.json pins (devDependency "node"): the Makefile builds with it and weftd
 # runs on it, so both stages use the same one. test/unit/manifest.test.ts keeps the two equal.
@@ -35,8 +37,7 @@ COPY native/binding.gyp native/
 COPY native/src/ native/src/
 # NODE_HEADERS: the base image ships its Node's headers in /usr/local/include/node, so node-gyp
 # needs neither the npm package's copy nor a download.
-RUN make build-native build-ts build-cni NODE_HEADERS=/usr/local \
- && npm prune --omit=dev
+RUN make build-native build-cni build-weftd NODE_HEADERS=/usr/local
 
 FROM node:${NODE_VERSION}-bookworm-slim
 # libnl: the addon's shared libraries. iptables (Debian's default, iptables-nft) and nftables: the
@@ -47,14 +48,15 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/weft
 COPY --from=build /src/package.json ./
-COPY --from=build /src/node_modules/ node_modules/
-COPY --from=build /src/dist/ dist/
+COPY --from=build /src/dist/weftd/ dist/weftd/
+COPY --from=build /src/dist/proto/ dist/proto/
+COPY --from=build /src/dist/weft.cjs dist/
 COPY --from=build /src/native/build/Release/weft_netlink.node native/build/Release/
 COPY --from=build /src/bin/ bin/
 # bin/weftd runs <root>/node_modules/.bin/node, which in a checkout is the pinned npm package
-# `node`; npm prune removed that dev dependency, so the link points at the image's Node, the same
-# release. bin/weft-node and bin/weft.cjs are links too: install-cni's cp copies what they point to.
-# The last two lines check that weftd and the plugin start.
+# `node`; here the link points at the image's Node, the same release. bin/weft-node and
+# bin/weft.cjs are links too: install-cni's cp copies what they point to. The last two lines check
+# that weftd and the plugin start (and fill weftd's compile cache).
 RUN mkdir -p node_modules/.bin \
  && ln -sf /usr/local/bin/node node_modules/.bin/node \
  && ln -sf /usr/local/bin/node bin/weft-node \

@@ -99,11 +99,15 @@ struct MonitorJob : Job {
   std::vector<int> groups;
   int rcvbuf = 0;
   struct nl_sock* sk = nullptr;
+  uint32_t requestPort = 0;
   MonitorJob(Napi::Env env, Handle* h) : Job(env), handle(h) {}
   ~MonitorJob() override {
     if (sk) nl_socket_free(sk);
   }
-  void run(Worker& w) override { failure = w.openMonitorSocket(groups, rcvbuf, &sk); }
+  void run(Worker& w) override {
+    failure = w.openMonitorSocket(groups, rcvbuf, &sk);
+    requestPort = w.requestPort();
+  }
   Napi::Value result(Napi::Env env) override { return env.Undefined(); }
   void complete(Napi::Env env) override;  // hands the socket to the handle first
 };
@@ -356,7 +360,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
     if (job != monitorJob_) return;
     monitorJob_ = nullptr;
     if (job->failure || monitorCallback_.IsEmpty() || !worker_) return;
-    monitor_ = new Monitor(env, job->sk, monitorCallback_.Value());
+    monitor_ = new Monitor(env, job->sk, job->requestPort, monitorCallback_.Value());
     job->sk = nullptr;
     monitorCallback_.Reset();
     if (!monitor_->ok()) {

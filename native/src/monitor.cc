@@ -53,10 +53,23 @@ std::optional<Event> parseNotification(struct nlmsghdr* hdr) {
   return ev;
 }
 
+// A route or neighbour change made through the handle's own request socket. (The vxlan driver
+// stamps no port on FDB notifications, so those always come through.)
+bool isOwnEcho(const struct nlmsghdr* hdr, uint32_t ownPort) {
+  if (ownPort == 0 || hdr->nlmsg_pid != ownPort) return false;
+  switch (hdr->nlmsg_type) {
+    case RTM_NEWROUTE:
+    case RTM_DELROUTE:
+    case RTM_NEWNEIGH:
+    case RTM_DELNEIGH: return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
-Monitor::Monitor(Napi::Env env, struct nl_sock* sk, Napi::Function callback)
-    : env_(env), sk_(sk), callback_(Napi::Persistent(callback)) {
+Monitor::Monitor(Napi::Env env, struct nl_sock* sk, uint32_t ownPort, Napi::Function callback)
+    : env_(env), sk_(sk), ownPort_(ownPort), callback_(Napi::Persistent(callback)) {
   uv_loop_t* loop = nullptr;
   if (napi_get_uv_event_loop(env, &loop) != napi_ok) return;
   poll_ = new uv_poll_t;
@@ -113,6 +126,7 @@ void Monitor::drain() {
     }
     int len = static_cast<int>(n);
     for (auto* hdr = reinterpret_cast<struct nlmsghdr*>(buf.data()); nlmsg_ok(hdr, len); hdr = nlmsg_next(hdr, &len)) {
+      if (isOwnEcho(hdr, ownPort_)) continue;
       if (std::optional<Event> ev = parseNotification(hdr)) batch.push_back(std::move(*ev));
     }
   }

@@ -9,8 +9,11 @@ namespace weft {
 
 class Monitor {
  public:
-  // Takes ownership of `sk` and starts polling; `callback` receives arrays of events.
-  Monitor(Napi::Env env, struct nl_sock* sk, Napi::Function callback);
+  // Takes ownership of `sk` and starts polling; `callback` receives arrays of events. Route and
+  // neighbour notifications stamped with `ownPort` (the handle's request socket) echo the handle's
+  // own changes and are not reported: the caller knows what it wrote, and a batch of thousands
+  // would otherwise come back as thousands of events.
+  Monitor(Napi::Env env, struct nl_sock* sk, uint32_t ownPort, Napi::Function callback);
   // Stops polling; the socket and this object are freed once libuv lets go of the poll handle,
   // so close() is safe from inside the callback. Do not touch the object afterwards.
   void close();
@@ -24,6 +27,7 @@ class Monitor {
 
   Napi::Env env_;
   struct nl_sock* sk_;
+  uint32_t ownPort_;
   Napi::FunctionReference callback_;
   uv_poll_t* poll_ = nullptr;
   bool started_ = false;

@@ -275,6 +275,8 @@ Failure Worker::dump(int kind, const DumpFilter& filter, std::vector<Record>& ou
   return {EINTR, "dump interrupted by concurrent changes five times in a row"};
 }
 
+uint32_t Worker::requestPort() const { return nl_socket_get_local_port(sk_); }
+
 Failure Worker::openMonitorSocket(const std::vector<int>& groups, int rcvbuf, struct nl_sock** out) {
   struct nl_sock* sk = nl_socket_alloc();
   if (!sk) return {ENOMEM, "cannot allocate a netlink socket"};

@@ -41,6 +41,8 @@ class Worker {
   Failure get(struct nl_msg* msg, std::vector<Record>& out);
   // A new non-blocking socket in this namespace, joined to the given rtnetlink groups.
   Failure openMonitorSocket(const std::vector<int>& groups, int rcvbuf, struct nl_sock** out);
+  // The port ID of the request socket: the kernel stamps it on notifications of our own changes.
+  uint32_t requestPort() const;
 
  private:
   void run(const std::string& netnsPath);

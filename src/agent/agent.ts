@@ -59,6 +59,14 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   const { flags, source, handle, log } = d;
   log.info('starting', { leaseSource: source.name });
   const config = await source.networkConfig(signal);
+  const rules = d.trafficRules ?? new TrafficRules({
+    driver: config.enableNFTables && flags.trafficRules === 'auto' ? 'nftables' : flags.trafficRules,
+    ipMasq: flags.ipMasq, forwardRules: flags.iptablesForwardRules, fullyRandomDisable: flags.ipMasqFullyRandomDisable,
+    resyncSeconds: flags.iptablesResync, enableIPv4: config.enableIPv4, enableIPv6: config.enableIPv6, log,
+  });
+  // The rules engine is chosen and forwarding switched on while the interface, device and lease
+  // are being set up; only the rules themselves wait for the lease's subnet.
+  void rules.prepare();
   const published = (await source.published?.(signal)) ?? {};
   // The node-public-ip(v6) annotations stand in for --public-ip(v6) when the flag is not given.
   const publicIp = flags.publicIp || published.publicIP || '';
@@ -82,11 +90,6 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   const attrs = await backend.setup(published.attrs?.backendType === config.backend.type ? published.attrs : undefined);
   const own = await source.acquire({ attrs, ...(previous ? { previous: { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet } } : {}) }, signal);
   await backend.configure(own);
-  const rules = d.trafficRules ?? new TrafficRules({
-    driver: config.enableNFTables && flags.trafficRules === 'auto' ? 'nftables' : flags.trafficRules,
-    ipMasq: flags.ipMasq, forwardRules: flags.iptablesForwardRules, fullyRandomDisable: flags.ipMasqFullyRandomDisable,
-    resyncSeconds: flags.iptablesResync, enableIPv4: config.enableIPv4, enableIPv6: config.enableIPv6, log,
-  });
   const networks = (lease: Lease) => ({ network: config.network, subnet: lease.subnet, ipv6Network: config.ipv6Network, ipv6Subnet: lease.ipv6Subnet });
   await rules.start(networks(own), { ...(previous ? { previous } : {}), signal });
   await writeEnv(flags.subnetFile, config, own, backend.mtu, flags.ipMasq);

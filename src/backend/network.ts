@@ -138,10 +138,10 @@ export class Network {
   }
 
   async #planAll(): Promise<void> {
-    this.#desired.set(OWN_BLACKHOLE, this.#o.blackhole ? ownBlackhole(this.#own) : undefined);
+    this.#desired.put(OWN_BLACKHOLE, this.#o.blackhole ? ownBlackhole(this.#own) : undefined);
     const leases = this.#o.table.leases();
     const peers = new Set(leases.map((l) => l.peer));
-    for (const l of leases) this.#desired.set(l.peer, await this.#plan(l));
+    for (const l of leases) this.#desired.put(l.peer, await this.#plan(l));
     for (const peer of this.#warned.keys()) if (!peers.has(peer)) this.#warned.delete(peer);
   }
 

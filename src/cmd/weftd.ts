@@ -1,36 +1,37 @@
 /**
  * weftd entry point: parses the command line, builds the parts and runs them. No logic here.
  * SIGTERM and SIGINT stop it cleanly (exit 0) leaving the data plane in place.
+ *
+ * Only the flags are read before anything else is loaded: each part is imported when the run
+ * needs it, so `--version` loads neither datastore client, etcd mode never loads the Kubernetes
+ * client, kube mode never loads etcd3 and gRPC, and metrics cost nothing with --healthz-port=0
+ * (test/unit/cmd/weftd-imports.test.ts holds the graph to that).
  */
 import { CommanderError } from 'commander';
-import { runAgent } from '../agent/agent.ts';
 import { parseFlags } from '../config/flags.ts';
 import type { Flags } from '../config/flags.ts';
 import { WeftError } from '../errors.ts';
-import { EtcdLeaseSource } from '../lease/etcd/source.ts';
-import { KubeLeaseSource } from '../lease/kube/source.ts';
-import { TrafficRules } from '../masq/manager.ts';
-import type { LeaseSource } from '../lease/source.ts';
+import type { LeaseSource, SourceObserver } from '../lease/source.ts';
 import { createLogger } from '../log.ts';
 import type { Logger } from '../log.ts';
-import { NetlinkHandle } from '../netlink/index.ts';
-import { startHealthServer } from '../server/http.ts';
 import type { HealthServer } from '../server/http.ts';
-import { Metrics } from '../server/metrics.ts';
+import type { Metrics } from '../server/metrics.ts';
 
-async function leaseSource(flags: Flags, log: Logger, metrics: Metrics): Promise<LeaseSource> {
+async function leaseSource(flags: Flags, log: Logger, observer: SourceObserver | undefined): Promise<LeaseSource> {
   if (flags.kubeSubnetMgr) {
+    const { KubeLeaseSource } = await import('../lease/kube/source.ts');
     return KubeLeaseSource.create({
-      observer: metrics.sourceObserver('kube'),
+      ...(observer ? { observer } : {}),
       kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl, annotationPrefix: flags.kubeAnnotationPrefix,
       netConfigPath: flags.netConfigPath, setNodeNetworkUnavailable: flags.setNodeNetworkUnavailable, log,
     });
   }
+  const { EtcdLeaseSource } = await import('../lease/etcd/source.ts');
   return EtcdLeaseSource.create({
     endpoints: flags.etcdEndpoints, prefix: flags.etcdPrefix,
     keyFile: flags.etcdKeyfile, certFile: flags.etcdCertfile, caFile: flags.etcdCafile,
     username: flags.etcdUsername, password: flags.etcdPassword,
-    renewMarginMs: flags.subnetLeaseRenewMargin * 60_000, log, observer: metrics.sourceObserver('etcd'),
+    renewMarginMs: flags.subnetLeaseRenewMargin * 60_000, log, ...(observer ? { observer } : {}),
   });
 }
 
@@ -50,8 +51,9 @@ async function startCni(flags: Flags, handle: NetlinkHandle, log: Logger): Promi
 
 async function main(argv: string[]): Promise<number> {
   const flags = parseFlags(argv);
-  const metrics = new Metrics();
-  const log = createLogger({ level: flags.logLevel, format: flags.logFormat, onRecord: (level, msg, fields) => metrics.record(level, msg, fields) });
+  // Metrics exist only to be served: without the health server nothing would read them.
+  const metrics: Metrics | undefined = flags.healthzPort > 0 ? new (await import('../server/metrics.ts')).Metrics() : undefined;
+  const log = createLogger({ level: flags.logLevel, format: flags.logFormat, ...(metrics ? { onRecord: metrics.record.bind(metrics) } : {}) });
   const stop = new AbortController();
   for (const sig of ['SIGTERM', 'SIGINT'] as const) {
     process.once(sig, () => {
@@ -60,17 +62,25 @@ async function main(argv: string[]): Promise<number> {
     });
   }
   if (flags.cleanupTrafficRules) {
+    const { TrafficRules } = await import('../masq/manager.ts');
     await new TrafficRules({ log }).cleanup();
     return 0;
   }
   let ready = false;
-  const source = await leaseSource(flags, log, metrics);
+  const [source, { runAgent }, { NetlinkHandle }] = await Promise.all([
+    leaseSource(flags, log, metrics?.sourceObserver(flags.kubeSubnetMgr ? 'kube' : 'etcd')),
+    import('../agent/agent.ts'),
+    import('../netlink/index.ts'),
+  ]);
   const handle = NetlinkHandle.open();
   const cni = await startCni(flags, handle, log);
   let health: HealthServer | undefined;
   try {
-    if (flags.healthzPort > 0) health = await startHealthServer({ host: flags.healthzIp, port: flags.healthzPort, ready: () => ready, metrics, log });
-    await runAgent({ flags, source, handle, log, metrics }, stop.signal, () => {
+    if (metrics) {
+      const { startHealthServer } = await import('../server/http.ts');
+      health = await startHealthServer({ host: flags.healthzIp, port: flags.healthzPort, ready: () => ready, metrics, log });
+    }
+    await runAgent({ flags, source, handle, log, ...(metrics ? { metrics } : {}) }, stop.signal, () => {
       ready = true;
     });
   } catch (e) {

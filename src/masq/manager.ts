@@ -12,10 +12,16 @@
  *   nftables tables `inet weft`, `ip flannel-ipv4`, `ip6 flannel-ipv6`, or the FLANNEL-* chains
  *   and their jumps), then applies the wanted set in one transaction, which also recycles rules of
  *   an old network/subnet and adopts flanneld's set of the same driver (rules.ts explains how).
- * - Resync (every `resyncSeconds`): compares the node with the wanted set, re-applies the whole
- *   set when anything differs and warns with what differed; the other driver's sets are removed
- *   again if they reappear; forwarding switched off by something else is switched back on
- *   (flanneld sets it once, at start). Unlike flanneld's nftables mode, nftables is resynced too.
+ * - Resync: compares the node with the wanted set, re-applies the whole set when anything differs
+ *   and warns with what differed; the other driver's sets are removed again if they reappear;
+ *   forwarding switched off by something else is switched back on (flanneld sets it once, at
+ *   start). Unlike flanneld's nftables mode, nftables is resynced too. With iptables (as
+ *   flanneld) the resync runs every `resyncSeconds`. With nftables, `nft monitor` reports every
+ *   change to the ruleset (iptables-nft's too) and the resync runs when one comes; every
+ *   `resyncSeconds` only the forwarding sysctls are read, and the whole resync runs every
+ *   {@link WATCHED_RESYNC_MS} as a safety net. Comparing the rules means running nft or
+ *   iptables-save, which cost ~0.4% of a core every 5 s; an idle node now runs nothing. If the
+ *   monitor dies, the resync falls back to running every `resyncSeconds`.
  * - Rules stay when weftd exits (`stop()` or the signal only end the loop), so pods keep working
  *   across a restart; {@link TrafficRules.cleanup} removes them.
  * - A failed apply leaves the previous set of that transaction (nftables: the whole table;
@@ -31,8 +37,13 @@ import { IptablesDriver, NftablesDriver } from './drivers.ts';
 import type { Driver, DriverName } from './drivers.ts';
 import { wantedRules } from './rules.ts';
 import type { TrafficNetworks, WantedRules } from './rules.ts';
-import { execRunner, procSysctl } from './runner.ts';
-import type { Runner, Sysctl } from './runner.ts';
+import { execRunner, nftMonitor, procSysctl } from './runner.ts';
+import type { Runner, RulesetWatch, RulesetWatcher, Sysctl } from './runner.ts';
+
+/** With nftables watched, the whole resync still runs this often, for what no event reports. */
+export const WATCHED_RESYNC_MS = 5 * 60_000;
+/** Changes reported within this long of each other are checked once. */
+const SETTLE_MS = 100;
 
 export interface TrafficRulesOptions {
   /** Which rules engine: `auto` (default) prefers nftables when `nft` works here, else iptables. */
@@ -51,11 +62,24 @@ export interface TrafficRulesOptions {
   enableIPv6?: boolean;
   /** Runs nft/iptables; default spawns them in this process's namespace. */
   runner?: Runner;
+  /**
+   * Reports changes to the ruleset while nftables is in use. Default: `nft monitor` in this
+   * process's namespace when `runner` is the default one, else none (every resync polls); a test
+   * with a runner bound to another namespace passes `nftMonitor(<same prefix>)`.
+   */
+  watch?: RulesetWatcher;
   /** Reads and sets sysctls; default /proc/sys of this process's namespace. */
   sysctl?: Sysctl;
   log: Logger;
   /** Waits between resyncs (injectable for tests); default {@link sleep}. */
   delay?: (ms: number, signal: AbortSignal) => Promise<void>;
+}
+
+/** What {@link TrafficRules.prepare} found: the driver, why, and whether it can randomise ports fully. */
+interface Prepared {
+  driver: Driver;
+  why: string;
+  fullyRandom: boolean;
 }
 
 function describe(n: TrafficNetworks | undefined): string {
@@ -79,6 +103,8 @@ export class TrafficRules {
   #otherWorks = false;
   #loop: AbortController | undefined;
   #loopDone: Promise<void> | undefined;
+  /** A {@link prepare} not yet taken by {@link start}. */
+  #prepared: Promise<Prepared> | undefined;
 
   constructor(opts: TrafficRulesOptions) {
     this.#opts = opts;
@@ -94,10 +120,37 @@ export class TrafficRules {
   }
 
   /**
-   * Chooses the driver, switches forwarding on, removes the other driver's rules, installs the
-   * rules for `current` and resolves; then resyncs every `resyncSeconds` until `signal` aborts or
-   * {@link stop} is called. `previous` (the old subnet.env's values) is only logged: the apply
-   * replaces Weft's chains or table whole, so an old network's rules go with it.
+   * What {@link start} does before it knows the networks: chooses the driver, switches forwarding
+   * on and removes the other driver's rules. Call it as soon as the configuration is known, so the
+   * nft/iptables processes run while the lease is being acquired; the next {@link start} takes
+   * its result (or its error) instead of doing the same again.
+   */
+  prepare(): Promise<Prepared> {
+    const p = this.#doPrepare();
+    // Awaited by start(); until then a failure must not count as unhandled.
+    p.catch(() => {});
+    this.#prepared = p;
+    return p;
+  }
+
+  async #doPrepare(): Promise<Prepared> {
+    const { driver, why } = await this.#choose();
+    const [fullyRandom, forwarding] = await Promise.all([
+      this.#opts.fullyRandomDisable ? false : driver.fullyRandomSupported(),
+      this.#ensureForwarding(),
+      this.#checkBridgeNetfilter(),
+      this.#removeOther(driver),
+    ]);
+    for (const was of forwarding) this.#log.info('switched forwarding on', was);
+    return { driver, why, fullyRandom };
+  }
+
+  /**
+   * Chooses the driver, switches forwarding on, removes the other driver's rules (all of which a
+   * {@link prepare} call may have done already), installs the rules for `current` and resolves;
+   * then resyncs every `resyncSeconds` until `signal` aborts or {@link stop} is called.
+   * `previous` (the old subnet.env's values) is only logged: the apply replaces Weft's chains or
+   * table whole, so an old network's rules go with it.
    */
   async start(current: TrafficNetworks, opts: { previous?: TrafficNetworks; signal?: AbortSignal } = {}): Promise<void> {
     // A resync of the old set must not run alongside (or after) this apply.
@@ -110,16 +163,13 @@ export class TrafficRules {
     if (v6 && current.ipv6Network) nets.ipv6Network = current.ipv6Network;
     if (v6 && current.ipv6Subnet) nets.ipv6Subnet = current.ipv6Subnet;
 
-    const { driver, why } = await this.#choose();
-    const fullyRandom = !this.#opts.fullyRandomDisable && (await driver.fullyRandomSupported());
+    const prepared = this.#prepared ?? this.prepare();
+    this.#prepared = undefined;
+    const { driver, why, fullyRandom } = await prepared;
     const want = wantedRules(nets, { ipMasq: this.#opts.ipMasq ?? false, forwardRules: this.#opts.forwardRules ?? true, fullyRandom });
-
-    for (const was of await this.#ensureForwarding()) this.#log.info('switched forwarding on', was);
-    await this.#checkBridgeNetfilter();
 
     const prev = describe(opts.previous);
     if (opts.previous && prev !== describe(nets)) this.#log.info('network or subnet changed; recycling traffic rules', { previous: prev, current: describe(nets) });
-    await this.#removeOther(driver);
     await driver.apply(want);
     this.#driver = driver;
     this.#want = want;
@@ -143,17 +193,7 @@ export class TrafficRules {
     const driver = this.#driver;
     const want = this.#want;
     if (!driver || !want) return [];
-    // Forwarding that cannot be switched back on must not keep the rules from being restored.
-    const forwarding = await this.#ensureForwarding().then(
-      (changed) => changed.map(({ sysctl, was }) => {
-        this.#log.warn('forwarding was switched off; switched it back on', { sysctl, was });
-        return `${sysctl}=${was}`;
-      }),
-      (e: unknown) => {
-        this.#log.error('forwarding is off and could not be switched back on', { err: e });
-        return [];
-      },
-    );
+    const forwarding = await this.#checkForwarding();
     const drift = await driver.drift(want);
     if (drift.length > 0) {
       await driver.apply(want);
@@ -166,6 +206,23 @@ export class TrafficRules {
       this.#log.warn(`removed ${other.name} traffic rules left beside ${driver.name}`, { driver: driver.name });
     }
     return [...forwarding, ...drift];
+  }
+
+  /**
+   * Switches forwarding back on if something switched it off; returns what it changed. Never
+   * throws: forwarding that cannot be switched back on must not keep the rules from being restored.
+   */
+  async #checkForwarding(): Promise<string[]> {
+    return this.#ensureForwarding().then(
+      (changed) => changed.map(({ sysctl, was }) => {
+        this.#log.warn('forwarding was switched off; switched it back on', { sysctl, was });
+        return `${sysctl}=${was}`;
+      }),
+      (e: unknown) => {
+        this.#log.error('forwarding is off and could not be switched back on', { err: e });
+        return [];
+      },
+    );
   }
 
   /** Ends the resync loop; the rules stay. Resolves when the loop has ended. */
@@ -195,18 +252,53 @@ export class TrafficRules {
   async #resyncLoop(signal: AbortSignal): Promise<void> {
     const delay = this.#opts.delay ?? sleep;
     const ms = (this.#opts.resyncSeconds ?? 5) * 1000;
-    while (!signal.aborted) {
-      try {
-        await delay(ms, signal);
-      } catch {
-        return;
+    const watcher = this.#driver?.name === 'nftables' ? (this.#opts.watch ?? (this.#opts.runner ? undefined : nftMonitor())) : undefined;
+    let changed = false;
+    let wake: (() => void) | undefined;
+    let watch: RulesetWatch | undefined;
+    let live = false;
+    if (watcher) {
+      watch = watcher(() => {
+        changed = true;
+        wake?.();
+      });
+      live = true;
+      void watch.ended.then(() => {
+        if (signal.aborted) return;
+        live = false;
+        this.#log.warn('nft monitor ended; checking the traffic rules every period instead', { periodSeconds: ms / 1000 });
+        wake?.();
+      });
+    }
+    let lastFull = Date.now();
+    try {
+      while (!signal.aborted) {
+        const woken = new Promise<void>((resolve) => (wake = resolve));
+        try {
+          // A change reported while the last check ran is checked at once.
+          if (!changed) await (live ? Promise.race([delay(ms, signal), woken]) : delay(ms, signal));
+          // Several changes in a row (one transaction prints a line per object) are checked once.
+          if (changed) await delay(SETTLE_MS, signal);
+        } catch {
+          return;
+        }
+        wake = undefined;
+        if (signal.aborted) return;
+        const full = !live || changed || Date.now() - lastFull >= WATCHED_RESYNC_MS;
+        changed = false;
+        try {
+          if (full) {
+            lastFull = Date.now();
+            await this.resync();
+          } else {
+            await this.#checkForwarding();
+          }
+        } catch (e) {
+          this.#log.error('failed to resync traffic rules; trying again next period', { err: e });
+        }
       }
-      if (signal.aborted) return;
-      try {
-        await this.resync();
-      } catch (e) {
-        this.#log.error('failed to resync traffic rules; trying again next period', { err: e });
-      }
+    } finally {
+      watch?.stop();
     }
   }
 
@@ -278,8 +370,7 @@ export class TrafficRules {
       if (no !== undefined) throw new ConfigError('--traffic-rules', `${pref} does not work here: ${no}`);
       return { driver: d, why: 'configured' };
     }
-    const noNft = await this.#drivers.nftables.unavailable();
-    const noIpt = await this.#drivers.iptables.unavailable();
+    const [noNft, noIpt] = await Promise.all([this.#drivers.nftables.unavailable(), this.#drivers.iptables.unavailable()]);
     if (noNft === undefined && noIpt === undefined && (this.#opts.forwardRules ?? true)) {
       for (const family of this.#families()) {
         if (await this.#iptables.forwardDrops(family)) {

@@ -80,3 +80,31 @@ export function runnerSysctl(run: Runner): Sysctl {
     },
   };
 }
+
+/** A running watch of the node's ruleset: {@link RulesetWatcher}'s handle. */
+export interface RulesetWatch {
+  /** Resolves when the watch ended by itself (the watching process died); then poll instead. */
+  readonly ended: Promise<void>;
+  stop(): void;
+}
+
+/** Calls `onChange` whenever something changes the ruleset (any table, any program). */
+export type RulesetWatcher = (onChange: () => void) => RulesetWatch;
+
+/**
+ * `nft monitor ruleset`, its argv prefixed by `prefix` (e.g. `ip netns exec ns`): one long-lived
+ * process that prints a line for every change to the ruleset, iptables-nft's included, so the
+ * rules can be checked when they change instead of every few seconds.
+ */
+export function nftMonitor(prefix: readonly string[] = []): RulesetWatcher {
+  return (onChange) => {
+    const full = [...prefix, 'nft', 'monitor', 'ruleset'];
+    const child = spawn(full[0]!, full.slice(1), { stdio: ['ignore', 'pipe', 'ignore'] });
+    const ended = new Promise<void>((resolve) => {
+      child.on('error', () => resolve());
+      child.on('close', () => resolve());
+    });
+    child.stdout.on('data', () => onChange());
+    return { ended, stop: () => child.kill() };
+  };
+}

@@ -17,9 +17,16 @@ import type { KernelState } from './state.ts';
 
 const EMPTY: KernelState = { routes: [], neighs: [], fdb: [] };
 
-/** Entries of one kind by key, each key with the owners that want it (the last one wins). */
+/** The owner of one entry, or the owners of an entry several want (in the order they set it). */
+type Owned<T> = { owner: string; entry: T } | Map<string, T>;
+
+/**
+ * Entries of one kind by key, each key with the owners that want it (the last one wins). A key
+ * almost always has one owner, which is held without a Map of its own: at 50,000 leases that is
+ * 150,000 Maps fewer.
+ */
 class Index<T> {
-  readonly #byKey = new Map<string, Map<string, T>>();
+  readonly #byKey = new Map<string, Owned<T>>();
   readonly #key: (e: T) => string;
 
   constructor(key: (e: T) => string) {
@@ -27,35 +34,46 @@ class Index<T> {
   }
 
   get(key: string): T | undefined {
-    const owners = this.#byKey.get(key);
-    if (!owners) return undefined;
+    const owned = this.#byKey.get(key);
+    if (!owned || !(owned instanceof Map)) return owned?.entry;
     let last: T | undefined;
-    for (const e of owners.values()) last = e;
+    for (const e of owned.values()) last = e;
     return last;
   }
 
-  /** Removes `owner`'s entries; returns those no owner wants any more and those now won by another owner. */
+  /** Drops `owner`'s `entries`; those no owner wants any more go to `gone`, the rest's winners to `rewrite`. */
   remove(owner: string, entries: readonly T[], gone: T[], rewrite: T[]): void {
     for (const e of entries) {
       const k = this.#key(e);
-      const owners = this.#byKey.get(k);
-      if (!owners?.delete(owner)) continue;
-      if (owners.size === 0) {
+      const owned = this.#byKey.get(k);
+      if (!owned) continue;
+      if (!(owned instanceof Map)) {
+        if (owned.owner !== owner) continue;
         this.#byKey.delete(k);
         gone.push(e);
-      } else {
-        rewrite.push(this.get(k)!);
+        continue;
       }
+      if (!owned.delete(owner)) continue;
+      if (owned.size === 1) {
+        const [o, entry] = owned.entries().next().value!;
+        this.#byKey.set(k, { owner: o, entry });
+      }
+      rewrite.push(this.get(k)!);
     }
   }
 
   add(owner: string, entries: readonly T[]): void {
     for (const e of entries) {
       const k = this.#key(e);
-      let owners = this.#byKey.get(k);
-      if (!owners) this.#byKey.set(k, (owners = new Map()));
-      owners.delete(owner);
-      owners.set(owner, e);
+      const owned = this.#byKey.get(k);
+      if (!owned || (!(owned instanceof Map) && owned.owner === owner)) {
+        this.#byKey.set(k, { owner, entry: e });
+      } else if (owned instanceof Map) {
+        owned.delete(owner);
+        owned.set(owner, e);
+      } else {
+        this.#byKey.set(k, new Map([[owned.owner, owned.entry], [owner, e]]));
+      }
     }
   }
 
@@ -64,10 +82,11 @@ class Index<T> {
   }
 
   values(): T[] {
-    return [...this.#byKey.keys()].map((k) => this.get(k)!);
+    const out: T[] = [];
+    for (const k of this.#byKey.keys()) out.push(this.get(k)!);
+    return out;
   }
 
-  /** Whether any wanted entry satisfies `pred` (stops at the first). */
   some(pred: (e: T) => boolean): boolean {
     for (const k of this.#byKey.keys()) if (pred(this.get(k)!)) return true;
     return false;
@@ -96,6 +115,26 @@ export class DesiredState {
   readonly #routes = new Index<Route>(routeKey);
   readonly #neighs = new Index<Neigh>(neighKey);
   readonly #fdb = new Index<Fdb>(fdbKey);
+
+  /**
+   * Sets what `owner` wants (undefined: nothing any more), computing no operations: for changes a
+   * full pass applies anyway (start-up, a new own lease, a recreated device).
+   */
+  put(owner: string, state: KernelState | undefined): void {
+    const before = this.#owners.get(owner) ?? EMPTY;
+    if (before === EMPTY && !state) return;
+    if (state) this.#owners.set(owner, state);
+    else this.#owners.delete(owner);
+    const drop: never[] = [];
+    this.#routes.remove(owner, before.routes, drop, drop);
+    this.#neighs.remove(owner, before.neighs, drop, drop);
+    this.#fdb.remove(owner, before.fdb, drop, drop);
+    drop.length = 0;
+    if (!state) return;
+    this.#routes.add(owner, state.routes);
+    this.#neighs.add(owner, state.neighs);
+    this.#fdb.add(owner, state.fdb);
+  }
 
   /**
    * Sets what `owner` wants (undefined: nothing any more) and returns the operations from the

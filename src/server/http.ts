@@ -34,10 +34,7 @@ export async function startHealthServer(o: HealthServerOptions): Promise<HealthS
     if (req.method !== 'GET' && req.method !== 'HEAD') return reply(405, 'method not allowed\n');
     if (path === '/healthz') return reply(200, 'weftd is running\n');
     if (path === '/readyz') return o.ready() ? reply(200, 'weftd is ready\n') : reply(503, 'weftd is not ready yet\n');
-    if (path === '/metrics') {
-      o.metrics.text().then((text) => reply(200, text, o.metrics.contentType), (e: unknown) => reply(500, `${(e as Error).message}\n`));
-      return;
-    }
+    if (path === '/metrics') return reply(200, o.metrics.text(), o.metrics.contentType);
     reply(404, 'not found\n');
   });
   server.listen(o.port, o.host);

@@ -183,6 +183,31 @@ test('watch: snapshot, then added and removed batches; own key filtered; malform
   });
 });
 
+test('the watch starts from acquire\'s listing: no second Range, and a lease written in between is not missed', async () => {
+  await withEtcd(async (etcd, admin) => {
+    await admin.put(`${PREFIX}/config`).value(CONFIG);
+    await admin.put(`${PREFIX}/subnets/10.244.50.0-24`).value(value(50));
+    const ranges = async () => Number(/^grpc_server_handled_total\{grpc_code="OK",grpc_method="Range",[^}]*\} (\d+)/m.exec(await (await fetch(`http://127.0.0.1:${etcd.metricsPort}/metrics`)).text())?.[1]);
+    const s = await source(etcd.endpoint);
+    const ctl = new AbortController();
+    const table = new LeaseTable();
+    try {
+      await s.networkConfig(ctl.signal);
+      const before = await ranges();
+      await s.acquire({ attrs: attrs(1) }, ctl.signal);
+      await admin.put(`${PREFIX}/subnets/10.244.51.0-24`).value(value(51));
+      const running = s.watch(table, ctl.signal);
+      await until('both peers', () => table.synced && table.size === 2);
+      assert.equal(await ranges() - before, 1, 'acquire listed; the watch did not list again');
+      ctl.abort();
+      await running;
+    } finally {
+      ctl.abort();
+      await s.close();
+    }
+  });
+});
+
 /** The table holds exactly the remote leases etcd holds. */
 async function tableMatchesEtcd(admin: Etcd3, table: LeaseTable, ownKey: string): Promise<boolean> {
   const keys = (await subnetKeys(admin)).filter((k) => k !== ownKey);

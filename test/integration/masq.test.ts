@@ -19,7 +19,8 @@ import type { DriverName } from '../../src/masq/drivers.ts';
 import { TrafficRules } from '../../src/masq/manager.ts';
 import type { TrafficRulesOptions } from '../../src/masq/manager.ts';
 import type { TrafficNetworks } from '../../src/masq/rules.ts';
-import { execRunner, runnerSysctl } from '../../src/masq/runner.ts';
+import { execRunner, nftMonitor, runnerSysctl } from '../../src/masq/runner.ts';
+import type { Runner } from '../../src/masq/runner.ts';
 import { sleep } from '../../src/retry.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
@@ -281,6 +282,67 @@ test('forwarding switched off on the node is back on within one resync', { skip:
       for (let i = 0; i < 30 && !records.records.some((r) => r.msg === 'forwarding was switched off; switched it back on'); i++) await sleep(100);
       assert.equal((await node!.exec('sysctl', '-n', 'net.ipv4.ip_forward')).trim(), '1');
       assert.ok(records.records.some((r) => r.level === 'warn' && r.fields.sysctl === 'net.ipv4.ip_forward'));
+    } finally {
+      ac.abort();
+      await rules.stop();
+    }
+  });
+});
+
+/** Deletes the rule returning pod traffic to the cluster network from Weft's nftables table in `node`. */
+async function deleteNftRule(node: Netns): Promise<void> {
+  const listing = await node.exec('nft', '-a', 'list', 'chain', 'inet', 'weft', 'postrouting');
+  const handle = /ip saddr 10\.244\.0\.0\/16 ip daddr 10\.244\.1\.0\/24 return # handle (\d+)/.exec(listing)?.[1];
+  assert.ok(handle, listing);
+  await node.exec('nft', 'delete', 'rule', 'inet', 'weft', 'postrouting', 'handle', handle);
+}
+
+test('nftables watched by nft monitor: a change is restored at once, an idle node runs nothing, forwarding is still checked', { skip: needsRoot }, async () => {
+  await withNetns(['node'], async (node) => {
+    const records = memoryLogger();
+    const ac = new AbortController();
+    const prefix = ['ip', 'netns', 'exec', node!.name];
+    const inner = execRunner(prefix);
+    const commands: string[] = [];
+    const runner: Runner = (argv, stdin) => {
+      commands.push(argv.join(' '));
+      return inner(argv, stdin);
+    };
+    const rules = manager(node!, 'nftables', { log: records, resyncSeconds: 1, runner, sysctl: runnerSysctl(inner), watch: nftMonitor(prefix) });
+    try {
+      await rules.start(NETS, { signal: ac.signal });
+      // The monitor's first change report is our own apply's; once that check is done, nothing runs.
+      await sleep(1500);
+      commands.length = 0;
+      await sleep(3000);
+      assert.deepEqual(commands, [], 'three periods without a change run no nft or iptables');
+
+      await node!.exec('sysctl', '-w', 'net.ipv4.ip_forward=0');
+      for (let i = 0; i < 30 && !records.records.some((r) => r.msg === 'forwarding was switched off; switched it back on'); i++) await sleep(100);
+      assert.equal((await node!.exec('sysctl', '-n', 'net.ipv4.ip_forward')).trim(), '1', 'forwarding back on within a period');
+
+      await deleteNftRule(node!);
+      for (let i = 0; i < 20 && !records.records.some((r) => r.msg === 'traffic rules drifted; restored'); i++) await sleep(50);
+      assert.ok(records.records.some((r) => r.msg === 'traffic rules drifted; restored'), 'restored within a second of the change');
+      await assertOneSet(node!, 'nftables');
+    } finally {
+      ac.abort();
+      await rules.stop();
+    }
+  });
+});
+
+test('nftables: when the monitor dies, the rules are checked every period again', { skip: needsRoot }, async () => {
+  await withNetns(['node'], async (node) => {
+    const records = memoryLogger();
+    const ac = new AbortController();
+    const rules = manager(node!, 'nftables', { log: records, resyncSeconds: 1, watch: () => ({ ended: Promise.resolve(), stop: () => {} }) });
+    try {
+      await rules.start(NETS, { signal: ac.signal });
+      await deleteNftRule(node!);
+      for (let i = 0; i < 30 && !records.records.some((r) => r.msg === 'traffic rules drifted; restored'); i++) await sleep(100);
+      assert.ok(records.records.some((r) => r.msg === 'nft monitor ended; checking the traffic rules every period instead'));
+      assert.ok(records.records.some((r) => r.msg === 'traffic rules drifted; restored'), 'restored by the periodic check');
     } finally {
       ac.abort();
       await rules.stop();

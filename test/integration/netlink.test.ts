@@ -343,6 +343,30 @@ test('monitor: sees additions and deletions of links, addresses, routes, neighbo
   });
 });
 
+test('monitor: the handle\'s own route and neighbour changes are not echoed back; the same changes by others are', { skip: needsRoot }, async () => {
+  await withHandle(['echo'], async (h, ns) => {
+    const vx = await vxlan(h, 'vxecho', {});
+    const c = collector();
+    const mon = await h.monitor(['route', 'neigh'], c.listener);
+    try {
+      await h.batch([
+        { op: 'neighReplace', neigh: { linkIndex: vx.index, ip: '10.244.5.0', mac: '6e:00:00:00:00:05', state: NUD_PERMANENT } },
+        { op: 'routeReplace', route: { dst: '10.244.5.0/24', gateway: '10.244.5.0', linkIndex: vx.index, protocol: WEFT_PROTO, onlink: true } },
+      ]);
+      await h.batch([{ op: 'routeDel', route: { dst: '10.244.5.0/24', linkIndex: vx.index, protocol: WEFT_PROTO } }]);
+      // Another program's change after ours: once it is seen, ours would have been seen before it.
+      await ns!.ip('route', 'add', '10.244.6.0/24', 'via', '10.244.6.0', 'dev', 'vxecho', 'onlink');
+      await c.waitFor((e) => e.kind === 'route' && e.route.dst === '10.244.6.0/24', 'route added by ip');
+      await ns!.ip('neigh', 'del', '10.244.5.0', 'dev', 'vxecho');
+      await c.waitFor((e) => e.kind === 'neigh' && e.action === 'del' && e.neigh.ip === '10.244.5.0', 'neighbour deleted by ip');
+      const ours = c.events.filter((e) => (e.kind === 'route' && e.route.dst === '10.244.5.0/24') || (e.kind === 'neigh' && e.action === 'new' && e.neigh.mac === '6e:00:00:00:00:05'));
+      assert.deepEqual(ours, [], 'no echo of the handle\'s own changes');
+    } finally {
+      mon.stop();
+    }
+  });
+});
+
 /** Sends one broadcast ARP request out of a device: argv = device, source MAC, source IP, target IP. */
 const ARP_REQUEST = `
 import socket, sys
@@ -381,7 +405,6 @@ test('monitor: reports vxlan L3 and L2 misses', { skip: needsRoot }, async () =>
 
 test('monitor: a receive overrun is its own event, and monitoring goes on after it', { skip: needsRoot }, async () => {
   await withHandle(['overrun'], async (h, ns) => {
-    const eth0 = await h.linkByName('eth0');
     const c = collector();
     const mon = await h.monitor(['route'], c.listener, { rcvbuf: 4096 });
     const file = join(tmpdir(), `${ns!.name}.batch`);
@@ -391,7 +414,7 @@ test('monitor: a receive overrun is its own event, and monitoring goes on after 
       // The JS thread is blocked while the kernel queues 3,000 notifications into a 4 KiB buffer.
       ns!.execSync('ip', '-batch', file);
       await c.waitFor((e) => e.kind === 'overrun', 'overrun');
-      await h.routeReplace({ dst: '10.244.8.0/24', gateway: '198.51.100.3', linkIndex: eth0.index, protocol: WEFT_PROTO });
+      await ns!.ip('route', 'replace', '10.244.8.0/24', 'via', '198.51.100.3', 'dev', 'eth0', 'proto', String(WEFT_PROTO));
       await c.waitFor((e) => e.kind === 'route' && e.route.dst === '10.244.8.0/24', 'route after overrun');
     } finally {
       mon.stop();

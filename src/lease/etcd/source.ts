@@ -24,7 +24,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { Etcd3 } from 'etcd3';
-import type { IOptions, IWatchResponse, Watcher } from 'etcd3';
+import type { IOptions, IRangeResponse, IWatchResponse, Watcher } from 'etcd3';
 import { checkNetworkConfig, parseNetConfig } from '../../config/netconf.ts';
 import type { NetConfig } from '../../config/netconf.ts';
 import { ConfigError, DatastoreUnavailableError, PeerDataError, WeftError } from '../../errors.ts';
@@ -141,6 +141,9 @@ export class EtcdLeaseSource implements LeaseSource {
   /** Keys whose value we already warned about, with that value: one warning per bad value. */
   readonly #warned = new Map<string, string>();
   #closed = new AbortController();
+  /** acquire()'s listing, until the watch's first relist takes it. */
+  #listing: IRangeResponse | undefined;
+  #watchStarted = false;
 
   private constructor(o: EtcdSourceOptions, client: Etcd3) {
     this.#o = o;
@@ -237,12 +240,10 @@ export class EtcdLeaseSource implements LeaseSource {
   }
 
   async #listEntries(): Promise<RegistryEntry[]> {
-    let res;
-    try {
-      res = await this.#client.getAll().prefix(subnetsPrefix(this.#o.prefix)).exec();
-    } catch (e) {
-      throw unavailable('list leases', e);
-    }
+    const res = await this.#list();
+    // The watch, when it has not started yet, starts from this listing rather than asking etcd
+    // for the same again.
+    if (!this.#watchStarted) this.#listing = res;
     const entries: RegistryEntry[] = [];
     for (const kv of res.kvs) {
       const key = kv.key.toString();
@@ -362,6 +363,7 @@ export class EtcdLeaseSource implements LeaseSource {
 
   async watch(table: LeaseTable, signal: AbortSignal, onOwnLease?: (lease: Lease) => void): Promise<void> {
     this.#onOwnLease = onOwnLease;
+    this.#watchStarted = true;
     const backoff = new Backoff(100, 5000);
     const stop = AbortSignal.any([signal, this.#closed.signal]);
     while (!stop.aborted) {
@@ -382,14 +384,25 @@ export class EtcdLeaseSource implements LeaseSource {
     }
   }
 
-  /** Replaces the table with a fresh listing; returns the listing's revision. */
-  async #relist(table: LeaseTable): Promise<bigint> {
-    let res;
+  /** Every key under the subnets prefix, and the revision they were read at. */
+  async #list(): Promise<IRangeResponse> {
     try {
-      res = await this.#client.getAll().prefix(subnetsPrefix(this.#o.prefix)).exec();
+      return await this.#client.getAll().prefix(subnetsPrefix(this.#o.prefix)).exec();
     } catch (e) {
       throw unavailable('list leases', e);
     }
+  }
+
+  /**
+   * Replaces the table with a listing, the one acquire() made if no other was taken since (the
+   * watch then starts at its revision, so nothing written after it is missed), else a fresh one;
+   * returns the listing's revision.
+   */
+  async #relist(table: LeaseTable): Promise<bigint> {
+    // acquire()'s listing predates the write of our own key: its absence there means nothing.
+    const fromAcquire = this.#listing;
+    const res = fromAcquire ?? (await this.#list());
+    this.#listing = undefined;
     const leases: Lease[] = [];
     let ownSeen = false;
     for (const kv of res.kvs) {
@@ -403,7 +416,7 @@ export class EtcdLeaseSource implements LeaseSource {
     }
     const batch = table.replaceAll(leases);
     this.#log.info('listed leases', { count: leases.length, changed: batch.length, revision: res.header.revision });
-    if (this.#own && !ownSeen) this.#serialOwn(() => this.#reacquire('our key is missing from etcd (expired or deleted)'));
+    if (this.#own && !ownSeen && !fromAcquire) this.#serialOwn(() => this.#reacquire('our key is missing from etcd (expired or deleted)'));
     return BigInt(res.header.revision);
   }
 

@@ -56,3 +56,16 @@ test('two owners of one key: the last set wins; when it leaves, the other one is
   assert.ok(!ops.some((o) => o.startsWith('routeDel') || o.startsWith('neighDel')), ops.join(', '));
   assert.ok(ops.includes('fdbDel 6e:00:00:00:00:0b 198.51.100.3'), 'b\'s own FDB entry goes');
 });
+
+test('put() changes the desired state like set() without operations; later sets start from it', () => {
+  const d = new DesiredState();
+  d.put('a', peer(2, '6e:00:00:00:00:0a', 9));
+  d.put('b', peer(3, '6e:00:00:00:00:0b', 9));
+  d.put('c', peer(4));
+  d.put('c', peer(4, '6e:00:00:00:00:44'));
+  assert.deepEqual(d.all().neighs.map((n) => n.mac), ['6e:00:00:00:00:0b', '6e:00:00:00:00:44']);
+  d.put('b', undefined);
+  assert.deepEqual(d.all().neighs.map((n) => n.mac), ['6e:00:00:00:00:0a', '6e:00:00:00:00:44'], 'a wins its key back');
+  assert.deepEqual(summary(d.set('c', undefined)), ['routeDel 10.244.4.0/24', 'neighDel 10.244.4.0', 'fdbDel 6e:00:00:00:00:44 198.51.100.4']);
+  assert.equal(d.size, 1);
+});
