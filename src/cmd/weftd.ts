@@ -16,6 +16,7 @@ import { createLogger } from '../log.ts';
 import type { Logger } from '../log.ts';
 import type { HealthServer } from '../server/http.ts';
 import type { Metrics } from '../server/metrics.ts';
+import type { NetlinkHandle } from '../netlink/index.ts';
 
 async function leaseSource(flags: Flags, log: Logger, observer: SourceObserver | undefined): Promise<LeaseSource> {
   if (flags.kubeSubnetMgr) {

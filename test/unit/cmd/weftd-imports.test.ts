@@ -64,3 +64,11 @@ test('etcd mode never loads the Kubernetes client; kube mode never loads etcd3 o
   for (const pkg of ['etcd3', '@grpc/grpc-js', 'protobufjs']) assert.ok(!has(kube, pkg), `kube mode loads ${pkg}`);
   for (const pkg of ['etcd3', '@grpc/grpc-js', '@kubernetes/client-node']) assert.ok(!has(agent, pkg), `the agent loads ${pkg}`);
 });
+
+test('the CNI server is a chunk of its own that loads no datastore client, gRPC or metrics', async () => {
+  const meta = await metafile();
+  const start = loadedWith(meta, outputOf(meta, ENTRY));
+  const cni = loadedWith(meta, outputOf(meta, 'src/cni/server.ts'));
+  assert.ok(!start.has('src/cni/server.ts') && !start.has('src/cni/pod.ts'), 'the CNI server is loaded at start');
+  for (const pkg of ['etcd3', '@grpc/grpc-js', '@kubernetes/client-node', 'prom-client']) assert.ok(!has(cni, pkg), `the CNI server loads ${pkg}`);
+});
