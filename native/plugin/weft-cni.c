@@ -35,7 +35,8 @@
 #include <unistd.h>
 
 #define PROTOCOL 1
-#define MAX_STDIN (1 << 20)
+#define MAX_STDIN (1 << 20) /* larger configs go to the fallback, which reads any size */
+#define MAX_READ (256 << 20)
 #define MAX_ANSWER (16 << 20)
 #define ANSWER_TIMEOUT_S 100
 #define DEFAULT_SUBNET_FILE "/run/flannel/subnet.env"
@@ -329,10 +330,10 @@ int main(void) {
     puts(VERSION_REPLY);
     return 0;
   }
-  int r = read_all(0, &conf, MAX_STDIN);
-  if (r < 0) return fail(5, "weft: cannot read the network config from stdin: %s", strerror(errno));
-  if (r > 0) return fallback(); /* larger than weftd takes: the TypeScript plugin reads any size */
+  int r = read_all(0, &conf, MAX_READ);
+  if (r != 0) return fail(5, "weft: cannot read the network config from stdin: %s", r < 0 ? strerror(errno) : "larger than 256 MiB");
   if (!conf.p) put(&conf, "", 0);
+  if (conf.len > MAX_STDIN) return fallback();
 
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
   char path[PATH_MAX];

@@ -21,6 +21,7 @@
  */
 import { dirname, join } from 'node:path';
 import { WeftError } from '../errors.ts';
+import { formatIP } from '../ip/ip.ts';
 import { LocalServer } from '../local/server.ts';
 import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/index.ts';
@@ -121,7 +122,7 @@ export class CniServer {
   #plan(delegate: unknown, verb: string, id: string): BridgePlan | undefined {
     const plan = planBridge(delegate);
     if (typeof plan === 'string') {
-      this.#o.log.debug('CNI request left to the fallback plugin', { verb, container: id, reason: plan });
+      this.#o.log.info('CNI request left to the fallback plugin', { verb, container: id, reason: plan });
       return undefined;
     }
     return plan;
@@ -140,6 +141,7 @@ export class CniServer {
     try {
       allocations = await store.locked(() => store.allocate(id, ifname, plan.ranges));
       const wired = await wirePod(this.#o.host, plan, allocations, ifname, netns);
+      this.#o.log.info('wired pod', { container: id, ifname, veth: wired.hostVeth, addresses: allocations.map((a) => formatIP(a.address)) });
       return { exitCode: 0, stdout: JSON.stringify(convertResult(bridgeResult(plan, allocations, wired, ifname, netns), conf.cniVersion)) };
     } catch (e) {
       try {
@@ -168,6 +170,7 @@ export class CniServer {
     const store = new HostLocalStore(plan.storeDir, plan.network);
     await store.locked(() => store.release(id, ifname));
     removeState(conf.dataDir, id);
+    this.#o.log.info('unwired pod', { container: id, ifname });
     return { exitCode: 0, stdout: '' };
   }
 

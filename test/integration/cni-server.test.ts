@@ -12,7 +12,6 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { HostLocalStore } from '../../src/cni/host-local.ts';
 import { planBridge } from '../../src/cni/bridge.ts';
@@ -26,15 +25,13 @@ import type { LocalServer } from '../../src/local/server.ts';
 import { memoryLogger } from '../../src/log.ts';
 import type { LogRecord } from '../../src/log.ts';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
-import { DEBIAN_CNI_DIR, callPlugin } from '../support/cni.ts';
+import { DEBIAN_CNI_DIR, PLUGIN_BIN, callPlugin } from '../support/cni.ts';
 import type { CniCall, CniReply } from '../support/cni.ts';
 import { RUN_PREFIX, createNetns, needsRoot } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
 const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
 
-/** The plugin the runtime executes. */
-const PLUGIN = fileURLToPath(new URL('../../dist/weft-cni', import.meta.url));
 const SUBNET_ENV = 'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.7.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n';
 const STORE = '/var/lib/cni/networks';
 const VERSIONS = ['0.3.1', '0.4.0', '1.0.0', '1.1.0'];
@@ -86,7 +83,7 @@ async function withNode(body: (n: Node) => Promise<void>): Promise<void> {
       node.server = undefined;
     },
     conf: (version = '1.0.0', extra = {}) => ({ cniVersion: version, name, type: 'flannel', subnetFile, dataDir: join(nodeDir, 'cni'), delegate: { hairpinMode: true, isDefaultGateway: true }, ...extra }),
-    plugin: (call, conf) => callPlugin(PLUGIN, ns, call, conf),
+    plugin: (call, conf) => callPlugin(PLUGIN_BIN, ns, call, conf),
   };
   try {
     await body(node);
@@ -384,5 +381,85 @@ test('a user other than root cannot reach the CNI socket', { skip: asRoot }, asy
     const script = `require('node:net').createConnection(${JSON.stringify(cniSocketPath(node.subnetFile))}).on('connect', () => { console.log('connected'); process.exit(0); }).on('error', (e) => { console.log(e.code); process.exit(0); })`;
     const { stdout } = await promisify(execFile)('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, '-e', script]);
     assert.equal(stdout.trim(), 'EACCES');
+  });
+});
+
+/** Serves `answer` on the node's CNI socket in place of weftd; returns a function that stops it. */
+async function fakeWeftd(node: Node, answer: string): Promise<{ requests: string[]; close: () => Promise<void> }> {
+  const requests: string[] = [];
+  const server = createServer({ allowHalfOpen: true }, (c) => {
+    const chunks: Buffer[] = [];
+    c.on('data', (d: Buffer) => chunks.push(d)).on('end', () => {
+      requests.push(Buffer.concat(chunks).toString());
+      c.end(answer);
+    });
+  });
+  await new Promise<void>((r) => server.listen(cniSocketPath(node.subnetFile), r));
+  return { requests, close: () => new Promise((r) => server.close(() => r())) };
+}
+
+test('the native plugin falls back when weftd speaks another protocol, asks for it, or does not serve the config', { skip }, async () => {
+  await withNode(async (node) => {
+    const pod = await createNetns('pod');
+    try {
+      const call = { containerId: 'fb', ifname: 'eth0', netns: pod.path };
+      for (const answer of [
+        '{"protocol":2,"ok":true,"result":{"exitCode":0,"stdout":"{}"}}',
+        '{"protocol":1,"ok":false,"error":{"code":"EPROTOCOL","message":"this socket speaks 2"}}',
+        '{"protocol":1,"ok":true,"result":{"fallback":true}}',
+      ]) {
+        const fake = await fakeWeftd(node, answer);
+        try {
+          const add = await node.plugin({ ...call, command: 'ADD' }, node.conf());
+          assert.equal(add.code, 0, `${answer}: ${add.stdout}${add.stderr}`);
+          assert.match((add.json!.ips as { address: string }[])[0]!.address, /^10\.244\.7\./, 'the fallback wired the pod');
+          assert.equal(fake.requests.length, 1);
+          const sent = JSON.parse(fake.requests[0]!) as { protocol: number; env: Record<string, string>; stdin: string };
+          assert.equal(sent.protocol, CNI_PROTOCOL);
+          assert.equal(sent.env.CNI_COMMAND, 'ADD');
+          assert.equal(sent.env.CNI_CONTAINERID, 'fb');
+          assert.deepEqual(JSON.parse(sent.stdin), node.conf());
+          assert.equal((await node.plugin({ ...call, command: 'DEL' }, node.conf())).code, 0);
+          assert.deepEqual(await leftovers(node), NOTHING);
+        } finally {
+          await fake.close();
+        }
+      }
+
+      // A config the server leaves to the bridge plugin (ipMasq on): the same path, through the real server.
+      await node.serve();
+      await writeFile(node.subnetFile, SUBNET_ENV.replace('FLANNEL_IPMASQ=true', 'FLANNEL_IPMASQ=false'));
+      const add = await node.plugin({ ...call, command: 'ADD' }, node.conf());
+      assert.equal(add.code, 0, add.stdout);
+      assert.ok(node.log.some((r) => /left to the fallback/.test(r.msg) && /ipMasq/.test(String(r.fields['reason']))));
+      assert.equal((await node.plugin({ ...call, command: 'DEL' }, node.conf())).code, 0);
+      assert.deepEqual(await leftovers(node), NOTHING);
+    } finally {
+      await pod.remove();
+    }
+  });
+});
+
+test('the native plugin reads the config as Go does: subnetFile in any case, escapes, any size', { skip }, async () => {
+  await withNode(async (node) => {
+    const fake = await fakeWeftd(node, '{"protocol":1,"ok":true,"result":{"exitCode":3,"stdout":"{\\"x\\":\\"\\u00e9\\\\n\\"}"}}');
+    try {
+      const conf = node.conf();
+      const { subnetFile, ...rest } = conf;
+      // Key in another case, a later duplicate wins, the path with escapes: all reach the same socket.
+      const text = `{"SUBNETFILE":"/nowhere","subnetfile":${JSON.stringify(subnetFile).replace('/', '\\/')},"note":"caf\\u00e9 \\ud83d\\ude00",${JSON.stringify(rest).slice(1)}`;
+      const r = await node.plugin({ command: 'ADD', containerId: 'k', ifname: 'eth0', netns: '/run/netns/none' }, text);
+      assert.equal(r.code, 3, r.stdout + r.stderr);
+      assert.equal(r.stdout, '{"x":"é\\n"}\n');
+      assert.equal(JSON.parse(fake.requests[0]!).stdin, text, 'stdin reaches weftd byte for byte');
+    } finally {
+      await fake.close();
+    }
+    // Larger than weftd takes: the fallback reads all of it, renders the delegate, and the bridge
+    // plugin reports the missing namespace; the failed ADD is rolled back.
+    const huge = JSON.stringify({ ...node.conf(), pad: 'x'.repeat(2 << 20) });
+    const r = await node.plugin({ command: 'ADD', containerId: 'big', ifname: 'eth0', netns: join(dir, 'none') }, huge);
+    assert.match(String(r.json?.msg), /bridge ADD failed: failed to open netns/, r.stdout);
+    assert.deepEqual(await leftovers(node), NOTHING);
   });
 });
