@@ -7,9 +7,10 @@ import { test } from 'node:test';
 import { bridgeResult, hostLocalOrder, planBridge } from '../../../src/cni/bridge.ts';
 import type { BridgePlan } from '../../../src/cni/bridge.ts';
 import { delegateBytes, parseNetConf, renderDelegate } from '../../../src/cni/config.ts';
+import type { DelegateEnv } from '../../../src/cni/config.ts';
 import { formatIP, parseCIDR, parseIP } from '../../../src/ip/ip.ts';
 
-const ENV = { networks: [parseCIDR('10.244.0.0/16', 'n')], ipv6Networks: [], subnet: parseCIDR('10.244.3.1/24', 's'), mtu: 1450, ipMasq: true };
+const ENV: DelegateEnv = { networks: [parseCIDR('10.244.0.0/16', 'n')], ipv6Networks: [], subnet: parseCIDR('10.244.3.1/24', 's'), mtu: 1450, ipMasq: true };
 
 /** The delegate the fallback would save for a flannel config with `extra` keys. */
 function delegate(extra: object = {}, env = ENV): unknown {
