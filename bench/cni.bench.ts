@@ -2,8 +2,10 @@
  * make bench-cni: the plugin the runtime executes (dist/weft-cni), timed from exec to exit by a
  * runner process inside the node namespace (so no `ip netns exec` wrapper is in the figures):
  *
- *   1. 200 ADD+DEL cycles of one pod with weftd's CNI server serving (this process, its handle
- *      bound to the node namespace);
+ *   1. 200 ADD+DEL cycles with weftd's CNI server serving (this process, its handle bound to the
+ *      node namespace), each pod in a namespace of its own, made before the ADD and removed after
+ *      the DEL as a runtime does (untimed). A served DEL answers once the pod is off the network
+ *      and released; the kernel deletes the veth with the namespace or in weftd's next batch;
  *   2. 200 cycles with the server stopped: the plugin falls back to the TypeScript plugin, which
  *      runs Debian's bridge + host-local;
  *   3. 200 cycles of the same delegate config (the bytes the server saved) given to bridge directly;
@@ -83,13 +85,15 @@ const conf = JSON.stringify({ cniVersion: '1.0.0', name, type: 'flannel', subnet
 const env = (command: string, id: string, pod: Netns) => ({ CNI_COMMAND: command, CNI_CONTAINERID: id, CNI_IFNAME: 'eth0', CNI_NETNS: pod.path, CNI_PATH: DEBIAN_CNI_DIR });
 
 /** ADD+DEL cycles; returns the sorted ADD and DEL times after the warm-up. */
-async function cycles(plugin: string, stdin: string, tag: string, pod: Netns): Promise<{ add: number[]; del: number[] }> {
+async function cycles(plugin: string, stdin: string, tag: string): Promise<{ add: number[]; del: number[] }> {
   const add: number[] = [];
   const del: number[] = [];
   for (let i = 0; i < WARMUP + CYCLES; i++) {
     const id = `${tag}-${i}`;
+    const pod = await createNetns('pod');
     const a = await r.run(plugin, env('ADD', id, pod), stdin);
     const d = await r.run(plugin, env('DEL', id, pod), stdin);
+    await pod.remove();
     if (i >= WARMUP) {
       add.push(a);
       del.push(d);
@@ -100,13 +104,12 @@ async function cycles(plugin: string, stdin: string, tag: string, pod: Netns): P
 
 const server = await startCniServer({ subnetFile, host, log: silentLogger });
 try {
-  for (let i = 0; i < 100; i++) pods.push(await createNetns(`pod${i}`));
-  const pod = pods[0]!;
-  const served = await cycles(PLUGIN_BIN, conf, 'served', pod);
+  const served = await cycles(PLUGIN_BIN, conf, 'served');
   // The delegate config, captured from the state file of one more ADD.
-  await r.run(PLUGIN_BIN, env('ADD', 'capture', pod), conf);
+  for (let i = 0; i < 100; i++) pods.push(await createNetns(`pod${i}`));
+  await r.run(PLUGIN_BIN, env('ADD', 'capture', pods[0]!), conf);
   const delegate = readFileSync(join(dataDir, 'capture'), 'utf8');
-  await r.run(PLUGIN_BIN, env('DEL', 'capture', pod), conf);
+  await r.run(PLUGIN_BIN, env('DEL', 'capture', pods[0]!), conf);
 
   // A burst: 100 ADDs (100 pods), 20 at a time.
   const t0 = performance.now();
@@ -118,12 +121,12 @@ try {
   for (let i = 0; i < 100; i++) await r.run(PLUGIN_BIN, env('DEL', `burst-${i}`, pods[i]!), conf);
 
   await server.close();
-  const fallback = await cycles(PLUGIN_BIN, conf, 'fallback', pod);
-  const direct = await cycles(join(DEBIAN_CNI_DIR, 'bridge'), delegate, 'direct', pod);
+  const fallback = await cycles(PLUGIN_BIN, conf, 'fallback');
+  const direct = await cycles(join(DEBIAN_CNI_DIR, 'bridge'), delegate, 'direct');
 
   const f = (x: number) => x.toFixed(1);
   const p = (xs: number[], q: number) => f(percentile(xs, q));
-  console.log(`served over ${CYCLES} cycles: ADD p50 ${p(served.add, 50)} ms p99 ${p(served.add, 99)} ms, DEL p50 ${p(served.del, 50)} ms`);
+  console.log(`served over ${CYCLES} cycles: ADD p50 ${p(served.add, 50)} ms p90 ${p(served.add, 90)} ms p99 ${p(served.add, 99)} ms, DEL p50 ${p(served.del, 50)} ms p99 ${p(served.del, 99)} ms`);
   console.log(`fallback: ADD p50 ${p(fallback.add, 50)} ms p99 ${p(fallback.add, 99)} ms, DEL p50 ${p(fallback.del, 50)} ms; bridge directly: ADD p50 ${p(direct.add, 50)} ms, DEL p50 ${p(direct.del, 50)} ms`);
   console.log(`burst of 100 ADDs, 20 at a time, served: ${burst.toFixed(2)} s`);
   console.log(`cni_add_p50_ms=${p(served.add, 50)} cni_add_p99_ms=${p(served.add, 99)} cni_del_p50_ms=${p(served.del, 50)} fallback_add_p50_ms=${p(fallback.add, 50)} delegate_add_p50_ms=${p(direct.add, 50)} burst100_s=${burst.toFixed(2)}`);

@@ -26,7 +26,7 @@ struct OpName {
 const OpName kOpNames[] = {
     {"linkAddVxlan", OpKind::LinkAddVxlan}, {"linkAddBridge", OpKind::LinkAddBridge},
     {"linkAddVeth", OpKind::LinkAddVeth},   {"linkSetHairpin", OpKind::LinkSetHairpin},
-    {"linkSet", OpKind::LinkSet},
+    {"linkSet", OpKind::LinkSet},           {"linkDelGroup", OpKind::LinkDelGroup},
     {"linkDel", OpKind::LinkDel},           {"addrAdd", OpKind::AddrAdd},
     {"addrReplace", OpKind::AddrReplace},   {"addrDel", OpKind::AddrDel},
     {"routeAdd", OpKind::RouteAdd},         {"routeReplace", OpKind::RouteReplace},
@@ -150,8 +150,22 @@ nl_msg* buildHairpin(const Op& op, Failure& fail) {
   return msg;
 }
 
+// `ip link delete group <group>`: RTM_DELLINK without an index, so the kernel unregisters every
+// device of the group in one batch (one RCU grace period for all of them, not one each).
+nl_msg* buildDelGroup(const Op& op, Failure& fail) {
+  ifinfomsg ifi = {};
+  nl_msg* msg = nlmsg_alloc_simple(RTM_DELLINK, 0);
+  if (!msg) return fail = {ENOMEM, "out of memory"}, nullptr;
+  if (nlmsg_append(msg, &ifi, sizeof ifi, NLMSG_ALIGNTO) < 0 || nla_put_u32(msg, IFLA_GROUP, op.group) < 0) {
+    nlmsg_free(msg);
+    return fail = {ENOMEM, "out of memory"}, nullptr;
+  }
+  return msg;
+}
+
 nl_msg* buildLink(const Op& op, Failure& fail) {
   if (op.kind == OpKind::LinkSetHairpin) return buildHairpin(op, fail);
+  if (op.kind == OpKind::LinkDelGroup) return buildDelGroup(op, fail);
   LinkOwned link(op.kind == OpKind::LinkAddVxlan ? rtnl_link_vxlan_alloc()
                  : op.kind == OpKind::LinkAddVeth ? rtnl_link_veth_alloc()
                                                   : rtnl_link_alloc());
@@ -160,6 +174,7 @@ nl_msg* buildLink(const Op& op, Failure& fail) {
   if (!op.name.empty()) rtnl_link_set_name(link.p, op.name.c_str());
   if (op.mtu) rtnl_link_set_mtu(link.p, op.mtu);
   if (op.master >= 0) rtnl_link_set_master(link.p, op.master);
+  if (op.group) rtnl_link_set_group(link.p, op.group);
   if (!op.mac.empty()) {
     AddrOwned mac(macAddr(op.mac, fail));
     if (!mac.p) return nullptr;
@@ -346,6 +361,7 @@ Op opFromJs(const Napi::Value& v) {
   r.num("mtu", op.mtu, 0, UINT32_MAX);
   r.str("mac", op.mac);
   r.num("master", op.master, 0, INT32_MAX);
+  r.num("group", op.group, 1, UINT32_MAX);
   r.flag("on", op.on);
   r.str("peerName", op.peerName);
   r.num("peerNsFd", op.peerNsFd, 0, INT32_MAX);
@@ -389,6 +405,7 @@ nl_msg* buildRequest(const Op& op, Failure& fail) {
     case OpKind::LinkAddVeth:
     case OpKind::LinkSet:
     case OpKind::LinkSetHairpin:
+    case OpKind::LinkDelGroup:
     case OpKind::LinkDel: return buildLink(op, fail);
     case OpKind::AddrAdd:
     case OpKind::AddrReplace:

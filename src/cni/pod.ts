@@ -24,8 +24,11 @@ function isNotFound(e: unknown): boolean {
   return e instanceof NetlinkError && e.notFound;
 }
 
-/** The bridge, created when missing, up, with the gateway addresses when it is the gateway. */
-async function ensureBridge(host: NetlinkHandle, plan: BridgePlan, allocations: readonly Allocation[]): Promise<Link> {
+/**
+ * The bridge, created when missing, up, with the gateway address of every range when it is the
+ * gateway (`ip addr replace`, so a removed one comes back). Returns the bridge.
+ */
+export async function ensureBridge(host: NetlinkHandle, plan: BridgePlan): Promise<Link> {
   let bridge: Link;
   try {
     bridge = await host.linkByName(plan.bridge);
@@ -40,8 +43,8 @@ async function ensureBridge(host: NetlinkHandle, plan: BridgePlan, allocations: 
   const ops: Operation[] = [];
   if (!bridge.up) ops.push({ op: 'linkSet', index: bridge.index, changes: { up: true } });
   if (plan.isGateway) {
-    for (const a of allocations) {
-      ops.push({ op: 'addrReplace', addr: { linkIndex: bridge.index, address: formatIP(gatewayOf(a.subnet)), prefixLen: a.subnet.prefix, flags: a.address.family === 6 ? IFA_F_NODAD : 0 } });
+    for (const subnet of plan.ranges) {
+      ops.push({ op: 'addrReplace', addr: { linkIndex: bridge.index, address: formatIP(gatewayOf(subnet)), prefixLen: subnet.prefix, flags: subnet.ip.family === 6 ? IFA_F_NODAD : 0 } });
     }
   }
   const failed = (await host.batch(ops)).find((r) => r !== null);
@@ -69,90 +72,126 @@ function openNetns(netns: string): number {
 }
 
 /**
- * Wires the pod: bridge, veth pair, addresses, link up, routes. On failure the caller runs
- * {@link unwirePod} (the pod's end takes the host end with it).
+ * Wires the pod onto `bridge` (from {@link ensureBridge}): the veth pair (host end enslaved and up
+ * as it is created), hairpin, then on the pod's side the addresses, link up and routes while the
+ * host side is read back. On failure the caller runs {@link unwirePod} (the pod's end takes the
+ * host end with it).
  */
-export async function wirePod(host: NetlinkHandle, plan: BridgePlan, allocations: readonly Allocation[], ifname: string, netns: string): Promise<Wired> {
-  const bridge = await ensureBridge(host, plan, allocations);
+export async function wirePod(host: NetlinkHandle, plan: BridgePlan, bridge: Link, allocations: readonly Allocation[], ifname: string, netns: string): Promise<Wired> {
   const fd = openNetns(netns);
-  let hostVeth = vethName();
-  try {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        await host.vethAdd({ name: hostVeth, peerName: ifname, peerNetnsFd: fd, mtu: plan.mtu });
-        break;
-      } catch (e) {
-        if (!(e instanceof NetlinkError && e.exists) || attempt === 3) throw e;
-        if (await podLink(netns, ifname)) throw new CniError(CNI_CODE.UNKNOWN, `container veth name provided (${ifname}) already exists`);
-        hostVeth = vethName();
-      }
-    }
-  } finally {
-    closeSync(fd);
-  }
-  const hostLink = await host.linkByName(hostVeth);
-  const hostOps: Operation[] = [{ op: 'linkSet', index: hostLink.index, changes: { master: bridge.index, up: true } }];
-  if (plan.hairpin) hostOps.push({ op: 'linkSetHairpin', index: hostLink.index, on: true });
-  const hostFailed = (await host.batch(hostOps)).find((r) => r !== null);
-  if (hostFailed) throw hostFailed;
-
-  const pod = NetlinkHandle.open(netns);
-  let podMac: string;
-  try {
-    const link = await pod.linkByName(ifname);
-    podMac = link.mac;
-    const ops: Operation[] = allocations.map((a) => ({
-      op: 'addrAdd', addr: { linkIndex: link.index, address: formatIP(a.address), prefixLen: a.subnet.prefix, flags: a.address.family === 6 ? IFA_F_NODAD : 0 },
-    }));
-    ops.push({ op: 'linkSet', index: link.index, changes: { up: true } });
-    for (const r of podRoutes(plan, allocations)) ops.push({ op: 'routeAdd', route: { dst: r.dst, gateway: r.gw, linkIndex: link.index } });
-    const failed = (await pod.batch(ops)).find((r) => r !== null);
-    if (failed) throw failed;
-  } finally {
-    pod.close();
-  }
-  const bridgeMac = (await host.linkByIndex(bridge.index)).mac;
-  return { bridgeMac, hostVeth, hostVethMac: hostLink.mac, podMac };
-}
-
-/** The pod's interface `ifname`, or undefined when it or the namespace is gone. */
-async function podLink(netns: string, ifname: string): Promise<Link | undefined> {
   let pod: NetlinkHandle;
   try {
     pod = NetlinkHandle.open(netns);
-  } catch {
-    return undefined; // the namespace is gone: its interfaces went with it
+  } catch (e) {
+    closeSync(fd);
+    throw e;
   }
   try {
-    return await pod.linkByName(ifname);
+    let hostVeth = vethName();
+    try {
+      for (let attempt = 0; ; attempt++) {
+        try {
+          await host.vethAdd({ name: hostVeth, peerName: ifname, peerNetnsFd: fd, mtu: plan.mtu, master: bridge.index, up: true });
+          break;
+        } catch (e) {
+          if (!(e instanceof NetlinkError && e.exists) || attempt === 3) throw e;
+          if (await linkOptional(pod, ifname)) throw new CniError(CNI_CODE.UNKNOWN, `container veth name provided (${ifname}) already exists`);
+          hostVeth = vethName();
+        }
+      }
+    } finally {
+      closeSync(fd);
+    }
+    const hostSide = (async () => {
+      const link = await host.linkByName(hostVeth);
+      if (plan.hairpin) await host.linkSetHairpin(link.index, true);
+      return { hostVethMac: link.mac, bridgeMac: (await host.linkByIndex(bridge.index)).mac };
+    })();
+    const podSide = (async () => {
+      const link = await pod.linkByName(ifname);
+      const ops: Operation[] = allocations.map((a) => ({
+        op: 'addrAdd', addr: { linkIndex: link.index, address: formatIP(a.address), prefixLen: a.subnet.prefix, flags: a.address.family === 6 ? IFA_F_NODAD : 0 },
+      }));
+      ops.push({ op: 'linkSet', index: link.index, changes: { up: true } });
+      for (const r of podRoutes(plan, allocations)) ops.push({ op: 'routeAdd', route: { dst: r.dst, gateway: r.gw, linkIndex: link.index } });
+      const failed = (await pod.batch(ops)).find((r) => r !== null);
+      if (failed) throw failed;
+      return link.mac;
+    })();
+    const [h, podMac] = await Promise.all([hostSide, podSide]);
+    return { ...h, hostVeth, podMac };
+  } finally {
+    pod.close();
+  }
+}
+
+/** `handle`'s link `name`, or undefined when there is none. */
+async function linkOptional(handle: NetlinkHandle, name: string): Promise<Link | undefined> {
+  try {
+    return await handle.linkByName(name);
   } catch (e) {
     if (isNotFound(e)) return undefined;
     throw e;
-  } finally {
-    pod.close();
+  }
+}
+
+/** A handle in the pod's namespace, or undefined when the namespace is gone (or is none). */
+function openPod(netns: string): NetlinkHandle | undefined {
+  try {
+    return NetlinkHandle.open(netns);
+  } catch {
+    return undefined; // its interfaces went with it
   }
 }
 
 /**
- * Removes the pod's interface (its veth peer on the host goes with it). Idempotent: no netns,
- * a namespace that is gone, or an interface that is gone is success.
+ * The link group (`ip link set ... group N`) a DEL moves a pod's host veth into until the batch it
+ * belongs to is deleted: "weft" in ASCII, a number nobody else picks.
  */
-export async function unwirePod(ifname: string, netns: string | undefined): Promise<void> {
-  if (netns === undefined) return;
-  let pod: NetlinkHandle;
+export const UNWIRED_GROUP = 0x77656674;
+
+/**
+ * Takes the pod off the network at once and leaves the kernel's deletion for later: when its
+ * `ifname` is a veth peered with a device in `host`'s namespace (ours or the bridge plugin's), the
+ * host end is set down (no traffic, so its addresses can be handed out again) and moved into
+ * {@link UNWIRED_GROUP}, which {@link deleteUnwired} deletes in one batch; any other interface is
+ * deleted here. Deleting a device costs an RCU grace period (~20 ms, mostly waiting): one per
+ * batch instead of one per pod, and off the DEL's path. Idempotent: no netns, a namespace or an
+ * interface that is gone is success.
+ */
+export async function unwirePod(host: NetlinkHandle, ifname: string, netns: string | undefined): Promise<void> {
+  const pod = netns === undefined ? undefined : openPod(netns);
+  if (pod === undefined) return;
   try {
-    pod = NetlinkHandle.open(netns);
-  } catch {
-    return;
-  }
-  try {
-    const link = await pod.linkByName(ifname);
-    await pod.linkDel(link.index);
-  } catch (e) {
-    if (!isNotFound(e)) throw e;
+    const link = await linkOptional(pod, ifname);
+    if (link === undefined) return;
+    const peer = link.kind === 'veth' && link.ifLink > 0 ? await linkByIndexOptional(host, link.ifLink) : undefined;
+    if (peer !== undefined && peer.kind === 'veth' && peer.ifLink === link.index) {
+      await host.linkSet(peer.index, { up: false, group: UNWIRED_GROUP });
+      return;
+    }
+    await pod.linkDel(link.index).catch((e: unknown) => {
+      if (!isNotFound(e)) throw e;
+    });
   } finally {
     pod.close();
   }
+}
+
+async function linkByIndexOptional(handle: NetlinkHandle, index: number): Promise<Link | undefined> {
+  try {
+    return await handle.linkByIndex(index);
+  } catch (e) {
+    if (isNotFound(e)) return undefined;
+    throw e;
+  }
+}
+
+/** Deletes every pod interface {@link unwirePod} left in {@link UNWIRED_GROUP} (with its peer). */
+export async function deleteUnwired(host: NetlinkHandle): Promise<void> {
+  await host.linkDelGroup(UNWIRED_GROUP).catch((e: unknown) => {
+    if (!isNotFound(e)) throw e;
+  });
 }
 
 type Json = Record<string, unknown>;
@@ -164,11 +203,12 @@ type Json = Record<string, unknown>;
  */
 export async function checkPod(netns: string, ifname: string, result: Json): Promise<void> {
   const fail = (what: string) => new CniError(CNI_CODE.UNKNOWN, `CHECK of ${ifname} in ${netns}: ${what}`);
-  const link = await podLink(netns, ifname);
-  if (!link) throw fail('the interface is missing');
-  if (!link.up) throw fail('the interface is down');
-  const pod = NetlinkHandle.open(netns);
+  const pod = openPod(netns);
+  if (pod === undefined) throw fail('the network namespace is gone');
   try {
+    const link = await linkOptional(pod, ifname);
+    if (!link) throw fail('the interface is missing');
+    if (!link.up) throw fail('the interface is down');
     const addrs = await pod.addrList({ linkIndex: link.index });
     const routes = await pod.routeList({ linkIndex: link.index });
     const interfaces = Array.isArray(result['interfaces']) ? (result['interfaces'] as Json[]) : [];

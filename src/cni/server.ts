@@ -33,7 +33,7 @@ import { CNI_CODE, CniError, toCniError } from './errors.ts';
 import { HostLocalStore } from './host-local.ts';
 import { errorVersion, parseCall, renderForAdd, savedDelegate, status } from './plugin.ts';
 import type { ParsedCall } from './plugin.ts';
-import { checkPod, unwirePod, wirePod } from './pod.ts';
+import { checkPod, deleteUnwired, ensureBridge, unwirePod, wirePod } from './pod.ts';
 import { loadState, removeState, saveState } from './state.ts';
 import { CURRENT_VERSION, convertResult, versionInfo } from './version.ts';
 
@@ -42,6 +42,8 @@ type Json = Record<string, unknown>;
 
 /** The version of the CNI socket's vocabulary; the native plugin sends the same number. */
 export const CNI_PROTOCOL = 1;
+
+
 
 /** The CNI socket of the node whose subnet.env is `subnetFile`. */
 export function cniSocketPath(subnetFile: string): string {
@@ -68,6 +70,10 @@ export interface CniServerOptions {
   /** weftd's own namespace, where the bridge and host ends live. */
   host: NetlinkHandle;
   log: Logger;
+  /** Unwired pod interfaces are deleted once no DEL came for this long; default 50 ms... */
+  batchQuietMs?: number;
+  /** ...or once the oldest has waited this long; default 10 s. */
+  batchMaxMs?: number;
 }
 
 /** The verbs, served. */
@@ -75,6 +81,10 @@ export class CniServer {
   readonly #o: CniServerOptions;
   /** The last verb queued per container: verbs of one container run in order. */
   readonly #containers = new Map<string, Promise<unknown>>();
+  /** Pod interfaces (netns + ifname) a DEL took off the network, to be deleted in the next batch. */
+  readonly #unwired = new Set<string>();
+  #batch: { timer: NodeJS.Timeout; since: number } | undefined;
+  #deleting: Promise<void> = Promise.resolve();
 
   constructor(o: CniServerOptions) {
     this.#o = o;
@@ -107,6 +117,53 @@ export class CniServer {
     }
   }
 
+  /**
+   * Deletes what a weftd before this one left unwired (it was killed before its batch), so an ADD
+   * never meets a dead interface of a DEL that already answered.
+   */
+  async start(): Promise<void> {
+    await deleteUnwired(this.#o.host);
+  }
+
+  /** Resolves once every pod interface a DEL took off the network is deleted. */
+  async settled(): Promise<void> {
+    while (this.#unwired.size > 0 || this.#batch) await this.#deleteBatch();
+    await this.#deleting;
+  }
+
+  /**
+   * Deletes the unwired interfaces once no DEL came for `batchQuietMs`, or once the oldest has
+   * waited `batchMaxMs`: under churn one kernel batch serves many pods.
+   */
+  #scheduleBatch(): void {
+    const since = this.#batch?.since ?? Date.now();
+    if (this.#batch) clearTimeout(this.#batch.timer);
+    const wait = Math.max(0, Math.min(this.#o.batchQuietMs ?? 50, since + (this.#o.batchMaxMs ?? 10_000) - Date.now()));
+    const timer = setTimeout(() => void this.#deleteBatch(), wait);
+    timer.unref();
+    this.#batch = { timer, since };
+  }
+
+  #deleteBatch(): Promise<void> {
+    if (this.#batch) clearTimeout(this.#batch.timer);
+    this.#batch = undefined;
+    const keys = [...this.#unwired];
+    this.#deleting = this.#deleting.then(async () => {
+      try {
+        await deleteUnwired(this.#o.host);
+      } catch (e) {
+        this.#o.log.warn('failed to delete unwired pod interfaces', { count: keys.length, err: e });
+      }
+      for (const k of keys) this.#unwired.delete(k);
+    });
+    return this.#deleting;
+  }
+
+  /** An interface of the same name in the same namespace that a DEL unwired is deleted first. */
+  async #notUnwired(netns: string, ifname: string): Promise<void> {
+    if (this.#unwired.has(`${netns}\0${ifname}`)) await this.#deleteBatch();
+  }
+
   async #serially<T>(id: string, fn: () => Promise<T>): Promise<T> {
     const before = this.#containers.get(id) ?? Promise.resolve();
     const mine = before.then(fn);
@@ -136,16 +193,21 @@ export class CniServer {
     const plan = this.#plan(JSON.parse(bytes), 'ADD', id);
     if (plan === undefined) return { fallback: true };
     const store = new HostLocalStore(plan.storeDir, plan.network);
+    // The bridge is made ready on the netlink thread while the files are written on this one.
+    const bridge = ensureBridge(this.#o.host, plan);
+    bridge.catch(() => undefined);
+    await this.#notUnwired(netns, ifname);
     saveState(conf.dataDir, id, bytes);
     let allocations: Allocation[] = [];
     try {
       allocations = await store.locked(() => store.allocate(id, ifname, plan.ranges));
-      const wired = await wirePod(this.#o.host, plan, allocations, ifname, netns);
+      const wired = await wirePod(this.#o.host, plan, await bridge, allocations, ifname, netns);
       this.#o.log.info('wired pod', { container: id, ifname, veth: wired.hostVeth, addresses: allocations.map((a) => formatIP(a.address)) });
       return { exitCode: 0, stdout: JSON.stringify(convertResult(bridgeResult(plan, allocations, wired, ifname, netns), conf.cniVersion)) };
     } catch (e) {
       try {
-        await unwirePod(ifname, netns);
+        await unwirePod(this.#o.host, ifname, netns);
+        await this.#deleteBatch();
         if (allocations.length > 0) await store.locked(() => store.release(id, ifname));
         removeState(conf.dataDir, id);
       } catch (rollback) {
@@ -166,7 +228,13 @@ export class CniServer {
     }
     const plan = this.#plan(saved, 'DEL', id);
     if (plan === undefined) return { fallback: true };
-    await unwirePod(ifname, args.netns);
+    // Off the network, addresses released, state gone: the DEL is done. The kernel's deletion of
+    // the interface (~20 ms, most of a DEL) comes with the next batch.
+    await unwirePod(this.#o.host, ifname, args.netns);
+    if (args.netns !== undefined) {
+      this.#unwired.add(`${args.netns}\0${ifname}`);
+      this.#scheduleBatch();
+    }
     const store = new HostLocalStore(plan.storeDir, plan.network);
     await store.locked(() => store.release(id, ifname));
     removeState(conf.dataDir, id);
@@ -183,6 +251,7 @@ export class CniServer {
     const plan = this.#plan(saved, 'CHECK', id);
     if (plan === undefined) return { fallback: true };
     const result = convertResult({ cniVersion: conf.cniVersion, ...given }, CURRENT_VERSION);
+    await this.#notUnwired(args.netns!, args.ifname!);
     await checkPod(args.netns!, args.ifname!, result);
     const store = new HostLocalStore(plan.storeDir, plan.network);
     const held = await store.locked(() => store.held(id, args.ifname!));
@@ -199,14 +268,31 @@ export interface StartCniServerOptions extends CniServerOptions {
   subnetFile: string;
 }
 
-/** Serves the CNI socket beside `subnetFile` until the returned server is closed. */
-export async function startCniServer(o: StartCniServerOptions): Promise<LocalServer> {
+/** The running CNI socket. */
+export interface CniSocket {
+  readonly path: string;
+  /** Resolves once every pod interface a DEL took off the network is deleted. */
+  settled(): Promise<void>;
+  /** Stops serving, then waits for {@link settled}. */
+  close(): Promise<void>;
+}
+
+/** Serves the CNI socket beside `subnetFile` until closed. */
+export async function startCniServer(o: StartCniServerOptions): Promise<CniSocket> {
   const cni = new CniServer(o);
+  await cni.start();
   const server = new LocalServer({
     path: cniSocketPath(o.subnetFile), protocol: CNI_PROTOCOL, log: o.log,
     handler: (request) => cni.handle(request),
     maxRequestBytes: 8 << 20,
   });
   await server.listen();
-  return server;
+  return {
+    path: server.path,
+    settled: () => cni.settled(),
+    close: async () => {
+      await server.close();
+      await cni.settled();
+    },
+  };
 }

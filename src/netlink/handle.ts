@@ -74,6 +74,10 @@ export interface VethSpec {
   /** An open file descriptor of the namespace the peer is created in; default the handle's. */
   peerNetnsFd?: number;
   mtu?: number;
+  /** Bridge (index) the `name` end is enslaved to at creation. */
+  master?: number;
+  /** Bring the `name` end up at creation (the peer stays down). */
+  up?: boolean;
 }
 
 export interface VxlanSpec {
@@ -101,6 +105,8 @@ export interface LinkChanges {
   mac?: string;
   /** Index of the bridge to enslave the link to; 0 releases it. */
   master?: number;
+  /** The link's group (IFLA_GROUP, `ip link set ... group N`); 1 or more. */
+  group?: number;
 }
 
 /** One kernel change, for {@link NetlinkHandle.batch}. */
@@ -114,6 +120,7 @@ export type Operation =
   | { op: 'linkAddVeth'; veth: VethSpec }
   | { op: 'linkSet'; index: number; changes: LinkChanges }
   | { op: 'linkSetHairpin'; index: number; on: boolean }
+  | { op: 'linkDelGroup'; group: number }
   | { op: 'linkDel'; index: number };
 
 export type EventAction = 'new' | 'del';
@@ -236,11 +243,13 @@ function rawOp(o: Operation): RawOp {
     case 'linkAddBridge':
       return { op: o.op, name: o.name, mtu: o.mtu };
     case 'linkAddVeth':
-      return { op: o.op, name: o.veth.name, peerName: o.veth.peerName, peerNsFd: o.veth.peerNetnsFd, mtu: o.veth.mtu };
+      return { op: o.op, name: o.veth.name, peerName: o.veth.peerName, peerNsFd: o.veth.peerNetnsFd, mtu: o.veth.mtu, master: o.veth.master, up: o.veth.up };
     case 'linkSet':
-      return { op: o.op, index: o.index, up: o.changes.up, mtu: o.changes.mtu, mac: o.changes.mac, master: o.changes.master };
+      return { op: o.op, index: o.index, up: o.changes.up, mtu: o.changes.mtu, mac: o.changes.mac, master: o.changes.master, group: o.changes.group };
     case 'linkSetHairpin':
       return { op: o.op, index: o.index, on: o.on };
+    case 'linkDelGroup':
+      return { op: o.op, group: o.group };
     case 'linkDel':
       return { op: o.op, index: o.index };
   }
@@ -288,6 +297,8 @@ export function describe(o: Operation): { verb: string; object: string } {
       return { verb: 'set link', object: `#${o.index}` };
     case 'linkSetHairpin':
       return { verb: 'set hairpin mode of', object: `#${o.index}` };
+    case 'linkDelGroup':
+      return { verb: 'delete links of', object: `group ${o.group}` };
     case 'linkDel':
       return { verb: 'delete link', object: `#${o.index}` };
   }
@@ -413,11 +424,20 @@ export class NetlinkHandle {
   }
 
   /**
-   * `ip link add <name> [mtu N] type veth peer name <peerName> netns <peerNetnsFd>`: both ends in
-   * one request, so a pod's end never exists outside its namespace. Fails if either name exists.
+   * `ip link add <name> [mtu N] [master <#master>] [up] type veth peer name <peerName> netns
+   * <peerNetnsFd>`: both ends in one request, so a pod's end never exists outside its namespace.
+   * Fails if either name exists.
    */
   vethAdd(spec: VethSpec): Promise<void> {
     return this.#one({ op: 'linkAddVeth', veth: spec });
+  }
+
+  /**
+   * `ip link delete group <group>`: every link of the group in one kernel batch (a veth takes its
+   * peer along, whichever namespace it is in). Rejects with kind `not-found` when none is in it.
+   */
+  linkDelGroup(group: number): Promise<void> {
+    return this.#one({ op: 'linkDelGroup', group });
   }
 
   /** `ip link set dev <#index> type bridge_slave hairpin on|off`. */
@@ -425,7 +445,7 @@ export class NetlinkHandle {
     return this.#one({ op: 'linkSetHairpin', index, on });
   }
 
-  /** `ip link set dev <#index> [up|down] [mtu N] [address MAC] [master <#master>]`. */
+  /** `ip link set dev <#index> [up|down] [mtu N] [address MAC] [master <#master>] [group N]`. */
   linkSet(index: number, changes: LinkChanges): Promise<void> {
     return this.#one({ op: 'linkSet', index, changes });
   }

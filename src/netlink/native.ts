@@ -28,6 +28,7 @@ export interface RawLink {
   flags: number;
   operstate: number;
   master: number;
+  ifLink: number;
   vxlan?: {
     vni: number;
     local: string;
