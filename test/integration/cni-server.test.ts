@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -496,5 +496,29 @@ test('the native plugin reads the config as Go does: subnetFile in any case, esc
     const r = await node.plugin({ command: 'ADD', containerId: 'big', ifname: 'eth0', netns: join(dir, 'none') }, huge);
     assert.match(String(r.json?.msg), /bridge ADD failed: failed to open netns/, r.stdout);
     assert.deepEqual(await leftovers(node), NOTHING);
+  });
+});
+
+test('installed as the DaemonSet does, the plugin falls back to weft-fallback beside it', { skip }, async () => {
+  await withNode(async (node) => {
+    const bin = join(dir, `${node.name}-bin`);
+    await mkdir(bin);
+    const root = new URL('../../', import.meta.url).pathname;
+    await copyFile(join(root, 'dist/weft-cni'), join(bin, 'flannel'));
+    await copyFile(join(root, 'bin/weft'), join(bin, 'weft-fallback'));
+    await copyFile(join(root, 'dist/weft.cjs'), join(bin, 'weft.cjs'));
+    await copyFile(process.execPath, join(bin, 'weft-node'));
+    for (const f of ['flannel', 'weft-fallback', 'weft-node']) await chmod(join(bin, f), 0o755);
+    const pod = await createNetns('pod');
+    try {
+      const call = { containerId: 'installed', ifname: 'eth0', netns: pod.path };
+      const add = await callPlugin(join(bin, 'flannel'), node.ns, { ...call, command: 'ADD' }, node.conf());
+      assert.equal(add.code, 0, add.stdout + add.stderr);
+      assert.match((add.json!.ips as { address: string }[])[0]!.address, /^10\.244\.7\./);
+      assert.equal((await callPlugin(join(bin, 'flannel'), node.ns, { ...call, command: 'DEL' }, node.conf())).code, 0);
+      assert.deepEqual(await leftovers(node), NOTHING);
+    } finally {
+      await pod.remove();
+    }
   });
 });
