@@ -24,6 +24,11 @@ function isNotFound(e: unknown): boolean {
   return e instanceof NetlinkError && e.notFound;
 }
 
+/** For `.catch`: a kernel object that is already gone is what the caller wanted. */
+function unlessNotFound(e: unknown): void {
+  if (!isNotFound(e)) throw e;
+}
+
 /**
  * The bridge, created when missing, up, with the gateway address of every range when it is the
  * gateway (`ip addr replace`, so a removed one comes back). Returns the bridge.
@@ -125,10 +130,10 @@ export async function wirePod(host: NetlinkHandle, plan: BridgePlan, bridge: Lin
   }
 }
 
-/** `handle`'s link `name`, or undefined when there is none. */
-async function linkOptional(handle: NetlinkHandle, name: string): Promise<Link | undefined> {
+/** `handle`'s link by name or index, or undefined when there is none. */
+async function linkOptional(handle: NetlinkHandle, nameOrIndex: string | number): Promise<Link | undefined> {
   try {
-    return await handle.linkByName(name);
+    return await (typeof nameOrIndex === 'number' ? handle.linkByIndex(nameOrIndex) : handle.linkByName(nameOrIndex));
   } catch (e) {
     if (isNotFound(e)) return undefined;
     throw e;
@@ -165,33 +170,20 @@ export async function unwirePod(host: NetlinkHandle, ifname: string, netns: stri
   try {
     const link = await linkOptional(pod, ifname);
     if (link === undefined) return;
-    const peer = link.kind === 'veth' && link.ifLink > 0 ? await linkByIndexOptional(host, link.ifLink) : undefined;
+    const peer = link.kind === 'veth' && link.ifLink > 0 ? await linkOptional(host, link.ifLink) : undefined;
     if (peer !== undefined && peer.kind === 'veth' && peer.ifLink === link.index) {
       await host.linkSet(peer.index, { up: false, group: UNWIRED_GROUP });
       return;
     }
-    await pod.linkDel(link.index).catch((e: unknown) => {
-      if (!isNotFound(e)) throw e;
-    });
+    await pod.linkDel(link.index).catch(unlessNotFound);
   } finally {
     pod.close();
   }
 }
 
-async function linkByIndexOptional(handle: NetlinkHandle, index: number): Promise<Link | undefined> {
-  try {
-    return await handle.linkByIndex(index);
-  } catch (e) {
-    if (isNotFound(e)) return undefined;
-    throw e;
-  }
-}
-
 /** Deletes every pod interface {@link unwirePod} left in {@link UNWIRED_GROUP} (with its peer). */
 export async function deleteUnwired(host: NetlinkHandle): Promise<void> {
-  await host.linkDelGroup(UNWIRED_GROUP).catch((e: unknown) => {
-    if (!isNotFound(e)) throw e;
-  });
+  await host.linkDelGroup(UNWIRED_GROUP).catch(unlessNotFound);
 }
 
 type Json = Record<string, unknown>;
