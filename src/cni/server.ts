@@ -43,8 +43,6 @@ type Json = Record<string, unknown>;
 /** The version of the CNI socket's vocabulary; the native plugin sends the same number. */
 export const CNI_PROTOCOL = 1;
 
-
-
 /** The CNI socket of the node whose subnet.env is `subnetFile`. */
 export function cniSocketPath(subnetFile: string): string {
   return join(dirname(subnetFile), 'weft-cni.sock');

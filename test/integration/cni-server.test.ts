@@ -25,7 +25,7 @@ import { localRequest } from '../../src/local/client.ts';
 import { memoryLogger } from '../../src/log.ts';
 import type { LogRecord } from '../../src/log.ts';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
-import { DEBIAN_CNI_DIR, PLUGIN_BIN, callPlugin } from '../support/cni.ts';
+import { DEBIAN_CNI_DIR, PLUGIN_BIN, WEFT_BIN, callPlugin } from '../support/cni.ts';
 import type { CniCall, CniReply } from '../support/cni.ts';
 import { RUN_PREFIX, createNetns, needsRoot } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
@@ -230,6 +230,27 @@ test('cross pairs: what the server adds the fallback deletes and the other way r
       for (const i of [1, 3, 5]) assert.equal((await node.plugin({ ...call(i), command: 'DEL' }, node.conf())).code, 0);
       assert.deepEqual(await leftovers(node), NOTHING);
       for (const pod of pods) assert.deepEqual(await pod.ipJson('link', 'show', 'type', 'veth'), []);
+    } finally {
+      for (const pod of pods) await pod.remove();
+    }
+  });
+});
+
+test('the server and host-local allocate in one store at the same time: host-local\'s lock keeps every address unique', { skip }, async () => {
+  await withNode(async (node) => {
+    await node.serve();
+    const pods: Netns[] = [];
+    try {
+      for (let i = 0; i < 16; i++) pods.push(await createNetns(`c${i}`));
+      // Even pods through the native plugin (served), odd ones through the TypeScript plugin and
+      // host-local at the same moment, all in the same network's directory.
+      const replies = await Promise.all(pods.map((pod, i) => callPlugin(i % 2 === 0 ? PLUGIN_BIN : WEFT_BIN, node.ns, { containerId: `par${i}`, ifname: 'eth0', netns: pod.path, command: 'ADD' }, node.conf())));
+      for (const r of replies) assert.equal(r.code, 0, r.stdout + r.stderr);
+      const addresses = replies.map((r) => (r.json!.ips as { address: string }[])[0]!.address);
+      assert.equal(new Set(addresses).size, 16, `distinct: ${addresses.join(' ')}`);
+      assert.equal((await leftovers(node)).ips.length, 16);
+      for (const [i, pod] of pods.entries()) assert.equal((await node.plugin({ containerId: `par${i}`, ifname: 'eth0', netns: pod.path, command: 'DEL' }, node.conf())).code, 0);
+      assert.deepEqual(await leftovers(node), NOTHING);
     } finally {
       for (const pod of pods) await pod.remove();
     }
