@@ -34,7 +34,7 @@ import { HostLocalStore } from './host-local.ts';
 import { errorVersion, parseCall, renderForAdd, savedDelegate, status } from './plugin.ts';
 import type { ParsedCall } from './plugin.ts';
 import { checkPod, deleteUnwired, ensureBridge, unwirePod, wirePod } from './pod.ts';
-import { loadState, removeState, saveState } from './state.ts';
+import { loadState, removeState, saveStateVisible } from './state.ts';
 import { CURRENT_VERSION, convertResult, versionInfo } from './version.ts';
 
 type Env = Record<string, string>;
@@ -195,11 +195,15 @@ export class CniServer {
     const bridge = ensureBridge(this.#o.host, plan);
     bridge.catch(() => undefined);
     await this.#notUnwired(netns, ifname);
-    saveState(conf.dataDir, id, bytes);
+    // On disk before the answer, in place before anything a DEL must find: the sync runs on
+    // libuv's threads while the pod is wired.
+    const durable = saveStateVisible(conf.dataDir, id, bytes);
+    durable.catch(() => undefined);
     let allocations: Allocation[] = [];
     try {
       allocations = await store.locked(() => store.allocate(id, ifname, plan.ranges));
       const wired = await wirePod(this.#o.host, plan, await bridge, allocations, ifname, netns);
+      await durable;
       this.#o.log.info('wired pod', { container: id, ifname, veth: wired.hostVeth, addresses: allocations.map((a) => formatIP(a.address)) });
       return { exitCode: 0, stdout: JSON.stringify(convertResult(bridgeResult(plan, allocations, wired, ifname, netns), conf.cniVersion)) };
     } catch (e) {
@@ -207,6 +211,7 @@ export class CniServer {
         await unwirePod(this.#o.host, ifname, netns);
         await this.#deleteBatch();
         if (allocations.length > 0) await store.locked(() => store.release(id, ifname));
+        await durable.catch(() => undefined);
         removeState(conf.dataDir, id);
       } catch (rollback) {
         // the ADD error is the one to report; the runtime's DEL retries with the state kept

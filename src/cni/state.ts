@@ -6,6 +6,7 @@
  * of Weft's own start with `.`) are never treated as state.
  */
 import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { CONTAINER_ID } from './args.ts';
 
@@ -41,6 +42,37 @@ export function writeFileDurable(dir: string, name: string, data: string): void 
 /** Saves the delegate config of container `id` (validated by parseArgs) before the delegate runs. */
 export function saveState(dataDir: string, id: string, bytes: string): void {
   writeFileDurable(dataDir, id, bytes);
+}
+
+/**
+ * {@link saveState} for weftd's CNI server: the file is in place (whole, by rename) when this
+ * returns, so a DEL finds it from then on; the returned promise resolves once the file and its
+ * directory entry are on disk, which the server awaits before answering while it wires the pod.
+ */
+export function saveStateVisible(dataDir: string, id: string, bytes: string): Promise<void> {
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const tmp = join(dataDir, `.${id}.${process.pid}.tmp`);
+  try {
+    const fd = openSync(tmp, 'w', 0o600);
+    try {
+      writeSync(fd, bytes);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, join(dataDir, id));
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    throw e;
+  }
+  const sync = async (path: string) => {
+    const h = await open(path, 'r');
+    try {
+      await h.sync();
+    } finally {
+      await h.close();
+    }
+  };
+  return Promise.all([sync(join(dataDir, id)), sync(dataDir)]).then(() => undefined);
 }
 
 /** The saved bytes of container `id`, or undefined when there are none. */
