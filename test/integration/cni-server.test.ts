@@ -5,10 +5,11 @@
  * its own, so host-local's store (/var/lib/cni/networks/<name>) is this run's alone.
  */
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { chmod, copyFile, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
+import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -28,6 +29,7 @@ import { NetlinkHandle } from '../../src/netlink/index.ts';
 import { DEBIAN_CNI_DIR, PLUGIN_BIN, WEFT_BIN, callPlugin } from '../support/cni.ts';
 import type { CniCall, CniReply } from '../support/cni.ts';
 import { RUN_PREFIX, createNetns, needsRoot } from '../support/netns.ts';
+import { until } from '../support/until.ts';
 import type { Netns } from '../support/netns.ts';
 
 const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
@@ -410,6 +412,105 @@ test('a served DEL takes the pod off the network at once; the kernel deletes it 
       assert.deepEqual(await leftovers(node), NOTHING);
     } finally {
       await pod.remove();
+    }
+  });
+});
+
+/** Whether `id` is wholly there (state, address, pod interface) or wholly gone; throws when half. */
+async function whole(node: Node, id: string, pod: Netns): Promise<boolean> {
+  await node.server?.settled();
+  const state = existsSync(join(node.dataDir, id));
+  const ips = existsSync(node.store) ? readdirSync(node.store).filter((f) => /^[0-9.]+$/.test(f) && readFileSync(join(node.store, f), 'utf8').startsWith(`${id}\r\n`)) : [];
+  const links = (await pod.ipJson<{ ifname: string }[]>('link', 'show', 'type', 'veth')).length;
+  assert.ok((state && ips.length === 1 && links === 1) || (!state && ips.length === 0 && links === 0), `${id}: state ${state}, addresses ${ips.join(' ')}, pod veths ${links}`);
+  return state;
+}
+
+test('verbs of one container run in order: an ADD and a DEL sent at once leave it whole or gone, never half', { skip }, async () => {
+  await withNode(async (node) => {
+    await node.serve();
+    const pod = await createNetns('pod');
+    try {
+      const outcomes = new Set<boolean>();
+      for (let i = 0; i < 12; i++) {
+        const call = { containerId: `race${i}`, ifname: 'eth0', netns: pod.path };
+        const [add, del] = await Promise.all([node.plugin({ ...call, command: 'ADD' }, node.conf()), node.plugin({ ...call, command: 'DEL' }, node.conf())]);
+        assert.equal(del.code, 0, del.stdout);
+        assert.equal(add.code, 0, add.stdout);
+        outcomes.add(await whole(node, call.containerId, pod));
+        assert.equal((await node.plugin({ ...call, command: 'DEL' }, node.conf())).code, 0);
+        assert.equal(await whole(node, call.containerId, pod), false);
+      }
+      assert.deepEqual(await leftovers(node), NOTHING);
+    } finally {
+      await pod.remove();
+    }
+  });
+});
+
+test('a plugin killed mid-ADD and a netns removed mid-ADD: the ADD finishes or rolls back, and DEL leaves nothing', { skip }, async () => {
+  await withNode(async (node) => {
+    await node.serve();
+    const path = cniSocketPath(node.subnetFile);
+    for (let i = 0; i < 8; i++) {
+      const pod = await createNetns('pod');
+      try {
+        const call = { containerId: `hangup${i}`, ifname: 'eth0', netns: pod.path };
+        // The client sends its ADD and is gone before any answer.
+        const request = JSON.stringify({ protocol: CNI_PROTOCOL, env: { CNI_COMMAND: 'ADD', CNI_CONTAINERID: call.containerId, CNI_IFNAME: 'eth0', CNI_NETNS: pod.path, CNI_PATH: DEBIAN_CNI_DIR }, stdin: JSON.stringify(node.conf()) });
+        await new Promise<void>((resolve, reject) => {
+          const c = createConnection(path, () => c.end(request, () => setTimeout(() => {
+            c.destroy();
+            resolve();
+          }, i)));
+          c.on('error', reject);
+        });
+        // Half of the time the namespace goes too, while the ADD may still run.
+        if (i % 2 === 1) await pod.remove();
+        const del = await node.plugin({ ...call, command: 'DEL' }, node.conf());
+        assert.equal(del.code, 0, del.stdout);
+        // A removed namespace takes its veth pair along in the kernel's own time (its cleanup work).
+        await until(`round ${i}: nothing left`, async () => JSON.stringify(await leftovers(node)) === JSON.stringify(NOTHING), 10_000);
+      } finally {
+        await pod.remove();
+      }
+    }
+  });
+});
+
+test('weftd killed during ADDs: the runtime\'s DELs (through the fallback, then a new weftd) leave nothing', { skip }, async () => {
+  await withNode(async (node) => {
+    const script = `
+      const { startCniServer } = await import(${JSON.stringify(new URL('../../src/cni/server.ts', import.meta.url).pathname)});
+      const { NetlinkHandle } = await import(${JSON.stringify(new URL('../../src/netlink/index.ts', import.meta.url).pathname)});
+      const { silentLogger } = await import(${JSON.stringify(new URL('../../src/log.ts', import.meta.url).pathname)});
+      await startCniServer({ subnetFile: ${JSON.stringify(node.subnetFile)}, host: NetlinkHandle.open(), log: silentLogger });
+      process.stdout.write('serving\\n');`;
+    const pods: Netns[] = [];
+    try {
+      for (let round = 0; round < 4; round++) {
+        const weftd = spawn('ip', ['netns', 'exec', node.ns.name, process.execPath, '--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+        const [first] = await Promise.race([once(weftd.stdout!, 'data'), once(weftd, 'exit').then(() => [undefined])]);
+        assert.equal(String(first).trim(), 'serving', 'the CNI server process started');
+        const mine = await Promise.all(Array.from({ length: 4 }, () => createNetns('pod')));
+        pods.push(...mine);
+        const adds = mine.map((pod, i) => node.plugin({ containerId: `k${round}-${i}`, ifname: 'eth0', netns: pod.path, command: 'ADD' }, node.conf()));
+        await new Promise((r) => setTimeout(r, 2 + round * 3));
+        weftd.kill('SIGKILL');
+        await once(weftd, 'exit');
+        for (const r of await Promise.all(adds)) assert.ok(r.code === 0 || r.json?.code === 11, `an ADD succeeds, falls back, or says try again: ${r.stdout}`);
+        // Even rounds: the DELs go to the fallback; odd rounds: to a new weftd.
+        if (round % 2 === 1) await node.serve();
+        for (const [i, pod] of mine.entries()) {
+          const del = await node.plugin({ containerId: `k${round}-${i}`, ifname: 'eth0', netns: pod.path, command: 'DEL' }, node.conf());
+          assert.equal(del.code, 0, del.stdout);
+        }
+        assert.deepEqual(await leftovers(node), NOTHING, `round ${round}`);
+        for (const pod of mine) assert.deepEqual(await pod.ipJson('link', 'show', 'type', 'veth'), []);
+        await node.stop();
+      }
+    } finally {
+      for (const pod of pods) await pod.remove();
     }
   });
 });
