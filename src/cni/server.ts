@@ -22,6 +22,7 @@
 import { dirname, join } from 'node:path';
 import { WeftError } from '../errors.ts';
 import { formatIP } from '../ip/ip.ts';
+import { LOCAL_CODE } from '../local/protocol.ts';
 import { LocalServer } from '../local/server.ts';
 import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/index.ts';
@@ -59,8 +60,8 @@ function isObject(v: unknown): v is Json {
 function readRequest(request: Json): { env: Env; stdin: string } {
   const env = request['env'];
   const stdin = request['stdin'];
-  if (!isObject(env) || !Object.values(env).every((v) => typeof v === 'string')) throw new WeftError('EBADREQUEST', 'request.env: not an object of strings');
-  if (typeof stdin !== 'string') throw new WeftError('EBADREQUEST', 'request.stdin: not a string');
+  if (!isObject(env) || !Object.values(env).every((v) => typeof v === 'string')) throw new WeftError(LOCAL_CODE.BAD_REQUEST, 'request.env: not an object of strings');
+  if (typeof stdin !== 'string') throw new WeftError(LOCAL_CODE.BAD_REQUEST, 'request.stdin: not a string');
   return { env: env as Env, stdin };
 }
 
