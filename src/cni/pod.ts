@@ -77,12 +77,13 @@ function openNetns(netns: string): number {
 }
 
 /**
- * Wires the pod onto `bridge` (from {@link ensureBridge}): the veth pair (host end enslaved and up
- * as it is created), hairpin, then on the pod's side the addresses, link up and routes while the
- * host side is read back. On failure the caller runs {@link unwirePod} (the pod's end takes the
- * host end with it).
+ * Wires the pod onto the bridge (from {@link ensureBridge}): the veth pair (host end enslaved and
+ * up as it is created), hairpin, then on the pod's side the addresses, link up and routes while
+ * the host side is read back. The bridge and the addresses may still be on their way (the kernel
+ * creates the veth while host-local's files are written). On failure the caller runs
+ * {@link unwirePod} (the pod's end takes the host end with it).
  */
-export async function wirePod(host: NetlinkHandle, plan: BridgePlan, bridge: Link, allocations: readonly Allocation[], ifname: string, netns: string): Promise<Wired> {
+export async function wirePod(host: NetlinkHandle, plan: BridgePlan, bridgeReady: Promise<Link>, allocated: Promise<readonly Allocation[]>, ifname: string, netns: string): Promise<Wired> {
   const fd = openNetns(netns);
   let pod: NetlinkHandle;
   try {
@@ -92,6 +93,7 @@ export async function wirePod(host: NetlinkHandle, plan: BridgePlan, bridge: Lin
     throw e;
   }
   try {
+    const bridge = await bridgeReady;
     let hostVeth = vethName();
     try {
       for (let attempt = 0; ; attempt++) {
@@ -114,6 +116,7 @@ export async function wirePod(host: NetlinkHandle, plan: BridgePlan, bridge: Lin
     })();
     const podSide = (async () => {
       const link = await pod.linkByName(ifname);
+      const allocations = await allocated;
       const ops: Operation[] = allocations.map((a) => ({
         op: 'addrAdd', addr: { linkIndex: link.index, address: formatIP(a.address), prefixLen: a.subnet.prefix, flags: a.address.family === 6 ? IFA_F_NODAD : 0 },
       }));
@@ -123,6 +126,8 @@ export async function wirePod(host: NetlinkHandle, plan: BridgePlan, bridge: Lin
       if (failed) throw failed;
       return link.mac;
     })();
+    hostSide.catch(() => undefined);
+    podSide.catch(() => undefined);
     const [h, podMac] = await Promise.all([hostSide, podSide]);
     return { ...h, hostVeth, podMac };
   } finally {

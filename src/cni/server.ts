@@ -7,8 +7,9 @@
  * plugin runs the TypeScript plugin with the real delegates instead.
  *
  * DESIGN NOTES
- * - Each verb is a straight line with its rollback: ADD saves the state file first (as the
- *   fallback does), then allocates, then wires; a failure unwires, releases and drops the state.
+ * - Each verb is a straight line with its rollback: ADD puts the state file in place first (as
+ *   the fallback does), then allocates while the kernel makes the veth, then configures the pod;
+ *   a failure unwires, releases and drops the state.
  *   If weftd dies in between, the state file is what lets the runtime's DEL (through weftd or
  *   the fallback) find and remove the rest: address files by container ID, the veth with the
  *   pod's interface.
@@ -192,18 +193,19 @@ export class CniServer {
     const plan = this.#plan(JSON.parse(bytes), 'ADD', id);
     if (plan === undefined) return { fallback: true };
     const store = new HostLocalStore(plan.storeDir, plan.network);
-    // The bridge is made ready on the netlink thread while the files are written on this one.
+    // Kernel and files at once: the bridge and the veth are made on the netlink thread while the
+    // state and host-local's files are written on this one. The state is in place before anything
+    // a DEL must find, and on disk before the answer.
     const bridge = ensureBridge(this.#o.host, plan);
     bridge.catch(() => undefined);
     await this.#notUnwired(netns, ifname);
-    // On disk before the answer, in place before anything a DEL must find: the sync runs on
-    // libuv's threads while the pod is wired.
     const durable = saveStateVisible(conf.dataDir, id, bytes);
     durable.catch(() => undefined);
-    let allocations: Allocation[] = [];
+    const allocated = store.locked(() => store.allocate(id, ifname, plan.ranges));
+    allocated.catch(() => undefined);
     try {
-      allocations = await store.locked(() => store.allocate(id, ifname, plan.ranges));
-      const wired = await wirePod(this.#o.host, plan, await bridge, allocations, ifname, netns);
+      const wired = await wirePod(this.#o.host, plan, bridge, allocated, ifname, netns);
+      const allocations = await allocated;
       await durable;
       this.#o.log.info('wired pod', { container: id, ifname, veth: wired.hostVeth, addresses: allocations.map((a) => formatIP(a.address)) });
       return { exitCode: 0, stdout: JSON.stringify(convertResult(bridgeResult(plan, allocations, wired, ifname, netns), conf.cniVersion)) };
@@ -211,7 +213,7 @@ export class CniServer {
       try {
         await unwirePod(this.#o.host, ifname, netns);
         await this.#deleteBatch();
-        if (allocations.length > 0) await store.locked(() => store.release(id, ifname));
+        if ((await allocated.catch(() => [])).length > 0) await store.locked(() => store.release(id, ifname));
         await durable.catch(() => undefined);
         removeState(conf.dataDir, id);
       } catch (rollback) {

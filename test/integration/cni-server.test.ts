@@ -370,7 +370,7 @@ test('weftd gone mid-request: the plugin says try again; the DEL that follows a 
         saveState(node.dataDir, id, state);
         const store = new HostLocalStore(plan.storeDir, plan.network);
         const allocations = await store.locked(() => store.allocate(id, 'eth0', plan.ranges));
-        await wirePod(node.host, plan, await ensureBridge(node.host, plan), allocations, 'eth0', pod.path);
+        await wirePod(node.host, plan, ensureBridge(node.host, plan), Promise.resolve(allocations), 'eth0', pod.path);
         if (!serving) await node.stop();
         const del = await node.plugin({ containerId: id, ifname: 'eth0', netns: pod.path, command: 'DEL' }, conf);
         assert.equal(del.code, 0, `DEL ${serving ? 'through the server' : 'through the fallback'}: ${del.stdout}${del.stderr}`);
