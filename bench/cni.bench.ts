@@ -4,9 +4,10 @@
  * `ip netns exec` wrapper and no fork of a Node process in the figures):
  *
  *   1. 200 ADD+DEL cycles with weftd's CNI server serving (this process, its handle bound to the
- *      node namespace), each pod in a namespace of its own, made before the ADD and removed after
- *      the DEL as a runtime does (untimed). A served DEL answers once the pod is off the network
- *      and released; the kernel deletes the veth with the namespace or in weftd's next batch;
+ *      node namespace), each pod in a namespace of its own, all made before the cycles and removed
+ *      after them, so the kernel's teardown of namespaces (the runtime's work) stays out of the
+ *      figures. A served DEL answers once the pod is off the network and released; the kernel
+ *      deletes the veth in weftd's next batch;
  *   2. 200 cycles with the server stopped: the plugin falls back to the TypeScript plugin, which
  *      runs Debian's bridge + host-local;
  *   3. 200 cycles of the same delegate config (the bytes the server saved) given to bridge directly;
@@ -72,16 +73,20 @@ writeFileSync(conf, JSON.stringify({ cniVersion: '1.0.0', name, type: 'flannel',
 async function cycles(plugin: string, config: string, tag: string): Promise<{ add: number[]; del: number[] }> {
   const add: number[] = [];
   const del: number[] = [];
-  for (let i = 0; i < WARMUP + CYCLES; i++) {
-    const id = `${tag}-${i}`;
-    const pod = await createNetns('pod');
-    const a = await r.run(plugin, 'ADD', id, pod, config);
-    const d = await r.run(plugin, 'DEL', id, pod, config);
-    await pod.remove();
-    if (i >= WARMUP) {
-      add.push(a);
-      del.push(d);
+  const mine: Netns[] = [];
+  try {
+    for (let i = 0; i < WARMUP + CYCLES; i++) mine.push(await createNetns('pod'));
+    for (const [i, pod] of mine.entries()) {
+      const id = `${tag}-${i}`;
+      const a = await r.run(plugin, 'ADD', id, pod, config);
+      const d = await r.run(plugin, 'DEL', id, pod, config);
+      if (i >= WARMUP) {
+        add.push(a);
+        del.push(d);
+      }
     }
+  } finally {
+    for (const pod of mine) await pod.remove();
   }
   return { add: add.sort((x, y) => x - y), del: del.sort((x, y) => x - y) };
 }
