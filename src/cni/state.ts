@@ -11,18 +11,15 @@ import { join } from 'node:path';
 import { CONTAINER_ID } from './args.ts';
 
 
-/**
- * Writes `data` to `dir`/`name` atomically (temporary file, fsync, rename, directory fsync);
- * the directory is created 0700 and the file is 0600. Precondition: `name` holds no `/`.
- */
-export function writeFileDurable(dir: string, name: string, data: string): void {
+/** Puts `data` in place as `dir`/`name` through a temporary file and a rename, fsyncing the file first when `sync`. */
+function replaceFile(dir: string, name: string, data: string, sync: boolean): void {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const tmp = join(dir, `.${name}.${process.pid}.tmp`);
   try {
     const fd = openSync(tmp, 'w', 0o600);
     try {
       writeSync(fd, data);
-      fsyncSync(fd);
+      if (sync) fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
@@ -31,6 +28,14 @@ export function writeFileDurable(dir: string, name: string, data: string): void 
     rmSync(tmp, { force: true });
     throw e;
   }
+}
+
+/**
+ * Writes `data` to `dir`/`name` atomically (temporary file, fsync, rename, directory fsync);
+ * the directory is created 0700 and the file is 0600. Precondition: `name` holds no `/`.
+ */
+export function writeFileDurable(dir: string, name: string, data: string): void {
+  replaceFile(dir, name, data, true);
   const d = openSync(dir, 'r');
   try {
     fsyncSync(d);
@@ -50,20 +55,7 @@ export function saveState(dataDir: string, id: string, bytes: string): void {
  * directory entry are on disk, which the server awaits before answering while it wires the pod.
  */
 export function saveStateVisible(dataDir: string, id: string, bytes: string): Promise<void> {
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  const tmp = join(dataDir, `.${id}.${process.pid}.tmp`);
-  try {
-    const fd = openSync(tmp, 'w', 0o600);
-    try {
-      writeSync(fd, bytes);
-    } finally {
-      closeSync(fd);
-    }
-    renameSync(tmp, join(dataDir, id));
-  } catch (e) {
-    rmSync(tmp, { force: true });
-    throw e;
-  }
+  replaceFile(dataDir, id, bytes, false);
   const sync = async (path: string) => {
     const h = await open(path, 'r');
     try {
