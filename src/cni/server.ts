@@ -20,6 +20,7 @@
  * - This module is loaded by weftd only when it serves CNI, and imports only node:net/fs and the
  *   CNI modules: nothing heavy on weftd's start-up path.
  */
+import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { WeftError } from '../errors.ts';
 import { formatIP } from '../ip/ip.ts';
@@ -99,6 +100,12 @@ export class CniServer {
       if (call.conf === undefined) return { exitCode: 0, stdout: JSON.stringify(versionInfo()) };
       const { args, conf } = call;
       const id = args.containerId;
+      if (args.netns?.startsWith('/proc/') && !existsSync(args.netns)) {
+        // A runtime naming namespaces by process (/proc/<pid>/ns/net) and a weftd outside the
+        // host's PID namespace: the plugin on the host can reach it, weftd cannot.
+        this.#o.log.info('CNI request left to the fallback plugin', { verb: args.command, container: id, reason: `${args.netns} is not visible to weftd` });
+        return { fallback: true };
+      }
       switch (args.command) {
         case 'ADD':
           return await this.#serially(id!, () => this.#add(args, conf, env));

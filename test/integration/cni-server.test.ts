@@ -524,6 +524,19 @@ test('a netns that vanishes before ADD wires it: an error, and nothing left', { 
 
 const asRoot = needsRoot || skip;
 
+test('a namespace named by a process weftd cannot see (/proc/<pid>/ns/net) is left to the fallback', { skip }, async () => {
+  await withNode(async (node) => {
+    await node.serve();
+    const call = { containerId: 'byproc', ifname: 'eth0', netns: '/proc/999999999/ns/net' };
+    const add = await node.plugin({ ...call, command: 'ADD' }, node.conf());
+    assert.equal(add.code, 1);
+    assert.match(String(add.json?.msg), /bridge ADD failed: failed to open netns/, 'the bridge plugin reports it, as without weftd');
+    assert.ok(node.log.some((r) => /left to the fallback/.test(r.msg) && /not visible to weftd/.test(String(r.fields['reason']))));
+    assert.equal((await node.plugin({ ...call, command: 'DEL' }, node.conf())).code, 0);
+    assert.deepEqual(await leftovers(node), NOTHING);
+  });
+});
+
 test('a user other than root cannot reach the CNI socket', { skip: asRoot }, async () => {
   await withNode(async (node) => {
     await node.serve();
