@@ -97,9 +97,9 @@ export class HostLocalStore {
   /**
    * Reserves one address per subnet for container `id` on `ifname`, as host-local's allocator:
    * after the range set's last reserved address, skipping the gateway and every address with a
-   * file. Fails, as host-local does, when the container already holds an address in a range set,
-   * and with code 11 when a range is full. Call inside {@link locked}; on failure, what this
-   * call reserved is released.
+   * file. Fails with host-local's messages when the container already holds an address in a range
+   * set or a range is full. Call inside {@link locked}; on failure, what this call reserved is
+   * released.
    */
   allocate(id: string, ifname: string, subnets: readonly CIDR[]): Allocation[] {
     const key = `${id}${LINE_BREAK}${ifname}`;
@@ -128,7 +128,7 @@ export class HostLocalStore {
           writeFileSync(lastFile, name, { mode: 0o644 });
           return;
         }
-        throw new CniError(CNI_CODE.TRY_AGAIN_LATER, `failed to allocate for range ${i}: no IP addresses available in range set ${formatIP(subnet.ip)}/${subnet.prefix}`);
+        throw new CniError(CNI_CODE.UNKNOWN, `failed to allocate for range ${i}: no IP addresses available in range set ${formatIP(subnet.ip)}/${subnet.prefix}`);
       });
     } catch (e) {
       for (const a of done) rmSync(join(this.dir, formatIP(a.address)), { force: true });

@@ -524,6 +524,23 @@ test('a netns that vanishes before ADD wires it: an error, and nothing left', { 
 
 const asRoot = needsRoot || skip;
 
+test('a full range: host-local\'s error, and the failed ADD leaves nothing of its own', { skip }, async () => {
+  await withNode(async (node) => withPods(2, async ([a, b]) => {
+    await writeFile(node.subnetFile, SUBNET_ENV.replace('10.244.7.1/24', '10.244.7.1/30'));
+    await node.serve();
+    const first = await node.plugin({ containerId: 'only', ifname: 'eth0', netns: a!.path, command: 'ADD' }, node.conf());
+    assert.equal((first.json?.ips as { address: string }[] | undefined)?.[0]?.address, '10.244.7.2/30', first.stdout);
+    const full = await node.plugin({ containerId: 'nospace', ifname: 'eth0', netns: b!.path, command: 'ADD' }, node.conf());
+    assert.equal(full.code, 1);
+    assert.match(String(full.json?.msg), /no IP addresses available in range set 10\.244\.7\.0\/30/);
+    assert.deepEqual(await b!.ipJson('link', 'show', 'type', 'veth'), []);
+    const left = await leftovers(node);
+    assert.deepEqual({ ips: left.ips, states: left.states }, { ips: ['10.244.7.2'], states: ['only'] }, 'the first pod keeps its address and state');
+    assert.equal((await node.plugin({ containerId: 'only', ifname: 'eth0', netns: a!.path, command: 'DEL' }, node.conf())).code, 0);
+    assert.deepEqual(await leftovers(node), NOTHING);
+  }));
+});
+
 test('a namespace named by a process weftd cannot see (/proc/<pid>/ns/net) is left to the fallback', { skip }, async () => {
   await withNode(async (node) => {
     await node.serve();
