@@ -5,8 +5,9 @@
 # /opt/weft, as bin/weftd, bin/weft and src/netlink/native.ts expect it:
 #   package.json                  the root native.ts looks up to
 #   bin/weftd                     execs <root>/node_modules/.bin/node on dist/weftd/weftd.mjs
-#   bin/weft                      the CNI launcher; bin/weft.cjs and bin/weft-node next to it are
-#   bin/weft.cjs, bin/weft-node   its "installed copy" layout, the three files install-cni copies
+#   dist/weft-cni                 the static native plugin install-cni copies as weft and flannel
+#   bin/weft                      the fallback launcher; bin/weft.cjs and bin/weft-node next to it
+#   bin/weft.cjs, bin/weft-node   are its "installed copy" layout, copied beside the plugin
 #   dist/weftd/, dist/proto/      weftd bundled with its dependencies (etcd3 reads dist/proto)
 #   bin/weftctl, dist/weftctl/    weftctl (on PATH as /usr/local/bin/weftctl) and its bundle
 #   dist/weft.cjs                 the plugin bundle
@@ -38,7 +39,8 @@ COPY native/binding.gyp native/
 COPY native/src/ native/src/
 # NODE_HEADERS: the base image ships its Node's headers in /usr/local/include/node, so node-gyp
 # needs neither the npm package's copy nor a download.
-RUN make build-native build-cni build-weftd build-weftctl NODE_HEADERS=/usr/local
+COPY native/plugin/ native/plugin/
+RUN make build-native build-cni build-weftd build-weftctl build-plugin NODE_HEADERS=/usr/local
 
 FROM node:${NODE_VERSION}-bookworm-slim
 # libnl: the addon's shared libraries. iptables (Debian's default, iptables-nft) and nftables: the
@@ -53,13 +55,13 @@ COPY --from=build /src/package.json ./
 COPY --from=build /src/dist/weftd/ dist/weftd/
 COPY --from=build /src/dist/weftctl/ dist/weftctl/
 COPY --from=build /src/dist/proto/ dist/proto/
-COPY --from=build /src/dist/weft.cjs dist/
+COPY --from=build /src/dist/weft.cjs /src/dist/weft-cni dist/
 COPY --from=build /src/native/build/Release/weft_netlink.node native/build/Release/
 COPY --from=build /src/bin/ bin/
 # bin/weftd runs <root>/node_modules/.bin/node, which in a checkout is the pinned npm package
 # `node`; here the link points at the image's Node, the same release. bin/weft-node and
-# bin/weft.cjs are links too: install-cni's cp copies what they point to. The last two lines check
-# that weftd and the plugin start (and fill weftd's compile cache).
+# bin/weft.cjs are links too: install-cni's cp copies what they point to. The last lines check
+# that weftd, the fallback and the native plugin start (and fill weftd's compile cache).
 RUN mkdir -p node_modules/.bin \
  && ln -sf /usr/local/bin/node node_modules/.bin/node \
  && ln -sf /usr/local/bin/node bin/weft-node \
@@ -67,5 +69,6 @@ RUN mkdir -p node_modules/.bin \
  && ln -sf /opt/weft/bin/weftctl /usr/local/bin/weftctl \
  && /opt/weft/bin/weftd --version \
  && /opt/weft/bin/weftctl --version \
- && CNI_COMMAND=VERSION /opt/weft/bin/weft </dev/null
+ && CNI_COMMAND=VERSION /opt/weft/bin/weft </dev/null \
+ && CNI_COMMAND=VERSION /opt/weft/dist/weft-cni </dev/null
 ENTRYPOINT ["/opt/weft/bin/weftd"]

@@ -11,8 +11,8 @@ DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
-	typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane bench-footprint \
-	bench-faults bench-weftctl demo clean
+	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
+	bench-footprint bench-faults bench-weftctl demo clean
 
 all: build
 
@@ -34,7 +34,7 @@ node_modules/.weft-installed: package-lock.json package.json
 	npm ci
 	@touch $@
 
-build: build-native build-ts build-cni build-weftd build-weftctl
+build: build-native build-ts build-cni build-weftd build-weftctl build-plugin
 
 # Node-API is ABI-stable, so the addon builds offline against whichever Node headers are here:
 # those shipped with the pinned Node (npm may prune them later), else the machine's in /usr.
@@ -76,6 +76,12 @@ build-weftctl: deps-npm build-weftd
 	node_modules/.bin/esbuild src/cmd/weftctl.ts --bundle --splitting --format=esm --platform=node --target=node24 \
 		--outdir=dist/weftctl --out-extension:.js=.mjs --chunk-names=[name]-[hash] --minify-whitespace --minify-syntax \
 		--banner:js="$(ESM_BANNER)" --log-level=warning
+
+# The plugin the runtime executes: static, since it runs on the host, whose libc is not the image's.
+build-plugin: dist/weft-cni
+dist/weft-cni: native/plugin/weft-cni.c
+	@mkdir -p dist
+	gcc -static -Os -std=c11 -Wall -Wextra -Werror -o $@ $<
 
 typecheck: deps-npm
 	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json --noEmit

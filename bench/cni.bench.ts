@@ -1,18 +1,32 @@
 /**
- * make bench-cni: 200 ADD+DEL cycles of one pod through bin/weft (bundled plugin, compile cache
- * warm) delegating to Debian's bridge + host-local, then 200 cycles of the same delegate config
- * (the bytes weft saved) given to bridge directly. Both run one at a time inside a node namespace
- * through `ip netns exec`, so that wrapper's cost is in both figures and cancels in the overhead.
+ * make bench-cni: the plugin the runtime executes (dist/weft-cni), timed from spawn to exit by
+ * bench/spawn-timer.c inside the node namespace (posix_spawn, as a runtime's Go exec clones; no
+ * `ip netns exec` wrapper and no fork of a Node process in the figures):
  *
- * Last line: cni_add_p50_ms=<> cni_add_p99_ms=<> delegate_add_p50_ms=<> shim_overhead_ms=<>
+ *   1. 200 ADD+DEL cycles with weftd's CNI server serving (this process, its handle bound to the
+ *      node namespace), each pod in a namespace of its own, all made before the cycles and removed
+ *      after them, so the kernel's teardown of namespaces (the runtime's work) stays out of the
+ *      figures. A served DEL answers once the pod is off the network and released; the kernel
+ *      deletes the veth in weftd's next batch;
+ *   2. 200 cycles with the server stopped: the plugin falls back to the TypeScript plugin, which
+ *      runs Debian's bridge + host-local;
+ *   3. 200 cycles of the same delegate config (the bytes the server saved) given to bridge directly;
+ *   4. a burst of 100 ADDs, 20 at a time, through the server (then their DELs, untimed).
+ *
+ * Last line: cni_add_p50_ms=<> cni_add_p99_ms=<> cni_del_p50_ms=<> fallback_add_p50_ms=<>
+ * delegate_add_p50_ms=<> burst100_s=<>
  */
-import { spawnSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { performance } from 'node:perf_hooks';
-import { DEBIAN_CNI_DIR, WEFT_BIN } from '../test/support/cni.ts';
+import { createInterface } from 'node:readline';
+import { startCniServer } from '../src/cni/server.ts';
+import { silentLogger } from '../src/log.ts';
+import { NetlinkHandle } from '../src/netlink/index.ts';
+import { DEBIAN_CNI_DIR, PLUGIN_BIN } from '../test/support/cni.ts';
 import { RUN_PREFIX, createNetns } from '../test/support/netns.ts';
+import type { Netns } from '../test/support/netns.ts';
 
 const CYCLES = 200;
 const WARMUP = 5;
@@ -21,51 +35,96 @@ function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 }
 
+/** A spawn-timer in `ns`; `run` resolves with the call's wall time in ms, rejects with its output on failure. */
+function runner(ns: Netns, timer: string, dir: string, lane: number): { run: (plugin: string, command: string, id: string, pod: Netns, config: string) => Promise<number>; stop: () => void } {
+  const child = spawn('ip', ['netns', 'exec', ns.name, timer, DEBIAN_CNI_DIR], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const waiting: ((line: string) => void)[] = [];
+  createInterface({ input: child.stdout! }).on('line', (line) => waiting.shift()!(line));
+  const out = join(dir, `out-${lane}`);
+  return {
+    run: (plugin, command, id, pod, config) => new Promise((resolve, reject) => {
+      waiting.push((line) => {
+        const [status, ms] = line.split(' ');
+        if (status === '0') resolve(Number(ms));
+        else reject(new Error(`${plugin} ${command} ${id} failed (${status}): ${readFileSync(out, 'utf8')}`));
+      });
+      child.stdin!.write(`${[plugin, command, id, pod.path, config, out].join('\t')}\n`);
+    }),
+    stop: () => child.stdin!.end(),
+  };
+}
+
 const dir = mkdtempSync(join(tmpdir(), 'weft-bench-cni-'));
 const name = `${RUN_PREFIX}-bench`;
 const subnetFile = join(dir, 'subnet.env');
 const dataDir = join(dir, 'data');
 writeFileSync(subnetFile, 'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.7.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n');
+const timer = join(dir, 'spawn-timer');
+execFileSync('gcc', ['-O2', '-o', timer, new URL('spawn-timer.c', import.meta.url).pathname]);
 const node = await createNetns('node');
-const pod = await createNetns('pod');
+const pods: Netns[] = [];
+const host = NetlinkHandle.open(node.path);
+const lanes = Array.from({ length: 20 }, (_, i) => runner(node, timer, dir, i));
+const r = lanes[0]!;
+const conf = join(dir, 'conf.json');
+writeFileSync(conf, JSON.stringify({ cniVersion: '1.0.0', name, type: 'flannel', subnetFile, dataDir, delegate: { hairpinMode: true, isDefaultGateway: true } }));
 
-/** One plugin call in the node namespace; returns its wall time in ms. Throws on failure. */
-function call(plugin: string, command: string, id: string, stdin: string): number {
-  const env = { PATH: process.env.PATH, CNI_COMMAND: command, CNI_CONTAINERID: id, CNI_IFNAME: 'eth0', CNI_NETNS: pod.path, CNI_PATH: DEBIAN_CNI_DIR };
-  const t0 = performance.now();
-  const r = spawnSync('ip', ['netns', 'exec', node.name, plugin], { input: stdin, env, encoding: 'utf8' });
-  const ms = performance.now() - t0;
-  if (r.status !== 0) throw new Error(`${plugin} ${command} ${id} failed: ${r.stdout}${r.stderr}`);
-  return ms;
-}
-
-/** ADD+DEL cycles; returns the sorted ADD times after the warm-up. */
-function cycles(plugin: string, stdin: string, tag: string): number[] {
-  const adds: number[] = [];
-  for (let i = 0; i < WARMUP + CYCLES; i++) {
-    const id = `${tag}-${i}`;
-    const ms = call(plugin, 'ADD', id, stdin);
-    if (i >= WARMUP) adds.push(ms);
-    call(plugin, 'DEL', id, stdin);
+/** ADD+DEL cycles; returns the sorted ADD and DEL times after the warm-up. */
+async function cycles(plugin: string, config: string, tag: string): Promise<{ add: number[]; del: number[] }> {
+  const add: number[] = [];
+  const del: number[] = [];
+  const mine: Netns[] = [];
+  try {
+    for (let i = 0; i < WARMUP + CYCLES; i++) mine.push(await createNetns('pod'));
+    for (const [i, pod] of mine.entries()) {
+      const id = `${tag}-${i}`;
+      const a = await r.run(plugin, 'ADD', id, pod, config);
+      const d = await r.run(plugin, 'DEL', id, pod, config);
+      if (i >= WARMUP) {
+        add.push(a);
+        del.push(d);
+      }
+    }
+  } finally {
+    for (const pod of mine) await pod.remove();
   }
-  return adds.sort((a, b) => a - b);
+  return { add: add.sort((x, y) => x - y), del: del.sort((x, y) => x - y) };
 }
 
+const server = await startCniServer({ subnetFile, host, log: silentLogger });
 try {
-  const conf = JSON.stringify({ cniVersion: '1.0.0', name, type: 'weft', subnetFile, dataDir });
-  const weft = cycles(WEFT_BIN, conf, 'weft');
-  // The delegate config weft renders, captured from its state file by one more ADD.
-  call(WEFT_BIN, 'ADD', 'capture', conf);
-  const delegate = readFileSync(join(dataDir, 'capture'), 'utf8');
-  call(WEFT_BIN, 'DEL', 'capture', conf);
-  const direct = cycles(join(DEBIAN_CNI_DIR, 'bridge'), delegate, 'direct');
+  const served = await cycles(PLUGIN_BIN, conf, 'served');
+  // The delegate config, captured from the state file of one more ADD.
+  for (let i = 0; i < 100; i++) pods.push(await createNetns(`pod${i}`));
+  await r.run(PLUGIN_BIN, 'ADD', 'capture', pods[0]!, conf);
+  const delegate = join(dir, 'delegate.json');
+  writeFileSync(delegate, readFileSync(join(dataDir, 'capture'), 'utf8'));
+  await r.run(PLUGIN_BIN, 'DEL', 'capture', pods[0]!, conf);
+
+  // A burst: 100 ADDs (100 pods), 20 at a time.
+  const t0 = performance.now();
+  const queue = Array.from({ length: 100 }, (_, i) => i);
+  await Promise.all(lanes.map(async (lane) => {
+    for (let i = queue.shift(); i !== undefined; i = queue.shift()) await lane.run(PLUGIN_BIN, 'ADD', `burst-${i}`, pods[i]!, conf);
+  }));
+  const burst = (performance.now() - t0) / 1000;
+  for (let i = 0; i < 100; i++) await r.run(PLUGIN_BIN, 'DEL', `burst-${i}`, pods[i]!, conf);
+
+  await server.close();
+  const fallback = await cycles(PLUGIN_BIN, conf, 'fallback');
+  const direct = await cycles(join(DEBIAN_CNI_DIR, 'bridge'), delegate, 'direct');
 
   const f = (x: number) => x.toFixed(1);
-  const overhead = percentile(weft, 50) - percentile(direct, 50);
-  console.log(`weft ADD over ${CYCLES} cycles: p50 ${f(percentile(weft, 50))} ms, p99 ${f(percentile(weft, 99))} ms; bridge directly: p50 ${f(percentile(direct, 50))} ms, p99 ${f(percentile(direct, 99))} ms`);
-  console.log(`cni_add_p50_ms=${f(percentile(weft, 50))} cni_add_p99_ms=${f(percentile(weft, 99))} delegate_add_p50_ms=${f(percentile(direct, 50))} shim_overhead_ms=${f(overhead)}`);
+  const p = (xs: number[], q: number) => f(percentile(xs, q));
+  console.log(`served over ${CYCLES} cycles: ADD p50 ${p(served.add, 50)} ms p90 ${p(served.add, 90)} ms p99 ${p(served.add, 99)} ms, DEL p50 ${p(served.del, 50)} ms p99 ${p(served.del, 99)} ms`);
+  console.log(`fallback: ADD p50 ${p(fallback.add, 50)} ms p99 ${p(fallback.add, 99)} ms, DEL p50 ${p(fallback.del, 50)} ms; bridge directly: ADD p50 ${p(direct.add, 50)} ms, DEL p50 ${p(direct.del, 50)} ms`);
+  console.log(`burst of 100 ADDs, 20 at a time, served: ${burst.toFixed(2)} s`);
+  console.log(`cni_add_p50_ms=${p(served.add, 50)} cni_add_p99_ms=${p(served.add, 99)} cni_del_p50_ms=${p(served.del, 50)} fallback_add_p50_ms=${p(fallback.add, 50)} delegate_add_p50_ms=${p(direct.add, 50)} burst100_s=${burst.toFixed(2)}`);
 } finally {
-  await pod.remove();
+  await server.close();
+  for (const lane of lanes) lane.stop();
+  host.close();
+  for (const pod of pods) await pod.remove();
   await node.remove();
   rmSync(dir, { recursive: true, force: true });
   rmSync(`/var/lib/cni/networks/${name}`, { recursive: true, force: true });

@@ -7,6 +7,7 @@
 //   handle.routeGet(dst, oif?) -> Promise<record>
 //   handle.monitor(groups, callback, rcvbuf?) -> Promise<void>; callback(events[])
 //   handle.unmonitor(), handle.close()
+//   flock(fd, "ex" | "sh" | "un") -> boolean   flock(2) with LOCK_NB: false when another holds it
 //
 // Failures reject with an Error carrying `errno` (the kernel's symbolic errno) and `detail`.
 #include "common.h"
@@ -15,6 +16,7 @@
 
 #include <arpa/inet.h>
 #include <linux/rtnetlink.h>
+#include <sys/file.h>
 
 #include <atomic>
 #include <cstring>
@@ -417,10 +419,34 @@ void MonitorJob::complete(Napi::Env env) {
   Job::complete(env);
 }
 
+// flock(2) without waiting, so the JS thread never blocks on another process's lock.
+Napi::Value Flock(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsString()) {
+    Napi::TypeError::New(env, "flock(fd, \"ex\" | \"sh\" | \"un\")").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  int fd = info[0].As<Napi::Number>().Int32Value();
+  std::string mode = info[1].As<Napi::String>().Utf8Value();
+  int op = mode == "ex" ? LOCK_EX : mode == "sh" ? LOCK_SH : mode == "un" ? LOCK_UN : -1;
+  if (op < 0) {
+    Napi::TypeError::New(env, "flock: mode must be \"ex\", \"sh\" or \"un\"").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  int rc;
+  do rc = flock(fd, op | LOCK_NB);
+  while (rc < 0 && errno == EINTR);
+  if (rc == 0) return Napi::Boolean::New(env, true);
+  if (errno == EWOULDBLOCK) return Napi::Boolean::New(env, false);
+  failureError(env, {errno, ""}).ThrowAsJavaScriptException();
+  return env.Undefined();
+}
+
 }  // namespace
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Handle", Handle::Define(env));
+  exports.Set("flock", Napi::Function::New(env, Flock, "flock"));
   return exports;
 }
 

@@ -45,6 +45,7 @@ struct LinkRec {
   uint32_t flags = 0;  // IFF_*
   uint8_t operstate = 0;
   int master = 0;
+  int ifLink = 0;      // IFLA_LINK: a veth's peer (index in the peer's namespace), a lower device
   std::optional<VxlanInfo> vxlan;
 };
 
@@ -119,7 +120,7 @@ Napi::Object failureToJs(Napi::Env env, const Failure& f);
 // ---- requests (requests.cc) ----------------------------------------------------------------------
 
 enum class OpKind {
-  LinkAddVxlan, LinkSet, LinkDel,
+  LinkAddVxlan, LinkAddBridge, LinkAddVeth, LinkSet, LinkSetHairpin, LinkDel, LinkDelGroup,
   AddrAdd, AddrReplace, AddrDel,
   RouteAdd, RouteReplace, RouteDel,
   NeighAdd, NeighReplace, NeighAppend, NeighDel,
@@ -136,6 +137,13 @@ struct Op {
   std::optional<bool> up;
   uint32_t mtu = 0;
   std::string mac;
+  int master = -1;  // linkSet: -1 unchanged, 0 no master, else the master's index
+  uint32_t group = 0;  // linkSet: 0 unchanged; linkDelGroup: the group deleted
+  bool on = false;  // linkSetHairpin
+
+  // veth: the peer's name and the namespace it is created in (an open fd; -1: this one)
+  std::string peerName;
+  int peerNsFd = -1;
 
   // vxlan
   uint32_t vni = 0;
@@ -162,7 +170,7 @@ struct Op {
   int type = -1;
   bool onlink = false;
 
-  // neighbour / FDB: `dst` is NDA_DST, `mac` is NDA_LLADDR
+  // neighbour / FDB: `dst` is NDA_DST, `mac` is NDA_LLADDR; address: IFA_F_* in `flags`
   int state = -1;
   int flags = 0;
   int vlan = 0;

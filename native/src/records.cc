@@ -41,6 +41,7 @@ static LinkRec linkFrom(struct rtnl_link* l) {
   r.flags = rtnl_link_get_flags(l);
   r.operstate = rtnl_link_get_operstate(l);
   r.master = rtnl_link_get_master(l);
+  r.ifLink = rtnl_link_get_link(l);
   if (r.kind == "vxlan") {
     VxlanInfo v;
     rtnl_link_vxlan_get_id(l, &v.vni);
@@ -135,7 +136,7 @@ std::optional<Record> recordFromObject(struct nl_object* obj) {
   X(local) X(link) X(port) X(learning) X(gbp) X(l2miss) X(l3miss) X(proxy) X(family) X(prefixLen)  \
   X(scope) X(label) X(validLft) X(preferredLft) X(dst) X(dstLen) X(table) X(protocol) X(routeType) \
   X(priority) X(oif) X(gateway) X(prefsrc) X(nhFlags) X(nexthops) X(ip) X(state) X(vlan) X(action) \
-  X(record)
+  X(record) X(ifLink)
 
 struct JsKeys {
 #define WEFT_DECLARE(k) napi_value k;
@@ -198,7 +199,7 @@ class ObjBuilder {
 napi_value linkToJs(napi_env env, const JsKeys& k, const LinkRec& r) {
   ObjBuilder o(env);
   o.val(k.type, k.tLink).num(k.index, r.index).str(k.name, r.name).str(k.kind, r.kind).str(k.mac, r.mac);
-  o.num(k.mtu, r.mtu).num(k.flags, r.flags).num(k.operstate, r.operstate).num(k.master, r.master);
+  o.num(k.mtu, r.mtu).num(k.flags, r.flags).num(k.operstate, r.operstate).num(k.master, r.master).num(k.ifLink, r.ifLink);
   if (r.vxlan) {
     const VxlanInfo& v = *r.vxlan;
     ObjBuilder x(env);

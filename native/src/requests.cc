@@ -5,6 +5,8 @@
 #include <linux/if.h>
 #include <linux/neighbour.h>
 #include <linux/rtnetlink.h>
+#include <linux/if_link.h>
+#include <netlink/route/link/veth.h>
 #include <netlink/route/link/vxlan.h>
 #include <netlink/route/nexthop.h>
 
@@ -22,7 +24,9 @@ struct OpName {
 };
 
 const OpName kOpNames[] = {
-    {"linkAddVxlan", OpKind::LinkAddVxlan}, {"linkSet", OpKind::LinkSet},
+    {"linkAddVxlan", OpKind::LinkAddVxlan}, {"linkAddBridge", OpKind::LinkAddBridge},
+    {"linkAddVeth", OpKind::LinkAddVeth},   {"linkSetHairpin", OpKind::LinkSetHairpin},
+    {"linkSet", OpKind::LinkSet},           {"linkDelGroup", OpKind::LinkDelGroup},
     {"linkDel", OpKind::LinkDel},           {"addrAdd", OpKind::AddrAdd},
     {"addrReplace", OpKind::AddrReplace},   {"addrDel", OpKind::AddrDel},
     {"routeAdd", OpKind::RouteAdd},         {"routeReplace", OpKind::RouteReplace},
@@ -127,12 +131,50 @@ nl_msg* fromLibnl(int rc, nl_msg** msg, Failure& fail) {
   return *msg;
 }
 
+// `ip link set <index> type bridge_slave hairpin on|off`: RTM_SETLINK of family AF_BRIDGE
+// with IFLA_PROTINFO { IFLA_BRPORT_MODE }, built by hand (libnl's bridge module would add
+// attributes of its own to the change).
+nl_msg* buildHairpin(const Op& op, Failure& fail) {
+  ifinfomsg ifi = {};
+  ifi.ifi_family = AF_BRIDGE;
+  ifi.ifi_index = op.index;
+  nl_msg* msg = nlmsg_alloc_simple(RTM_SETLINK, 0);
+  if (!msg) return fail = {ENOMEM, "out of memory"}, nullptr;
+  nlattr* info = nullptr;
+  if (nlmsg_append(msg, &ifi, sizeof ifi, NLMSG_ALIGNTO) < 0 || !(info = nla_nest_start(msg, IFLA_PROTINFO | NLA_F_NESTED)) ||
+      nla_put_u8(msg, IFLA_BRPORT_MODE, op.on ? 1 : 0) < 0) {
+    nlmsg_free(msg);
+    return fail = {ENOMEM, "out of memory"}, nullptr;
+  }
+  nla_nest_end(msg, info);
+  return msg;
+}
+
+// `ip link delete group <group>`: RTM_DELLINK without an index, so the kernel unregisters every
+// device of the group in one batch (one RCU grace period for all of them, not one each).
+nl_msg* buildDelGroup(const Op& op, Failure& fail) {
+  ifinfomsg ifi = {};
+  nl_msg* msg = nlmsg_alloc_simple(RTM_DELLINK, 0);
+  if (!msg) return fail = {ENOMEM, "out of memory"}, nullptr;
+  if (nlmsg_append(msg, &ifi, sizeof ifi, NLMSG_ALIGNTO) < 0 || nla_put_u32(msg, IFLA_GROUP, op.group) < 0) {
+    nlmsg_free(msg);
+    return fail = {ENOMEM, "out of memory"}, nullptr;
+  }
+  return msg;
+}
+
 nl_msg* buildLink(const Op& op, Failure& fail) {
-  LinkOwned link(op.kind == OpKind::LinkAddVxlan ? rtnl_link_vxlan_alloc() : rtnl_link_alloc());
+  if (op.kind == OpKind::LinkSetHairpin) return buildHairpin(op, fail);
+  if (op.kind == OpKind::LinkDelGroup) return buildDelGroup(op, fail);
+  LinkOwned link(op.kind == OpKind::LinkAddVxlan ? rtnl_link_vxlan_alloc()
+                 : op.kind == OpKind::LinkAddVeth ? rtnl_link_veth_alloc()
+                                                  : rtnl_link_alloc());
   if (!link.p) return fail = {ENOMEM, "out of memory"}, nullptr;
   if (op.index) rtnl_link_set_ifindex(link.p, op.index);
   if (!op.name.empty()) rtnl_link_set_name(link.p, op.name.c_str());
   if (op.mtu) rtnl_link_set_mtu(link.p, op.mtu);
+  if (op.master >= 0) rtnl_link_set_master(link.p, op.master);
+  if (op.group) rtnl_link_set_group(link.p, op.group);
   if (!op.mac.empty()) {
     AddrOwned mac(macAddr(op.mac, fail));
     if (!mac.p) return nullptr;
@@ -145,6 +187,18 @@ nl_msg* buildLink(const Op& op, Failure& fail) {
   nl_msg* msg = nullptr;
   if (op.kind == OpKind::LinkDel) return fromLibnl(rtnl_link_build_delete_request(link.p, &msg), &msg, fail);
   if (op.kind == OpKind::LinkSet) return fromLibnl(rtnl_link_build_add_request(link.p, 0, &msg), &msg, fail);
+  if (op.kind == OpKind::LinkAddBridge) {
+    if (int rc = rtnl_link_set_type(link.p, "bridge"); rc < 0) return fromLibnl(rc, &msg, fail);
+    return fromLibnl(rtnl_link_build_add_request(link.p, NLM_F_CREATE | NLM_F_EXCL, &msg), &msg, fail);
+  }
+  if (op.kind == OpKind::LinkAddVeth) {
+    // The peer is created where peerNsFd points, under its own name, in the same request.
+    LinkOwned peer(rtnl_link_veth_get_peer(link.p));
+    if (!op.peerName.empty()) rtnl_link_set_name(peer.p, op.peerName.c_str());
+    if (op.mtu) rtnl_link_set_mtu(peer.p, op.mtu);
+    if (op.peerNsFd >= 0) rtnl_link_set_ns_fd(peer.p, op.peerNsFd);
+    return fromLibnl(rtnl_link_build_add_request(link.p, NLM_F_CREATE | NLM_F_EXCL, &msg), &msg, fail);
+  }
 
   rtnl_link_vxlan_set_id(link.p, op.vni);
   if (!op.local.empty()) {
@@ -173,6 +227,7 @@ nl_msg* buildAddr(const Op& op, Failure& fail) {
   rtnl_addr_set_local(a.p, local.p);
   rtnl_addr_set_prefixlen(a.p, op.prefixLen);
   if (op.scope >= 0) rtnl_addr_set_scope(a.p, op.scope);
+  if (op.flags) rtnl_addr_set_flags(a.p, op.flags);
   nl_msg* msg = nullptr;
   switch (op.kind) {
     case OpKind::AddrDel: return fromLibnl(rtnl_addr_build_delete_request(a.p, 0, &msg), &msg, fail);
@@ -305,6 +360,11 @@ Op opFromJs(const Napi::Value& v) {
   }
   r.num("mtu", op.mtu, 0, UINT32_MAX);
   r.str("mac", op.mac);
+  r.num("master", op.master, 0, INT32_MAX);
+  r.num("group", op.group, 1, UINT32_MAX);
+  r.flag("on", op.on);
+  r.str("peerName", op.peerName);
+  r.num("peerNsFd", op.peerNsFd, 0, INT32_MAX);
   r.num("vni", op.vni, 0, 0xffffff);
   r.str("local", op.local);
   r.num("vtepIndex", op.vtepIndex, 0, INT32_MAX);
@@ -341,7 +401,11 @@ nl_msg* buildRequest(const Op& op, Failure& fail) {
   }
   switch (op.kind) {
     case OpKind::LinkAddVxlan:
+    case OpKind::LinkAddBridge:
+    case OpKind::LinkAddVeth:
     case OpKind::LinkSet:
+    case OpKind::LinkSetHairpin:
+    case OpKind::LinkDelGroup:
     case OpKind::LinkDel: return buildLink(op, fail);
     case OpKind::AddrAdd:
     case OpKind::AddrReplace:

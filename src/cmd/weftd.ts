@@ -16,6 +16,7 @@ import type { LeaseSource, SourceObserver } from '../lease/source.ts';
 import type { Logger } from '../log.ts';
 import type { HealthServer } from '../server/http.ts';
 import type { Metrics } from '../server/metrics.ts';
+import type { NetlinkHandle } from '../netlink/index.ts';
 
 async function leaseSource(flags: Flags, log: Logger, observer: SourceObserver | undefined): Promise<LeaseSource> {
   if (flags.kubeSubnetMgr) {
@@ -33,6 +34,20 @@ async function leaseSource(flags: Flags, log: Logger, observer: SourceObserver |
     username: flags.etcdUsername, password: flags.etcdPassword,
     renewMarginMs: flags.subnetLeaseRenewMargin * 60_000, log, ...(observer ? { observer } : {}),
   });
+}
+
+/**
+ * The CNI server beside subnet.env, its module loaded only here. weftd runs on without it: pods
+ * are then wired by the plugin's fallback, as before.
+ */
+async function startCni(flags: Flags, handle: NetlinkHandle, log: Logger): Promise<{ close(): Promise<void> } | undefined> {
+  try {
+    const { startCniServer } = await import('../cni/server.ts');
+    return await startCniServer({ subnetFile: flags.subnetFile, host: handle, log: log.child({ component: 'cni' }) });
+  } catch (e) {
+    log.warn('not serving CNI requests: the plugin falls back to wiring pods itself', { err: e });
+    return undefined;
+  }
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -62,6 +77,7 @@ async function main(argv: string[]): Promise<number> {
   ]);
   const handle = NetlinkHandle.open();
   const view = new AgentView();
+  const cni = await startCni(flags, handle, log);
   let health: HealthServer | undefined;
   let admin: { close(): Promise<void> } | undefined;
   try {
@@ -76,6 +92,7 @@ async function main(argv: string[]): Promise<number> {
   } catch (e) {
     if (!stop.signal.aborted) throw e;
   } finally {
+    await cni?.close();
     await admin?.close();
     await source.close();
     handle.close();

@@ -13,6 +13,7 @@ import { CNI_CODE, CniError, toCniError } from './errors.ts';
 import { execPlugin, findPlugin, pluginVersions } from './exec.ts';
 import { goJson } from './go-json.ts';
 import { listStates, loadState, readOptional, removeState, saveState } from './state.ts';
+import type { Verb } from './version.ts';
 import { CURRENT_VERSION, checkVersion, convertResult, familyOf, pickDelegateVersion, versionInfo } from './version.ts';
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -34,7 +35,7 @@ function loadSubnetEnv(conf: PluginConf, missingCode: number): DelegateEnv {
 }
 
 /** The saved delegate config of a container, or undefined when there is none or it is not one. */
-function savedDelegate(bytes: string | undefined): (Json & { type: string }) | undefined {
+export function savedDelegate(bytes: string | undefined): (Json & { type: string }) | undefined {
   if (bytes === undefined) return undefined;
   try {
     const v = JSON.parse(bytes) as unknown;
@@ -45,8 +46,12 @@ function savedDelegate(bytes: string | undefined): (Json & { type: string }) | u
   return undefined;
 }
 
-/** The delegate plugin and the config bytes it gets today (subnet.env, a version it speaks). */
-function currentDelegate(args: CniArgs, conf: PluginConf, env: Env): { plugin: string; bytes: string } {
+/**
+ * The delegate config ADD saves and runs: rendered from subnet.env, at the config's version or,
+ * when the delegate on CNI_PATH does not speak it, the newest older one it does (its result is
+ * converted back). weftd's CNI server saves the same bytes, so either path can delete the other's.
+ */
+export function renderForAdd(args: CniArgs, conf: PluginConf, env: Env): { plugin: string; bytes: string } {
   const subnetEnv = loadSubnetEnv(conf, CNI_CODE.TRY_AGAIN_LATER);
   const wanted = renderDelegate(conf, subnetEnv);
   const type = wanted['type'] as string;
@@ -57,7 +62,7 @@ function currentDelegate(args: CniArgs, conf: PluginConf, env: Env): { plugin: s
 
 function add(args: CniArgs, conf: PluginConf, env: Env): string {
   const id = args.containerId!;
-  const { plugin, bytes } = currentDelegate(args, conf, env);
+  const { plugin, bytes } = renderForAdd(args, conf, env);
   saveState(conf.dataDir, id, bytes);
   try {
     return JSON.stringify(convertResult(execPlugin(plugin, 'ADD', bytes, env), conf.cniVersion));
@@ -91,7 +96,7 @@ function del(args: CniArgs, conf: PluginConf, env: Env): string {
   if (saved !== undefined) {
     execPlugin(findPlugin(saved.type, args.path), 'DEL', bytes!, env);
   } else if (bytes !== undefined || unreadable) {
-    const today = currentDelegate(args, conf, env);
+    const today = renderForAdd(args, conf, env);
     execPlugin(today.plugin, 'DEL', today.bytes, env);
   }
   removeState(conf.dataDir, id);
@@ -130,7 +135,8 @@ function check(args: CniArgs, conf: PluginConf, env: Env): string {
   return '';
 }
 
-function status(conf: PluginConf): string {
+/** STATUS: ready once subnet.env is there and readable; code 50 otherwise. */
+export function status(conf: PluginConf): string {
   try {
     loadSubnetEnv(conf, CNI_CODE.PLUGIN_NOT_AVAILABLE);
   } catch (e) {
@@ -169,18 +175,33 @@ function gc(args: CniArgs, conf: PluginConf, env: Env): string {
   return '';
 }
 
+/** A call's checked environment and config; VERSION needs no config. */
+export type ParsedCall = { args: CniArgs; conf: undefined } | { args: CniArgs & { command: Exclude<Verb, 'VERSION'> }; conf: PluginConf };
+
+/** Reads a call's environment and network config and checks its version allows the verb. */
+export function parseCall(env: Env, stdin: string): ParsedCall {
+  const args = parseArgs(env);
+  if (args.command === 'VERSION') return { args, conf: undefined };
+  const conf = parseNetConf(stdin);
+  checkVersion(conf.cniVersion, args.command);
+  return { args: { ...args, command: args.command }, conf };
+}
+
+/** The version a failure of a call is printed in: the config's once it was accepted. */
+export function errorVersion(call: ParsedCall | undefined): string {
+  return call?.conf?.cniVersion ?? CURRENT_VERSION;
+}
+
 /**
  * Runs one plugin call: `env` is the process environment (CNI_* variables), `stdin` the network
  * config. Never throws: failures come back as a spec error JSON with exit code 1.
  */
 export function runPlugin(env: Env, stdin: string): PluginOutput {
-  let version: string = CURRENT_VERSION;
+  let call: ParsedCall | undefined;
   try {
-    const args = parseArgs(env);
-    if (args.command === 'VERSION') return { stdout: JSON.stringify(versionInfo()), exitCode: 0 };
-    const conf = parseNetConf(stdin);
-    checkVersion(conf.cniVersion, args.command);
-    version = conf.cniVersion;
+    call = parseCall(env, stdin);
+    if (call.conf === undefined) return { stdout: JSON.stringify(versionInfo()), exitCode: 0 };
+    const { args, conf } = call;
     let stdout: string;
     switch (args.command) {
       case 'ADD':
@@ -201,7 +222,6 @@ export function runPlugin(env: Env, stdin: string): PluginOutput {
     }
     return { stdout, exitCode: 0 };
   } catch (e) {
-    return { stdout: JSON.stringify(toCniError(e, version)), exitCode: 1 };
+    return { stdout: JSON.stringify(toCniError(e, errorVersion(call))), exitCode: 1 };
   }
 }
-

@@ -6,6 +6,7 @@
  * of Weft's own start with `.`) are never treated as state.
  */
 import { closeSync, constants, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { CONTAINER_ID } from './args.ts';
 
@@ -23,18 +24,15 @@ function createExclusive(path: string): number {
   }
 }
 
-/**
- * Writes `data` to `dir`/`name` atomically (temporary file, fsync, rename, directory fsync);
- * the directory is created 0700 and the file is 0600. Precondition: `name` holds no `/`.
- */
-export function writeFileDurable(dir: string, name: string, data: string): void {
+/** Puts `data` in place as `dir`/`name` through a temporary file and a rename, fsyncing the file first when `sync`. */
+function replaceFile(dir: string, name: string, data: string, sync: boolean): void {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const tmp = join(dir, `.${name}.${process.pid}.tmp`);
   try {
     const fd = createExclusive(tmp);
     try {
       writeSync(fd, data);
-      fsyncSync(fd);
+      if (sync) fsyncSync(fd);
     } finally {
       closeSync(fd);
     }
@@ -43,6 +41,14 @@ export function writeFileDurable(dir: string, name: string, data: string): void 
     rmSync(tmp, { force: true });
     throw e;
   }
+}
+
+/**
+ * Writes `data` to `dir`/`name` atomically (temporary file, fsync, rename, directory fsync);
+ * the directory is created 0700 and the file is 0600. Precondition: `name` holds no `/`.
+ */
+export function writeFileDurable(dir: string, name: string, data: string): void {
+  replaceFile(dir, name, data, true);
   const d = openSync(dir, 'r');
   try {
     fsyncSync(d);
@@ -54,6 +60,24 @@ export function writeFileDurable(dir: string, name: string, data: string): void 
 /** Saves the delegate config of container `id` (validated by parseArgs) before the delegate runs. */
 export function saveState(dataDir: string, id: string, bytes: string): void {
   writeFileDurable(dataDir, id, bytes);
+}
+
+/**
+ * {@link saveState} for weftd's CNI server: the file is in place (whole, by rename) when this
+ * returns, so a DEL finds it from then on; the returned promise resolves once the file and its
+ * directory entry are on disk, which the server awaits before answering while it wires the pod.
+ */
+export function saveStateVisible(dataDir: string, id: string, bytes: string): Promise<void> {
+  replaceFile(dataDir, id, bytes, false);
+  const sync = async (path: string) => {
+    const h = await open(path, 'r');
+    try {
+      await h.sync();
+    } finally {
+      await h.close();
+    }
+  };
+  return Promise.all([sync(join(dataDir, id)), sync(dataDir)]).then(() => undefined);
 }
 
 /** The saved bytes of container `id`, or undefined when there are none. */

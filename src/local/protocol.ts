@@ -22,6 +22,8 @@ export const LOCAL_CODE = {
   TIMEOUT: 'ETIMEDOUT',
   /** The handler failed without a code of its own. */
   INTERNAL: 'EINTERNAL',
+  /** The client hung up before its answer (the reason the handler's signal carries). */
+  GONE: 'ECLIENTGONE',
 } as const;
 
 /** A failed answer's error. */

@@ -169,7 +169,7 @@ export class LocalServer {
     s.on('close', () => {
       clearTimeout(timer);
       this.#connections.delete(s);
-      gone.abort(new WeftError(LOCAL_CODE.TIMEOUT, 'the client hung up'));
+      gone.abort(new WeftError(LOCAL_CODE.GONE, 'the client hung up'));
     });
   }
 
@@ -184,7 +184,7 @@ export class LocalServer {
     try {
       return encodeResult(this.#o.protocol, await Promise.race([this.#o.handler(request, signal), expired]));
     } catch (e) {
-      if (!(e instanceof WeftError) || e.code !== LOCAL_CODE.TIMEOUT) this.#o.log.debug('local socket request failed', { socket: this.path, err: e });
+      if (!(e instanceof WeftError) || (e.code !== LOCAL_CODE.TIMEOUT && e.code !== LOCAL_CODE.GONE)) this.#o.log.debug('local socket request failed', { socket: this.path, err: e });
       return encodeFailure(this.#o.protocol, failureOf(e));
     } finally {
       clearTimeout(timer);

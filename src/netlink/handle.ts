@@ -62,6 +62,22 @@ export interface AddrSpec {
   address: string;
   prefixLen: number;
   scope?: number;
+  /** IFA_F_* flags, e.g. IFA_F_NODAD (`nodad`). */
+  flags?: number;
+}
+
+export interface VethSpec {
+  /** Name of the end created in the handle's namespace. */
+  name: string;
+  /** Name of the other end. */
+  peerName: string;
+  /** An open file descriptor of the namespace the peer is created in; default the handle's. */
+  peerNetnsFd?: number;
+  mtu?: number;
+  /** Bridge (index) the `name` end is enslaved to at creation. */
+  master?: number;
+  /** Bring the `name` end up at creation (the peer stays down). */
+  up?: boolean;
 }
 
 export interface VxlanSpec {
@@ -87,6 +103,10 @@ export interface LinkChanges {
   up?: boolean;
   mtu?: number;
   mac?: string;
+  /** Index of the bridge to enslave the link to; 0 releases it. */
+  master?: number;
+  /** The link's group (IFLA_GROUP, `ip link set ... group N`); 1 or more. */
+  group?: number;
 }
 
 /** One kernel change, for {@link NetlinkHandle.batch}. */
@@ -96,7 +116,11 @@ export type Operation =
   | { op: 'fdbAdd' | 'fdbAppend' | 'fdbReplace' | 'fdbDel'; fdb: FdbSpec }
   | { op: 'addrAdd' | 'addrReplace' | 'addrDel'; addr: AddrSpec }
   | { op: 'linkAddVxlan'; vxlan: VxlanSpec }
+  | { op: 'linkAddBridge'; name: string; mtu?: number }
+  | { op: 'linkAddVeth'; veth: VethSpec }
   | { op: 'linkSet'; index: number; changes: LinkChanges }
+  | { op: 'linkSetHairpin'; index: number; on: boolean }
+  | { op: 'linkDelGroup'; group: number }
   | { op: 'linkDel'; index: number };
 
 export type EventAction = 'new' | 'del';
@@ -204,7 +228,7 @@ function rawOp(o: Operation): RawOp {
     case 'addrReplace':
     case 'addrDel': {
       const a = o.addr;
-      return { op: o.op, index: a.linkIndex, local: a.address, prefixLen: a.prefixLen, scope: a.scope };
+      return { op: o.op, index: a.linkIndex, local: a.address, prefixLen: a.prefixLen, scope: a.scope, flags: a.flags };
     }
     case 'linkAddVxlan': {
       const v = o.vxlan;
@@ -225,8 +249,16 @@ function rawOp(o: Operation): RawOp {
         up: v.up,
       };
     }
+    case 'linkAddBridge':
+      return { op: o.op, name: o.name, mtu: o.mtu };
+    case 'linkAddVeth':
+      return { op: o.op, name: o.veth.name, peerName: o.veth.peerName, peerNsFd: o.veth.peerNetnsFd, mtu: o.veth.mtu, master: o.veth.master, up: o.veth.up };
     case 'linkSet':
-      return { op: o.op, index: o.index, up: o.changes.up, mtu: o.changes.mtu, mac: o.changes.mac };
+      return { op: o.op, index: o.index, up: o.changes.up, mtu: o.changes.mtu, mac: o.changes.mac, master: o.changes.master, group: o.changes.group };
+    case 'linkSetHairpin':
+      return { op: o.op, index: o.index, on: o.on };
+    case 'linkDelGroup':
+      return { op: o.op, group: o.group };
     case 'linkDel':
       return { op: o.op, index: o.index };
   }
@@ -266,8 +298,16 @@ export function describe(o: Operation): { verb: string; object: string } {
       };
     case 'linkAddVxlan':
       return { verb: 'add vxlan link', object: `${o.vxlan.name} id ${o.vxlan.vni}` };
+    case 'linkAddBridge':
+      return { verb: 'add bridge', object: o.name };
+    case 'linkAddVeth':
+      return { verb: 'add veth pair', object: `${o.veth.name} peer ${o.veth.peerName}` };
     case 'linkSet':
       return { verb: 'set link', object: `#${o.index}` };
+    case 'linkSetHairpin':
+      return { verb: 'set hairpin mode of', object: `#${o.index}` };
+    case 'linkDelGroup':
+      return { verb: 'delete links of', object: `group ${o.group}` };
     case 'linkDel':
       return { verb: 'delete link', object: `#${o.index}` };
   }
@@ -394,7 +434,34 @@ export class NetlinkHandle {
     return this.#one({ op: 'linkAddVxlan', vxlan: spec });
   }
 
-  /** `ip link set dev <#index> [up|down] [mtu N] [address MAC]`. */
+  /** `ip link add <name> [mtu N] type bridge`; fails if it exists. */
+  bridgeAdd(name: string, mtu?: number): Promise<void> {
+    return this.#one({ op: 'linkAddBridge', name, mtu });
+  }
+
+  /**
+   * `ip link add <name> [mtu N] [master <#master>] [up] type veth peer name <peerName> netns
+   * <peerNetnsFd>`: both ends in one request, so a pod's end never exists outside its namespace.
+   * Fails if either name exists.
+   */
+  vethAdd(spec: VethSpec): Promise<void> {
+    return this.#one({ op: 'linkAddVeth', veth: spec });
+  }
+
+  /**
+   * `ip link delete group <group>`: every link of the group in one kernel batch (a veth takes its
+   * peer along, whichever namespace it is in). Rejects with kind `not-found` when none is in it.
+   */
+  linkDelGroup(group: number): Promise<void> {
+    return this.#one({ op: 'linkDelGroup', group });
+  }
+
+  /** `ip link set dev <#index> type bridge_slave hairpin on|off`. */
+  linkSetHairpin(index: number, on: boolean): Promise<void> {
+    return this.#one({ op: 'linkSetHairpin', index, on });
+  }
+
+  /** `ip link set dev <#index> [up|down] [mtu N] [address MAC] [master <#master>] [group N]`. */
   linkSet(index: number, changes: LinkChanges): Promise<void> {
     return this.#one({ op: 'linkSet', index, changes });
   }

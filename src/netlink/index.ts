@@ -1,6 +1,7 @@
 /** The kernel, as Weft sees it: typed records and a namespaced handle with iproute2-named verbs. */
 export * from './records.ts';
 export { NetlinkHandle, describe } from './handle.ts';
+export { tryFlock } from './flock.ts';
 export type {
   AddrSpec,
   EventAction,
@@ -14,5 +15,6 @@ export type {
   Operation,
   RouteFilter,
   RouteSpec,
+  VethSpec,
   VxlanSpec,
 } from './handle.ts';

@@ -28,6 +28,7 @@ export interface RawLink {
   flags: number;
   operstate: number;
   master: number;
+  ifLink: number;
   vxlan?: {
     vni: number;
     local: string;
@@ -114,6 +115,8 @@ export interface RawHandle {
 
 interface Addon {
   Handle: new (netnsPath?: string) => RawHandle;
+  /** flock(2) with LOCK_NB; false when another holder has it. Throws with `errno` otherwise. */
+  flock(fd: number, mode: 'ex' | 'sh' | 'un'): boolean;
 }
 
 function packageRoot(from: string): string {

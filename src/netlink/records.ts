@@ -66,6 +66,8 @@ export interface Link {
   flags: number;
   operState: number;
   master: number;
+  /** IFLA_LINK: a veth's peer (its index in the peer's namespace), a vlan's lower device; 0 for none. */
+  ifLink: number;
   vxlan?: VxlanAttrs;
 }
 
@@ -127,6 +129,7 @@ export function linkFromRaw(r: RawLink): Link {
     flags: r.flags,
     operState: r.operstate,
     master: r.master,
+    ifLink: r.ifLink,
   };
   if (r.vxlan) {
     const v = r.vxlan;

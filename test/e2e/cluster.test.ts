@@ -31,11 +31,16 @@ async function podRoutes(c: Cluster, nodeIndex: number): Promise<string[]> {
 
 for (const backend of ['vxlan', 'host-gw'] as const) {
   for (const dualStack of [false, true]) {
-    test(`3 nodes, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}: pods made by bin/weft reach every other node's pods`, { skip, timeout: 180_000 }, async () => {
+    test(`3 nodes, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}: pods wired by weftd behind the native plugin reach every other node's pods`, { skip, timeout: 180_000 }, async () => {
       const c = await Cluster.start({ nodes: 3, backend, dualStack, mode: 'etcd', weftdArgs: ['--healthz-ip=127.0.0.1', '--healthz-port=8081', '--ip-masq', '--ip-blackhole-route'] });
       try {
         const pods = [];
         for (const n of c.nodes) pods.push(await c.addPod(n));
+        for (const [i, p] of pods.entries()) {
+          const log = c.nodes[i]!.daemon.log();
+          assert.match(log, new RegExp(`wired pod .*container=${p.id} `), `weftd on ${c.nodes[i]!.name} wired ${p.id} itself`);
+          assert.doesNotMatch(log, /left to the fallback/);
+        }
         const mtu = backend === 'vxlan' ? (dualStack ? 1430 : 1450) : 1500;
         for (const [i, p] of pods.entries()) {
           const v6 = dualStack ? 'FLANNEL_IPV6_NETWORK=fd00:10:244::/56\nFLANNEL_IPV6_SUBNET=fd00:10:244:[0-9a-f]+::1/64\n' : '';

@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
+import { closeSync, openSync } from 'node:fs';
 import { writeFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { NetlinkError } from '../../src/errors.ts';
-import { IFA_F_PERMANENT, NetlinkHandle, NUD_PERMANENT, NTF_SELF, RTN_UNICAST } from '../../src/netlink/index.ts';
+import { IFA_F_PERMANENT, NetlinkHandle, NUD_PERMANENT, NTF_SELF, RTN_UNICAST, tryFlock } from '../../src/netlink/index.ts';
 import type { Link, NetlinkEvent } from '../../src/netlink/index.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
@@ -107,6 +108,46 @@ test('links: vxlan over an IPv6 underlay, default port, miss and proxy options',
     assert.equal(d.proxy, true);
     assert.equal(link.vxlan?.local, '2001:db8:1::2');
     assert.equal(link.vxlan?.port, 8472);
+  });
+});
+
+test('links: a bridge, a veth pair created straight into another namespace on it, hairpin, group delete', { skip: needsRoot }, async () => {
+  await withHandle(['host', 'pod'], async (h, host, pod) => {
+    await h.bridgeAdd('cni0', 1450);
+    const br = await h.linkByName('cni0');
+    assert.equal(br.kind, 'bridge');
+    assert.equal(br.mtu, 1450);
+    await assert.rejects(h.bridgeAdd('cni0'), (e: unknown) => e instanceof NetlinkError && e.exists);
+    const fd = openSync(pod!.path, 'r');
+    try {
+      await h.vethAdd({ name: 'vethhost', peerName: 'eth1', peerNetnsFd: fd, mtu: 1400, master: br.index, up: true });
+    } finally {
+      closeSync(fd);
+    }
+    const end = await h.linkByName('vethhost');
+    const [shown] = await host!.ipJson<{ master: string; mtu: number; flags: string[] }[]>('link', 'show', 'vethhost');
+    assert.equal(shown!.master, 'cni0');
+    assert.equal(shown!.mtu, 1400);
+    assert.ok(shown!.flags.includes('UP'));
+    const [peer] = await pod!.ipJson<{ ifindex: number; mtu: number; flags: string[] }[]>('link', 'show', 'eth1');
+    assert.equal(peer!.mtu, 1400);
+    assert.ok(!peer!.flags.includes('UP'), 'the peer stays down');
+    assert.equal(end.ifLink, peer!.ifindex, 'ifLink names the peer');
+    await h.linkSetHairpin(end.index, true);
+    const [port] = await host!.bridgeJson<{ hairpin: boolean }[]>('-d', 'link', 'show', 'dev', 'vethhost');
+    assert.equal(port!.hairpin, true);
+    const p = NetlinkHandle.open(pod!.path);
+    try {
+      await p.addrAdd({ linkIndex: peer!.ifindex, address: 'fd00:1::5', prefixLen: 64, flags: 0x02 });
+      assert.match(await pod!.ip('-6', 'addr', 'show', 'eth1'), /fd00:1::5\/64 scope global nodad/);
+    } finally {
+      p.close();
+    }
+    await h.linkSet(end.index, { up: false, group: 4242 });
+    await h.linkDelGroup(4242);
+    assert.deepEqual(await host!.ipJson('link', 'show', 'type', 'veth').then((l) => l.filter((x) => (x as { ifname: string }).ifname === 'vethhost')), []);
+    assert.deepEqual(await pod!.ipJson('link', 'show', 'eth1').catch(() => []), [], 'the peer went with it');
+    await assert.rejects(h.linkDelGroup(4242), (e: unknown) => e instanceof NetlinkError && e.notFound, 'an empty group is not found');
   });
 });
 
@@ -565,4 +606,24 @@ test('worker threads terminated with netlink work in flight leave the process ru
   // node-addon-api, which cannot run JS there and aborted the whole process.
   const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', script], { timeout: 60_000 });
   assert.equal(stdout.trim(), 'alive');
+});
+
+test('tryFlock: host-local\'s lock, taken and released without blocking', async () => {
+  const path = join(tmpdir(), `weft-flock-${process.pid}`);
+  await writeFile(path, '');
+  const a = openSync(path, 'r');
+  const b = openSync(path, 'r');
+  try {
+    assert.equal(tryFlock(a, 'ex'), true);
+    assert.equal(tryFlock(b, 'ex'), false, 'another open file cannot take it');
+    assert.equal(tryFlock(b, 'sh'), false);
+    assert.equal(tryFlock(a, 'un'), true);
+    assert.equal(tryFlock(b, 'sh'), true);
+    assert.equal(tryFlock(a, 'sh'), true, 'shared locks share');
+    assert.throws(() => tryFlock(999_999, 'ex'), /EBADF/);
+  } finally {
+    closeSync(a);
+    closeSync(b);
+    await rm(path);
+  }
 });

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Etcd3 } from 'etcd3';
-import { WEFT_BIN, callPlugin } from './cni.ts';
+import { PLUGIN_BIN, callPlugin } from './cni.ts';
 import { EtcdServer } from './etcd.ts';
 import { KubeApiServer } from './kube-apiserver.ts';
 import { attachToUnderlay, createNetns, forwardIntoNetns, joinUnderlay } from './netns.ts';
@@ -236,11 +236,11 @@ export class Cluster {
     };
   }
 
-  /** A pod on `node` through bin/weft ADD. */
+  /** A pod on `node` through the native plugin's ADD (weftd's CNI server, or the fallback). */
   async addPod(node: ClusterNode): Promise<Pod> {
     const ns = await this.#netns(`pod${++this.#pods}`);
     const id = `pod-${this.#pods}`;
-    const r = await callPlugin(WEFT_BIN, node.ns, { command: 'ADD', containerId: id, ifname: 'eth0', netns: ns.path }, this.cniConfig(node));
+    const r = await callPlugin(PLUGIN_BIN, node.ns, { command: 'ADD', containerId: id, ifname: 'eth0', netns: ns.path }, this.cniConfig(node));
     if (r.code !== 0 || !r.json) throw new Error(`weft ADD on ${node.name} failed: ${r.stdout}${r.stderr}`);
     const ips = (r.json.ips as { address: string }[]).map((i) => i.address.split('/')[0]!);
     const pod: Pod = { node, ns, id, ip: ips.find((a) => !a.includes(':'))!, ipv6: ips.find((a) => a.includes(':')) };
@@ -263,7 +263,7 @@ export class Cluster {
   /** Removes everything: pods (CNI DEL), weftd processes, namespaces, servers, files. */
   async stop(): Promise<void> {
     for (const pod of this.pods.splice(0)) {
-      await callPlugin(WEFT_BIN, pod.node.ns, { command: 'DEL', containerId: pod.id, ifname: 'eth0', netns: pod.ns.path }, this.cniConfig(pod.node)).catch(() => undefined);
+      await callPlugin(PLUGIN_BIN, pod.node.ns, { command: 'DEL', containerId: pod.id, ifname: 'eth0', netns: pod.ns.path }, this.cniConfig(pod.node)).catch(() => undefined);
     }
     await Promise.all(this.nodes.map((n) => this.stopWeftd(n).catch(() => null)));
     await Promise.all(this.#forwarders.splice(0).map((stop) => stop()));

@@ -7,8 +7,11 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { Netns } from './netns.ts';
 
-/** The Weft CNI plugin launcher of this checkout. */
+/** The Weft CNI plugin launcher of this checkout: the TypeScript plugin (the fallback). */
 export const WEFT_BIN = fileURLToPath(new URL('../../bin/weft', import.meta.url));
+
+/** The plugin the runtime executes: the static native plugin, asking weftd or falling back to {@link WEFT_BIN}. */
+export const PLUGIN_BIN = fileURLToPath(new URL('../../dist/weft-cni', import.meta.url));
 
 /** Where Debian's containernetworking-plugins installs the reference plugins. */
 export const DEBIAN_CNI_DIR = '/usr/lib/cni';

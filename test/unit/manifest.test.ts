@@ -9,6 +9,7 @@ import { posix } from 'node:path';
 import { test } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import { DEFAULT_SUBNET_FILE, delegateBytes, parseNetConf, renderDelegate } from '../../src/cni/config.ts';
+import { cniSocketPath } from '../../src/cni/server.ts';
 import { parseFlags } from '../../src/config/flags.ts';
 import { checkNetworkConfig, parseNetConfig } from '../../src/config/netconf.ts';
 import { formatCIDR, parseCIDR } from '../../src/ip/ip.ts';
@@ -24,7 +25,7 @@ interface ClusterRoleBinding extends K8sObject {
 }
 interface ConfigMap extends K8sObject { data: Record<string, string> }
 interface EnvVar { name: string; value?: string; valueFrom?: { fieldRef?: { fieldPath: string } } }
-interface Mount { name: string; mountPath: string; readOnly?: boolean }
+interface Mount { name: string; mountPath: string; readOnly?: boolean; mountPropagation?: string }
 interface Probe { httpGet?: { path: string; port: number | string; host?: string } }
 interface Container {
   name: string;
@@ -135,7 +136,8 @@ test('the DaemonSet runs weftd on the host network of every Linux node', () => {
   assert.deepEqual(pod.tolerations, [{ operator: 'Exists', effect: 'NoSchedule' }]);
   for (const [k, v] of Object.entries(ds.spec.selector.matchLabels)) assert.equal(ds.spec.template.metadata.labels?.[k], v, `template has selector label ${k}`);
   assert.equal(weftd.name, 'kube-weft');
-  assert.deepEqual(weftd.securityContext, { privileged: false, capabilities: { add: ['NET_ADMIN', 'NET_RAW'] } });
+  // SYS_ADMIN: the CNI server enters pods' network namespaces; nothing privileged beyond that.
+  assert.deepEqual(weftd.securityContext, { privileged: false, capabilities: { add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN'] } });
 });
 
 test("weftd's args are flags parseFlags accepts: kube mode, masquerade, health on a port", () => {
@@ -187,6 +189,21 @@ test("weftd's mounts: subnet.env's host directory, the net-conf ConfigMap, the x
   assert.equal(modules.volume.hostPath?.path, '/lib/modules');
 });
 
+test("weftd's mounts for wiring pods: the runtime's namespaces as they come, host-local's store and the state files, the plugins", () => {
+  const netns = mountAt(weftd, '/run/netns');
+  assert.equal(netns.volume.hostPath?.path, '/run/netns');
+  assert.equal(netns.mount.mountPropagation, 'HostToContainer', 'namespaces mounted after weftd started are seen');
+  const state = mountAt(weftd, '/var/lib/cni');
+  assert.equal(state.volume.hostPath?.path, '/var/lib/cni', 'host-local\'s networks/ and flannel\'s dataDir are the host\'s, shared with the fallback');
+  assert.equal(state.mount.readOnly, undefined);
+  const conf = parseNetConf(JSON.stringify((JSON.parse(conflistFile) as { plugins: object[] }).plugins[0]));
+  assert.ok(conf.dataDir.startsWith('/var/lib/cni/'), 'the conflist\'s dataDir is under the mounted store');
+  const plugins = mountAt(weftd, '/opt/cni/bin');
+  assert.equal(plugins.volume.hostPath?.path, '/opt/cni/bin');
+  assert.equal(plugins.mount.readOnly, true, 'weftd only asks the bridge plugin its versions');
+  assert.equal(posix.dirname(cniSocketPath(flags.subnetFile)), posix.dirname(flags.subnetFile), 'the CNI socket is in the mounted subnet.env directory');
+});
+
 test("the ConfigMap's net-conf.json is valid for weftd (and for flannel's etcd-mode check)", () => {
   const cfg = parseNetConfig(cm.data['net-conf.json'] ?? '');
   assert.equal(cfg.network && formatCIDR(cfg.network), '10.244.0.0/16');
@@ -213,7 +230,7 @@ test("the ConfigMap's cni-conf.json is cni-conf/10-weft.conflist and renders fla
   );
 });
 
-test('install-cni copies the plugin in its installed-copy layout, under the conflist\'s type, and the conflist', () => {
+test('install-cni copies the native plugin under the conflist\'s type and as weft, its fallback beside it, and the conflist', () => {
   const init = pod.initContainers?.find((c) => c.name === 'install-cni');
   assert.ok(init);
   assert.equal(init.image, weftd.image);
@@ -224,13 +241,16 @@ test('install-cni copies the plugin in its installed-copy layout, under the conf
   const copies = [...script.matchAll(/^\s*put (\S+) (\S+) (0[0-7]{3})$/gm)].map((m) => ({ from: m[1], to: m[2], mode: m[3] }));
   const type = (JSON.parse(conflistFile) as { plugins: { type: string }[] }).plugins[0]?.type;
   assert.deepEqual(copies, [
-    // The launcher's runtime first, so a launcher never exists without it.
+    // The fallback first (its runtime before its launcher), so the plugin never exists without it.
     { from: '/opt/weft/bin/weft-node', to: `${bin}/weft-node`, mode: '0755' },
     { from: '/opt/weft/bin/weft.cjs', to: `${bin}/weft.cjs`, mode: '0644' },
-    { from: '/opt/weft/bin/weft', to: `${bin}/weft`, mode: '0755' },
-    { from: '/opt/weft/bin/weft', to: `${bin}/${type}`, mode: '0755' },
+    // native/plugin/weft-cni.c executes <its directory>/weft-fallback when weftd does not answer.
+    { from: '/opt/weft/bin/weft', to: `${bin}/weft-fallback`, mode: '0755' },
+    { from: '/opt/weft/dist/weft-cni', to: `${bin}/weft`, mode: '0755' },
+    { from: '/opt/weft/dist/weft-cni', to: `${bin}/${type}`, mode: '0755' },
     { from: `${cfg}/cni-conf.json`, to: `${netd}/10-weft.conflist`, mode: '0644' },
   ]);
+  assert.match(read('native/plugin/weft-cni.c'), /"%s\/weft-fallback"/);
   assert.match(script, /^set -eu$/m);
 });
 
@@ -244,6 +264,9 @@ test('the Dockerfile: weftd is the entry point, the runtime stage has both rules
   for (const pkg of ['nftables', 'iptables', 'libnl-3-200', 'libnl-route-3-200']) assert.match(install, new RegExp(`\\s${pkg}(\\s|$)`), pkg);
   // bin/weftd execs <root>/node_modules/.bin/node; install-cni copies bin/weft-node and bin/weft.cjs.
   for (const link of ['node_modules/.bin/node', 'bin/weft-node', 'bin/weft.cjs']) assert.match(runtime, new RegExp(`ln -sf \\S+ ${link.replaceAll('.', '\\.')}\\b`), link);
+  // The native plugin install-cni copies is built (static) and in the runtime stage.
+  assert.match(dockerfile, /^RUN make .*\bbuild-plugin\b/m);
+  assert.match(runtime, /^COPY --from=build .*\/src\/dist\/weft-cni .*dist\/$/m);
   const pinned = (JSON.parse(read('package.json')) as { devDependencies: Record<string, string> }).devDependencies['node'];
   assert.equal(/^ARG NODE_VERSION=(\S+)$/m.exec(dockerfile)?.[1], pinned, "the image's Node is package.json's pinned one");
 });

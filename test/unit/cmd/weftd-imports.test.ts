@@ -44,3 +44,11 @@ test('the admin socket and the logger come without a datastore client; the logge
     assert.ok(!has(logger, pkg), `the logger loads ${pkg}`);
   }
 });
+
+test('the CNI server is a chunk of its own that loads no datastore client, gRPC or metrics', async () => {
+  const meta = await metafile();
+  const start = loadedWith(meta, outputOf(meta, ENTRY));
+  const cni = loadedWith(meta, outputOf(meta, 'src/cni/server.ts'));
+  assert.ok(!start.has('src/cni/server.ts') && !start.has('src/cni/pod.ts'), 'the CNI server is loaded at start');
+  for (const pkg of ['etcd3', '@grpc/grpc-js', '@kubernetes/client-node', 'prom-client']) assert.ok(!has(cni, pkg), `the CNI server loads ${pkg}`);
+});

@@ -16,6 +16,7 @@ import { localRequest } from '../../../src/local/client.ts';
 import { LocalServer } from '../../../src/local/server.ts';
 import type { LocalHandler, LocalServerOptions } from '../../../src/local/server.ts';
 import { silentLogger } from '../../../src/log.ts';
+import { connectAsNobody } from '../../support/local.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'weft-local-'));
 chmodSync(dir, 0o755);
@@ -186,9 +187,7 @@ const asRoot = process.getuid?.() === 0 ? false : 'needs root: runs the client a
 
 test('a user other than root cannot connect', { skip: asRoot }, async () => {
   await withServer(echo, async (s) => {
-    const script = `require('node:net').createConnection(${JSON.stringify(s.path)}).on('connect', () => { console.log('connected'); process.exit(0); }).on('error', (e) => { console.log(e.code); process.exit(0); })`;
-    const { stdout } = await promisify(execFile)('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', process.execPath, '-e', script]);
-    assert.equal(stdout.trim(), 'EACCES');
+    assert.equal(await connectAsNobody(s.path), 'EACCES');
     assert.equal(await localRequest(s.path, {}, { protocol: 3 }).then(() => 'root connects'), 'root connects');
   });
 });

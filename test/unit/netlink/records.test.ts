@@ -45,10 +45,11 @@ test('fdb and link records', () => {
   const f = fdbFromRaw({ type: 'neigh', family: AF_BRIDGE, index: 4, ip: '198.51.100.3', mac: '6e:11:22:33:44:55', state: 128, flags: 2, vlan: 0, master: 0 });
   assert.deepEqual(f, { linkIndex: 4, mac: '6e:11:22:33:44:55', dst: '198.51.100.3', state: 128, flags: 2 });
   assert.equal(fdbKey(f), '4|6e:11:22:33:44:55|198.51.100.3');
-  const l = linkFromRaw({ type: 'link', index: 3, name: 'eth0', kind: 'veth', mac: 'aa:bb:cc:dd:ee:ff', mtu: 1500, flags: 0x1043, operstate: 6, master: 0 });
+  const l = linkFromRaw({ type: 'link', index: 3, name: 'eth0', kind: 'veth', mac: 'aa:bb:cc:dd:ee:ff', mtu: 1500, flags: 0x1043, operstate: 6, master: 0, ifLink: 7 });
+  assert.equal(l.ifLink, 7);
   assert.equal(l.up, true);
   assert.equal(l.vxlan, undefined);
-  assert.equal(linkFromRaw({ type: 'link', index: 3, name: 'x', kind: '', mac: '', mtu: 0, flags: 0x1002, operstate: 2, master: 0 }).up, false);
+  assert.equal(linkFromRaw({ type: 'link', index: 3, name: 'x', kind: '', mac: '', mtu: 0, flags: 0x1002, operstate: 2, master: 0, ifLink: 0 }).up, false);
 });
 
 test('describe: operations read like the iproute2 command they stand for', () => {

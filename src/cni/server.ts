@@ -1,0 +1,311 @@
+/**
+ * weftd's CNI server: the native plugin (native/plugin/weft-cni.c) hands each call to it over
+ * `weft-cni.sock` beside subnet.env, and weftd wires the pod in-process (pod.ts), allocating in
+ * host-local's own store (host-local.ts) and saving flannel's state file, so the TypeScript
+ * fallback, host-local and flannel's plugin can delete what the server added and the other way
+ * round. Configs the server does not serve (bridge.ts) are answered `{"fallback":true}`, and the
+ * plugin runs the TypeScript plugin with the real delegates instead.
+ *
+ * DESIGN NOTES
+ * - Each verb is a straight line with its rollback: ADD puts the state file in place first (as
+ *   the fallback does), then allocates while the kernel makes the veth, then configures the pod;
+ *   a failure unwires, releases and drops the state.
+ *   If weftd dies in between, the state file is what lets the runtime's DEL (through weftd or
+ *   the fallback) find and remove the rest: address files by container ID, the veth with the
+ *   pod's interface.
+ * - Verbs of one container run one after another; different containers run in parallel. The
+ *   store is shared with other processes through host-local's flock.
+ * - A client that hangs up does not stop a verb half-way: it finishes (or rolls back), and the
+ *   runtime's DEL that follows a failed ADD then finds a consistent state.
+ * - This module is loaded by weftd only when it serves CNI, and imports only node:net/fs and the
+ *   CNI modules: nothing heavy on weftd's start-up path.
+ */
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { WeftError } from '../errors.ts';
+import { formatIP } from '../ip/ip.ts';
+import { LOCAL_CODE } from '../local/protocol.ts';
+import { LocalServer } from '../local/server.ts';
+import type { Logger } from '../log.ts';
+import type { NetlinkHandle } from '../netlink/index.ts';
+import type { CniArgs } from './args.ts';
+import { bridgeResult, planBridge } from './bridge.ts';
+import type { Allocation, BridgePlan } from './bridge.ts';
+import type { PluginConf } from './config.ts';
+import { CNI_CODE, CniError, toCniError } from './errors.ts';
+import { HostLocalStore } from './host-local.ts';
+import { errorVersion, parseCall, renderForAdd, savedDelegate, status } from './plugin.ts';
+import type { ParsedCall } from './plugin.ts';
+import { checkPod, deleteUnwired, ensureBridge, unwirePod, wirePod } from './pod.ts';
+import { loadState, removeState, saveStateVisible } from './state.ts';
+import { CURRENT_VERSION, convertResult, versionInfo } from './version.ts';
+
+type Env = Record<string, string>;
+type Json = Record<string, unknown>;
+
+/** The version of the CNI socket's vocabulary; the native plugin sends the same number. */
+export const CNI_PROTOCOL = 1;
+
+/** The CNI socket of the node whose subnet.env is `subnetFile`. */
+export function cniSocketPath(subnetFile: string): string {
+  return join(dirname(subnetFile), 'weft-cni.sock');
+}
+
+/** What the plugin prints and exits with, or `fallback` to run the TypeScript plugin instead. */
+export type CniAnswer = { exitCode: number; stdout: string } | { fallback: true };
+
+function isObject(v: unknown): v is Json {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** The request's environment and stdin; throws (a bad request, answered by the socket layer) when malformed. */
+function readRequest(request: Json): { env: Env; stdin: string } {
+  const env = request['env'];
+  const stdin = request['stdin'];
+  if (!isObject(env) || !Object.values(env).every((v) => typeof v === 'string')) throw new WeftError(LOCAL_CODE.BAD_REQUEST, 'request.env: not an object of strings');
+  if (typeof stdin !== 'string') throw new WeftError(LOCAL_CODE.BAD_REQUEST, 'request.stdin: not a string');
+  return { env: env as Env, stdin };
+}
+
+export interface CniServerOptions {
+  /** weftd's own namespace, where the bridge and host ends live. */
+  host: NetlinkHandle;
+  log: Logger;
+  /** Unwired pod interfaces are deleted once no DEL came for this long; default 50 ms... */
+  batchQuietMs?: number;
+  /** ...or once the oldest has waited this long; default 10 s. */
+  batchMaxMs?: number;
+}
+
+/** The verbs, served. */
+export class CniServer {
+  readonly #o: CniServerOptions;
+  /** The last verb queued per container: verbs of one container run in order. */
+  readonly #containers = new Map<string, Promise<unknown>>();
+  /** Pod interfaces (netns + ifname) a DEL took off the network, to be deleted in the next batch. */
+  readonly #unwired = new Set<string>();
+  #batch: { timer: NodeJS.Timeout; since: number } | undefined;
+  #deleting: Promise<void> = Promise.resolve();
+
+  constructor(o: CniServerOptions) {
+    this.#o = o;
+  }
+
+  /** Answers one request of the socket (`{env, stdin}`); CNI failures are answers, not throws. */
+  async handle(request: Json): Promise<CniAnswer> {
+    const { env, stdin } = readRequest(request);
+    let call: ParsedCall | undefined;
+    try {
+      call = parseCall(env, stdin);
+      if (call.conf === undefined) return { exitCode: 0, stdout: JSON.stringify(versionInfo()) };
+      const { args, conf } = call;
+      const id = args.containerId;
+      if (args.netns?.startsWith('/proc/') && !existsSync(args.netns)) {
+        // A runtime naming namespaces by process (/proc/<pid>/ns/net) and a weftd outside the
+        // host's PID namespace: the plugin on the host can reach it, weftd cannot.
+        this.#o.log.info('CNI request left to the fallback plugin', { verb: args.command, container: id, reason: `${args.netns} is not visible to weftd` });
+        return { fallback: true };
+      }
+      switch (args.command) {
+        case 'ADD':
+          return await this.#serially(id!, () => this.#add(args, conf, env));
+        case 'DEL':
+          return await this.#serially(id!, () => this.#del(args, conf));
+        case 'CHECK':
+          return await this.#serially(id!, () => this.#check(args, conf));
+        case 'STATUS':
+          return { exitCode: 0, stdout: status(conf) };
+        case 'GC':
+          // GC walks every container's state through the delegates: rare, and left to the fallback.
+          return { fallback: true };
+      }
+    } catch (e) {
+      return { exitCode: 1, stdout: JSON.stringify(toCniError(e, errorVersion(call))) };
+    }
+  }
+
+  /**
+   * Deletes what a weftd before this one left unwired (it was killed before its batch), so an ADD
+   * never meets a dead interface of a DEL that already answered.
+   */
+  async start(): Promise<void> {
+    await deleteUnwired(this.#o.host);
+  }
+
+  /** Resolves once every pod interface a DEL took off the network is deleted. */
+  async settled(): Promise<void> {
+    while (this.#unwired.size > 0 || this.#batch) await this.#deleteBatch();
+    await this.#deleting;
+  }
+
+  /**
+   * Deletes the unwired interfaces once no DEL came for `batchQuietMs`, or once the oldest has
+   * waited `batchMaxMs`: under churn one kernel batch serves many pods.
+   */
+  #scheduleBatch(): void {
+    const since = this.#batch?.since ?? Date.now();
+    if (this.#batch) clearTimeout(this.#batch.timer);
+    const wait = Math.max(0, Math.min(this.#o.batchQuietMs ?? 50, since + (this.#o.batchMaxMs ?? 10_000) - Date.now()));
+    const timer = setTimeout(() => void this.#deleteBatch(), wait);
+    timer.unref();
+    this.#batch = { timer, since };
+  }
+
+  #deleteBatch(): Promise<void> {
+    if (this.#batch) clearTimeout(this.#batch.timer);
+    this.#batch = undefined;
+    const keys = [...this.#unwired];
+    this.#deleting = this.#deleting.then(async () => {
+      try {
+        await deleteUnwired(this.#o.host);
+      } catch (e) {
+        this.#o.log.warn('failed to delete unwired pod interfaces', { count: keys.length, err: e });
+      }
+      for (const k of keys) this.#unwired.delete(k);
+    });
+    return this.#deleting;
+  }
+
+  /** An interface of the same name in the same namespace that a DEL unwired is deleted first. */
+  async #notUnwired(netns: string, ifname: string): Promise<void> {
+    if (this.#unwired.has(`${netns}\0${ifname}`)) await this.#deleteBatch();
+  }
+
+  async #serially<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const before = this.#containers.get(id) ?? Promise.resolve();
+    const mine = before.then(fn);
+    const tail = mine.catch(() => undefined);
+    this.#containers.set(id, tail);
+    try {
+      return await mine;
+    } finally {
+      if (this.#containers.get(id) === tail) this.#containers.delete(id);
+    }
+  }
+
+  #plan(delegate: unknown, verb: string, id: string): BridgePlan | undefined {
+    const plan = planBridge(delegate);
+    if (typeof plan === 'string') {
+      this.#o.log.info('CNI request left to the fallback plugin', { verb, container: id, reason: plan });
+      return undefined;
+    }
+    return plan;
+  }
+
+  async #add(args: CniArgs, conf: PluginConf, env: Env): Promise<CniAnswer> {
+    const id = args.containerId!;
+    const ifname = args.ifname!;
+    const netns = args.netns!;
+    const { bytes } = renderForAdd(args, conf, env);
+    const plan = this.#plan(JSON.parse(bytes), 'ADD', id);
+    if (plan === undefined) return { fallback: true };
+    const store = new HostLocalStore(plan.storeDir, plan.network);
+    // Kernel and files at once: the bridge and the veth are made on the netlink thread while the
+    // state and host-local's files are written on this one. The state is in place before anything
+    // a DEL must find, and on disk before the answer.
+    const bridge = ensureBridge(this.#o.host, plan);
+    bridge.catch(() => undefined);
+    await this.#notUnwired(netns, ifname);
+    const durable = saveStateVisible(conf.dataDir, id, bytes);
+    durable.catch(() => undefined);
+    const allocated = store.locked(() => store.allocate(id, ifname, plan.ranges));
+    allocated.catch(() => undefined);
+    try {
+      const wired = await wirePod(this.#o.host, plan, bridge, allocated, ifname, netns);
+      const allocations = await allocated;
+      await durable;
+      this.#o.log.info('wired pod', { container: id, ifname, veth: wired.hostVeth, addresses: allocations.map((a) => formatIP(a.address)) });
+      return { exitCode: 0, stdout: JSON.stringify(convertResult(bridgeResult(plan, allocations, wired, ifname, netns), conf.cniVersion)) };
+    } catch (e) {
+      try {
+        await unwirePod(this.#o.host, ifname, netns);
+        await this.#deleteBatch();
+        if ((await allocated.catch(() => [])).length > 0) await store.locked(() => store.release(id, ifname));
+        await durable.catch(() => undefined);
+        removeState(conf.dataDir, id);
+      } catch (rollback) {
+        // the ADD error is the one to report; the runtime's DEL retries with the state kept
+        this.#o.log.warn('failed to roll back a failed CNI ADD', { container: id, err: rollback });
+      }
+      throw e;
+    }
+  }
+
+  async #del(args: CniArgs, conf: PluginConf): Promise<CniAnswer> {
+    const id = args.containerId!;
+    const ifname = args.ifname!;
+    const saved = savedDelegate(loadState(conf.dataDir, id));
+    if (saved === undefined) {
+      removeState(conf.dataDir, id);
+      return { exitCode: 0, stdout: '' };
+    }
+    const plan = this.#plan(saved, 'DEL', id);
+    if (plan === undefined) return { fallback: true };
+    // Off the network, addresses released, state gone: the DEL is done. The kernel's deletion of
+    // the interface (~20 ms, most of a DEL) comes with the next batch.
+    await unwirePod(this.#o.host, ifname, args.netns);
+    if (args.netns !== undefined) {
+      this.#unwired.add(`${args.netns}\0${ifname}`);
+      this.#scheduleBatch();
+    }
+    const store = new HostLocalStore(plan.storeDir, plan.network);
+    await store.locked(() => store.release(id, ifname));
+    removeState(conf.dataDir, id);
+    this.#o.log.info('unwired pod', { container: id, ifname });
+    return { exitCode: 0, stdout: '' };
+  }
+
+  async #check(args: CniArgs, conf: PluginConf): Promise<CniAnswer> {
+    const id = args.containerId!;
+    const saved = savedDelegate(loadState(conf.dataDir, id));
+    if (saved === undefined) throw new CniError(CNI_CODE.CONTAINER_UNKNOWN, `CNI_CONTAINERID: no state for container ${id} in dataDir ${conf.dataDir}`);
+    const given = conf.prevResult;
+    if (!isObject(given)) throw new CniError(CNI_CODE.INVALID_CONFIG, 'prevResult: required for CHECK, as a JSON object');
+    const plan = this.#plan(saved, 'CHECK', id);
+    if (plan === undefined) return { fallback: true };
+    const result = convertResult({ cniVersion: conf.cniVersion, ...given }, CURRENT_VERSION);
+    await this.#notUnwired(args.netns!, args.ifname!);
+    await checkPod(args.netns!, args.ifname!, result);
+    const store = new HostLocalStore(plan.storeDir, plan.network);
+    const held = await store.locked(() => store.held(id, args.ifname!));
+    for (const ip of Array.isArray(result['ips']) ? (result['ips'] as Json[]) : []) {
+      const address = String(ip['address']).split('/')[0]!;
+      if (!held.includes(address)) throw new CniError(CNI_CODE.UNKNOWN, `CHECK: ${address} is not allocated to ${id} in ${store.dir}`);
+    }
+    return { exitCode: 0, stdout: '' };
+  }
+}
+
+export interface StartCniServerOptions extends CniServerOptions {
+  /** weftd's --subnet-file: the socket is created beside it. */
+  subnetFile: string;
+}
+
+/** The running CNI socket. */
+export interface CniSocket {
+  readonly path: string;
+  /** Resolves once every pod interface a DEL took off the network is deleted. */
+  settled(): Promise<void>;
+  /** Stops serving, then waits for {@link settled}. */
+  close(): Promise<void>;
+}
+
+/** Serves the CNI socket beside `subnetFile` until closed. */
+export async function startCniServer(o: StartCniServerOptions): Promise<CniSocket> {
+  const cni = new CniServer(o);
+  await cni.start();
+  const server = new LocalServer({
+    path: cniSocketPath(o.subnetFile), protocol: CNI_PROTOCOL, log: o.log,
+    handler: (request) => cni.handle(request),
+    maxRequestBytes: 8 << 20,
+  });
+  await server.listen();
+  return {
+    path: server.path,
+    settled: () => cni.settled(),
+    close: async () => {
+      await server.close();
+      await cni.settled();
+    },
+  };
+}
