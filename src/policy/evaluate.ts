@@ -123,7 +123,9 @@ export function allowed(model: PolicyModel, src: Endpoint, dst: Endpoint, proto:
   if (s.pod && d.pod && s.pod === d.pod) return true;
   if (s.node !== undefined && d.pod && !d.pod.hostNetwork && d.pod.node === s.node) return true;
   if (d.node !== undefined && s.pod && !s.pod.hostNetwork && s.pod.node === d.node) return true;
-  return direction(model, s.pod, d, 'egress', d.pod, d.ip, proto, port) && direction(model, d.pod, s, 'ingress', d.pod, s.ip, proto, port);
+  // Named ports resolve on pods of the pod network only.
+  const dstPod = d.pod && !d.pod.hostNetwork ? d.pod : undefined;
+  return direction(model, s.pod, d, 'egress', dstPod, d.ip, proto, port) && direction(model, d.pod, s, 'ingress', dstPod, s.ip, proto, port);
 }
 
 /** Whether `self` (when a pod) lets the connection through in `dir`, the other end being `other`. */
