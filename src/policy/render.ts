@@ -27,7 +27,10 @@
  * traffic to itself never leaves it.
  *
  * Shape. The base chain accepts `ct state established,related` first (replies, and ICMP errors
- * of allowed connections), then sends a packet whose source is a local pod isolated for egress to
+ * of allowed connections), then IPv6 neighbour solicitations and advertisements (bridged between
+ * pods, they cross the IPv6 hooks, and a dropped advertisement would break every allowed IPv6
+ * connection of an isolated pod), then a pod's traffic to its own address through a Service
+ * (hairpin: a pod cannot block itself, a set of `addr . addr` pairs), then sends a packet whose source is a local pod isolated for egress to
  * the `egress4`/`egress6` chain, then one whose destination is a local pod isolated for ingress
  * to `ingress4`/`ingress6`. Isolation is a set lookup, so pods selected by no policy of a
  * direction are untouched. A direction chain holds one rule per policy rule (two for an egress
@@ -275,7 +278,9 @@ function render(model: PolicyModel, node: string): Rendered {
     loops.push(`${l3(f)} saddr . ${l3(f)} daddr @self${f} accept`);
   }
   sets.unshift(...loopSets);
-  chains.set('forward', ['type filter hook forward priority filter; policy accept;', 'ct state established,related accept', ...loops, ...jumps]);
+  // Neighbour discovery between two pods of the bridge passes the IPv6 hooks too (br_netfilter).
+  const nd = chains.has('egress6') || chains.has('ingress6') ? ['icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept'] : [];
+  chains.set('forward', ['type filter hook forward priority filter; policy accept;', 'ct state established,related accept', ...nd, ...loops, ...jumps]);
   return { sets, chains };
 }
 

@@ -7,6 +7,7 @@
  *
  * A matrix has one row per source pod and one column per destination pod, in the order x/a, x/b,
  * x/c, y/a, y/b, y/c, z/a, z/b, z/c; `.` is allowed, `X` denied. A pod always reaches itself.
+ * Pods given by a state are dual stack, like the default ones of the end-to-end runs.
  */
 import { PODS, namespaceObject, podObject, policyObject } from './netpol-cluster.ts';
 import type { Endpoint } from '../../src/policy/evaluate.ts';
@@ -174,9 +175,9 @@ export const CASES: readonly TruthCase[] = [
     states: [{
       what: 'x/to-y-web',
       pods: {
-        'y/a': podObject('y/a', undefined, { ports: [{ name: 'web', containerPort: 80 }] }),
-        'y/b': podObject('y/b', undefined, { ports: [{ name: 'web', containerPort: 80 }] }),
-        'y/c': podObject('y/c', undefined, { ports: [{ name: 'web', containerPort: 81 }, { name: 'dns', containerPort: 80, protocol: 'UDP' }] }),
+        'y/a': podObject('y/a', undefined, { dualStack: true, ports: [{ name: 'web', containerPort: 80 }] }),
+        'y/b': podObject('y/b', undefined, { dualStack: true, ports: [{ name: 'web', containerPort: 80 }] }),
+        'y/c': podObject('y/c', undefined, { dualStack: true, ports: [{ name: 'web', containerPort: 81 }, { name: 'dns', containerPort: 80, protocol: 'UDP' }] }),
       },
       policies: [policyObject('x', 'to-y-web', { podSelector: {}, policyTypes: ['Egress'], egress: [{ to: [{ namespaceSelector: sel({ ns: 'y' }) }], ports: [{ port: 'web' }, { protocol: 'UDP', port: 'dns' }] }] })],
       byProbe: {
@@ -288,13 +289,13 @@ export const CASES: readonly TruthCase[] = [
       {
         what: 'x/c relabelled pod=b',
         policies: [policyObject('x', 'from-b', { podSelector: xa, ingress: [{ from: [{ podSelector: sel({ pod: 'b' }) }] }] })],
-        pods: { 'x/c': podObject('x/c', { pod: 'b' }) },
+        pods: { 'x/c': podObject('x/c', { pod: 'b' }, { dualStack: true }) },
         matrix: ['.........', '.........', '.........', 'X........', 'X........', 'X........', 'X........', 'X........', 'X........'],
       },
       {
         what: 'x/a relabelled pod=d: no longer selected',
         policies: [policyObject('x', 'from-b', { podSelector: xa, ingress: [{ from: [{ podSelector: sel({ pod: 'b' }) }] }] })],
-        pods: { 'x/a': podObject('x/a', { pod: 'd' }), 'x/c': podObject('x/c', { pod: 'b' }) },
+        pods: { 'x/a': podObject('x/a', { pod: 'd' }, { dualStack: true }), 'x/c': podObject('x/c', { pod: 'b' }, { dualStack: true }) },
         matrix: ALL,
       },
     ],
