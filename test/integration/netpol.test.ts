@@ -6,6 +6,7 @@
  * is hardest).
  *
  *   pods x/a … z/c (10.244.{1,2}.N/16, fd00:10:244:{1,2}::N/48) ── cni0 (10.244.0.1, fd00:10:244::1) in node
+ *   outside (198.18.0.9/15) ── ul0 (198.18.0.1/15) in node: routed, through the IP forward hook
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -22,6 +23,8 @@ import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
 const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
+/** The host outside the cluster, routed through the node (as the truth tables' singles name it). */
+const OUTSIDE = '198.18.0.9';
 
 /** Runs `nft <args>` inside `ns`, with `input` on stdin when given; rejects with nft's message on failure. */
 async function nft(ns: Netns, args: string[], input?: string): Promise<string> {
@@ -146,23 +149,30 @@ class Agent {
 }
 
 test('on one node, same-node traffic across the bridge is enforced exactly as the truth tables say', { skip: needsRoot }, async () => {
-  await withNetns(['npnode', ...PODS.map((p) => `np-${p.replace('/', '')}`)], async (node, ...pods) => {
+  await withNetns(['npnode', 'npout', ...PODS.map((p) => `np-${p.replace('/', '')}`)], async (node, outside, ...pods) => {
     await node.exec('sysctl', '-qw', 'net.bridge.bridge-nf-call-iptables=1', 'net.bridge.bridge-nf-call-ip6tables=1', 'net.ipv6.conf.all.forwarding=1', 'net.ipv4.ip_forward=1');
     await node.ip('link', 'add', 'cni0', 'type', 'bridge');
     await node.ip('addr', 'add', '10.244.0.1/16', 'dev', 'cni0');
     await node.ip('-6', 'addr', 'add', 'fd00:10:244::1/48', 'dev', 'cni0', 'nodad');
     await node.ip('link', 'set', 'cni0', 'up');
+    await node.ip('link', 'add', 'ul0', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', outside.name);
+    await node.ip('addr', 'add', '198.18.0.1/15', 'dev', 'ul0');
+    await node.ip('link', 'set', 'ul0', 'up');
+    await outside.ip('addr', 'add', `${OUTSIDE}/15`, 'dev', 'eth0');
+    await outside.ip('link', 'set', 'eth0', 'up');
+    await outside.ip('route', 'add', '10.244.0.0/16', 'via', '198.18.0.1');
     for (const [i, pod] of pods.entries()) {
       await node.ip('link', 'add', `vp${i}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod.name);
       await node.ip('link', 'set', `vp${i}`, 'master', 'cni0', 'up');
       await pod.ip('addr', 'add', `${podIP(PODS[i]!)}/16`, 'dev', 'eth0');
       await pod.ip('-6', 'addr', 'add', `${podIP(PODS[i]!, 6)}/48`, 'dev', 'eth0', 'nodad');
       await pod.ip('link', 'set', 'eth0', 'up');
+      await pod.ip('route', 'add', 'default', 'via', '10.244.0.1');
     }
-    const agents = [node, ...pods].map((ns) => new Agent(ns));
+    const agents = [node, outside, ...pods].map((ns) => new Agent(ns));
     try {
       await Promise.all(agents.map((a) => a.started()));
-      const [fromNode, ...fromPods] = agents as [Agent, ...Agent[]];
+      const [fromNode, fromOutside, ...fromPods] = agents as [Agent, Agent, ...Agent[]];
       /** The matrix of one probe; a denial where `want` allows is probed again with more time, so load cannot fake it. */
       const matrix = async (probe: Probe, family: 4 | 6, want: readonly string[]): Promise<string[]> => {
         const [proto, port] = probe.split('/') as [Protocol, string];
@@ -173,6 +183,7 @@ test('on one node, same-node traffic across the bridge is enforced exactly as th
         };
         return Promise.all(PODS.map(async (_, i) => (await Promise.all(PODS.map((_, j) => cell(i, j)))).join('')));
       };
+      let probed = 0;
       for (const c of CASES) {
         for (const state of c.states) {
           await nft(node, ['-f', '-'], renderPolicyRules(stateModel(state, true), 'node-1'));
@@ -180,13 +191,18 @@ test('on one node, same-node traffic across the bridge is enforced exactly as th
           const runs = PROBES.flatMap((probe) => [[probe, 4], ...(v6 && (probe === 'TCP/80' || probe === 'UDP/81') ? [[probe, 6]] : [])] as [Probe, 4 | 6][]);
           const got = await Promise.all(runs.map(([probe, family]) => matrix(probe, family, expected(state, probe))));
           for (const [k, [probe, family]] of runs.entries()) assert.deepEqual(got[k], expected(state, probe), `${c.name}: ${state.what}, ${probe} over IPv${family}`);
+          // Singles this topology can probe: TCP (a refusal shows the SYN arrived) between pods and
+          // the outside host, whose traffic is routed through the node rather than bridged.
           for (const s of state.singles ?? []) {
-            if (!('pod' in s.from) || !('pod' in s.to) || s.proto !== 'TCP') continue;
-            const got = await fromPods[PODS.indexOf(s.from.pod)]!.probe(podIP(s.to.pod), s.proto, s.port, s.allowed ? 3000 : 1000);
-            assert.equal(got, s.allowed, `${state.what}: ${JSON.stringify(s)}`);
+            const from = 'pod' in s.from ? fromPods[PODS.indexOf(s.from.pod)] : s.from.ip === OUTSIDE && !('node' in s.from) ? fromOutside : undefined;
+            const to = 'pod' in s.to ? podIP(s.to.pod) : s.to.ip === OUTSIDE && !('node' in s.to) ? OUTSIDE : undefined;
+            if (!from || !to || s.proto !== 'TCP') continue;
+            probed++;
+            assert.equal(await from.probe(to, s.proto, s.port, s.allowed ? 3000 : 1000), s.allowed, `${state.what}: ${JSON.stringify(s)}`);
           }
         }
       }
+      assert.ok(probed >= 8, `only ${probed} single connections probed`);
       await nft(node, ['-f', '-'], renderPolicyRules(stateModel({ what: 'deny all', policies: [policyObject('x', 'deny', { podSelector: {}, policyTypes: ['Ingress', 'Egress'] })] }, true), 'node-1'));
       for (const id of PODS) assert.equal(await fromNode.probe(podIP(id), 'TCP', 80, 1000), true, `the node reaches ${id}`);
     } finally {
