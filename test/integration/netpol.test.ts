@@ -16,7 +16,7 @@ import { test } from 'node:test';
 import type { Protocol } from '../../src/policy/model.ts';
 import type { PolicyModel } from '../../src/policy/model.ts';
 import { renderPolicyRules } from '../../src/policy/render.ts';
-import { CASES, PROBES, expected } from '../support/netpol-cases.ts';
+import { ALL_POLICIES, CASES, PROBES, expected } from '../support/netpol-cases.ts';
 import type { Probe, State } from '../support/netpol-cases.ts';
 import { PODS, clusterModel, podIP, policyObject } from '../support/netpol-cluster.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
@@ -48,12 +48,7 @@ function stateModel(state: State, oneNode: boolean): PolicyModel {
 
 test('every rendered script is accepted by the kernel, loads, replaces itself and removes itself', { skip: needsRoot }, async () => {
   await withNetns(['npcheck'], async (ns) => {
-    const all = CASES.flatMap((c) => c.states.flatMap((s) => s.policies)).map((p, i) => {
-      const o = structuredClone(p) as { metadata: { name: string } };
-      o.metadata.name = `${o.metadata.name}-${i}`;
-      return o;
-    });
-    const states: State[] = [...CASES.flatMap((c) => c.states), { what: 'every policy at once', policies: all }];
+    const states: State[] = [...CASES.flatMap((c) => c.states), { what: 'every policy at once', policies: [...ALL_POLICIES] }];
     for (const state of states) {
       for (const node of ['node-1', 'node-2']) {
         const script = renderPolicyRules(stateModel(state, false), node);

@@ -317,6 +317,13 @@ export const CASES: readonly TruthCase[] = [
   },
 ];
 
+/** Every policy of every state at once, each under a name of its own: a large, varied policy set. */
+export const ALL_POLICIES: readonly unknown[] = CASES.flatMap((c) => c.states.flatMap((s) => s.policies)).map((p, i) => {
+  const o = structuredClone(p) as { metadata: { name: string } };
+  o.metadata.name = `${o.metadata.name}-${i}`;
+  return o;
+});
+
 /** The matrix `reach` gives over every pair of pods (rows from, columns to). */
 export function matrixOf(reach: (from: string, to: string) => boolean): string[] {
   return PODS.map((from) => PODS.map((to) => (reach(from, to) ? '.' : 'X')).join(''));
