@@ -18,6 +18,7 @@
  *   allowed, both ways (kubelet probes).
  * - Only new connections are judged: replies of an allowed connection always pass.
  */
+import { WeftError } from '../errors.ts';
 import { contains, equalIP } from '../ip/ip.ts';
 import type { Family, IP } from '../ip/ip.ts';
 import { tryParseIP } from '../ip/ip.ts';
@@ -60,7 +61,7 @@ export function resolvePort(p: PolicyPort, dst: Pod | undefined): number | undef
 }
 
 /** Whether `ports` of a rule admit `proto`/`port` towards `dst`. */
-export function portsMatch(ports: readonly PolicyPort[], dst: Pod | undefined, proto: Protocol, port: number): boolean {
+function portsMatch(ports: readonly PolicyPort[], dst: Pod | undefined, proto: Protocol, port: number): boolean {
   if (ports.length === 0) return true;
   return ports.some((p) => {
     if (p.protocol !== proto) return false;
@@ -81,15 +82,20 @@ interface Resolved {
   ip: IP;
 }
 
+/** A question the evaluator cannot answer: the caller's mistake, not a verdict. */
+function misuse(why: string): WeftError {
+  return new WeftError('EINVAL', `failed to evaluate a connection: ${why}`);
+}
+
 function findPod(model: PolicyModel, id: string): Pod {
   const pod = model.pods.find((p) => `${p.namespace}/${p.name}` === id);
-  if (!pod) throw new Error(`allowed: no pod ${id} in the model`);
+  if (!pod) throw misuse(`no pod ${id} in the model`);
   return pod;
 }
 
 function parse(text: string): IP {
   const ip = tryParseIP(text);
-  if (!ip) throw new Error(`allowed: not an IP address: ${text}`);
+  if (!ip) throw misuse(`not an IP address: ${text}`);
   return ip;
 }
 
@@ -97,7 +103,7 @@ function resolve(model: PolicyModel, e: Endpoint, family: Family | undefined): R
   if ('pod' in e) {
     const pod = findPod(model, e.pod);
     const ip = e.ip !== undefined ? parse(e.ip) : pod.ips.find((a) => family === undefined || a.family === family);
-    if (!ip) throw new Error(`allowed: pod ${e.pod} has no IPv${family ?? ''} address`);
+    if (!ip) throw misuse(`pod ${e.pod} has no IPv${family ?? ''} address`);
     return { pod, ip };
   }
   const ip = parse(e.ip);
@@ -119,19 +125,19 @@ export function allowed(model: PolicyModel, src: Endpoint, dst: Endpoint, proto:
   const family = familyOf(src) ?? familyOf(dst) ?? ('pod' in src ? findPod(model, src.pod).ips[0]?.family : undefined);
   const s = resolve(model, src, family);
   const d = resolve(model, dst, family);
-  if (s.ip.family !== d.ip.family) throw new Error('allowed: the two ends are of different address families');
+  if (s.ip.family !== d.ip.family) throw misuse('the two ends are of different address families');
   if (s.pod && d.pod && s.pod === d.pod) return true;
   if (s.node !== undefined && d.pod && !d.pod.hostNetwork && d.pod.node === s.node) return true;
   if (d.node !== undefined && s.pod && !s.pod.hostNetwork && s.pod.node === d.node) return true;
   // Named ports resolve on pods of the pod network only.
   const dstPod = d.pod && !d.pod.hostNetwork ? d.pod : undefined;
-  return direction(model, s.pod, d, 'egress', dstPod, d.ip, proto, port) && direction(model, d.pod, s, 'ingress', dstPod, s.ip, proto, port);
+  return direction(model, s.pod, d, 'egress', dstPod, proto, port) && direction(model, d.pod, s, 'ingress', dstPod, proto, port);
 }
 
 /** Whether `self` (when a pod) lets the connection through in `dir`, the other end being `other`. */
-function direction(model: PolicyModel, self: Pod | undefined, other: Resolved, dir: Direction, dst: Pod | undefined, otherIP: IP, proto: Protocol, port: number): boolean {
+function direction(model: PolicyModel, self: Pod | undefined, other: Resolved, dir: Direction, dst: Pod | undefined, proto: Protocol, port: number): boolean {
   if (!self) return true;
   const policies = policiesSelecting(model, self, dir);
   if (policies.length === 0) return true;
-  return policies.some((p) => p[dir]!.some((r) => ruleAllows(model, p, r, other.pod, otherIP, dst, proto, port)));
+  return policies.some((p) => p[dir]!.some((r) => ruleAllows(model, p, r, other.pod, other.ip, dst, proto, port)));
 }

@@ -151,6 +151,28 @@ function addrPortElements(addr: string, ports: Map<Protocol, Range[]>): string[]
   return portElements(ports).map((e) => `${addr} . ${e}`);
 }
 
+/**
+ * `<addr> . <proto> . <ports>` elements of pod addresses, in address order, the ports of pods
+ * sharing one address (a terminating pod and its successor) merged, as interval sets need.
+ */
+function podPortElements(entries: [IP, Map<Protocol, Range[]>][]): string[] {
+  const byAddr = new Map<bigint, [IP, Map<Protocol, Range[]>]>();
+  for (const [ip, ports] of entries) {
+    const have = byAddr.get(ip.value);
+    if (!have) {
+      byAddr.set(ip.value, [ip, ports]);
+      continue;
+    }
+    for (const [proto, rs] of ports) have[1].set(proto, merge([...(have[1].get(proto) ?? []), ...rs]));
+  }
+  return [...byAddr.values()].sort((a, b) => byValue(a[0], b[0])).flatMap(([ip, ports]) => addrPortElements(formatIP(ip), ports));
+}
+
+/** Addresses in order, each once. */
+function uniqueAddrs(ips: IP[]): string[] {
+  return [...new Set([...ips].sort(byValue).map(formatIP))];
+}
+
 /** The addresses of family `f` that a rule's peers match, merged (undefined: every address). */
 function peerRanges(model: PolicyModel, policy: NetworkPolicy, rule: PolicyRule, f: Family): Range[] | undefined {
   if (rule.peers.length === 0) return undefined;
@@ -167,7 +189,7 @@ function peerRanges(model: PolicyModel, policy: NetworkPolicy, rule: PolicyRule,
   return merge(ranges);
 }
 
-/** The pods (non-hostNetwork) with an address of family `f` inside `ranges` (all, when undefined). */
+/** The pods (non-hostNetwork) and their addresses of family `f` inside `ranges` (all, when undefined). */
 function podsIn(model: PolicyModel, f: Family, ranges: Range[] | undefined): [Pod, IP][] {
   const out: [Pod, IP][] = [];
   for (const pod of model.pods) {
@@ -176,7 +198,7 @@ function podsIn(model: PolicyModel, f: Family, ranges: Range[] | undefined): [Po
       if (ip.family === f && (!ranges || ranges.some(([lo, hi]) => ip.value >= lo && ip.value <= hi))) out.push([pod, ip]);
     }
   }
-  return out.sort((a, b) => byValue(a[1], b[1]));
+  return out;
 }
 
 function setName(dir: Direction, f: Family, policy: NetworkPolicy, part: string): string {
@@ -198,9 +220,9 @@ function renderPolicy(model: PolicyModel, sets: NftSet[], dir: Direction, f: Fam
     return `@${s.name}`;
   };
   const concat = `${addrType(f)} . inet_proto . inet_service`;
-  const local = targets.flatMap((pod) => pod.ips.filter((a) => a.family === f).map((a): [Pod, IP] => [pod, a])).sort((a, b) => byValue(a[1], b[1]));
+  const local = targets.flatMap((pod) => pod.ips.filter((a) => a.family === f).map((a): [Pod, IP] => [pod, a]));
   let podsSet: string | undefined;
-  const pods = () => (podsSet ??= set('pods', addrType(f), false, local.map(([, a]) => formatIP(a))));
+  const pods = () => (podsSet ??= set('pods', addrType(f), false, uniqueAddrs(local.map(([, a]) => a))));
   const lines: string[] = [];
   for (const [r, rule] of policy[dir]!.entries()) {
     const peers = peerRanges(model, policy, rule, f);
@@ -211,11 +233,11 @@ function renderPolicy(model: PolicyModel, sets: NftSet[], dir: Direction, f: Fam
         lines.push(`${ip} daddr ${pods()}${from} return`);
         continue;
       }
-      const elements = local.flatMap(([pod, a]) => {
+      const elements = podPortElements(local.map(([pod, a]) => {
         const ports = portRanges(rule.ports, pod, false);
         for (const [proto, rs] of portRanges(rule.ports, pod, true)) ports.set(proto, merge([...(ports.get(proto) ?? []), ...rs]));
-        return addrPortElements(formatIP(a), ports);
-      });
+        return [a, ports];
+      }));
       lines.push(`${ip} daddr . meta l4proto . th dport ${set(`${r}_to`, concat, true, elements)}${from} return`);
       continue;
     }
@@ -231,7 +253,7 @@ function renderPolicy(model: PolicyModel, sets: NftSet[], dir: Direction, f: Fam
         : `${from} meta l4proto . th dport ${set(`${r}_to`, 'inet_proto . inet_service', true, portElements(ports))} return`);
     }
     if (rule.ports.some((p) => typeof p.port === 'string')) {
-      const elements = podsIn(model, f, peers).flatMap(([pod, a]) => addrPortElements(formatIP(a), portRanges(rule.ports, pod, true)));
+      const elements = podPortElements(podsIn(model, f, peers).map(([pod, a]) => [a, portRanges(rule.ports, pod, true)]));
       lines.push(`${from} ${ip} daddr . meta l4proto . th dport ${set(`${r}_to_named`, concat, true, elements)} return`);
     }
   }
@@ -243,22 +265,23 @@ function targetsOf(policy: NetworkPolicy, local: readonly Pod[]): Pod[] {
   return local.filter((p) => p.namespace === policy.namespace && matchesLabels(policy.podSelector, p.labels));
 }
 
-function render(model: PolicyModel, node: string): Rendered {
+/** The sets and chains enforcing `model` on `node`'s pods; undefined when no policy selects one. */
+function render(model: PolicyModel, node: string): Rendered | undefined {
   const local = model.pods.filter((p) => p.node === node && !p.hostNetwork && p.ips.length > 0);
   const key = (p: NetworkPolicy) => `${p.namespace}/${p.name}`;
   const policies = [...model.policies].sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
   const sets: NftSet[] = [];
   const chains = new Map<string, string[]>();
   const jumps: string[] = [];
-  const isolated = new Map<Family, Set<IP>>(FAMILIES.map((f) => [f, new Set()]));
+  const isolated = new Map<Family, IP[]>(FAMILIES.map((f) => [f, []]));
   for (const dir of ['egress', 'ingress'] as const) {
     const pods = local.filter((p) => policiesSelecting(model, p, dir).length > 0);
     for (const f of FAMILIES) {
-      const addrs = pods.flatMap((p) => p.ips.filter((a) => a.family === f)).sort(byValue);
+      const addrs = pods.flatMap((p) => p.ips.filter((a) => a.family === f));
       if (addrs.length === 0) continue;
       const name = `${dir}${f}`;
-      sets.push({ name, type: addrType(f), interval: false, elements: addrs.map(formatIP) });
-      for (const a of addrs) isolated.get(f)!.add(a);
+      sets.push({ name, type: addrType(f), interval: false, elements: uniqueAddrs(addrs) });
+      for (const a of addrs) isolated.get(f)!.push(a);
       const rules: string[] = [];
       for (const policy of policies) {
         const targets = policy[dir] ? targetsOf(policy, local) : [];
@@ -268,12 +291,13 @@ function render(model: PolicyModel, node: string): Rendered {
       jumps.push(`${l3(f)} ${dir === 'egress' ? 'saddr' : 'daddr'} @${name} jump ${name}`);
     }
   }
+  if (jumps.length === 0) return undefined;
   // A pod reaching itself through a Service address (hairpin) is a pod reaching itself.
   const loops: string[] = [];
   const loopSets: NftSet[] = [];
   for (const [f, addrs] of isolated) {
-    if (addrs.size === 0) continue;
-    const elements = [...addrs].sort(byValue).map((a) => `${formatIP(a)} . ${formatIP(a)}`);
+    if (addrs.length === 0) continue;
+    const elements = uniqueAddrs(addrs).map((a) => `${a} . ${a}`);
     loopSets.push({ name: `self${f}`, type: `${addrType(f)} . ${addrType(f)}`, interval: false, elements });
     loops.push(`${l3(f)} saddr . ${l3(f)} daddr @self${f} accept`);
   }
@@ -293,9 +317,10 @@ const DELETE_TABLE = [`table inet ${NFT_POLICY_TABLE} {}`, `delete table inet ${
  * one of them. Equal inputs give byte-equal scripts.
  */
 export function renderPolicyRules(model: PolicyModel, node: string): string {
-  const { sets, chains } = render(model, node);
+  const rendered = render(model, node);
   const lines = [...DELETE_TABLE];
-  if (chains.size > 1) {
+  if (rendered) {
+    const { sets, chains } = rendered;
     lines.push(`table inet ${NFT_POLICY_TABLE} {`);
     for (const s of sets) {
       lines.push(`\tset ${s.name} {`, `\t\ttype ${s.type}`);

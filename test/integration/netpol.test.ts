@@ -18,7 +18,7 @@ import type { PolicyModel } from '../../src/policy/model.ts';
 import { renderPolicyRules } from '../../src/policy/render.ts';
 import { ALL_POLICIES, CASES, PROBES, expected } from '../support/netpol-cases.ts';
 import type { Probe, State } from '../support/netpol-cases.ts';
-import { PODS, clusterModel, podIP, policyObject } from '../support/netpol-cluster.ts';
+import { PODS, clusterModel, podIP, podObject, policyObject } from '../support/netpol-cluster.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
@@ -48,14 +48,20 @@ function stateModel(state: State, oneNode: boolean): PolicyModel {
 
 test('every rendered script is accepted by the kernel, loads, replaces itself and removes itself', { skip: needsRoot }, async () => {
   await withNetns(['npcheck'], async (ns) => {
-    const states: State[] = [...CASES.flatMap((c) => c.states), { what: 'every policy at once', policies: [...ALL_POLICIES] }];
+    const successor = podObject('x/c', { pod: 'a' }, { dualStack: true, ports: [{ name: 'serve-80-tcp', containerPort: 81 }] }) as { status: { podIPs: { ip: string }[] } };
+    successor.status.podIPs = [{ ip: podIP('x/a') }, { ip: podIP('x/a', 6) }];
+    const states: State[] = [
+      ...CASES.flatMap((c) => c.states),
+      { what: 'every policy at once', policies: [...ALL_POLICIES] },
+      { what: 'every policy, x/c holding x/a\'s addresses', policies: [...ALL_POLICIES], pods: { 'x/c': successor } },
+    ];
     for (const state of states) {
       for (const node of ['node-1', 'node-2']) {
         const script = renderPolicyRules(stateModel(state, false), node);
         await nft(ns, ['-c', '-f', '-'], script).catch((e: Error) => assert.fail(`${state.what} on ${node}: ${e.message}\n${script}`));
       }
     }
-    const big = renderPolicyRules(stateModel(states.at(-1)!, false), 'node-1');
+    const big = renderPolicyRules(stateModel(states.at(-2)!, false), 'node-1');
     await nft(ns, ['-f', '-'], big);
     await nft(ns, ['-f', '-'], big);
     const listed = await nft(ns, ['list', 'table', 'inet', 'weft-policy']);

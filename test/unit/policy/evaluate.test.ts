@@ -52,5 +52,5 @@ test('an address held by a pod is that pod; a hostNetwork pod is neither selecte
 });
 
 test('a pod the model lacks is a caller error, not an answer', () => {
-  assert.throws(() => allowed(clusterModel([]), { pod: 'x/q' }, { pod: 'x/a' }, 'TCP', 80), /no pod x\/q/);
+  assert.throws(() => allowed(clusterModel([]), { pod: 'x/q' }, { pod: 'x/a' }, 'TCP', 80), /failed to evaluate a connection: no pod x\/q in the model/);
 });

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { renderPolicyRules } from '../../../src/policy/render.ts';
 import { ALL_POLICIES } from '../../support/netpol-cases.ts';
-import { clusterModel, podObject, policyObject } from '../../support/netpol-cluster.ts';
+import { clusterModel, podIP, podObject, policyObject } from '../../support/netpol-cluster.ts';
 import { isInvalid, parsePod } from '../../../src/policy/model.ts';
 import type { Pod, PolicyModel } from '../../../src/policy/model.ts';
 
@@ -163,4 +163,19 @@ test('a set name too long for the kernel is cut and made unique by a hash', () =
   const names = [...sets.keys()].filter((n) => n.startsWith('in4_x_'));
   assert.equal(new Set(names).size, 4, 'two sets of each policy, all distinct');
   for (const n of names) assert.ok(n.length <= 240, n);
+});
+
+test('two pods sharing an address (one terminating, one new) give each element once, their ports merged', () => {
+  const successor = podObject('x/c', { pod: 'a' }, { ports: [{ name: 'serve-80-tcp', containerPort: 81 }] }) as { status: { podIPs: { ip: string }[] } };
+  successor.status.podIPs = [{ ip: podIP('x/a') }];
+  const model = clusterModel([
+    policyObject('x', 'named', { podSelector: { matchLabels: { pod: 'a' } }, ingress: [{ ports: [{ port: 'serve-80-tcp' }, { port: 80 }] }], policyTypes: ['Ingress', 'Egress'], egress: [{ to: [{ podSelector: {} }], ports: [{ port: 'serve-80-tcp' }] }] }),
+  ], { pods: { 'x/c': successor } });
+  const { sets } = parseScript(renderPolicyRules(model, 'node-1'));
+  assert.deepEqual(sets.get('ingress4'), ['10.244.1.11']);
+  assert.deepEqual(sets.get('self4'), ['10.244.1.11 . 10.244.1.11']);
+  assert.deepEqual(sets.get('in4_x_named_pods'), undefined);
+  assert.deepEqual(sets.get('in4_x_named_0_to'), ['10.244.1.11 . tcp . 80-81']);
+  assert.deepEqual(sets.get('eg4_x_named_pods'), ['10.244.1.11']);
+  assert.deepEqual(sets.get('eg4_x_named_0_to_named'), ['10.244.1.11 . tcp . 80-81', '10.244.2.12 . tcp . 80']);
 });
