@@ -9,6 +9,8 @@
  * - `policyTypes` absent: `Ingress` always, `Egress` when `egress` holds at least one rule (the
  *   API server's defaulting tests `len(spec.egress) > 0`, so `egress: []` alone adds nothing).
  *   When present, the rules of a direction it does not name are ignored.
+ * - `podSelector` absent: the empty selector, every pod of the namespace (as the API server
+ *   decodes it).
  * - `ingress`/`egress` absent or empty: the direction (if named by policyTypes) allows nothing.
  * - A rule's `from`/`to` absent or empty: every peer; `ports` absent or empty: every port and
  *   protocol.
@@ -22,9 +24,8 @@
  *   ports); `endPort` needs a numeric `port` and is at least it.
  * - `ipBlock.except` entries lie inside `cidr`, of the same family.
  */
-import { containsCIDR, parseCIDR } from '../ip/ip.ts';
+import { containsCIDR, parseCIDR, tryParseIP } from '../ip/ip.ts';
 import type { CIDR, IP } from '../ip/ip.ts';
-import { tryParseIP } from '../ip/ip.ts';
 import { parseLabelSelector } from '../k8s/label-selector.ts';
 import type { LabelSelector } from '../k8s/label-selector.ts';
 
@@ -240,8 +241,8 @@ export function parseNetworkPolicy(o: unknown): NetworkPolicy | Invalid {
   return parsing(o, () => {
     const { namespace, name } = metadata(o, true);
     const spec = object((o as Json).spec, 'spec');
-    if (spec.podSelector === undefined || spec.podSelector === null) throw new Bad('spec.podSelector: required');
-    const podSelector = selector(spec.podSelector, 'spec.podSelector');
+    // The API server decodes an absent podSelector (a struct in Go) as the empty one: every pod.
+    const podSelector = selector(spec.podSelector ?? {}, 'spec.podSelector');
     const ingress = rules(spec.ingress, 'spec.ingress', 'from');
     const egress = rules(spec.egress, 'spec.egress', 'to');
     let types: string[];

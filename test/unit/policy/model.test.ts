@@ -20,6 +20,13 @@ test('policyTypes default: Ingress always, Egress only when egress holds a rule'
   assert.deepEqual(egressOnly.egress, []);
 });
 
+test('an absent podSelector (or spec) is the empty one, selecting every pod, as the API server decodes it', () => {
+  const every = { matchLabels: {}, matchExpressions: [] };
+  assert.deepEqual(parsed({}), { namespace: 'x', name: 'p', podSelector: every, ingress: [] });
+  const noSpec = parseNetworkPolicy({ metadata: { namespace: 'x', name: 'p' } });
+  assert.deepEqual(noSpec, { namespace: 'x', name: 'p', podSelector: every, ingress: [] });
+});
+
 test('peers: absent and empty selectors differ; ipBlock with except; ports with defaults', () => {
   const p = parsed({
     podSelector: { matchLabels: { app: 'db' } },
@@ -40,7 +47,6 @@ test('a malformed policy is a reason naming the field, never an exception', () =
   const cases: [unknown, string][] = [
     [42, 'object: must be an object'],
     [{ metadata: { name: 'p' }, spec: { podSelector: {} } }, 'metadata.namespace: required'],
-    [policyObject('x', 'p', {}), 'spec.podSelector: required'],
     [policyObject('x', 'p', { podSelector: { matchLabels: { a: 1 } } }), 'spec.podSelector.matchLabels: must map label keys to strings'],
     [policyObject('x', 'p', { podSelector: {}, policyTypes: ['Ingress', 'Ingress'] }), 'spec.policyTypes[1]: Ingress given twice'],
     [policyObject('x', 'p', { podSelector: {}, policyTypes: ['Sideways'] }), 'spec.policyTypes[0]: must be Ingress or Egress, not "Sideways"'],
@@ -62,7 +68,7 @@ test('a malformed policy is a reason naming the field, never an exception', () =
     assert.ok(isInvalid(p), JSON.stringify(o));
     assert.equal(p.invalid, reason);
   }
-  const bad = parseNetworkPolicy(policyObject('x', 'p', {}));
+  const bad = parseNetworkPolicy(policyObject('x', 'p', { podSelector: [] }));
   assert.ok(isInvalid(bad) && bad.id === 'x/p');
 });
 
