@@ -1,12 +1,14 @@
 /**
  * Network policy rules (issue #22) in namespaces this test creates: every rendered script is
  * accepted by this kernel's nftables (`nft -c`), loads, replaces itself and removes itself; and on
- * one node whose nine pods share its bridge, the rules enforce exactly the hand-written truth
- * tables of the e2e suite's cases (same-node traffic crosses cni0 only, which is where enforcement
- * is hardest).
+ * two nodes (routed to each other, host-gw style), each node enforcing its own pods' policies, the
+ * rules give exactly the hand-written truth tables of the e2e suite's cases, over IPv4 and IPv6:
+ * same-node traffic crosses cni0 only (bridged, seen through br_netfilter), cross-node traffic
+ * is routed through each node's forward hook.
  *
- *   pods x/a … z/c (10.244.{1,2}.N/16, fd00:10:244:{1,2}::N/48) ── cni0 (10.244.0.1, fd00:10:244::1) in node
- *   outside (198.18.0.9/15) ── ul0 (198.18.0.1/15) in node: routed, through the IP forward hook
+ *   pods on node-N (10.244.N.x/24, fd00:10:244:N::x/64) ── cni0 (10.244.N.1, fd00:10:244:N::1) in node-N
+ *   node-1 eth0 (198.51.100.1, 2001:db8::1) ── eth0 of node-2 (198.51.100.2, 2001:db8::2)
+ *   outside (198.18.0.9/15) ── ul0 (198.18.0.1/15) in node-1
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -18,12 +20,12 @@ import type { PolicyModel } from '../../src/policy/model.ts';
 import { renderPolicyRules } from '../../src/policy/render.ts';
 import { ALL_POLICIES, CASES, PROBES, expected } from '../support/netpol-cases.ts';
 import type { Probe, State } from '../support/netpol-cases.ts';
-import { PODS, clusterModel, podIP, podObject, policyObject } from '../support/netpol-cluster.ts';
+import { NAMESPACES, PODS, clusterModel, nodeOf, podIP, podObject, policyObject } from '../support/netpol-cluster.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
 const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
-/** The host outside the cluster, routed through the node (as the truth tables' singles name it). */
+/** The host outside the cluster, routed through node-1 (as the truth tables' singles name it). */
 const OUTSIDE = '198.18.0.9';
 
 /** Runs `nft <args>` inside `ns`, with `input` on stdin when given; rejects with nft's message on failure. */
@@ -40,10 +42,9 @@ async function nft(ns: Netns, args: string[], input?: string): Promise<string> {
   return out;
 }
 
-/** The model of a state, dual stack, optionally with every pod moved onto node-1. */
-function stateModel(state: State, oneNode: boolean): PolicyModel {
-  const model = clusterModel(state.policies, { ...state, dualStack: true });
-  return oneNode ? { ...model, pods: model.pods.map((p) => ({ ...p, node: 'node-1' })) } : model;
+/** The model of a state, dual stack. */
+function stateModel(state: State): PolicyModel {
+  return clusterModel(state.policies, { ...state, dualStack: true });
 }
 
 test('every rendered script is accepted by the kernel, loads, replaces itself and removes itself', { skip: needsRoot }, async () => {
@@ -57,11 +58,11 @@ test('every rendered script is accepted by the kernel, loads, replaces itself an
     ];
     for (const state of states) {
       for (const node of ['node-1', 'node-2']) {
-        const script = renderPolicyRules(stateModel(state, false), node);
+        const script = renderPolicyRules(stateModel(state), node);
         await nft(ns, ['-c', '-f', '-'], script).catch((e: Error) => assert.fail(`${state.what} on ${node}: ${e.message}\n${script}`));
       }
     }
-    const big = renderPolicyRules(stateModel(states.at(-2)!, false), 'node-1');
+    const big = renderPolicyRules(stateModel(states.at(-2)!), 'node-1');
     await nft(ns, ['-f', '-'], big);
     await nft(ns, ['-f', '-'], big);
     const listed = await nft(ns, ['list', 'table', 'inet', 'weft-policy']);
@@ -149,31 +150,49 @@ class Agent {
   }
 }
 
-test('on one node, same-node traffic across the bridge is enforced exactly as the truth tables say', { skip: needsRoot }, async () => {
-  await withNetns(['npnode', 'npout', ...PODS.map((p) => `np-${p.replace('/', '')}`)], async (node, outside, ...pods) => {
-    await node.exec('sysctl', '-qw', 'net.bridge.bridge-nf-call-iptables=1', 'net.bridge.bridge-nf-call-ip6tables=1', 'net.ipv6.conf.all.forwarding=1', 'net.ipv4.ip_forward=1');
-    await node.ip('link', 'add', 'cni0', 'type', 'bridge');
-    await node.ip('addr', 'add', '10.244.0.1/16', 'dev', 'cni0');
-    await node.ip('-6', 'addr', 'add', 'fd00:10:244::1/48', 'dev', 'cni0', 'nodad');
-    await node.ip('link', 'set', 'cni0', 'up');
-    await node.ip('link', 'add', 'ul0', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', outside.name);
-    await node.ip('addr', 'add', '198.18.0.1/15', 'dev', 'ul0');
-    await node.ip('link', 'set', 'ul0', 'up');
+test('on two nodes, same-node (bridged) and cross-node (routed) traffic is enforced exactly as the truth tables say', { skip: needsRoot }, async () => {
+  await withNetns(['npnode1', 'npnode2', 'npout', ...PODS.map((p) => `np-${p.replace('/', '')}`)], async (node1, node2, outside, ...pods) => {
+    const nodes = [node1, node2] as const;
+    for (const [k, node] of nodes.entries()) {
+      const n = k + 1;
+      await node.exec('sysctl', '-qw', 'net.bridge.bridge-nf-call-iptables=1', 'net.bridge.bridge-nf-call-ip6tables=1', 'net.ipv6.conf.all.forwarding=1', 'net.ipv4.ip_forward=1');
+      await node.ip('link', 'add', 'cni0', 'type', 'bridge');
+      await node.ip('addr', 'add', `10.244.${n}.1/24`, 'dev', 'cni0');
+      await node.ip('-6', 'addr', 'add', `fd00:10:244:${n}::1/64`, 'dev', 'cni0', 'nodad');
+      await node.ip('link', 'set', 'cni0', 'up');
+    }
+    await node1.ip('link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', node2.name);
+    for (const [k, node] of nodes.entries()) {
+      const [n, peer] = [k + 1, 2 - k];
+      await node.ip('addr', 'add', `198.51.100.${n}/24`, 'dev', 'eth0');
+      await node.ip('-6', 'addr', 'add', `2001:db8::${n}/64`, 'dev', 'eth0', 'nodad');
+      await node.ip('link', 'set', 'eth0', 'up');
+      await node.ip('route', 'add', `10.244.${peer}.0/24`, 'via', `198.51.100.${peer}`);
+      await node.ip('-6', 'route', 'add', `fd00:10:244:${peer}::/64`, 'via', `2001:db8::${peer}`);
+    }
+    await node1.ip('link', 'add', 'ul0', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', outside.name);
+    await node1.ip('addr', 'add', '198.18.0.1/15', 'dev', 'ul0');
+    await node1.ip('link', 'set', 'ul0', 'up');
+    await node2.ip('route', 'add', '198.18.0.0/15', 'via', '198.51.100.1');
     await outside.ip('addr', 'add', `${OUTSIDE}/15`, 'dev', 'eth0');
     await outside.ip('link', 'set', 'eth0', 'up');
     await outside.ip('route', 'add', '10.244.0.0/16', 'via', '198.18.0.1');
     for (const [i, pod] of pods.entries()) {
+      const id = PODS[i]!;
+      const node = nodeOf(id) === 'node-1' ? node1 : node2;
+      const n = nodeOf(id).slice(-1);
       await node.ip('link', 'add', `vp${i}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod.name);
       await node.ip('link', 'set', `vp${i}`, 'master', 'cni0', 'up');
-      await pod.ip('addr', 'add', `${podIP(PODS[i]!)}/16`, 'dev', 'eth0');
-      await pod.ip('-6', 'addr', 'add', `${podIP(PODS[i]!, 6)}/48`, 'dev', 'eth0', 'nodad');
+      await pod.ip('addr', 'add', `${podIP(id)}/24`, 'dev', 'eth0');
+      await pod.ip('-6', 'addr', 'add', `${podIP(id, 6)}/64`, 'dev', 'eth0', 'nodad');
       await pod.ip('link', 'set', 'eth0', 'up');
-      await pod.ip('route', 'add', 'default', 'via', '10.244.0.1');
+      await pod.ip('route', 'add', 'default', 'via', `10.244.${n}.1`);
+      await pod.ip('-6', 'route', 'add', 'default', 'via', `fd00:10:244:${n}::1`);
     }
-    const agents = [node, outside, ...pods].map((ns) => new Agent(ns));
+    const agents = [node1, node2, outside, ...pods].map((ns) => new Agent(ns));
     try {
       await Promise.all(agents.map((a) => a.started()));
-      const [fromNode, fromOutside, ...fromPods] = agents as [Agent, Agent, ...Agent[]];
+      const [fromNode1, fromNode2, fromOutside, ...fromPods] = agents as [Agent, Agent, Agent, ...Agent[]];
       /** The matrix of one probe; a denial where `want` allows is probed again with more time, so load cannot fake it. */
       const matrix = async (probe: Probe, family: 4 | 6, want: readonly string[]): Promise<string[]> => {
         const [proto, port] = probe.split('/') as [Protocol, string];
@@ -184,28 +203,36 @@ test('on one node, same-node traffic across the bridge is enforced exactly as th
         };
         return Promise.all(PODS.map(async (_, i) => (await Promise.all(PODS.map((_, j) => cell(i, j)))).join('')));
       };
+      /** Who can send as an endpoint of a single, and the address it is reached at. */
+      const hosts = new Map<string, Agent>([['198.51.100.1', fromNode1], ['198.51.100.2', fromNode2], [OUTSIDE, fromOutside]]);
       let probed = 0;
       for (const c of CASES) {
         for (const state of c.states) {
-          await nft(node, ['-f', '-'], renderPolicyRules(stateModel(state, true), 'node-1'));
+          const model = stateModel(state);
+          await Promise.all(nodes.map((node, k) => nft(node, ['-f', '-'], renderPolicyRules(model, `node-${k + 1}`))));
           const v6 = !JSON.stringify(state.policies).includes('ipBlock');
           const runs = PROBES.flatMap((probe) => [[probe, 4], ...(v6 && (probe === 'TCP/80' || probe === 'UDP/81') ? [[probe, 6]] : [])] as [Probe, 4 | 6][]);
           const got = await Promise.all(runs.map(([probe, family]) => matrix(probe, family, expected(state, probe))));
           for (const [k, [probe, family]] of runs.entries()) assert.deepEqual(got[k], expected(state, probe), `${c.name}: ${state.what}, ${probe} over IPv${family}`);
-          // Singles this topology can probe: TCP (a refusal shows the SYN arrived) between pods and
-          // the outside host, whose traffic is routed through the node rather than bridged.
+          // Singles this topology can probe: TCP (a refusal shows the SYN arrived) between pods,
+          // the nodes and the outside host.
           for (const s of state.singles ?? []) {
-            const from = 'pod' in s.from ? fromPods[PODS.indexOf(s.from.pod)] : s.from.ip === OUTSIDE && !('node' in s.from) ? fromOutside : undefined;
-            const to = 'pod' in s.to ? podIP(s.to.pod) : s.to.ip === OUTSIDE && !('node' in s.to) ? OUTSIDE : undefined;
+            const from = 'pod' in s.from ? fromPods[PODS.indexOf(s.from.pod)] : hosts.get(s.from.ip);
+            const to = 'pod' in s.to ? podIP(s.to.pod) : hosts.has(s.to.ip) ? s.to.ip : undefined;
             if (!from || !to || s.proto !== 'TCP') continue;
             probed++;
             assert.equal(await from.probe(to, s.proto, s.port, s.allowed ? 3000 : 1000), s.allowed, `${state.what}: ${JSON.stringify(s)}`);
           }
         }
       }
-      assert.ok(probed >= 8, `only ${probed} single connections probed`);
-      await nft(node, ['-f', '-'], renderPolicyRules(stateModel({ what: 'deny all', policies: [policyObject('x', 'deny', { podSelector: {}, policyTypes: ['Ingress', 'Egress'] })] }, true), 'node-1'));
-      for (const id of PODS) assert.equal(await fromNode.probe(podIP(id), 'TCP', 80, 1000), true, `the node reaches ${id}`);
+      assert.ok(probed >= 12, `only ${probed} single connections probed`);
+      const denyAll = stateModel({ what: 'deny all', policies: NAMESPACES.map((ns) => policyObject(ns, 'deny', { podSelector: {}, policyTypes: ['Ingress', 'Egress'] })) });
+      await Promise.all(nodes.map((node, k) => nft(node, ['-f', '-'], renderPolicyRules(denyAll, `node-${k + 1}`))));
+      for (const id of PODS) {
+        const [own, other] = nodeOf(id) === 'node-1' ? [fromNode1, fromNode2] : [fromNode2, fromNode1];
+        assert.equal(await own.probe(podIP(id), 'TCP', 80, 3000), true, `${nodeOf(id)} reaches its pod ${id}`);
+        assert.equal(await other.probe(podIP(id), 'TCP', 80, 1000), false, `the other node does not reach ${id}`);
+      }
     } finally {
       await Promise.all(agents.map((a) => a.stop()));
     }
