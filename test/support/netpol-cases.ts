@@ -9,6 +9,7 @@
  * x/c, y/a, y/b, y/c, z/a, z/b, z/c; `.` is allowed, `X` denied. A pod always reaches itself.
  * Pods given by a state are dual stack, like the default ones of the end-to-end runs.
  */
+import fc from 'fast-check';
 import { PODS, namespaceObject, podObject, policyObject } from './netpol-cluster.ts';
 import type { Endpoint } from '../../src/policy/evaluate.ts';
 import type { Protocol } from '../../src/policy/model.ts';
@@ -335,3 +336,44 @@ export function expected(state: State, probe: Probe): readonly string[] {
   if (!m) throw new Error(`state ${state.what}: no matrix for ${probe}`);
   return m;
 }
+
+const label = fc.constantFrom('a', 'b', 'c');
+const nsName = fc.constantFrom('x', 'y', 'z');
+const podSel = fc.oneof(
+  fc.constant({}),
+  label.map((pod) => ({ matchLabels: { pod } })),
+  fc.subarray(['a', 'b', 'c'], { minLength: 1 }).map((values) => ({ matchExpressions: [{ key: 'pod', operator: 'NotIn', values }] })),
+);
+const nsSel = fc.oneof(fc.constant({}), nsName.map((ns) => ({ matchLabels: { ns } })), fc.subarray(['x', 'y', 'z'], { minLength: 1 }).map((values) => ({ matchExpressions: [{ key: 'ns', operator: 'In', values }] })));
+const peer = fc.oneof(
+  podSel.map((podSelector) => ({ podSelector })),
+  nsSel.map((namespaceSelector) => ({ namespaceSelector })),
+  fc.tuple(podSel, nsSel).map(([podSelector, namespaceSelector]) => ({ podSelector, namespaceSelector })),
+  fc.constantFrom(
+    { ipBlock: { cidr: '10.244.0.0/16', except: ['10.244.2.0/24'] } },
+    { ipBlock: { cidr: '10.244.1.0/24', except: ['10.244.1.16/28', '10.244.1.33/32'] } },
+    { ipBlock: { cidr: 'fd00:10:244::/48', except: ['fd00:10:244:1::/64'] } },
+    { ipBlock: { cidr: '198.18.0.0/15' } },
+  ),
+);
+const port = fc.oneof(
+  fc.record({ protocol: fc.constantFrom('TCP', 'UDP', 'SCTP') }),
+  fc.record({ protocol: fc.constantFrom('TCP', 'UDP'), port: fc.constantFrom(80, 81, 'serve-80-tcp', 'serve-81-udp', 'serve-80-udp') }),
+  fc.constantFrom({ port: 80, endPort: 81 }, { protocol: 'UDP', port: 79, endPort: 80 }, { port: 81, endPort: 1000 }),
+);
+const rule = (key: 'from' | 'to') => fc.record({ [key]: fc.array(peer, { maxLength: 2 }), ports: fc.array(port, { maxLength: 2 }) }, { requiredKeys: [] });
+
+/**
+ * Random policy sets over the e2e cluster (selectors of every form, ipBlocks with excepts of both
+ * families, ports by number, name and range, policyTypes given or defaulted), for checking an
+ * implementation against the reference evaluator beyond the hand-written tables.
+ */
+export const randomPolicies: fc.Arbitrary<unknown[]> = fc.array(
+  fc.tuple(nsName, podSel, fc.option(fc.subarray(['Ingress', 'Egress'], { minLength: 1 }), { nil: undefined }), fc.option(fc.array(rule('from'), { maxLength: 2 }), { nil: undefined }), fc.option(fc.array(rule('to'), { maxLength: 2 }), { nil: undefined })),
+  { minLength: 1, maxLength: 4 },
+).map((ps) => ps.map(([ns, podSelector, policyTypes, ingress, egress], i) => policyObject(ns, `random-${i}`, {
+  podSelector,
+  ...(policyTypes ? { policyTypes } : {}),
+  ...(ingress ? { ingress } : {}),
+  ...(egress ? { egress } : {}),
+})));
