@@ -29,7 +29,7 @@ import type { CIDR, IP } from '../ip/ip.ts';
 import { parseLabelSelector } from '../k8s/label-selector.ts';
 import type { LabelSelector } from '../k8s/label-selector.ts';
 
-export const PROTOCOLS = ['TCP', 'UDP', 'SCTP'] as const;
+const PROTOCOLS = ['TCP', 'UDP', 'SCTP'] as const;
 export type Protocol = (typeof PROTOCOLS)[number];
 
 /** A peer of a rule: pods chosen by selectors, or addresses. */

@@ -20,7 +20,7 @@ import fc from 'fast-check';
 import { allowed } from '../../src/policy/evaluate.ts';
 import type { Protocol } from '../../src/policy/model.ts';
 import type { PolicyModel } from '../../src/policy/model.ts';
-import { renderPolicyRules } from '../../src/policy/render.ts';
+import { BRIDGE_NF_SYSCTLS, NFT_POLICY_TABLE, renderPolicyRules } from '../../src/policy/render.ts';
 import { ALL_POLICIES, CASES, PROBES, expected, matrixOf, randomPolicies } from '../support/netpol-cases.ts';
 import type { Probe, State } from '../support/netpol-cases.ts';
 import { NAMESPACES, PODS, clusterModel, nodeOf, podIP, podObject, policyObject } from '../support/netpol-cluster.ts';
@@ -68,13 +68,13 @@ test('every rendered script is accepted by the kernel, loads, replaces itself an
     const big = renderPolicyRules(stateModel(states.at(-2)!), 'node-1');
     await nft(ns, ['-f', '-'], big);
     await nft(ns, ['-f', '-'], big);
-    const listed = await nft(ns, ['list', 'table', 'inet', 'weft-policy']);
+    const listed = await nft(ns, ['list', 'table', 'inet', NFT_POLICY_TABLE]);
     assert.equal((listed.match(/^\s*chain /gm) ?? []).length, 5, 'egress4, egress6, ingress4, ingress6 and forward, once each');
     const sctp = renderPolicyRules(clusterModel([policyObject('x', 'sctp', { podSelector: {}, ingress: [{ ports: [{ protocol: 'SCTP', port: 81, endPort: 90 }] }] })]), 'node-1');
     await nft(ns, ['-f', '-'], sctp);
-    assert.match(await nft(ns, ['list', 'set', 'inet', 'weft-policy', 'in4_x_sctp_0_to']), /10\.244\.1\.11 \. sctp \. 81-90/);
+    assert.match(await nft(ns, ['list', 'set', 'inet', NFT_POLICY_TABLE, 'in4_x_sctp_0_to']), /10\.244\.1\.11 \. sctp \. 81-90/);
     await nft(ns, ['-f', '-'], renderPolicyRules(clusterModel([]), 'node-1'));
-    assert.doesNotMatch(await nft(ns, ['list', 'tables']), /weft-policy/);
+    assert.ok(!(await nft(ns, ['list', 'tables'])).includes(NFT_POLICY_TABLE), 'the table is gone');
   });
 });
 
@@ -158,7 +158,7 @@ test('on two nodes, same-node (bridged) and cross-node (routed) traffic is enfor
     const nodes = [node1, node2] as const;
     for (const [k, node] of nodes.entries()) {
       const n = k + 1;
-      await node.exec('sysctl', '-qw', 'net.bridge.bridge-nf-call-iptables=1', 'net.bridge.bridge-nf-call-ip6tables=1', 'net.ipv6.conf.all.forwarding=1', 'net.ipv4.ip_forward=1');
+      await node.exec('sysctl', '-qw', ...BRIDGE_NF_SYSCTLS.map((k) => `${k}=1`), 'net.ipv6.conf.all.forwarding=1', 'net.ipv4.ip_forward=1');
       await node.ip('link', 'add', 'cni0', 'type', 'bridge');
       await node.ip('addr', 'add', `10.244.${n}.1/24`, 'dev', 'cni0');
       await node.ip('-6', 'addr', 'add', `fd00:10:244:${n}::1/64`, 'dev', 'cni0', 'nodad');
