@@ -25,6 +25,7 @@ import { ALL_POLICIES, CASES, PROBES, expected, matrixOf, randomPolicies } from 
 import type { Probe, State } from '../support/netpol-cases.ts';
 import { NAMESPACES, PODS, clusterModel, nodeOf, podIP, podObject, policyObject } from '../support/netpol-cluster.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
+import { until } from '../support/until.ts';
 import type { Netns } from '../support/netns.ts';
 
 const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
@@ -214,6 +215,14 @@ test('on two nodes, same-node (bridged) and cross-node (routed) traffic is enfor
         const got = await Promise.all(runs.map(([probe, family, want]) => matrix(probe, family, want)));
         for (const [k, [probe, family, want]] of runs.entries()) assert.deepEqual(got[k], want, `${what}, ${probe} over IPv${family}`);
       };
+      // Before any policy, every pod reaches every pod over both families (a loaded machine can
+      // take seconds to settle IPv6 neighbours between the nodes).
+      const ALL = PODS.map(() => '.'.repeat(PODS.length));
+      let last: string[][] = [];
+      await until('every pod to reach every pod, no policy loaded', async () => {
+        last = await Promise.all(([4, 6] as const).map((f) => matrix('TCP/80', f, ALL)));
+        return last.every((m) => m.join('') === ALL.join(''));
+      }, 30_000, () => JSON.stringify(last));
       let probed = 0;
       for (const c of CASES) {
         for (const state of c.states) {
