@@ -7,8 +7,8 @@
  */
 import { parseCIDR } from '../ip/ip.ts';
 import type { CIDR } from '../ip/ip.ts';
-import { parseLabelSelector } from './label-selector.ts';
-import type { LabelSelector } from './label-selector.ts';
+import { parseLabelSelector } from '../k8s/label-selector.ts';
+import type { LabelSelector } from '../k8s/label-selector.ts';
 
 export const EGRESS_GROUP = 'egress.weft.dev';
 export const EGRESS_VERSION = 'v1alpha1';

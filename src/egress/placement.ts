@@ -26,7 +26,7 @@
  * - Nothing here throws on bad input: a problem is a policy's or gateway's reason and message.
  */
 import type { Gateway, InvalidGateway, InvalidPolicy, Policy } from './api.ts';
-import { matchesLabels } from './label-selector.ts';
+import { matchesLabels } from '../k8s/label-selector.ts';
 import { parsePool } from './pool.ts';
 import type { EipPool } from './pool.ts';
 

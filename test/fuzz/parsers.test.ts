@@ -11,7 +11,11 @@ import { checkNetworkConfig, parseNetConfig } from '../../src/config/netconf.ts'
 import { ConfigError, PeerDataError } from '../../src/errors.ts';
 import { decodeLease } from '../../src/lease/etcd/codec.ts';
 import { formatCIDR, formatIP, parseCIDR, parseIP, tryParseIP } from '../../src/ip/ip.ts';
+import { isInvalid, parseNamespace, parseNetworkPolicy, parsePod } from '../../src/policy/model.ts';
+import { renderPolicyRules } from '../../src/policy/render.ts';
 import { parseSubnetEnv, renderSubnetEnv } from '../../src/subnetenv/subnetenv.ts';
+import { ALL_POLICIES } from '../support/netpol-cases.ts';
+import { clusterModel, namespaceObject, podObject } from '../support/netpol-cluster.ts';
 
 const RUNS = { numRuns: 400 };
 
@@ -125,4 +129,37 @@ test('the CNI plugin answers any environment and stdin with a result or a classi
       answersWithSpecError({ CNI_COMMAND: command, CNI_CONTAINERID: 'c0ffee', CNI_IFNAME: 'eth0', CNI_NETNS: '/nonexistent/netns', CNI_PATH: '/nonexistent/weft-fuzz-bin' }, stdin)),
     RUNS,
   );
+});
+
+/** `o` with the value at one path (picked by `pick` among every path it has) replaced by `v`. */
+function replaced(o: unknown, pick: number, v: unknown): unknown {
+  const paths: (string | number)[][] = [];
+  const walk = (x: unknown, at: (string | number)[]) => {
+    paths.push(at);
+    if (typeof x === 'object' && x !== null) for (const [k, c] of Object.entries(x)) walk(c, [...at, Array.isArray(x) ? Number(k) : k]);
+  };
+  walk(o, []);
+  const path = paths[pick % paths.length]!;
+  if (path.length === 0) return v;
+  const copy = structuredClone(o) as Record<string | number, unknown>;
+  let at = copy;
+  for (const k of path.slice(0, -1)) at = at[k] as Record<string | number, unknown>;
+  at[path.at(-1)!] = v;
+  return copy;
+}
+
+test('NetworkPolicies, Pods and Namespaces (API objects): random and mutated objects → a value or a reason, never a throw', () => {
+  const base = clusterModel([]);
+  const objects = fc.constantFrom(...ALL_POLICIES, podObject('x/a', undefined, { dualStack: true }), namespaceObject('x'));
+  fc.assert(fc.property(fc.oneof(fc.jsonValue(), fc.tuple(objects, fc.nat(), fc.jsonValue()).map(([o, i, v]) => replaced(o, i, v))), (o) => {
+    for (const parse of [parseNetworkPolicy, parsePod, parseNamespace]) {
+      const r = parse(o);
+      if (isInvalid(r)) assert.equal(typeof r.invalid, 'string');
+    }
+    // Whatever parses renders, on either node.
+    const policy = parseNetworkPolicy(o);
+    const pod = parsePod(o);
+    const model = { ...base, policies: isInvalid(policy) ? [] : [policy], pods: isInvalid(pod) ? base.pods : [...base.pods, { ...pod, node: 'node-1' }] };
+    assert.match(renderPolicyRules(model, 'node-1'), /^table inet weft-policy \{\}\n/);
+  }), RUNS);
 });

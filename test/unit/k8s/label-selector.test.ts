@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { matchesLabels, parseLabelSelector } from '../../../src/egress/label-selector.ts';
-import type { LabelSelector } from '../../../src/egress/label-selector.ts';
+import { matchesLabels, parseLabelSelector } from '../../../src/k8s/label-selector.ts';
+import type { LabelSelector } from '../../../src/k8s/label-selector.ts';
 
 const sel = (v: unknown): LabelSelector => {
   const s = parseLabelSelector(v, 'sel');
