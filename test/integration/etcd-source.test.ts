@@ -272,7 +272,7 @@ test('one listing serves acquire and the watch\'s start, read alongside the conf
   await withEtcd(async (etcd, admin) => {
     await admin.put(`${PREFIX}/config`).value(CONFIG);
     await admin.put(`${PREFIX}/subnets/10.244.50.0-24`).value(value(50));
-    const ranges = async () => Number(/^grpc_server_handled_total\{grpc_code="OK",grpc_method="Range",[^}]*\} (\d+)/m.exec(await (await fetch(`http://127.0.0.1:${etcd.metricsPort}/metrics`)).text())?.[1]);
+    const ranges = () => etcd.metric(/^grpc_server_handled_total\{grpc_code="OK",grpc_method="Range",[^}]*\} (\d+)/m);
     const s = await source(etcd.endpoint);
     const ctl = new AbortController();
     const table = new LeaseTable();
@@ -381,7 +381,7 @@ test('a watch stopped while etcd has not yet answered its creation leaves no wat
     const s = await source(proxy.endpoint);
     const ctl = new AbortController();
     const table = new LeaseTable();
-    const watchers = async () => Number(/^etcd_debugging_mvcc_watcher_total (\d+)/m.exec(await (await fetch(`http://127.0.0.1:${etcd.metricsPort}/metrics`)).text())?.[1]);
+    const watchers = () => etcd.metric(/^etcd_debugging_mvcc_watcher_total (\d+)/m);
     try {
       await s.networkConfig(ctl.signal);
       // Once the leases are listed, the connection stalls: the watch's creation is sent and

@@ -96,6 +96,14 @@ export class EtcdServer {
     return this.#unix ? `unix://localhost:${this.clientPort}` : this.endpoint;
   }
 
+  /** The value of the first line of etcd's Prometheus metrics that `series` matches (its value captured). */
+  async metric(series: RegExp): Promise<number> {
+    const text = await (await fetch(`http://127.0.0.1:${this.metricsPort}/metrics`)).text();
+    const m = series.exec(text);
+    if (!m) throw new Error(`no metric ${series} in etcd's /metrics`);
+    return Number(m[1]);
+  }
+
   /** Starts a fresh etcd and waits until it is healthy. */
   static async start(options: EtcdOptions = {}): Promise<EtcdServer> {
     const dir = await mkdtemp(join(tmpdir(), 'weft-etcd-'));
