@@ -42,6 +42,7 @@ import { ApiError } from '../test/support/kube-apiserver.ts';
 import { isRoot } from '../test/support/netns.ts';
 import type { Netns } from '../test/support/netns.ts';
 import { until } from '../test/support/until.ts';
+import { flannelNode } from '../test/support/kube-nodes.ts';
 
 const PREFIX = '/coreos.com/network';
 const OUTAGE_MS = Number(process.env.WEFT_BENCH_OUTAGE_S ?? 60) * 1000;
@@ -412,17 +413,7 @@ async function etcdOutage(c: Cluster, handles: NetlinkHandle[], pods: Pod[]): Pr
 
 /** A peer Node as flanneld annotates it, number `n`. */
 function peerNode(n: number, annotations: Record<string, string> = {}): Record<string, unknown> {
-  const P = 'flannel.alpha.coreos.com';
-  return {
-    metadata: {
-      name: `peer-${n}`,
-      annotations: {
-        [`${P}/kube-subnet-manager`]: 'true', [`${P}/backend-type`]: 'vxlan',
-        [`${P}/backend-data`]: `{"VNI":1,"VtepMAC":"0e:00:00:01:${hex(n >> 8)}:${hex(n & 255)}"}`, [`${P}/public-ip`]: `198.18.1.${n}`, ...annotations,
-      },
-    },
-    spec: { podCIDR: `10.244.${n}.0/24`, podCIDRs: [`10.244.${n}.0/24`] },
-  };
+  return flannelNode({ name: `peer-${n}`, podCIDR: `10.244.${n}.0/24`, publicIP: `198.18.1.${n}`, vtepMac: `0e:00:00:01:${hex(n >> 8)}:${hex(n & 255)}`, annotations });
 }
 
 /** Kube mode: the API server out for the outage, then 410 Gone for every watch; and fuzzed annotations. */

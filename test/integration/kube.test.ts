@@ -19,6 +19,7 @@ import { memoryLogger, silentLogger } from '../../src/log.ts';
 import { sleep } from '../../src/retry.ts';
 import { ApiError, KubeApiServer } from '../support/kube-apiserver.ts';
 import type { Grant, Obj } from '../support/kube-apiserver.ts';
+import { flannelNode } from '../support/kube-nodes.ts';
 import { until } from '../support/until.ts';
 
 const P = 'flannel.alpha.coreos.com';
@@ -44,16 +45,7 @@ function attrs(n: number): LeaseAttrs {
 
 /** A Node as another flanneld would have annotated it. */
 function peerNode(n: number, extra: Record<string, string> = {}): Obj {
-  return {
-    metadata: {
-      name: `node-${n}`,
-      annotations: {
-        [`${P}/kube-subnet-manager`]: 'true', [`${P}/backend-type`]: 'vxlan',
-        [`${P}/backend-data`]: `{"VNI":1,"VtepMAC":"${mac(n)}"}`, [`${P}/public-ip`]: `198.18.0.${n}`, ...extra,
-      },
-    },
-    spec: { podCIDR: `10.244.${n}.0/24`, podCIDRs: [`10.244.${n}.0/24`] },
-  };
+  return flannelNode({ name: `node-${n}`, podCIDR: `10.244.${n}.0/24`, publicIP: `198.18.0.${n}`, vtepMac: mac(n), annotations: extra });
 }
 
 interface Ctx {
