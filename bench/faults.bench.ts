@@ -42,7 +42,7 @@ import { ApiError } from '../test/support/kube-apiserver.ts';
 import { isRoot } from '../test/support/netns.ts';
 import type { Netns } from '../test/support/netns.ts';
 import { until } from '../test/support/until.ts';
-import { flannelNode } from '../test/support/kube-nodes.ts';
+import { FLANNEL_PREFIX, flannelNode } from '../test/support/kube-nodes.ts';
 
 const PREFIX = '/coreos.com/network';
 const OUTAGE_MS = Number(process.env.WEFT_BENCH_OUTAGE_S ?? 60) * 1000;
@@ -439,7 +439,7 @@ async function apiOutageAndBadAnnotations(): Promise<{ converge: number; pingsLo
     const converge = await convergence(handles, '10.244.200.0/24', t0);
     const pingsLost = await pinger.stop();
 
-    const P = 'flannel.alpha.coreos.com';
+    const P = FLANNEL_PREFIX;
     const good = new Map<string, string>();
     for (const h of handles) for (const [k, v] of await goodEntries(h, () => true)) good.set(k, v);
     const watch = await GoodPeerWatch.start(handles, good);
