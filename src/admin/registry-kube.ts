@@ -4,11 +4,12 @@
  * --kube-api-url, else the pod's service account.
  */
 import { readFile } from 'node:fs/promises';
-import { CoreV1Api } from '@kubernetes/client-node';
 import { parseNetConfig } from '../config/netconf.ts';
 import { PeerDataError } from '../errors.ts';
 import { annotationKeys, remoteLease } from '../lease/kube/annotations.ts';
+import type { NodeLike } from '../lease/kube/annotations.ts';
 import { kubeConfigFromFlags, kubeError } from '../lease/kube/client.ts';
+import { KubeHttp } from '../lease/kube/http.ts';
 import type { Lease } from '../lease/lease.ts';
 import type { Skipped } from './inspect.ts';
 
@@ -22,14 +23,22 @@ export interface KubeRegistryOptions {
 /** Every managed Node's lease; Nodes with unusable annotations are skipped with the reason. */
 export async function kubeLeases(o: KubeRegistryOptions): Promise<{ leases: Lease[]; skipped: Skipped[] }> {
   const config = parseNetConfig(await readFile(o.netConfigPath, 'utf8'), o.netConfigPath);
-  const core = kubeConfigFromFlags({ kubeconfigFile: o.kubeconfigFile, apiUrl: o.apiUrl }).makeApiClient(CoreV1Api);
-  const nodes = await core.listNode().catch((e: unknown) => {
-    throw kubeError('list', 'nodes', undefined, e);
-  });
+  const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: o.kubeconfigFile, apiUrl: o.apiUrl }));
+  // Paged and read as plain JSON, as weftd lists them (src/lease/kube/source.ts).
+  const nodes: NodeLike[] = [];
+  let cont: string | undefined;
+  do {
+    const page = await http.get<{ items: NodeLike[]; metadata?: { continue?: string } }>('/api/v1/nodes', { query: { limit: '500', ...(cont ? { continue: cont } : {}) } })
+      .catch((e: unknown) => {
+        throw kubeError('list', 'nodes', undefined, e);
+      });
+    nodes.push(...page.items);
+    cont = page.metadata?.continue || undefined;
+  } while (cont);
   const keys = annotationKeys(o.annotationPrefix);
   const leases: Lease[] = [];
   const skipped: Skipped[] = [];
-  for (const node of nodes.items) {
+  for (const node of nodes) {
     try {
       const lease = remoteLease(node, { keys, config });
       if (lease) leases.push(lease);

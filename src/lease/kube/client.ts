@@ -6,7 +6,7 @@
  * Also the one place client-node errors are mapped into Weft's taxonomy.
  */
 import { existsSync } from 'node:fs';
-import { ApiException, KubeConfig } from '@kubernetes/client-node';
+import { KubeConfig } from '@kubernetes/client-node';
 import { ConfigError, DatastoreUnavailableError, WeftError } from '../../errors.ts';
 
 /** The flags that pick the API server and credentials. */
@@ -86,34 +86,21 @@ export class KubeApiError extends WeftError {
   }
 }
 
-function statusMessage(body: unknown): string {
-  if (typeof body === 'string') {
-    try {
-      return statusMessage(JSON.parse(body));
-    } catch {
-      return body.slice(0, 200);
-    }
-  }
-  const m = (body as { message?: unknown } | undefined)?.message;
-  return typeof m === 'string' ? m : '';
-}
-
 function httpStatus(e: unknown): number | undefined {
-  if (e instanceof ApiException) return e.code;
   const code = (e as { statusCode?: unknown } | null)?.statusCode;
   return typeof code === 'number' ? code : undefined;
 }
 
 /**
- * Maps a client-node failure of `<verb> <resource> [name]` into the taxonomy: 401/403 and other
- * client errors become KubeApiError (403 says which RBAC rule is missing); 409, 429, 5xx and
- * transport failures become DatastoreUnavailableError (retryable).
+ * Maps a failed API call `<verb> <resource> [name]` (an ApiHttpError, or a transport error) into
+ * the taxonomy: 401/403 and other client errors become KubeApiError (403 says which RBAC rule is
+ * missing); 409, 429, 5xx and transport failures become DatastoreUnavailableError (retryable).
  */
 export function kubeError(verb: string, resource: string, name: string | undefined, e: unknown): WeftError {
   if (e instanceof WeftError) return e;
   const what = `${resource}${name ? ` ${JSON.stringify(name)}` : ''}`;
   const status = httpStatus(e);
-  const detail = e instanceof ApiException ? statusMessage(e.body) : (e as Error).message;
+  const detail = (e as Error).message;
   if (status === undefined || status === 409 || status === 429 || status >= 500) {
     return new DatastoreUnavailableError(`failed to ${verb} ${what}: ${status ? `HTTP ${status}: ` : ''}${detail}`, { cause: e });
   }
