@@ -41,8 +41,11 @@ class Index<T> {
     return last;
   }
 
-  /** Drops `owner`'s `entries`; those no owner wants any more go to `gone`, the rest's winners to `rewrite`. */
-  remove(owner: string, entries: readonly T[], gone: T[], rewrite: T[]): void {
+  /**
+   * Drops `owner`'s `entries`; those no owner wants any more go to `gone`, the winners of the
+   * others to `rewrite` (when the caller wants them).
+   */
+  remove(owner: string, entries: readonly T[], gone?: T[], rewrite?: T[]): void {
     for (const e of entries) {
       const k = this.#key(e);
       const owned = this.#byKey.get(k);
@@ -50,7 +53,7 @@ class Index<T> {
       if (!(owned instanceof Map)) {
         if (owned.owner !== owner) continue;
         this.#byKey.delete(k);
-        gone.push(e);
+        gone?.push(e);
         continue;
       }
       if (!owned.delete(owner)) continue;
@@ -58,7 +61,7 @@ class Index<T> {
         const [o, entry] = owned.entries().next().value!;
         this.#byKey.set(k, { owner: o, entry });
       }
-      rewrite.push(this.get(k)!);
+      rewrite?.push(this.get(k)!);
     }
   }
 
@@ -125,11 +128,9 @@ export class DesiredState {
     if (before === EMPTY && !state) return;
     if (state) this.#owners.set(owner, state);
     else this.#owners.delete(owner);
-    const drop: never[] = [];
-    this.#routes.remove(owner, before.routes, drop, drop);
-    this.#neighs.remove(owner, before.neighs, drop, drop);
-    this.#fdb.remove(owner, before.fdb, drop, drop);
-    drop.length = 0;
+    this.#routes.remove(owner, before.routes);
+    this.#neighs.remove(owner, before.neighs);
+    this.#fdb.remove(owner, before.fdb);
     if (!state) return;
     this.#routes.add(owner, state.routes);
     this.#neighs.add(owner, state.neighs);
