@@ -99,8 +99,9 @@ async function runWeftd(args: string[], env: Record<string, string>, peers: numb
       await new Promise((r) => setTimeout(r, 5));
     }
     const routes = (await ns.ip('route', 'show', 'proto', '201')).trim().split('\n').filter(Boolean).length;
-    const fdb = (await ns.ipJson('neigh', 'show', 'dev', 'flannel.1')).length;
-    if (routes !== peers || fdb !== peers) throw new Error(`ready with ${routes} routes and ${fdb} neighbours, expected ${peers}`);
+    const neighs = (await ns.ipJson('neigh', 'show', 'dev', 'flannel.1')).length;
+    const fdb = (await ns.bridgeJson('fdb', 'show', 'dev', 'flannel.1')).filter((e) => e.dst !== undefined).length;
+    if (routes !== peers || neighs !== peers || fdb !== peers) throw new Error(`ready with ${routes} routes, ${neighs} neighbours and ${fdb} FDB entries, expected ${peers} of each`);
     const pid = d.proc.pid!;
     let idleCpuPct: number | undefined;
     if (idle) {
