@@ -52,3 +52,14 @@ test('the CNI server is a chunk of its own that loads no datastore client, gRPC 
   assert.ok(!start.has('src/cni/server.ts') && !start.has('src/cni/pod.ts'), 'the CNI server is loaded at start');
   for (const pkg of ['etcd3', '@grpc/grpc-js', '@kubernetes/client-node', 'prom-client']) assert.ok(!has(cni, pkg), `the CNI server loads ${pkg}`);
 });
+
+test('network policy is a chunk of its own, loaded by no mode, the agent or the CNI server without --network-policy', async () => {
+  const meta = await metafile();
+  const policy = loadedWith(meta, outputOf(meta, 'src/policy/enforcer.ts'));
+  assert.ok(policy.has('src/policy/render.ts') && policy.has('src/k8s/reflector.ts'), 'the enforcer brings its renderer and watches');
+  for (const pkg of ['etcd3', '@grpc/grpc-js']) assert.ok(!has(policy, pkg), `network policy loads ${pkg}`);
+  for (const part of [ENTRY, 'src/lease/kube/source.ts', 'src/agent/agent.ts', 'src/cni/server.ts']) {
+    const loaded = loadedWith(meta, outputOf(meta, part));
+    for (const file of ['src/policy/enforcer.ts', 'src/policy/render.ts', 'src/k8s/reflector.ts']) assert.ok(!loaded.has(file), `${part} loads ${file}`);
+  }
+});
