@@ -115,6 +115,8 @@ export class PolicyEnforcer {
   #appliedKnown = false;
   /** The listing right after our last apply (undefined: no table). */
   #golden: string | undefined;
+  /** Applies sent, so a listing taken across one is not mistaken for drift. */
+  #applies = 0;
   /** Bumped by every change; an apply covers the generation it started with. */
   #generation = 0;
   #appliedGeneration = -1;
@@ -291,7 +293,7 @@ export class PolicyEnforcer {
       this.#again = false;
       const generation = this.#generation;
       try {
-        await this.#apply();
+        const loaded = await this.#apply();
         backoff.reset();
         this.#failure = undefined;
         this.#appliedGeneration = generation;
@@ -299,6 +301,9 @@ export class PolicyEnforcer {
         const waiting = this.#applyWaiters;
         this.#applyWaiters = waiting.filter((w) => w.generation > generation);
         for (const w of waiting) if (w.generation <= generation) w.resolve();
+        // What the repair compares with, taken after the waiters are answered (a large table takes
+        // hundreds of milliseconds to list).
+        if (loaded) this.#golden = this.#applied ? await this.#list() : undefined;
       } catch (e) {
         this.#appliedKnown = false;
         if (String(e) !== String(this.#failure)) this.#log.error('network policy: failed to apply the rules; trying again', { err: e });
@@ -310,18 +315,22 @@ export class PolicyEnforcer {
     } while (this.#again && !this.#stop.signal.aborted);
   }
 
-  /** Renders the model and sends what differs from the loaded rules (all of it when unknown). */
-  async #apply(): Promise<void> {
+  /**
+   * Renders the model and sends what differs from the loaded rules (all of it when unknown);
+   * returns whether anything was sent.
+   */
+  async #apply(): Promise<boolean> {
     const next = renderPolicy(this.#model(), this.#o.node);
     const script = this.#appliedKnown ? policyUpdate(this.#applied, next) : policyScript(next);
-    if (script === '') return;
+    if (script === '') return false;
     const had = this.#applied !== undefined;
+    this.#applies++;
     await mustRun(this.#run, `apply nftables table inet ${NFT_POLICY_TABLE}`, ['nft', '-f', '-'], script);
     this.#applied = next;
     this.#appliedKnown = true;
-    this.#golden = next ? await this.#list() : undefined;
     if (!next && had) this.#log.info(`network policy: no policy selects a pod of this node; table inet ${NFT_POLICY_TABLE} removed`);
     else if (next && !had) this.#log.info(`network policy: enforcing in table inet ${NFT_POLICY_TABLE}`, { policies: this.#policies.size });
+    return true;
   }
 
   /** `nft list table inet weft-policy`, or undefined when it does not exist. */
@@ -336,8 +345,10 @@ export class PolicyEnforcer {
   /** Compares the table with the listing of our last apply; loads it whole again when they differ. */
   async #checkTable(): Promise<void> {
     if (!this.#appliedKnown || this.#applying) return;
+    const applies = this.#applies;
     const listing = await this.#list();
-    if (this.#applying || !this.#appliedKnown) return;
+    // An apply since (or still listing its own result) makes this listing no evidence of drift.
+    if (this.#applying || !this.#appliedKnown || applies !== this.#applies) return;
     if (listing === this.#golden) return;
     this.#log.warn(`network policy: table inet ${NFT_POLICY_TABLE} was changed by something else; loading it again`, {
       state: listing === undefined ? 'missing' : this.#golden === undefined ? 'present, wanted absent' : 'altered',

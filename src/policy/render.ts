@@ -56,7 +56,7 @@ import { createHash } from 'node:crypto';
 import { bits, formatIP, lastIP } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
 import { matchesLabels } from '../k8s/label-selector.ts';
-import { peerMatches, policiesSelecting, resolvePort } from './evaluate.ts';
+import { byNamespace, podsMatching, policiesSelecting, resolvePort } from './evaluate.ts';
 import type { Direction } from './evaluate.ts';
 import type { NetworkPolicy, Pod, PolicyModel, PolicyPort, PolicyRule, Protocol } from './model.ts';
 
@@ -192,8 +192,8 @@ function peerRanges(model: PolicyModel, policy: NetworkPolicy, rule: PolicyRule,
       if (peer.cidr.ip.family === f) ranges.push(...subtract([cidrRange(peer.cidr)], peer.except.map(cidrRange)));
       continue;
     }
-    for (const pod of model.pods) {
-      for (const ip of pod.ips) if (ip.family === f && peerMatches(model, peer, policy.namespace, pod, ip)) ranges.push(ipRange(ip));
+    for (const pod of podsMatching(model, peer, policy.namespace)) {
+      for (const ip of pod.ips) if (ip.family === f) ranges.push(ipRange(ip));
     }
   }
   return merge(ranges);
@@ -272,7 +272,7 @@ function policyRules(model: PolicyModel, sets: NftSet[], dir: Direction, f: Fami
 
 /** The local pods `policy` selects. */
 function targetsOf(policy: NetworkPolicy, local: readonly Pod[]): Pod[] {
-  return local.filter((p) => p.namespace === policy.namespace && matchesLabels(policy.podSelector, p.labels));
+  return (byNamespace(local).get(policy.namespace) ?? []).filter((p) => matchesLabels(policy.podSelector, p.labels));
 }
 
 /** The sets and chains enforcing `model` on `node`'s pods; undefined when no policy selects one. */
