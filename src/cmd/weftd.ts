@@ -5,18 +5,21 @@
  * Only the flags are read before anything else is loaded: each part is imported when the run
  * needs it, so `--version` loads neither datastore client nor winston, etcd mode never loads the
  * Kubernetes client, kube mode never loads the etcd client, metrics cost nothing with
- * --healthz-port=0, and the admin socket (weftctl's) is loaded beside the agent
- * (test/unit/cmd/weftd-imports.test.ts holds the graph to that).
+ * --healthz-port=0, network policy costs nothing without --network-policy, and the admin socket
+ * (weftctl's) is loaded beside the agent (test/unit/cmd/weftd-imports.test.ts holds the graph to
+ * that).
  */
 import { runCommand } from '../cli.ts';
 import { parseFlags, VERSION } from '../config/flags.ts';
 import type { Flags } from '../config/flags.ts';
 import { WeftError } from '../errors.ts';
+import type { KubeLeaseSource } from '../lease/kube/source.ts';
 import type { LeaseSource, SourceObserver } from '../lease/source.ts';
 import type { Logger } from '../log.ts';
 import type { HealthServer } from '../server/http.ts';
 import type { Metrics } from '../server/metrics.ts';
 import type { NetlinkHandle } from '../netlink/index.ts';
+import type { PolicyEnforcer } from '../policy/enforcer.ts';
 
 async function leaseSource(flags: Flags, log: Logger, observer: SourceObserver | undefined): Promise<LeaseSource> {
   if (flags.kubeSubnetMgr) {
@@ -37,13 +40,31 @@ async function leaseSource(flags: Flags, log: Logger, observer: SourceObserver |
 }
 
 /**
- * The CNI server beside subnet.env, its module loaded only here. weftd runs on without it: pods
- * are then wired by the plugin's fallback, as before.
+ * NetworkPolicy enforcement (--network-policy, kube mode), its modules loaded only here. A node
+ * that cannot enforce (no nft, no br_netfilter) stops weftd with an error naming what is missing.
  */
-async function startCni(flags: Flags, handle: NetlinkHandle, log: Logger): Promise<{ close(): Promise<void> } | undefined> {
+async function startPolicy(flags: Flags, source: LeaseSource, log: Logger, signal: AbortSignal): Promise<PolicyEnforcer | undefined> {
+  if (!flags.networkPolicy) return undefined;
+  const [{ PolicyEnforcer }, { kubeConfigFromFlags }, { KubeHttp }] = await Promise.all([
+    import('../policy/enforcer.ts'), import('../lease/kube/client.ts'), import('../lease/kube/http.ts'),
+  ]);
+  const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl }));
+  const node = await (source as KubeLeaseSource).nodeName(signal);
+  const enforcer = new PolicyEnforcer({ http, node, log: log.child({ component: 'network-policy' }), resyncSeconds: flags.iptablesResync });
+  await enforcer.start(signal);
+  return enforcer;
+}
+
+/**
+ * The CNI server beside subnet.env, its module loaded only here. weftd runs on without it: pods
+ * are then wired by the plugin's fallback, as before (and network policy learns of them from
+ * the Pods watch only).
+ */
+async function startCni(flags: Flags, handle: NetlinkHandle, log: Logger, policy: PolicyEnforcer | undefined): Promise<{ close(): Promise<void> } | undefined> {
   try {
     const { startCniServer } = await import('../cni/server.ts');
-    return await startCniServer({ subnetFile: flags.subnetFile, host: handle, log: log.child({ component: 'cni' }) });
+    const pods = policy && { wired: policy.podWired.bind(policy), unwired: policy.podUnwired.bind(policy) };
+    return await startCniServer({ subnetFile: flags.subnetFile, host: handle, log: log.child({ component: 'cni' }), ...(pods ? { pods } : {}) });
   } catch (e) {
     log.warn('not serving CNI requests: the plugin falls back to wiring pods itself', { err: e });
     return undefined;
@@ -75,9 +96,16 @@ async function main(argv: string[]): Promise<number> {
     import('../netlink/index.ts'),
     import('../admin/server.ts'),
   ]);
+  let policy: PolicyEnforcer | undefined;
+  try {
+    policy = await startPolicy(flags, source, log, stop.signal);
+  } catch (e) {
+    await source.close();
+    throw e;
+  }
   const handle = NetlinkHandle.open();
   const view = new AgentView();
-  const cni = await startCni(flags, handle, log);
+  const cni = await startCni(flags, handle, log, policy);
   let health: HealthServer | undefined;
   let admin: { close(): Promise<void> } | undefined;
   try {
@@ -93,6 +121,7 @@ async function main(argv: string[]): Promise<number> {
     if (!stop.signal.aborted) throw e;
   } finally {
     await cni?.close();
+    await policy?.stop();
     await admin?.close();
     await source.close();
     handle.close();

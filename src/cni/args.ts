@@ -71,3 +71,17 @@ export function parseArgs(env: Readonly<Record<string, string | undefined>>): Cn
   if (needs.includes('path') && path.length === 0) throw invalid('CNI_PATH', 'lists no directory');
   return { command: verb, containerId, ifname, netns, path };
 }
+
+/**
+ * The Pod a call is for, from CNI_ARGS as the kubelet's runtimes set it
+ * (`IgnoreUnknown=1;K8S_POD_NAMESPACE=<ns>;K8S_POD_NAME=<name>;…`); undefined when either is absent.
+ */
+export function podOfArgs(env: Readonly<Record<string, string | undefined>>): { namespace: string; name: string } | undefined {
+  const pairs = new Map((env['CNI_ARGS'] ?? '').split(';').map((kv) => {
+    const eq = kv.indexOf('=');
+    return [eq < 0 ? kv : kv.slice(0, eq), eq < 0 ? '' : kv.slice(eq + 1)] as const;
+  }));
+  const namespace = pairs.get('K8S_POD_NAMESPACE');
+  const name = pairs.get('K8S_POD_NAME');
+  return namespace && name ? { namespace, name } : undefined;
+}

@@ -24,10 +24,12 @@ import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { WeftError } from '../errors.ts';
 import { formatIP } from '../ip/ip.ts';
+import type { IP } from '../ip/ip.ts';
 import { LOCAL_CODE } from '../local/protocol.ts';
 import { LocalServer } from '../local/server.ts';
 import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/index.ts';
+import { podOfArgs } from './args.ts';
 import type { CniArgs } from './args.ts';
 import { bridgeResult, planBridge } from './bridge.ts';
 import type { Allocation, BridgePlan } from './bridge.ts';
@@ -67,10 +69,19 @@ function readRequest(request: Json): { env: Env; stdin: string } {
   return { env: env as Env, stdin };
 }
 
+/** Told of the pods the server wires and unwires (weftd's network policy). */
+export interface PodObserver {
+  /** A pod got `ips`; the ADD answers once this resolves, and fails (rolled back) if it rejects. */
+  wired(pod: { namespace: string; name: string; containerId: string; ips: readonly IP[] }): Promise<void>;
+  unwired(containerId: string): void;
+}
+
 export interface CniServerOptions {
   /** weftd's own namespace, where the bridge and host ends live. */
   host: NetlinkHandle;
   log: Logger;
+  /** Told of pods wired (those whose CNI_ARGS name their Pod) and unwired. */
+  pods?: PodObserver;
   /** Unwired pod interfaces are deleted once no DEL came for this long; default 50 ms... */
   batchQuietMs?: number;
   /** ...or once the oldest has waited this long; default 10 s. */
@@ -214,10 +225,13 @@ export class CniServer {
       const wired = await wirePod(this.#o.host, plan, bridge, allocated, ifname, netns);
       const allocations = await allocated;
       await durable;
+      const pod = podOfArgs(env);
+      if (pod && this.#o.pods) await this.#o.pods.wired({ ...pod, containerId: id, ips: allocations.map((a) => a.address) });
       this.#o.log.info('wired pod', { container: id, ifname, veth: wired.hostVeth, addresses: allocations.map((a) => formatIP(a.address)) });
       return { exitCode: 0, stdout: JSON.stringify(convertResult(bridgeResult(plan, allocations, wired, ifname, netns), conf.cniVersion)) };
     } catch (e) {
       try {
+        this.#o.pods?.unwired(id);
         await unwirePod(this.#o.host, ifname, netns);
         await this.#deleteBatch();
         if ((await allocated.catch(() => [])).length > 0) await store.locked(() => store.release(id, ifname));
@@ -248,6 +262,7 @@ export class CniServer {
       this.#unwired.add(`${args.netns}\0${ifname}`);
       this.#scheduleBatch();
     }
+    this.#o.pods?.unwired(id);
     const store = new HostLocalStore(plan.storeDir, plan.network);
     await store.locked(() => store.release(id, ifname));
     removeState(conf.dataDir, id);

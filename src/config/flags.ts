@@ -48,6 +48,8 @@ export interface Flags {
   trafficRules: 'auto' | 'nftables' | 'iptables';
   /** Remove the traffic rules of Weft and flanneld, then exit. */
   cleanupTrafficRules: boolean;
+  /** Enforce NetworkPolicy on this node's pods (kube mode only). */
+  networkPolicy: boolean;
 }
 
 export const VERSION = '0.1.0';
@@ -131,6 +133,7 @@ const SPECS: FlagSpec[] = [
   { name: 'log-format', group: WEFT, help: 'log format', default: 'text', own: true, choices: ['text', 'json'] },
   { name: 'traffic-rules', group: WEFT, help: 'rules engine: auto (nftables when nft works, else iptables), nftables or iptables; EnableNFTables in net-conf.json means nftables', default: 'auto', own: true, choices: ['auto', 'nftables', 'iptables'] },
   { name: 'cleanup-traffic-rules', group: WEFT, help: 'remove the masquerade and forward rules of Weft and flanneld (both engines), then exit', kind: 'bool', default: false, own: true },
+  { name: 'network-policy', group: WEFT, help: 'enforce Kubernetes NetworkPolicy on this node\'s pods (needs --kube-subnet-mgr, nft and br_netfilter)', kind: 'bool', default: false, own: true },
   { name: 'resync-period', group: WEFT, help: 'seconds between full reconciles of the kernel state', kind: { min: 1, max: 86400 }, default: 30, own: true },
 ];
 
@@ -209,6 +212,9 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   const list = (name: string): string[] => get(name) as string[];
   const bool = (name: string): boolean => get(name) === true;
   const num = (name: string): number => get(name) as number;
+  if (bool('network-policy') && !bool('kube-subnet-mgr')) {
+    throw new ConfigError('--network-policy', 'needs --kube-subnet-mgr: NetworkPolicies, Pods and Namespaces are read from the Kubernetes API');
+  }
   return {
     etcdEndpoints: str('etcd-endpoints').split(',').map((s) => s.trim()).filter(Boolean),
     etcdPrefix: str('etcd-prefix'),
@@ -242,5 +248,6 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     resyncPeriod: num('resync-period'),
     trafficRules: str('traffic-rules') as Flags['trafficRules'],
     cleanupTrafficRules: bool('cleanup-traffic-rules'),
+    networkPolicy: bool('network-policy'),
   };
 }

@@ -23,7 +23,7 @@ import { contains, equalIP } from '../ip/ip.ts';
 import type { Family, IP } from '../ip/ip.ts';
 import { tryParseIP } from '../ip/ip.ts';
 import { matchesLabels } from '../k8s/label-selector.ts';
-import type { NetworkPolicy, Peer, Pod, PolicyModel, PolicyPort, PolicyRule, Protocol } from './model.ts';
+import type { Namespace, NetworkPolicy, Peer, Pod, PolicyModel, PolicyPort, PolicyRule, Protocol } from './model.ts';
 
 /** One end of a connection. */
 export type Endpoint =
@@ -36,14 +36,42 @@ export type Endpoint =
 
 export type Direction = 'ingress' | 'egress';
 
+const grouped = new WeakMap<readonly { namespace: string }[], Map<string, { namespace: string }[]>>();
+
+/**
+ * `list` grouped by namespace, built once per list (a render asks pods × policies questions of
+ * the same lists; the groups make them pods × policies of one namespace).
+ */
+export function byNamespace<T extends { namespace: string }>(list: readonly T[]): Map<string, T[]> {
+  let groups = grouped.get(list) as Map<string, T[]> | undefined;
+  if (!groups) {
+    groups = new Map();
+    for (const x of list) {
+      const g = groups.get(x.namespace);
+      if (g) g.push(x);
+      else groups.set(x.namespace, [x]);
+    }
+    grouped.set(list, groups);
+  }
+  return groups;
+}
+
 /** The policies of a direction that select `pod` (none: it is not isolated in that direction). */
 export function policiesSelecting(model: PolicyModel, pod: Pod, dir: Direction): NetworkPolicy[] {
   if (pod.hostNetwork) return [];
-  return model.policies.filter((p) => p[dir] !== undefined && p.namespace === pod.namespace && matchesLabels(p.podSelector, pod.labels));
+  return (byNamespace(model.policies).get(pod.namespace) ?? []).filter((p) => p[dir] !== undefined && matchesLabels(p.podSelector, pod.labels));
 }
 
+/** Namespace labels by name, built once per namespace list: peers are matched pods × rules times. */
+const labelsByName = new WeakMap<readonly Namespace[], Map<string, Readonly<Record<string, string>>>>();
+
 function namespaceLabels(model: PolicyModel, name: string): Readonly<Record<string, string>> {
-  return model.namespaces.find((n) => n.name === name)?.labels ?? {};
+  let byName = labelsByName.get(model.namespaces);
+  if (!byName) {
+    byName = new Map(model.namespaces.map((n) => [n.name, n.labels]));
+    labelsByName.set(model.namespaces, byName);
+  }
+  return byName.get(name) ?? {};
 }
 
 /** Whether `peer` of a policy in `policyNs` matches the other end: `pod` when it is one, at `ip`. */
@@ -52,6 +80,16 @@ export function peerMatches(model: PolicyModel, peer: Peer, policyNs: string, po
   if (!pod || pod.hostNetwork) return false;
   if (peer.namespaceSelector ? !matchesLabels(peer.namespaceSelector, namespaceLabels(model, pod.namespace)) : pod.namespace !== policyNs) return false;
   return !peer.podSelector || matchesLabels(peer.podSelector, pod.labels);
+}
+
+/** The pods a pod peer (podSelector / namespaceSelector) of a policy in `policyNs` matches: as {@link peerMatches}, namespace by namespace. */
+export function podsMatching(model: PolicyModel, peer: Peer & { kind: 'pods' }, policyNs: string): Pod[] {
+  const out: Pod[] = [];
+  for (const [ns, pods] of byNamespace(model.pods)) {
+    if (peer.namespaceSelector ? !matchesLabels(peer.namespaceSelector, namespaceLabels(model, ns)) : ns !== policyNs) continue;
+    for (const pod of pods) if (!pod.hostNetwork && (!peer.podSelector || matchesLabels(peer.podSelector, pod.labels))) out.push(pod);
+  }
+  return out;
 }
 
 /** The port number a policy port stands for on `dst` (a named one resolved there), or undefined. */

@@ -56,7 +56,7 @@ import { createHash } from 'node:crypto';
 import { bits, formatIP, lastIP } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
 import { matchesLabels } from '../k8s/label-selector.ts';
-import { peerMatches, policiesSelecting, resolvePort } from './evaluate.ts';
+import { byNamespace, podsMatching, policiesSelecting, resolvePort } from './evaluate.ts';
 import type { Direction } from './evaluate.ts';
 import type { NetworkPolicy, Pod, PolicyModel, PolicyPort, PolicyRule, Protocol } from './model.ts';
 
@@ -72,14 +72,19 @@ const MAX_SET_NAME = 240;
 /** An inclusive range of addresses of one family, or of ports. */
 type Range = readonly [bigint, bigint];
 
-interface NftSet {
+/** A named set of the table. */
+export interface NftSet {
   name: string;
   type: string;
   interval: boolean;
   elements: string[];
 }
 
-interface Rendered {
+/**
+ * The rules enforcing a model on one node, before they become `nft` text: {@link policyScript}
+ * loads them whole, {@link policyUpdate} changes loaded ones into them.
+ */
+export interface PolicyRuleset {
   sets: NftSet[];
   /** Chains in script order, the base chain `forward` last. */
   chains: Map<string, string[]>;
@@ -187,8 +192,8 @@ function peerRanges(model: PolicyModel, policy: NetworkPolicy, rule: PolicyRule,
       if (peer.cidr.ip.family === f) ranges.push(...subtract([cidrRange(peer.cidr)], peer.except.map(cidrRange)));
       continue;
     }
-    for (const pod of model.pods) {
-      for (const ip of pod.ips) if (ip.family === f && peerMatches(model, peer, policy.namespace, pod, ip)) ranges.push(ipRange(ip));
+    for (const pod of podsMatching(model, peer, policy.namespace)) {
+      for (const ip of pod.ips) if (ip.family === f) ranges.push(ipRange(ip));
     }
   }
   return merge(ranges);
@@ -217,7 +222,7 @@ function setName(dir: Direction, f: Family, policy: NetworkPolicy, part: string)
  * The rules (and their sets) of one policy for one direction and family: one per rule, two for
  * an egress rule with numeric and named ports. `targets` are the local pods it selects.
  */
-function renderPolicy(model: PolicyModel, sets: NftSet[], dir: Direction, f: Family, policy: NetworkPolicy, targets: Pod[]): string[] {
+function policyRules(model: PolicyModel, sets: NftSet[], dir: Direction, f: Family, policy: NetworkPolicy, targets: Pod[]): string[] {
   const ip = l3(f);
   const set = (part: string, type: string, interval: boolean, elements: string[]) => {
     const s: NftSet = { name: setName(dir, f, policy, part), type, interval, elements };
@@ -267,11 +272,11 @@ function renderPolicy(model: PolicyModel, sets: NftSet[], dir: Direction, f: Fam
 
 /** The local pods `policy` selects. */
 function targetsOf(policy: NetworkPolicy, local: readonly Pod[]): Pod[] {
-  return local.filter((p) => p.namespace === policy.namespace && matchesLabels(policy.podSelector, p.labels));
+  return (byNamespace(local).get(policy.namespace) ?? []).filter((p) => matchesLabels(policy.podSelector, p.labels));
 }
 
 /** The sets and chains enforcing `model` on `node`'s pods; undefined when no policy selects one. */
-function render(model: PolicyModel, node: string): Rendered | undefined {
+export function renderPolicy(model: PolicyModel, node: string): PolicyRuleset | undefined {
   const local = model.pods.filter((p) => p.node === node && !p.hostNetwork && p.ips.length > 0);
   const key = (p: NetworkPolicy) => `${p.namespace}/${p.name}`;
   const policies = [...model.policies].sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
@@ -290,7 +295,7 @@ function render(model: PolicyModel, node: string): Rendered | undefined {
       const rules: string[] = [];
       for (const policy of policies) {
         const targets = policy[dir] ? targetsOf(policy, local) : [];
-        if (targets.length > 0) rules.push(...renderPolicy(model, sets, dir, f, policy, targets));
+        if (targets.length > 0) rules.push(...policyRules(model, sets, dir, f, policy, targets));
       }
       chains.set(name, [...rules, 'drop']);
       jumps.push(`${l3(f)} ${dir === 'egress' ? 'saddr' : 'daddr'} @${name} jump ${name}`);
@@ -316,25 +321,73 @@ function render(model: PolicyModel, node: string): Rendered | undefined {
 /** `nft -f` lines deleting table `inet weft-policy` whether or not it exists. */
 const DELETE_TABLE = [`table inet ${NFT_POLICY_TABLE} {}`, `delete table inet ${NFT_POLICY_TABLE}`];
 
+/** A set's declaration, as the body of `set <name> { … }` lines or one `add set` line. */
+function setBody(s: NftSet): string[] {
+  return [`type ${s.type}`, ...(s.interval ? ['flags interval'] : []), ...(s.elements.length > 0 ? [`elements = { ${s.elements.join(', ')} }`] : [])];
+}
+
+/**
+ * The `nft -f` script that, in one transaction, replaces table `inet weft-policy` with
+ * `ruleset`, or only removes it when there is none. Equal inputs give byte-equal scripts.
+ */
+export function policyScript(ruleset: PolicyRuleset | undefined): string {
+  const lines = [...DELETE_TABLE];
+  if (ruleset) {
+    lines.push(`table inet ${NFT_POLICY_TABLE} {`);
+    for (const s of ruleset.sets) lines.push(`\tset ${s.name} {`, ...setBody(s).map((l) => `\t\t${l}`), '\t}');
+    for (const [name, rules] of ruleset.chains) lines.push(`\tchain ${name} {`, ...rules.map((l) => `\t\t${l}`), '\t}');
+    lines.push('}');
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/**
+ * The `nft -f` script that, in one transaction, turns the loaded `from` into `to` touching only
+ * what differs: a pod coming or going changes the elements of a few sets (flushed and filled
+ * again), a policy changed rewrites the chains holding its rules, and the rest of the table, with
+ * its thousands of elements, is not sent again. In order: the chains that change or go are
+ * flushed (so nothing refers to what is deleted next), chains and sets that go (or change type)
+ * are deleted, new ones added, changed sets refilled, and the changed chains' rules added. The
+ * whole script when either side has no table. Empty when nothing differs.
+ */
+export function policyUpdate(from: PolicyRuleset | undefined, to: PolicyRuleset | undefined): string {
+  if (!from || !to) return from === to ? '' : policyScript(to);
+  const t = `inet ${NFT_POLICY_TABLE}`;
+  const oldSets = new Map(from.sets.map((s) => [s.name, s]));
+  const newSets = new Map(to.sets.map((s) => [s.name, s]));
+  const sameType = (a: NftSet, b: NftSet) => a.type === b.type && a.interval === b.interval;
+  const sameRules = (a: readonly string[] | undefined, b: readonly string[]) => a !== undefined && a.length === b.length && a.every((l, i) => l === b[i]);
+  const changedChains = [...to.chains].filter(([name, rules]) => !sameRules(from.chains.get(name), rules));
+  const goneChains = [...from.chains.keys()].filter((name) => !to.chains.has(name));
+  const lines: string[] = [];
+  for (const [name] of changedChains) if (from.chains.has(name)) lines.push(`flush chain ${t} ${name}`);
+  for (const name of goneChains) lines.push(`flush chain ${t} ${name}`);
+  for (const name of goneChains) lines.push(`delete chain ${t} ${name}`);
+  for (const [name, s] of oldSets) {
+    const next = newSets.get(name);
+    if (!next || !sameType(s, next)) lines.push(`delete set ${t} ${name}`);
+  }
+  for (const [name, s] of newSets) {
+    const was = oldSets.get(name);
+    if (!was || !sameType(was, s)) lines.push(`add set ${t} ${name} { ${setBody(s).join('; ')}; }`);
+    else if (was.elements.join() !== s.elements.join()) {
+      lines.push(`flush set ${t} ${name}`);
+      if (s.elements.length > 0) lines.push(`add element ${t} ${name} { ${s.elements.join(', ')} }`);
+    }
+  }
+  for (const [name] of changedChains) if (!from.chains.has(name)) lines.push(`add chain ${t} ${name}`);
+  for (const [name, rules] of changedChains) {
+    // The base chain's first line is its declaration: kept by the flush, never a rule.
+    for (const rule of name === 'forward' ? rules.slice(1) : rules) lines.push(`add rule ${t} ${name} ${rule}`);
+  }
+  return lines.length === 0 ? '' : `${lines.join('\n')}\n`;
+}
+
 /**
  * The `nft -f` script that, in one transaction, replaces table `inet weft-policy` with the rules
  * enforcing `model`'s policies on the pods of `node`, or only removes it when no policy selects
  * one of them. Equal inputs give byte-equal scripts.
  */
 export function renderPolicyRules(model: PolicyModel, node: string): string {
-  const rendered = render(model, node);
-  const lines = [...DELETE_TABLE];
-  if (rendered) {
-    const { sets, chains } = rendered;
-    lines.push(`table inet ${NFT_POLICY_TABLE} {`);
-    for (const s of sets) {
-      lines.push(`\tset ${s.name} {`, `\t\ttype ${s.type}`);
-      if (s.interval) lines.push('\t\tflags interval');
-      if (s.elements.length > 0) lines.push(`\t\telements = { ${s.elements.join(', ')} }`);
-      lines.push('\t}');
-    }
-    for (const [name, rules] of chains) lines.push(`\tchain ${name} {`, ...rules.map((l) => `\t\t${l}`), '\t}');
-    lines.push('}');
-  }
-  return `${lines.join('\n')}\n`;
+  return policyScript(renderPolicy(model, node));
 }

@@ -14,21 +14,21 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { allowed } from '../../src/policy/evaluate.ts';
 import type { Protocol } from '../../src/policy/model.ts';
 import type { PolicyModel } from '../../src/policy/model.ts';
-import { BRIDGE_NF_SYSCTLS, NFT_POLICY_TABLE, renderPolicyRules } from '../../src/policy/render.ts';
+import { BRIDGE_NF_SYSCTLS, NFT_POLICY_TABLE, policyScript, policyUpdate, renderPolicy, renderPolicyRules } from '../../src/policy/render.ts';
+import type { PolicyRuleset } from '../../src/policy/render.ts';
 import { ALL_POLICIES, CASES, PROBES, expected, matrixOf, randomPolicies } from '../support/netpol-cases.ts';
 import type { Probe, State } from '../support/netpol-cases.ts';
 import { NAMESPACES, PODS, clusterModel, nodeOf, podIP, podObject, policyObject } from '../support/netpol-cluster.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
+import { Agent } from '../support/netpol-agent.ts';
 import { until } from '../support/until.ts';
 import type { Netns } from '../support/netns.ts';
 
-const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
 /** The host outside the cluster, routed through node-1 (as the truth tables' singles name it). */
 const OUTSIDE = '198.18.0.9';
 
@@ -79,80 +79,33 @@ test('every rendered script is accepted by the kernel, loads, replaces itself an
   });
 });
 
-/**
- * Serves TCP and UDP 80 and 81 (both families), and probes on request: `{id, ip, proto, port, ms}`
- * → `{id, ok}`, where a TCP connection refused counts as reached (its SYN got there).
- */
-const AGENT = `
-const net = require('node:net');
-const dgram = require('node:dgram');
-let up = 0;
-const ready = () => { if (++up === 4) process.stdout.write('ready\\n'); };
-for (const port of [80, 81]) {
-  net.createServer((c) => c.on('error', () => {}).end()).listen(port, '::', ready);
-  const s = dgram.createSocket('udp6');
-  s.on('message', (m, r) => s.send(m, r.port, r.address));
-  s.bind(port, '::', ready);
+/** `nft list table` of ours with its sets and chains in name order (their listed order is the order they were made in). */
+async function listing(ns: Netns): Promise<string> {
+  const text = await nft(ns, ['list', 'table', 'inet', NFT_POLICY_TABLE]);
+  const blocks = text.split(/\n(?=\t(?:set|chain) )/).slice(1).map((b) => b.replace(/\n}\n?$/, '').trim());
+  return blocks.sort().join('\n');
 }
-require('node:readline').createInterface({ input: process.stdin }).on('line', (line) => {
-  const { id, ip, proto, port, ms } = JSON.parse(line);
-  let answered = false;
-  const done = (ok) => { if (!answered) { answered = true; process.stdout.write(JSON.stringify({ id, ok }) + '\\n'); } };
-  if (proto === 'TCP') {
-    const c = net.connect({ host: ip, port });
-    const t = setTimeout(() => { c.destroy(); done(false); }, ms);
-    c.on('connect', () => { clearTimeout(t); c.destroy(); done(true); });
-    c.on('error', (e) => { clearTimeout(t); done(e.code === 'ECONNREFUSED'); });
-  } else {
-    const s = dgram.createSocket(ip.includes(':') ? 'udp6' : 'udp4');
-    const t = setTimeout(() => { s.close(); done(false); }, ms);
-    s.on('message', () => { clearTimeout(t); s.close(); done(true); });
-    // A source port of its own: a port reused from an earlier state would find that state's
-    // conntrack entry and pass as established, as replies rightly do.
-    s.bind(20000 + id, () => s.send('probe', port, ip));
-  }
-});`;
 
-/** A process in a namespace that serves and probes. */
-class Agent {
-  readonly #child;
-  readonly #waiting = new Map<number, (ok: boolean) => void>();
-  readonly #exited;
-  #next = 0;
-
-  constructor(ns: Netns) {
-    this.#child = spawn('ip', ['netns', 'exec', ns.name, NODE, '-e', AGENT], { stdio: ['pipe', 'pipe', 'inherit'] });
-    this.#exited = once(this.#child, 'exit');
-  }
-
-  async started(): Promise<void> {
-    const lines = createInterface({ input: this.#child.stdout! });
-    const ready = new Promise<void>((resolve) => {
-      lines.on('line', (line) => {
-        if (line === 'ready') return resolve();
-        const { id, ok } = JSON.parse(line) as { id: number; ok: boolean };
-        this.#waiting.get(id)?.(ok);
-        this.#waiting.delete(id);
-      });
-    });
-    await Promise.race([ready, this.#exited.then(() => assert.fail('an agent exited before it was ready'))]);
-  }
-
-  /** Whether a new `proto` connection (or datagram answered) to `ip`:`port` succeeds within `ms`. */
-  probe(ip: string, proto: Protocol, port: number, ms: number): Promise<boolean> {
-    const id = this.#next++;
-    const answer = new Promise<boolean>((resolve) => this.#waiting.set(id, resolve));
-    this.#child.stdin!.write(`${JSON.stringify({ id, ip, proto, port, ms })}\n`);
-    return answer;
-  }
-
-  async stop(): Promise<void> {
-    if (this.#child.exitCode === null && this.#child.signalCode === null) {
-      this.#child.kill('SIGTERM');
-      await this.#exited;
+test('an update from one loaded ruleset to the next leaves the table a fresh load of the next would', { skip: needsRoot }, async () => {
+  await withNetns(['npupdate'], async (ns) => {
+    const rulesets: [string, PolicyRuleset | undefined][] = CASES.flatMap((c) => c.states.map((s): [string, PolicyRuleset | undefined] => [s.what, renderPolicy(stateModel(s), 'node-1')]));
+    rulesets.push(['every policy at once', renderPolicy(stateModel({ what: '', policies: [...ALL_POLICIES] }), 'node-1')], ['the first again', rulesets[0]![1]]);
+    let loaded: PolicyRuleset | undefined;
+    let updates = 0;
+    for (const [what, next] of rulesets) {
+      if (!next) continue;
+      await nft(ns, ['-f', '-'], policyScript(next));
+      const fresh = await listing(ns);
+      await nft(ns, ['-f', '-'], policyScript(loaded));
+      const update = policyUpdate(loaded, next);
+      await nft(ns, ['-f', '-'], update).catch((e: Error) => assert.fail(`${what}: ${e.message}\n${update}`));
+      if (loaded) updates++;
+      assert.equal(await listing(ns), fresh, `${what}, after the update:\n${update}`);
+      loaded = next;
     }
-  }
-}
+    assert.ok(updates > 20, `${updates} updates`);
+  });
+});
 
 test('on two nodes, same-node (bridged) and cross-node (routed) traffic is enforced exactly as the truth tables say', { skip: needsRoot }, async () => {
   await withNetns(['npnode1', 'npnode2', 'npout', ...PODS.map((p) => `np-${p.replace('/', '')}`)], async (node1, node2, outside, ...pods) => {

@@ -236,16 +236,29 @@ export class Cluster {
     };
   }
 
-  /** A pod on `node` through the native plugin's ADD (weftd's CNI server, or the fallback). */
-  async addPod(node: ClusterNode): Promise<Pod> {
+  /**
+   * A pod on `node` through the native plugin's ADD (weftd's CNI server, or the fallback);
+   * `k8s` names its Pod in CNI_ARGS, as the kubelet's runtime does.
+   */
+  async addPod(node: ClusterNode, k8s?: { namespace: string; name: string }): Promise<Pod> {
     const ns = await this.#netns(`pod${++this.#pods}`);
     const id = `pod-${this.#pods}`;
-    const r = await callPlugin(PLUGIN_BIN, node.ns, { command: 'ADD', containerId: id, ifname: 'eth0', netns: ns.path }, this.cniConfig(node));
+    const env = k8s ? { CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${k8s.namespace};K8S_POD_NAME=${k8s.name};K8S_POD_INFRA_CONTAINER_ID=${id}` } : undefined;
+    const r = await callPlugin(PLUGIN_BIN, node.ns, { command: 'ADD', containerId: id, ifname: 'eth0', netns: ns.path, ...(env ? { env } : {}) }, this.cniConfig(node));
     if (r.code !== 0 || !r.json) throw new Error(`weft ADD on ${node.name} failed: ${r.stdout}${r.stderr}`);
     const ips = (r.json.ips as { address: string }[]).map((i) => i.address.split('/')[0]!);
     const pod: Pod = { node, ns, id, ip: ips.find((a) => !a.includes(':'))!, ipv6: ips.find((a) => a.includes(':')) };
     this.pods.push(pod);
     return pod;
+  }
+
+  /** Removes `pod`: the plugin's DEL, then its namespace. */
+  async removePod(pod: Pod): Promise<void> {
+    const r = await callPlugin(PLUGIN_BIN, pod.node.ns, { command: 'DEL', containerId: pod.id, ifname: 'eth0', netns: pod.ns.path }, this.cniConfig(pod.node));
+    if (r.code !== 0) throw new Error(`weft DEL on ${pod.node.name} failed: ${r.stdout}${r.stderr}`);
+    this.pods.splice(this.pods.indexOf(pod), 1);
+    this.#namespaces.splice(this.#namespaces.indexOf(pod.ns), 1);
+    await pod.ns.remove();
   }
 
   /** Whether one ping from `from` reaches `to` (IPv4, or IPv6 with `v6`). */

@@ -111,14 +111,17 @@ test('daemonset.yaml parses and holds flannel-named objects in one namespace', (
   assert.equal(one('ClusterRole').metadata.name, 'flannel');
 });
 
-test("the ClusterRole grants flannel's minimum and nothing more", () => {
+test("the ClusterRole grants flannel's minimum, list/watch of what network policy reads, and nothing more", () => {
   const role = one<ClusterRole>('ClusterRole');
   const grants: string[] = [];
   for (const rule of role.rules) {
     assert.deepEqual(Object.keys(rule).sort(), ['apiGroups', 'resources', 'verbs'], 'no resourceNames, nonResourceURLs or other keys');
     for (const g of rule.apiGroups ?? []) for (const r of rule.resources ?? []) for (const v of rule.verbs ?? []) grants.push(`${g}/${r}:${v}`);
   }
-  assert.deepEqual(grants.sort(), ['/nodes/status:patch', '/nodes:get', '/nodes:list', '/nodes:watch', '/pods:get']);
+  assert.deepEqual(grants.sort(), [
+    '/namespaces:list', '/namespaces:watch', '/nodes/status:patch', '/nodes:get', '/nodes:list', '/nodes:watch', '/pods:get', '/pods:list', '/pods:watch',
+    'networking.k8s.io/networkpolicies:list', 'networking.k8s.io/networkpolicies:watch',
+  ]);
 });
 
 test("the binding ties that role to the DaemonSet's ServiceAccount", () => {

@@ -57,3 +57,14 @@ test('the CNI server is a chunk of its own that loads no datastore client or met
   assert.ok(!cni.has(ETCD_CLIENT) && !has(cni, '@kubernetes/client-node'), 'the CNI server loads a datastore client');
   assert.ok(!cni.has('src/server/metrics.ts'), 'the CNI server loads metrics');
 });
+
+test('network policy is a chunk of its own, loaded by no mode, the agent or the CNI server without --network-policy', async () => {
+  const meta = await metafile();
+  const policy = loadedWith(meta, outputOf(meta, 'src/policy/enforcer.ts'));
+  assert.ok(policy.has('src/policy/render.ts') && policy.has('src/k8s/reflector.ts'), 'the enforcer brings its renderer and watches');
+  assert.ok(!policy.has(ETCD_CLIENT), 'network policy loads the etcd client');
+  for (const part of [ENTRY, 'src/lease/kube/source.ts', 'src/agent/agent.ts', 'src/cni/server.ts']) {
+    const loaded = loadedWith(meta, outputOf(meta, part));
+    for (const file of ['src/policy/enforcer.ts', 'src/policy/render.ts', 'src/k8s/reflector.ts']) assert.ok(!loaded.has(file), `${part} loads ${file}`);
+  }
+});

@@ -36,6 +36,8 @@ test("defaults are flanneld's", () => {
   assert.equal(f.healthzIp, '0.0.0.0');
   assert.equal(f.healthzPort, 0);
   assert.equal(f.resyncPeriod, 30);
+  assert.equal(f.networkPolicy, false, 'network policy is asked for (daemonset.yaml does)');
+  assert.equal(parseFlags(['--kube-subnet-mgr', '--network-policy'], {}).networkPolicy, true);
 });
 
 test('--flag=value, --flag value, -flag, bare booleans and repeatable flags', () => {
@@ -71,6 +73,7 @@ test('bad values stop start-up with a ConfigError naming the flag and the value'
     [['--no-such-flag'], {}, '--no-such-flag', /unknown option/],
     [['--log-format=xml'], {}, '--log-format', /xml/],
     [['stray'], {}, 'command line', /too many arguments/],
+    [['--network-policy'], {}, '--network-policy', /needs --kube-subnet-mgr/],
   ];
   for (const [argv, env, field, message] of cases) {
     assert.throws(() => parseFlags(argv, env), (e: unknown) => {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { renderPolicyRules } from '../../../src/policy/render.ts';
+import { policyScript, policyUpdate, renderPolicy, renderPolicyRules } from '../../../src/policy/render.ts';
 import { ALL_POLICIES } from '../../support/netpol-cases.ts';
 import { clusterModel, podIP, podObject, policyObject } from '../../support/netpol-cluster.ts';
 import { isInvalid, parsePod } from '../../../src/policy/model.ts';
@@ -178,4 +178,41 @@ test('two pods sharing an address (one terminating, one new) give each element o
   assert.deepEqual(sets.get('in4_x_named_0_to'), ['10.244.1.11 . tcp . 80-81']);
   assert.deepEqual(sets.get('eg4_x_named_pods'), ['10.244.1.11']);
   assert.deepEqual(sets.get('eg4_x_named_0_to_named'), ['10.244.1.11 . tcp . 80-81', '10.244.2.12 . tcp . 80']);
+});
+
+test('an update between two rulesets touches only what differs', () => {
+  const deny = policyObject('x', 'deny', { podSelector: { matchLabels: { pod: 'a' } }, ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }] });
+  const before = renderPolicy(clusterModel([deny]), 'node-1');
+  assert.equal(policyUpdate(before, renderPolicy(clusterModel([deny]), 'node-1')), '', 'nothing differs, nothing sent');
+  // x/c relabelled pod=b: one set gains its address, no chain changes.
+  const relabelled = renderPolicy(clusterModel([deny], { pods: { 'x/c': podObject('x/c', { pod: 'b' }) } }), 'node-1');
+  assert.equal(policyUpdate(before, relabelled), 'flush set inet weft-policy in4_x_deny_0_from\nadd element inet weft-policy in4_x_deny_0_from { 10.244.1.13, 10.244.2.12 }\n');
+  // The policy loses its peers: their set goes, the chain is rewritten, the flush coming first.
+  const open = renderPolicy(clusterModel([policyObject('x', 'deny', { podSelector: { matchLabels: { pod: 'a' } }, ingress: [{}] })]), 'node-1');
+  assert.equal(policyUpdate(before, open), [
+    'flush chain inet weft-policy ingress4',
+    'delete set inet weft-policy in4_x_deny_0_from',
+    'add rule inet weft-policy ingress4 ip daddr @in4_x_deny_pods return',
+    'add rule inet weft-policy ingress4 drop',
+    '',
+  ].join('\n'));
+  // An egress policy appears: new sets and chain, and the base chain gains its jump.
+  const out = policyObject('x', 'out', { podSelector: { matchLabels: { pod: 'a' } }, policyTypes: ['Egress'] });
+  const both = renderPolicy(clusterModel([deny, out]), 'node-1');
+  const update = policyUpdate(before, both);
+  assert.match(update, /^flush chain inet weft-policy forward\n/);
+  assert.match(update, /\nadd set inet weft-policy egress4 \{ type ipv4_addr; elements = \{ 10\.244\.1\.11 \}; \}\n/);
+  assert.match(update, /\nadd chain inet weft-policy egress4\n/);
+  assert.match(update, /\nadd rule inet weft-policy egress4 drop\n/);
+  assert.match(update, /\nadd rule inet weft-policy forward ct state established,related accept\n/);
+  assert.ok(!update.includes('type filter hook'), 'the base chain keeps its declaration');
+  assert.ok(update.indexOf('add chain inet weft-policy egress4') < update.indexOf('add rule inet weft-policy forward ip saddr @egress4 jump egress4'), 'the chain exists before the jump');
+  // And back: the chain goes after the jump to it.
+  const back = policyUpdate(both, before);
+  assert.ok(back.indexOf('flush chain inet weft-policy forward') < back.indexOf('delete chain inet weft-policy egress4'));
+  assert.match(back, /\ndelete set inet weft-policy egress4\n/);
+  // From or to no table at all: the whole script.
+  assert.equal(policyUpdate(undefined, before), policyScript(before));
+  assert.equal(policyUpdate(before, undefined), DELETE_ONLY);
+  assert.equal(policyUpdate(undefined, undefined), '');
 });

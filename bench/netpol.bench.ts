@@ -1,0 +1,209 @@
+/**
+ * make bench-netpol: NetworkPolicy enforced by weftd (issue #22) on a two-node cluster of the e2e
+ * harness (test/support/cluster.ts: real weftds in kube mode with --network-policy --ip-masq,
+ * host-gw, the test API server).
+ *
+ * - Traffic, 100 policies against none: a server pod on node-1 (wired by weftd's CNI server) and a
+ *   client pod on node-2; 100 policies select the server, the one allowing the client sorting
+ *   last, so every new connection walks all their rules. TCP connection setup rate (connect and
+ *   close, 8 at a time, WEFT_BENCH_SECONDS) and iperf3 bulk throughput, each round measuring
+ *   without and then with the policies; a ratio is the median of the rounds' ratios
+ *   (WEFT_BENCH_ROUNDS).
+ * - Scale: 1,000 policies over 2,000 pods on node-1, in 50 namespaces. SCALED: the 2,000 pods are
+ *   Pod objects with addresses (status.podIPs) on node-1, not wired pods: 2,000 CNI ADDs and
+ *   namespaces would take this shared 2-core machine many minutes and measure the CNI server,
+ *   not policy. The rules weftd renders and loads are the same as for wired pods (the renderer
+ *   sees Pods, not veths); only the server and client pods carry traffic.
+ *   - netpol_apply_p99_ms: a policy allowing the client is created (SAMPLES times, deleted in
+ *     between) and the client tries a new connection every 10 ms; the time from the API write to
+ *     the first connection that succeeds. p99 of the samples (the maximum when fewer than 100).
+ *   - netpol_start_ms: weftd on node-1 stopped, its table deleted, started again: the time from
+ *     its start to the table being there (it is loaded in one transaction, once every Pod,
+ *     Namespace and NetworkPolicy is listed); median of 3.
+ *   - netpol_rules: rules in node-1's table (lines of its chains, declarations excluded).
+ *
+ * Last line: netpol_apply_p99_ms=<> netpol_start_ms=<> netpol_conn_rate_ratio=<>
+ * netpol_throughput_ratio=<> netpol_rules=<>
+ */
+import { spawn } from 'node:child_process';
+import { Cluster } from '../test/support/cluster.ts';
+import type { Netns } from '../test/support/netns.ts';
+import { Agent } from '../test/support/netpol-agent.ts';
+import type { Obj } from '../test/support/kube-apiserver.ts';
+
+const SECONDS = Number(process.env.WEFT_BENCH_SECONDS ?? 5);
+const ROUNDS = Number(process.env.WEFT_BENCH_ROUNDS ?? 3);
+const SAMPLES = Number(process.env.WEFT_BENCH_SAMPLES ?? 30);
+const NAMESPACES = 50;
+const PODS = 2000;
+const POLICIES = 1000;
+const NODE = new URL('../node_modules/.bin/node', import.meta.url).pathname;
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
+/** TCP connections per second from `client` to `ip`:80, 8 at a time, for SECONDS. */
+async function connRate(client: Netns, ip: string): Promise<number> {
+  const script = `
+const net = require('node:net');
+const end = Date.now() + ${SECONDS * 1000};
+let n = 0;
+const one = () => new Promise((resolve) => { const c = net.connect({ host: '${ip}', port: 80 }); c.on('connect', () => { n++; c.destroy(); resolve(); }); c.on('error', () => resolve()); });
+(async () => { await Promise.all(Array.from({ length: 8 }, async () => { while (Date.now() < end) await one(); })); console.log(n / ${SECONDS}); })();`;
+  return Number((await client.exec(NODE, '-e', script)).trim());
+}
+
+/** iperf3 (TCP) from `client` to `server` at `ip`, in Gbit/s received. */
+async function iperf(server: Netns, client: Netns, ip: string): Promise<number> {
+  const srv = spawn('ip', ['netns', 'exec', server.name, 'iperf3', '-s', '-1', '-B', ip, '-p', '5201'], { stdio: 'ignore' });
+  try {
+    for (let i = 0; ; i++) {
+      try {
+        const out = await client.exec('iperf3', '-c', ip, '-p', '5201', '-t', String(SECONDS), '-J');
+        return (JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } }).end.sum_received.bits_per_second / 1e9;
+      } catch (e) {
+        if (i >= 20) throw e;
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+  } finally {
+    srv.kill();
+  }
+}
+
+const policy = (namespace: string, name: string, spec: Obj): Obj => ({ apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace, name }, spec });
+/** Allows the client namespace to the server on TCP 80 and 5201 (iperf3). */
+const allowClient = (name: string) => policy('srv', name, {
+  podSelector: { matchLabels: { app: 'server' } },
+  ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: 'client' } } }], ports: [{ port: 80 }, { port: 5201 }] }],
+});
+
+const c = await Cluster.start({ nodes: 2, backend: 'host-gw', mode: 'kube', weftdArgs: ['--network-policy', '--ip-masq'] });
+const agents: Agent[] = [];
+try {
+  const api = c.api!;
+  const [node1, node2] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
+  api.seed('namespaces', { metadata: { name: 'srv', labels: { team: 'server' } } });
+  api.seed('namespaces', { metadata: { name: 'cli', labels: { team: 'client' } } });
+  const realPod = async (namespace: string, name: string, app: string, node: typeof node1) => {
+    api.seed('pods', { metadata: { namespace, name, labels: { app } }, spec: { nodeName: node.name, containers: [{ name: 'c', image: 'x' }] }, status: { phase: 'Pending' } });
+    const pod = await c.addPod(node, { namespace, name });
+    api.modify('pods', name, (o) => void (o.status = { phase: 'Running', podIP: pod.ip, podIPs: [{ ip: pod.ip }] }), namespace);
+    return pod;
+  };
+  const server = await realPod('srv', 'server', 'server', node1);
+  const client = await realPod('cli', 'client', 'client', node2);
+  const serverAgent = new Agent(server.ns);
+  const clientAgent = new Agent(client.ns);
+  agents.push(serverAgent, clientAgent);
+  await Promise.all(agents.map((a) => a.started()));
+  const reaches = () => clientAgent.probe(server.ip, 'TCP', 80, 1000);
+  const waitFor = async (want: boolean) => {
+    const deadline = performance.now() + 120_000;
+    while ((await reaches()) !== want) {
+      if (performance.now() > deadline) throw new Error(`the client ${want ? 'never reaches' : 'still reaches'} the server\n${node1.daemon.log().slice(-3000)}`);
+      await new Promise((res) => setTimeout(res, 20));
+    }
+  };
+  await waitFor(true);
+
+  // Traffic: 100 policies against none.
+  const hundred = Array.from({ length: 100 }, (_, i) => i === 99 ? allowClient('p-099') : policy('srv', `p-${String(i).padStart(3, '0')}`, {
+    podSelector: { matchLabels: { app: 'server' } },
+    ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: `other-${i}` } } }], ports: [{ port: 1000 + i }, { protocol: 'UDP', port: 2000 + i }] }],
+  }));
+  const rates: number[][] = [[], []];
+  const gbps: number[][] = [[], []];
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const [k, set] of [[], hundred].entries()) {
+      for (const p of hundred) if (api.object('networkpolicies.networking.k8s.io', (p.metadata as Obj).name as string, 'srv')) api.remove('networkpolicies.networking.k8s.io', (p.metadata as Obj).name as string, 'srv');
+      for (const p of set) api.seed('networkpolicies.networking.k8s.io', p);
+      const listed = async () => (await node1.ns.exec('nft', 'list', 'tables')).includes('weft-policy');
+      for (let i = 0; (await listed()) !== (set.length > 0); i++) {
+        if (i > 500) throw new Error('the table did not follow the policies');
+        await new Promise((res) => setTimeout(res, 20));
+      }
+      await waitFor(true);
+      rates[k]!.push(await connRate(client.ns, server.ip));
+      gbps[k]!.push(await iperf(server.ns, client.ns, server.ip));
+    }
+  }
+  const rateRatio = median(rates[1]!.map((x, i) => x / rates[0]![i]!));
+  const tputRatio = median(gbps[1]!.map((x, i) => x / gbps[0]![i]!));
+  console.log(`connections/s without, with 100 policies: ${rates[0]!.map(Math.round).join(' ')} | ${rates[1]!.map(Math.round).join(' ')}`);
+  console.log(`Gbit/s without, with 100 policies: ${gbps[0]!.map((x) => x.toFixed(2)).join(' ')} | ${gbps[1]!.map((x) => x.toFixed(2)).join(' ')}`);
+
+  // Scale: 1,000 policies over 2,000 pods on node-1 (addresses only), the server denied to the
+  // client unless the measured policy allows it.
+  for (const p of hundred) api.remove('networkpolicies.networking.k8s.io', (p.metadata as Obj).name as string, 'srv');
+  api.seed('networkpolicies.networking.k8s.io', policy('srv', 'deny', { podSelector: {} }));
+  for (let n = 0; n < NAMESPACES; n++) api.seed('namespaces', { metadata: { name: `ns-${n}`, labels: { team: `team-${n % 25}` } } });
+  for (let i = 0; i < PODS; i++) {
+    const n = i % NAMESPACES;
+    const ip = `10.244.${100 + Math.floor(i / 250)}.${(i % 250) + 1}`;
+    api.seed('pods', {
+      metadata: { namespace: `ns-${n}`, name: `pod-${i}`, labels: { app: `app-${Math.floor(i / NAMESPACES) % 10}`, tier: i % 2 === 0 ? 'web' : 'db' } },
+      spec: { nodeName: node1.name, containers: [{ name: 'c', image: 'x', ports: [{ name: 'http', containerPort: 8080 }] }] },
+      status: { phase: 'Running', podIP: ip, podIPs: [{ ip }] },
+    });
+  }
+  for (let j = 0; j < POLICIES - 1; j++) {
+    const n = j % NAMESPACES;
+    api.seed('networkpolicies.networking.k8s.io', policy(`ns-${n}`, `policy-${j}`, {
+      podSelector: { matchLabels: { app: `app-${j % 10}` } },
+      ...(j % 4 === 0 ? { policyTypes: ['Ingress', 'Egress'], egress: [{ to: [{ ipBlock: { cidr: '10.0.0.0/8', except: ['10.244.0.0/16'] } }], ports: [{ port: 443 }] }] } : {}),
+      ingress: [{
+        from: [{ namespaceSelector: { matchLabels: { team: `team-${j % 25}` } }, podSelector: { matchLabels: { tier: 'web' } } }],
+        ports: [j % 5 === 0 ? { port: 'http' } : { port: 8000 + (j % 100), endPort: 8010 + (j % 100) }, { protocol: 'UDP', port: 53 }],
+      }],
+    }));
+  }
+  await waitFor(false);
+  const samples: number[] = [];
+  for (let s = 0; s < SAMPLES; s++) {
+    const t0 = performance.now();
+    api.seed('networkpolicies.networking.k8s.io', allowClient('allow-client'));
+    let done = false;
+    const tries: Promise<void>[] = [];
+    while (!done) {
+      if (performance.now() - t0 > 30_000) throw new Error('a policy change was not enforced within 30 s');
+      tries.push(clientAgent.probe(server.ip, 'TCP', 80, 200).then((ok) => {
+        if (ok && !done) {
+          done = true;
+          samples.push(performance.now() - t0);
+        }
+      }));
+      await new Promise((res) => setTimeout(res, 10));
+    }
+    await Promise.all(tries);
+    api.remove('networkpolicies.networking.k8s.io', 'allow-client', 'srv');
+    await waitFor(false);
+  }
+  samples.sort((a, b) => a - b);
+  const p99 = samples[Math.min(samples.length - 1, Math.ceil(samples.length * 0.99) - 1)]!;
+  const listing = await node1.ns.exec('nft', 'list', 'table', 'inet', 'weft-policy');
+  const rules = listing.split('\n').filter((l) => /^\t\t\S/.test(l) && !/^\t\t(type |flags |elements |policy )/.test(l) && !l.includes('type filter hook')).length;
+  console.log(`apply: median ${median(samples).toFixed(0)} ms, p99 ${p99.toFixed(0)} ms of ${SAMPLES}; table: ${rules} rules, ${listing.length >> 10} KiB as nft lists it`);
+
+  const starts: number[] = [];
+  for (let s = 0; s < 3; s++) {
+    await c.stopWeftd(node1);
+    await node1.ns.exec('nft', 'delete', 'table', 'inet', 'weft-policy');
+    const t0 = performance.now();
+    const ready = c.restartWeftd(node1);
+    while (!(await node1.ns.exec('nft', 'list', 'tables')).includes('weft-policy')) {
+      if (performance.now() - t0 > 120_000) throw new Error(`no table within 120 s\n${node1.daemon.log()}`);
+      await new Promise((res) => setTimeout(res, 10));
+    }
+    starts.push(performance.now() - t0);
+    await ready;
+  }
+  console.log(`start to rules: ${starts.map((x) => x.toFixed(0)).join(' ')} ms`);
+  console.log(`netpol_apply_p99_ms=${p99.toFixed(0)} netpol_start_ms=${median(starts).toFixed(0)} netpol_conn_rate_ratio=${rateRatio.toFixed(2)} netpol_throughput_ratio=${tputRatio.toFixed(2)} netpol_rules=${rules}`);
+} finally {
+  await Promise.all(agents.map((a) => a.stop()));
+  await c.stop();
+}

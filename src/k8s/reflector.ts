@@ -1,0 +1,247 @@
+/**
+ * A reflector: one resource of the API server kept in memory by list and watch, over node:https
+ * (KubeHttp) and as plain JSON, for the watches weftd needs beyond its Nodes (network policy's
+ * Pods, Namespaces and NetworkPolicies). It behaves as the Node watch of lease/kube/source.ts,
+ * whose DESIGN NOTES give the reasons:
+ * - paged lists (`limit`/`continue`); the first asks for resourceVersion=0 (the apiserver's watch
+ *   cache), a relist for no older than the version last seen, and only a 410 falls back to a
+ *   consistent list (from etcd), as client-go's reflector does;
+ * - a watch from the list's resourceVersion with bookmarks and a server-side timeout, resumed from
+ *   the last resourceVersion seen when it ends or stays silent for `watchSilenceMs`, relisted on
+ *   410 Gone (an ERROR event or an HTTP status);
+ * - events of one tick delivered as one batch, the last event of each object winning, so a burst
+ *   costs one update and nothing blocks the watch callback;
+ * - transport failures and 5xx retried (500 ms → 2 s with full jitter for watches, 1 s → 30 s
+ *   for lists), 401/403 not: they need an operator, and the error names the verb and resource.
+ */
+import { DatastoreUnavailableError, isRetryable } from '../errors.ts';
+import type { WeftError } from '../errors.ts';
+import { KubeApiError, kubeError } from '../lease/kube/client.ts';
+import type { KubeHttp, WatchEvent } from '../lease/kube/http.ts';
+import type { Logger } from '../log.ts';
+import { Backoff, sleep } from '../retry.ts';
+
+/** An object as the API serves it, only the metadata read here. */
+interface Meta {
+  metadata?: { name?: string; namespace?: string; resourceVersion?: string };
+}
+
+/** The changes of one batch: the object's new value, or null when it was deleted. */
+export type Changes<T> = Map<string, T | null>;
+
+export interface ReflectorOptions<T> {
+  http: KubeHttp;
+  /** The collection's path, e.g. `/api/v1/pods` or `/apis/networking.k8s.io/v1/networkpolicies`. */
+  path: string;
+  /** The resource as RBAC names it (`pods`, `networkpolicies`), for errors and logs. */
+  resource: string;
+  log: Logger;
+  /** The value kept for an object (its raw JSON is dropped). */
+  parse: (o: unknown) => T;
+  /** After each (re)list: every object, by `namespace/name` (or `name`). */
+  onList: (items: Map<string, T>) => void;
+  /** Each batch of watch events. */
+  onChanges: (changes: Changes<T>) => void;
+  /** Objects per list page; default 500. */
+  listPageSize?: number;
+  /** A watch delivering nothing (not even a bookmark) this long is started again; default 60 s. */
+  watchSilenceMs?: number;
+  /** Server-side timeout of each watch; default random in [5, 10) min. */
+  watchTimeoutSeconds?: number;
+  /** Waits (injectable for tests); default {@link sleep}. */
+  delay?: (ms: number, signal: AbortSignal) => Promise<void>;
+}
+
+/** How one watch ended. */
+interface WatchEnd {
+  /** Where to resume; undefined: relist first. */
+  rv: string | undefined;
+  /** The watch delivered at least one event or bookmark. */
+  progressed: boolean;
+  why?: string;
+  error?: WeftError;
+}
+
+const keyOf = (o: Meta): string | undefined => {
+  const name = o.metadata?.name;
+  if (!name) return undefined;
+  return o.metadata?.namespace ? `${o.metadata.namespace}/${name}` : name;
+};
+
+export class Reflector<T> {
+  readonly #o: ReflectorOptions<T>;
+  readonly #delay: (ms: number, signal: AbortSignal) => Promise<void>;
+  #seen: string | undefined;
+
+  constructor(o: ReflectorOptions<T>) {
+    this.#o = o;
+    this.#delay = o.delay ?? sleep;
+  }
+
+  /**
+   * Lists, then watches, until `signal` aborts (resolves) or the API server refuses in a way no
+   * retry fixes (rejects with a KubeApiError naming verb and resource).
+   */
+  async run(signal: AbortSignal): Promise<void> {
+    const watchBackoff = new Backoff(500, 2000);
+    const listBackoff = new Backoff(1000, 30_000);
+    const { resource, log } = this.#o;
+    let rv: string | undefined;
+    while (!signal.aborted) {
+      let backoff = watchBackoff;
+      try {
+        if (rv === undefined) {
+          backoff = listBackoff;
+          rv = await this.#relist(signal);
+          listBackoff.reset();
+          backoff = watchBackoff;
+        }
+        const end = await this.#watchFrom(rv, signal);
+        rv = end.rv;
+        if (end.error) throw end.error;
+        if (end.why) log.info(`${rv === undefined ? 'relisting' : 'resuming the watch of'} ${resource}: ${end.why}`);
+        if (end.progressed) {
+          watchBackoff.reset();
+          continue;
+        }
+      } catch (e) {
+        if (signal.aborted) break;
+        if (e instanceof KubeApiError && e.status === 410) {
+          rv = undefined;
+          log.info(`relisting ${resource}: 410 Gone`);
+          continue;
+        }
+        if (!isRetryable(e)) throw e;
+        log.warn(`watching ${resource} failed; retrying`, { err: e });
+      }
+      await this.#delay(backoff.next(), signal).catch(() => {});
+    }
+  }
+
+  /** Lists every object (paged) and hands them to onList; returns the list's resourceVersion. */
+  async #relist(signal: AbortSignal): Promise<string> {
+    const { http, path, resource, parse, log } = this.#o;
+    const limit = String(this.#o.listPageSize ?? 500);
+    let items = new Map<string, T>();
+    let cont: string | undefined;
+    let from = this.#seen ?? '0';
+    let rv = '';
+    for (;;) {
+      signal.throwIfAborted();
+      const query: Record<string, string> = { limit };
+      if (cont !== undefined) query.continue = cont;
+      else if (from !== '') {
+        query.resourceVersion = from;
+        if (from !== '0') query.resourceVersionMatch = 'NotOlderThan';
+      }
+      let page: { items?: Meta[]; metadata?: { resourceVersion?: string; continue?: string } };
+      try {
+        page = await http.get(path, { query, signal });
+      } catch (e) {
+        const err = kubeError('list', resource, undefined, e);
+        if (err instanceof KubeApiError && err.status === 410 && (cont !== undefined || from !== '')) {
+          // The snapshot behind the continue token was compacted, or the cache cannot serve the
+          // version asked for: start over with a consistent list.
+          items = new Map();
+          cont = undefined;
+          from = '';
+          continue;
+        }
+        throw err;
+      }
+      rv = page.metadata?.resourceVersion ?? '';
+      for (const o of page.items ?? []) {
+        const key = keyOf(o);
+        if (key !== undefined) items.set(key, parse(o));
+      }
+      cont = page.metadata?.continue || undefined;
+      if (cont === undefined) break;
+    }
+    this.#seen = rv;
+    log.info(`listed ${resource}`, { count: items.size, resourceVersion: rv });
+    this.#o.onList(items);
+    return rv;
+  }
+
+  /** Watches from `rv` until the watch ends, fails, needs a relist or `stop` aborts. */
+  #watchFrom(rv: string, stop: AbortSignal): Promise<WatchEnd> {
+    const { http, path, resource, parse, log } = this.#o;
+    const silenceMs = this.#o.watchSilenceMs ?? 60_000;
+    const pending: Changes<T> = new Map();
+    let flushing: NodeJS.Immediate | undefined;
+    const flush = () => {
+      clearImmediate(flushing);
+      flushing = undefined;
+      if (pending.size === 0) return;
+      const batch = new Map(pending);
+      pending.clear();
+      this.#o.onChanges(batch);
+    };
+    return new Promise<WatchEnd>((resolve) => {
+      let last = rv;
+      let progressed = false;
+      let lastActivity = Date.now();
+      const ended = new AbortController();
+      let cancel: (() => void) | undefined;
+      const finish = (end: { relist?: boolean; why?: string; error?: WeftError }) => {
+        if (ended.signal.aborted) return;
+        flush();
+        ended.abort();
+        cancel?.();
+        stop.removeEventListener('abort', onStop);
+        this.#seen = last;
+        resolve({ rv: end.relist ? undefined : last, progressed, ...(end.why ? { why: end.why } : {}), ...(end.error ? { error: end.error } : {}) });
+      };
+      const onStop = () => finish({});
+      if (stop.aborted) {
+        finish({});
+        return;
+      }
+      stop.addEventListener('abort', onStop, { once: true });
+      const onEvent = ({ type, object }: WatchEvent) => {
+        if (ended.signal.aborted) return;
+        const obj = object as Meta & { code?: number; message?: string };
+        lastActivity = Date.now();
+        progressed = true;
+        switch (type) {
+          case 'ADDED':
+          case 'MODIFIED':
+          case 'DELETED': {
+            const key = keyOf(obj);
+            if (key === undefined) return;
+            pending.set(key, type === 'DELETED' ? null : parse(obj));
+            last = obj.metadata?.resourceVersion ?? last;
+            flushing ??= setImmediate(flush);
+            return;
+          }
+          case 'BOOKMARK':
+            last = obj.metadata?.resourceVersion ?? last;
+            return;
+          case 'ERROR':
+            if (obj.code === 410) finish({ relist: true, why: `410 Gone (${obj.message ?? 'resource version too old'})` });
+            else finish({ error: new DatastoreUnavailableError(`failed to watch ${resource}: ${obj.message ?? 'ERROR event'} (code ${obj.code})`) });
+            return;
+          default:
+            log.debug('ignoring a watch event of unknown type', { type, resource });
+        }
+      };
+      const timeoutSeconds = this.#o.watchTimeoutSeconds ?? Math.floor(300 + Math.random() * 300);
+      const query = { resourceVersion: rv, allowWatchBookmarks: 'true', timeoutSeconds: String(timeoutSeconds) };
+      cancel = http.watch(path, query, onEvent, (err) => {
+        if (err) finish({ error: kubeError('watch', resource, undefined, err) });
+        else finish({ why: 'the API server closed the watch' });
+      });
+      void (async () => {
+        const period = Math.max(Math.floor(silenceMs / 4), 10);
+        while (!ended.signal.aborted) {
+          try {
+            await this.#delay(period, ended.signal);
+          } catch {
+            return;
+          }
+          if (Date.now() - lastActivity > silenceMs) finish({ why: `the watch was silent for more than ${silenceMs} ms` });
+        }
+      })();
+    });
+  }
+}

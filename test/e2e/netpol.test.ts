@@ -1,0 +1,230 @@
+/**
+ * NetworkPolicy enforced by weftd itself (issue #22) on clusters of real weftd processes
+ * (test/support/cluster.ts, kube mode, `--network-policy`): namespaces x, y, z with pods a, b, c
+ * each, wired by the real plugin through weftd's CNI server, spread over two nodes as the truth
+ * tables place them (test/support/netpol-cluster.ts), their Pod objects in the test API server as
+ * the kubelet would write them. Each state of every truth table (test/support/netpol-cases.ts) is
+ * written to the API server (policies, pod and namespace labels), and the full matrix of every
+ * probe (TCP and UDP, ports 80 and 81) is probed until it equals the expected one, over vxlan and
+ * host-gw, IPv4 and dual stack. Then the cases the tables cannot say: a pod re-created with a new
+ * address, denied from the moment its ADD answers; the table repaired after someone deletes it;
+ * the table gone with the last policy.
+ */
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { test } from 'node:test';
+import type { Protocol } from '../../src/policy/model.ts';
+import { NFT_POLICY_TABLE } from '../../src/policy/render.ts';
+import { Cluster } from '../support/cluster.ts';
+import type { ClusterNode, Pod } from '../support/cluster.ts';
+import { DEBIAN_CNI_DIR } from '../support/cni.ts';
+import { needsRoot } from '../support/netns.ts';
+import { Agent } from '../support/netpol-agent.ts';
+import { CASES, PROBES, expected } from '../support/netpol-cases.ts';
+import type { Probe, State } from '../support/netpol-cases.ts';
+import { NAMESPACES, PODS, namespaceObject, nodeOf, podIP, podObject, policyObject } from '../support/netpol-cluster.ts';
+import { until } from '../support/until.ts';
+
+const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+type Obj = Record<string, unknown>;
+
+/** The truth tables' cluster on real nodes: pods by `namespace/name`, their agents, and the API objects. */
+class PolicyCluster {
+  readonly c: Cluster;
+  readonly pods = new Map<string, Pod>();
+  readonly agents = new Map<string, Agent>();
+  /** The policies now in the API server, by `namespace/name`. */
+  #policies = new Set<string>();
+
+  constructor(c: Cluster) {
+    this.c = c;
+  }
+
+  node(id: string): ClusterNode {
+    return this.c.nodes[Number(nodeOf(id).slice(-1)) - 1]!;
+  }
+
+  /** The Pod object of `id` as the kubelet has it once wired: `model` gives labels and ports. */
+  podObject(id: string, model: unknown = podObject(id)): Obj {
+    const o = structuredClone(model) as Obj & { status: Obj; spec: Obj };
+    const pod = this.pods.get(id);
+    const ips = pod ? [pod.ip, ...(pod.ipv6 ? [pod.ipv6] : [])] : [];
+    o.spec.nodeName = this.node(id).name;
+    o.status = pod ? { phase: 'Running', podIP: ips[0], podIPs: ips.map((ip) => ({ ip })) } : { phase: 'Pending' };
+    return o;
+  }
+
+  /** Creates `id`'s Pod object (Pending, as the scheduler leaves it), wires it (CNI ADD), then writes its status. */
+  async addPod(id: string): Promise<Pod> {
+    const [namespace, name] = id.split('/') as [string, string];
+    if (this.c.api!.object('pods', name, namespace)) this.c.api!.remove('pods', name, namespace);
+    this.c.api!.seed('pods', this.podObject(id));
+    const pod = await this.c.addPod(this.node(id), { namespace, name });
+    this.pods.set(id, pod);
+    return pod;
+  }
+
+  reportStatus(id: string): void {
+    const [namespace, name] = id.split('/') as [string, string];
+    const status = this.podObject(id).status;
+    this.c.api!.modify('pods', name, (o) => void (o.status = status), namespace);
+  }
+
+  /** Writes `state` into the API server: its policies (others deleted), pod labels and ports, namespace labels. */
+  apply(state: State): void {
+    const api = this.c.api!;
+    const wanted = new Map<string, Obj>();
+    for (const p of state.policies) {
+      const o = JSON.parse(this.#realAddresses(JSON.stringify(p))) as Obj & { metadata: { namespace: string; name: string } };
+      wanted.set(`${o.metadata.namespace}/${o.metadata.name}`, o);
+    }
+    for (const key of this.#policies) {
+      if (wanted.has(key)) continue;
+      const [ns, name] = key.split('/') as [string, string];
+      api.remove('networkpolicies.networking.k8s.io', name, ns);
+    }
+    for (const [key, o] of wanted) {
+      const [ns, name] = key.split('/') as [string, string];
+      if (this.#policies.has(key)) api.modify('networkpolicies.networking.k8s.io', name, (old) => void (old.spec = o.spec), ns);
+      else api.seed('networkpolicies.networking.k8s.io', o);
+    }
+    this.#policies = new Set(wanted.keys());
+    for (const id of PODS) {
+      const [ns, name] = id.split('/') as [string, string];
+      const want = this.podObject(id, state.pods?.[id] ?? podObject(id)) as { metadata: Obj; spec: Obj };
+      api.modify('pods', name, (o) => {
+        (o.metadata as Obj).labels = want.metadata.labels;
+        o.spec = want.spec;
+      }, ns);
+    }
+    for (const ns of NAMESPACES) {
+      const want = (state.namespaces?.[ns] ?? namespaceObject(ns)) as { metadata: Obj };
+      api.modify('namespaces', ns, (o) => void ((o.metadata as Obj).labels = want.metadata.labels));
+    }
+  }
+
+  /** The tables' addresses (podIP) of single pods in ipBlocks replaced by the real ones. */
+  #realAddresses(text: string): string {
+    for (const id of PODS) {
+      const pod = this.pods.get(id)!;
+      text = text.replaceAll(`"${podIP(id)}/32"`, `"${pod.ip}/32"`);
+      if (pod.ipv6) text = text.replaceAll(`"${podIP(id, 6)}/128"`, `"${pod.ipv6}/128"`);
+    }
+    return text;
+  }
+
+  /** One matrix of `probe` over `family`, denials given `ms` to prove themselves. */
+  async matrix(probe: Probe, family: 4 | 6, ms: number): Promise<string[]> {
+    const [proto, port] = probe.split('/') as [Protocol, string];
+    return Promise.all(PODS.map(async (from) => {
+      const cells = await Promise.all(PODS.map(async (to) => {
+        const pod = this.pods.get(to)!;
+        const ip = family === 4 ? pod.ip : pod.ipv6!;
+        return (await this.agents.get(from)!.probe(ip, proto, Number(port), ms)) ? '.' : 'X';
+      }));
+      return cells.join('');
+    }));
+  }
+
+  /**
+   * Probes every run until each matrix is the wanted one (weftd applies a change within moments),
+   * and fails with the last matrices when they are not by the deadline.
+   */
+  async expect(what: string, runs: [Probe, 4 | 6, readonly string[]][], timeoutMs = 30_000): Promise<void> {
+    let got: string[][] = [];
+    const deadline = Date.now() + timeoutMs;
+    for (let round = 0; ; round++) {
+      // Later rounds wait longer before calling a cell denied: a loaded machine can be slow to answer.
+      got = await Promise.all(runs.map(([probe, family]) => this.matrix(probe, family, round === 0 ? 500 : 1500)));
+      if (runs.every(([, , want], k) => got[k]!.join() === want.join())) return;
+      if (Date.now() > deadline) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    for (const [k, [probe, family, want]] of runs.entries()) assert.deepEqual(got[k], want, `${what}: ${probe} over IPv${family}\n${this.c.nodes.map((n) => `--- ${n.name}\n${n.daemon.log().slice(-3000)}`).join('\n')}`);
+  }
+}
+
+/** The runs of a state: every probe over IPv4; with dual stack, TCP/80 and UDP/81 over IPv6 too unless an (IPv4) ipBlock is involved. */
+function runsOf(state: State, dualStack: boolean): [Probe, 4 | 6, readonly string[]][] {
+  const v6 = dualStack && !JSON.stringify(state.policies).includes('ipBlock');
+  return PROBES.flatMap((probe) => [4, ...(v6 && (probe === 'TCP/80' || probe === 'UDP/81') ? [6] : [])].map((f): [Probe, 4 | 6, readonly string[]] => [probe, f as 4 | 6, expected(state, probe)]));
+}
+
+const ALL = PODS.map(() => '.'.repeat(PODS.length));
+
+for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true], ['vxlan', true], ['host-gw', false]] as const) {
+  test(`network policy enforced by weftd, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}: every truth table, probed in full`, { skip, timeout: 600_000 }, async () => {
+    // --ip-masq as flannel's manifest has it: without it the pods' bridge plugin masquerades their
+    // traffic to other nodes, and no policy could tell their sources apart.
+    const c = await Cluster.start({ nodes: 2, backend, dualStack, mode: 'kube', weftdArgs: ['--network-policy', '--ip-masq'] });
+    const pc = new PolicyCluster(c);
+    try {
+      for (const ns of NAMESPACES) c.api!.seed('namespaces', namespaceObject(ns) as Obj);
+      for (const id of PODS) {
+        await pc.addPod(id);
+        pc.reportStatus(id);
+      }
+      for (const n of c.nodes) {
+        assert.match(n.daemon.log(), /listed networkpolicies/, `weftd on ${n.name} watches NetworkPolicies`);
+        assert.doesNotMatch(n.daemon.log(), /left to the fallback/, `weftd on ${n.name} wires the pods itself`);
+      }
+      for (const [id, pod] of pc.pods) pc.agents.set(id, new Agent(pod.ns));
+      await Promise.all([...pc.agents.values()].map((a) => a.started()));
+      await pc.expect('no policy', runsOf({ what: 'none', policies: [], matrix: ALL }, dualStack), 60_000);
+      for (const n of c.nodes) assert.doesNotMatch(await n.ns.exec('nft', 'list', 'tables'), new RegExp(NFT_POLICY_TABLE), 'no policy, no table');
+
+      for (const k of CASES) {
+        for (const state of k.states) {
+          pc.apply(state);
+          await pc.expect(`${k.name}: ${state.what}`, runsOf(state, dualStack));
+        }
+      }
+
+      // A pod re-created with a new address, ingress to x denied: denied from the moment its ADD
+      // answers (before the kubelet would write its status), and allowed where a policy says.
+      const denyX: State = {
+        what: 'x/deny-ingress, x/b from x/a',
+        policies: [
+          policyObject('x', 'deny-ingress', { podSelector: {} }),
+          policyObject('x', 'b-from-a', { podSelector: { matchLabels: { pod: 'b' } }, ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'a' } } }] }] }),
+        ],
+        matrix: ['..X......', 'X.X......', 'XX.......', 'XXX......', 'XXX......', 'XXX......', 'XXX......', 'XXX......', 'XXX......'],
+      };
+      pc.apply(denyX);
+      await pc.expect('x/deny-ingress, x/b from x/a', runsOf(denyX, dualStack));
+      const old = pc.pods.get('x/b')!;
+      await pc.agents.get('x/b')!.stop();
+      await c.removePod(old);
+      const renewed = await pc.addPod('x/b');
+      assert.notEqual(renewed.ip, old.ip, 'the new pod has a new address');
+      // Nothing listens in the new pod yet: a connection refused shows the SYN got there.
+      assert.equal(await pc.agents.get('y/a')!.probe(renewed.ip, 'TCP', 80, 1000), false, 'y/a is denied the new x/b before its status is written');
+      assert.equal(await pc.agents.get('x/a')!.probe(renewed.ip, 'TCP', 80, 3000), true, 'x/a is allowed to the new x/b before its status is written');
+      pc.reportStatus('x/b');
+      pc.agents.set('x/b', new Agent(renewed.ns));
+      await pc.agents.get('x/b')!.started();
+      // 90 s, not 30: over IPv6, every pod of node-2 is unreachable for 30-60 s after x/b's DEL
+      // and ADD there, with or without policies in the way (IPv4 is not affected). A stale
+      // neighbour entry is the suspect (cni0's MAC may change when a port goes); reported, not
+      // fixed here. The matrix must still come out exact.
+      await pc.expect('x/b re-created with a new address', runsOf(denyX, dualStack), 90_000);
+
+      // Someone deletes the table: weftd loads it again.
+      const node1 = c.nodes[0]!;
+      await node1.ns.exec('nft', 'delete', 'table', 'inet', NFT_POLICY_TABLE);
+      await until('weftd to restore its table', async () => (await node1.ns.exec('nft', 'list', 'tables')).includes(NFT_POLICY_TABLE), 20_000, node1.daemon.log);
+      assert.match(node1.daemon.log(), /was changed by something else; loading it again/);
+      await pc.expect('after the repair', runsOf(denyX, dualStack));
+
+      // The last policy goes: so does the table.
+      pc.apply({ what: 'no policy', policies: [], matrix: ALL });
+      await pc.expect('every policy deleted', runsOf({ what: 'none', policies: [], matrix: ALL }, dualStack));
+      for (const n of c.nodes) {
+        await until(`the table gone on ${n.name}`, async () => !(await n.ns.exec('nft', 'list', 'tables')).includes(NFT_POLICY_TABLE), 10_000);
+      }
+    } finally {
+      await Promise.all([...pc.agents.values()].map((a) => a.stop()));
+      await c.stop();
+    }
+  });
+}
