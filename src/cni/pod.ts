@@ -31,7 +31,13 @@ function unlessNotFound(e: unknown): void {
 
 /**
  * The bridge, created when missing, up, with the gateway address of every range when it is the
- * gateway (`ip addr replace`, so a removed one comes back). Returns the bridge.
+ * gateway (`ip addr replace`, so a removed one comes back), and its MAC address set. Returns the
+ * bridge.
+ *
+ * The MAC is set to the one it has (pinned): a bridge whose address was never set takes the
+ * lowest of its ports' and changes when that port goes, so every pod on it would keep sending to
+ * a gateway MAC no longer there until its neighbour entry expires (IPv6 pods lost the node for
+ * 30-60 s after a DEL). A bridge made by the bridge plugin is pinned on the first ADD we serve.
  */
 export async function ensureBridge(host: NetlinkHandle, plan: BridgePlan): Promise<Link> {
   let bridge: Link;
@@ -46,7 +52,7 @@ export async function ensureBridge(host: NetlinkHandle, plan: BridgePlan): Promi
   }
   if (bridge.kind !== 'bridge') throw new CniError(CNI_CODE.UNKNOWN, `failed to set up bridge ${plan.bridge}: it exists and is a ${bridge.kind || 'plain'} device, not a bridge`);
   const ops: Operation[] = [];
-  if (!bridge.up) ops.push({ op: 'linkSet', index: bridge.index, changes: { up: true } });
+  ops.push({ op: 'linkSet', index: bridge.index, changes: { mac: bridge.mac, ...(bridge.up ? {} : { up: true }) } });
   if (plan.isGateway) {
     for (const subnet of plan.ranges) {
       ops.push({ op: 'addrReplace', addr: { linkIndex: bridge.index, address: formatIP(gatewayOf(subnet)), prefixLen: subnet.prefix, flags: subnet.ip.family === 6 ? IFA_F_NODAD : 0 } });

@@ -409,6 +409,32 @@ test('a served DEL takes the pod off the network at once; the kernel deletes it 
   });
 });
 
+test('the bridge keeps its MAC as pods come and go, so pods never lose their gateway', { skip }, async () => {
+  await withNode(async (node) => {
+    await node.serve({ batchQuietMs: 0 });
+    const pods = [await createNetns('pod'), await createNetns('pod'), await createNetns('pod')];
+    const bridgeMac = async () => (await node.ns.ipJson<{ address: string }[]>('link', 'show', 'cni0'))[0]!.address;
+    try {
+      const veths: { id: string; pod: Netns; mac: string }[] = [];
+      for (const [i, pod] of pods.entries()) {
+        const add = await node.plugin({ command: 'ADD', containerId: `mac${i}`, ifname: 'eth0', netns: pod.path }, node.conf());
+        const iface = (add.json!.interfaces as { name: string; mac: string }[])[1]!;
+        veths.push({ id: `mac${i}`, pod, mac: iface.mac });
+      }
+      const mac = await bridgeMac();
+      // An unpinned bridge takes the lowest of its ports' MACs: removing ports from the lowest
+      // up would change it at each step.
+      for (const v of veths.sort((a, b) => a.mac.localeCompare(b.mac))) {
+        assert.equal((await node.plugin({ command: 'DEL', containerId: v.id, ifname: 'eth0', netns: v.pod.path }, node.conf())).code, 0);
+        await node.server!.settled();
+        assert.equal(await bridgeMac(), mac, `after removing the port with MAC ${v.mac}`);
+      }
+    } finally {
+      for (const pod of pods) await pod.remove();
+    }
+  });
+});
+
 /** Whether `id` is wholly there (state, address, pod interface) or wholly gone; throws when half. */
 async function whole(node: Node, id: string, pod: Netns): Promise<boolean> {
   await node.server?.settled();
