@@ -129,16 +129,22 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
       if (view) view.own = lease;
     }).catch((e: unknown) => log.error('failed to move to the new lease', { err: e }));
   });
+  let egress: Promise<void> | undefined;
   try {
     await Promise.race([network.start(signal), watching.then(() => signal.throwIfAborted())]);
     await source.complete?.(signal);
     log.info('ready: the kernel holds every lease', { peers: table.size });
     onReady?.();
-    await watching;
+    // Egress gateways: loaded only when asked for (src/egress/run.ts).
+    egress = flags.egressGateways
+      ? import('../egress/run.ts').then(({ runEgress }) => runEgress({ flags, handle, ext, backend, config, table, own: () => current, log }, signal))
+      : undefined;
+    await Promise.all([watching, egress]);
   } finally {
     network.stop();
     await rules.stop();
     await watching.catch(() => {});
+    await egress?.catch(() => {});
     await moving;
   }
 }
