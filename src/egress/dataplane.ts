@@ -64,7 +64,7 @@ export interface DataplaneInput {
 
 export interface EgressRule {
   family: Family;
-  /** `0x10000/0xff0000`, as `ip -j rule` prints it. */
+  /** `0x10000/0xff0000` (mark/mask), as `ip rule` takes it. */
   fwmark: string;
   table: number;
 }

@@ -180,8 +180,9 @@ export class EgressNode {
   async #rules(result: DataplaneResult): Promise<void> {
     for (const f of [4, 6] as const) {
       const flag = f === 4 ? '-4' : '-6';
-      const have = JSON.parse((await mustRun(this.#o.run, 'list ip rules', ['ip', flag, '-j', 'rule', 'show'])) || '[]') as { priority?: number; fwmark?: string; table?: string }[];
-      const ours = have.filter((r) => r.priority === EGRESS_RULE_PRIORITY);
+      const listed = JSON.parse((await mustRun(this.#o.run, 'list ip rules', ['ip', flag, '-j', 'rule', 'show'])) || '[]') as { priority?: number; fwmark?: string; fwmask?: string; table?: string }[];
+      // `ip -j` prints the mark and its mask apart.
+      const ours = listed.filter((r) => r.priority === EGRESS_RULE_PRIORITY).map((r) => ({ fwmark: r.fwmark && r.fwmask ? `${r.fwmark}/${r.fwmask}` : r.fwmark, table: r.table }));
       const want = result.rules.filter((r) => r.family === f);
       for (const r of want) {
         if (ours.some((h) => h.fwmark === r.fwmark && h.table === String(r.table))) continue;

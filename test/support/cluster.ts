@@ -32,6 +32,8 @@ export interface ClusterOptions {
   mode: 'etcd' | 'kube';
   /** Extra weftd flags for every node. */
   weftdArgs?: string[];
+  /** Kube mode: run against the API server before any node starts (install CRDs, seed objects). */
+  prepareApi?: (api: KubeApiServer) => Promise<void>;
 }
 
 /** One weftd process and what it printed. */
@@ -124,6 +126,7 @@ export class Cluster {
       }
     } else {
       this.api = await KubeApiServer.start();
+      await this.o.prepareApi?.(this.api);
       await writeFile(join(this.dir, 'net-conf.json'), this.netConf);
       await writeFile(this.#kubeconfig, await readFile(await this.api.kubeconfig(), 'utf8'));
     }
