@@ -88,3 +88,38 @@ for (const dualStack of [false, true]) {
     }
   });
 }
+
+test('egress failover: the gateway\'s weftd killed and its link cut moves the EIP; the controller\'s weftd killed, another takes over', { skip, timeout: 240_000 }, async () => {
+  const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan' });
+  try {
+    await until('an egress controller elected', () => e.leader !== undefined, 30_000);
+    const leader = e.c.nodes.find((n) => n.name === e.leader)!;
+    const [client, g1, g2] = e.c.nodes.filter((n) => n !== leader) as [ClusterNode, ClusterNode, ClusterNode];
+    for (const g of [g1, g2]) e.label(g, { 'egress.weft.dev/gateway': 'true' });
+    const pod = await e.addPod(client, { app: 'a' });
+    e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: ['198.51.100.100-198.51.100.101'] } });
+    e.policy('a', { gateway: 'gw', podSelector: { matchLabels: { app: 'a' } } });
+    await e.waitSeenAs(pod, '198.51.100.100');
+    const [from, to] = e.policyStatus('a').node === g1.name ? [g1, g2] : [g2, g1];
+
+    await e.c.stopWeftd(from, 'SIGKILL');
+    await from.ns.ip('link', 'set', 'eth0', 'down');
+    await until(`policy a moved from ${from.name} to ${to.name}`, () => e.policyStatus('a').node === to.name, 30_000);
+    await e.waitSeenAs(pod, '198.51.100.100');
+    const eth0 = await to.ns.ipJson<{ addr_info: { local: string }[] }[]>('addr', 'show', 'dev', 'eth0');
+    assert.ok(eth0[0]!.addr_info.some((a) => a.local === '198.51.100.100'), `the EIP is on ${to.name}'s external interface`);
+
+    await e.c.stopWeftd(leader, 'SIGKILL');
+    await until('another weftd took over the egress controller', () => e.leader !== undefined && e.leader !== leader.name, 60_000);
+    const successor = e.c.nodes.find((n) => n.name === e.leader)!;
+    assert.match(successor.daemon.log(), /took over the egress controller Lease/);
+    // The new controller places new policies.
+    const other = await e.addPod(client, { app: 'b' });
+    e.policy('b', { gateway: 'gw', podSelector: { matchLabels: { app: 'b' } } });
+    await e.waitSeenAs(other, '198.51.100.101');
+    assert.equal(e.policyStatus('b').node, to.name);
+    assert.equal(await e.seenFrom(pod), '198.51.100.100');
+  } finally {
+    await e.stop();
+  }
+});
