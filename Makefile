@@ -12,7 +12,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
-	bench-footprint bench-faults bench-weftctl demo clean
+	bench-footprint bench-faults bench-weftctl bench-egress demo clean
 
 all: build
 
@@ -127,6 +127,10 @@ bench-weftctl: deps build
 # Faults injected one at a time into clusters of the e2e harness; about 3 minutes (two 60 s outages).
 bench-faults: deps build
 	$(NODE) bench/faults.bench.ts
+
+# Egress gateways on the cluster harness: policy to EIP, failover, throughput through a gateway.
+bench-egress: deps build
+	$(NODE) bench/egress.bench.ts
 
 # A 3-node cluster with pods in namespaces on this machine; Ctrl-C removes it.
 demo: deps build

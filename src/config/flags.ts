@@ -143,7 +143,7 @@ const SPECS: FlagSpec[] = [
   { name: 'egress-gateways', group: EGRESS, help: 'run egress gateways: EgressGateway and EgressPolicy resources (egress-crds.yaml)', kind: 'bool', default: false, own: true },
   { name: 'egress-service-cidr', group: EGRESS, help: 'service CIDR of the cluster, never steered to a gateway; repeatable', kind: 'list', default: [], own: true },
   { name: 'egress-exclude-cidr', group: EGRESS, help: 'more destinations never steered to a gateway; repeatable', kind: 'list', default: [], own: true },
-  { name: 'egress-liveness-timeout', group: EGRESS, help: 'seconds without a heartbeat after which a gateway node\'s EIPs move elsewhere', kind: { min: 2, max: 3600 }, default: 4, own: true },
+  { name: 'egress-liveness-timeout', group: EGRESS, help: 'seconds without a heartbeat after which a gateway node\'s EIPs move elsewhere', kind: { min: 2, max: 3600 }, default: 3, own: true },
   { name: 'resync-period', group: WEFT, help: 'seconds between full reconciles of the kernel state', kind: { min: 1, max: 86400 }, default: 30, own: true },
 ];
 
