@@ -112,7 +112,7 @@ test('egress failover: the gateway\'s weftd killed and its link cut moves the EI
     await e.c.stopWeftd(leader, 'SIGKILL');
     await until('another weftd took over the egress controller', () => e.leader !== undefined && e.leader !== leader.name, 60_000);
     const successor = e.c.nodes.find((n) => n.name === e.leader)!;
-    assert.match(successor.daemon.log(), /took over the egress controller Lease/);
+    await until(`${successor.name} says it took over`, () => /took over the egress controller Lease/.test(successor.daemon.log()), 10_000, successor.daemon.log);
     // The new controller places new policies.
     const other = await e.addPod(client, { app: 'b' });
     e.policy('b', { gateway: 'gw', podSelector: { matchLabels: { app: 'b' } } });

@@ -29,6 +29,25 @@ s.listen(Number(process.argv[1]), '::', () => process.stdout.write('ready\\n'));
 
 const API_VERSION = `${EGRESS_GROUP}/${EGRESS_VERSION}`;
 
+interface Rule {
+  apiGroups: string[];
+  resources: string[];
+  verbs: string[];
+}
+
+/**
+ * What weftd's ServiceAccount may do by daemonset.yaml's ClusterRole and egress-rbac.yaml's
+ * roles, as the test API server's grants spell it, so the e2e tests prove the manifests suffice.
+ */
+export async function manifestGrant(): Promise<string[]> {
+  const docs = await Promise.all(['daemonset.yaml', 'egress-rbac.yaml'].map(async (f) => loadAllYaml(await readFile(new URL(`../../${f}`, import.meta.url), 'utf8')) as Obj[]));
+  const rules = docs.flat().filter((d) => d.kind === 'ClusterRole' || d.kind === 'Role').flatMap((d) => d.rules as Rule[]);
+  return rules.flatMap((r) => r.apiGroups.flatMap((g) => r.resources.flatMap((res) => {
+    const [plural, sub] = res.split('/') as [string, string | undefined];
+    return r.verbs.map((v) => `${v} ${plural}${g ? `.${g}` : ''}${sub ? `/${sub}` : ''}`);
+  })));
+}
+
 /** A server reporting source addresses, run in `ns`. */
 export async function startSourceServer(ns: Netns): Promise<() => Promise<void>> {
   const child: ChildProcess = spawn('ip', ['netns', 'exec', ns.name, NODE, '-e', SERVER, String(PORT)], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -58,7 +77,7 @@ export class EgressCluster {
   static async start(o: Omit<ClusterOptions, 'mode'>): Promise<EgressCluster> {
     const crds = loadAllYaml(await readFile(new URL('../../egress-crds.yaml', import.meta.url), 'utf8')) as Obj[];
     const c = await Cluster.start({
-      ...o, mode: 'kube', weftdArgs: ['--ip-masq', '--egress-gateways', '--egress-service-cidr=10.96.0.0/12', ...(o.weftdArgs ?? [])],
+      ...o, mode: 'kube', weftdGrant: await manifestGrant(), weftdArgs: ['--ip-masq', '--egress-gateways', '--egress-service-cidr=10.96.0.0/12', ...(o.weftdArgs ?? [])],
       prepareApi: async (api) => {
         for (const crd of crds) api.seed('customresourcedefinitions.apiextensions.k8s.io', crd);
         for (const name of ['default', 'kube-flannel']) if (!api.object('namespaces', name)) api.seed('namespaces', { metadata: { name } });
