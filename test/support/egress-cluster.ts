@@ -148,10 +148,10 @@ export class EgressCluster {
     return (this.c.api!.object(`egresspolicies.${EGRESS_GROUP}`, name, 'default')?.status ?? {}) as Obj;
   }
 
-  /** The source address the outside server sees for a request from `pod` (undefined: no answer). */
-  async seenFrom(pod: Pod, v6 = false): Promise<string | undefined> {
+  /** The source address the outside server sees for a request from `pod` (undefined: no answer within `maxTimeS`). */
+  async seenFrom(pod: Pod, v6 = false, maxTimeS = 2): Promise<string | undefined> {
     const url = v6 ? `http://[${OUTSIDE.ipv6}]:${PORT}/` : `http://${OUTSIDE.ipv4}:${PORT}/`;
-    return pod.ns.exec('curl', '-s', '--max-time', '2', url).then((s) => s.trim(), () => undefined);
+    return pod.ns.exec('curl', '-s', '--max-time', String(maxTimeS), url).then((s) => s.trim(), () => undefined);
   }
 
   /** Waits until the outside server sees `pod` as `source`. */
