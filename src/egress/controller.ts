@@ -15,12 +15,12 @@ import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
 import { Informer } from '../k8s/informer.ts';
 import type { KubeObject } from '../k8s/informer.ts';
-import { sleep } from '../retry.ts';
 import { EGRESS_GROUP, EGRESS_VERSION, parseGateway, parsePolicy } from './api.ts';
 import type { Policy } from './api.ts';
 import { buildEndpoints, parseEgressNamespace, parseEgressPod } from './endpoints.ts';
 import type { EgressNamespace, EgressPod, EndpointsSpec } from './endpoints.ts';
 import { HEARTBEAT_LABEL } from './leases.ts';
+import { PassLoop } from './pass-loop.ts';
 import { place } from './placement.ts';
 import type { GatewayNode, GatewayStatus, Placement, PolicyStatus } from './placement.ts';
 
@@ -64,12 +64,11 @@ export class EgressController {
   /** Heartbeats by node: the renewTime last seen and when (on this clock) it changed. */
   readonly #seen = new Map<string, { renewTime: unknown; at: number }>();
   #previous: Map<string, Placement> | undefined;
-  #dirty = true;
-  #wake: (() => void) | undefined;
+  readonly #loop = new PassLoop();
 
   constructor(o: ControllerOptions) {
     this.#o = o;
-    const informer = (path: string, query?: Record<string, string>) => new Informer({ http: o.http, path, log: o.log, onChange: () => this.#poke(), ...(query ? { query } : {}) });
+    const informer = (path: string, query?: Record<string, string>) => new Informer({ http: o.http, path, log: o.log, onChange: () => this.#loop.poke(), ...(query ? { query } : {}) });
     this.#gateways = informer(`${GROUP_PATH}/egressgateways`);
     this.#policies = informer(`${GROUP_PATH}/egresspolicies`);
     this.#clusterPolicies = informer(`${GROUP_PATH}/egressclusterpolicies`);
@@ -80,11 +79,6 @@ export class EgressController {
     this.#heartbeats = informer(`/apis/coordination.k8s.io/v1/namespaces/${o.namespace}/leases`, { labelSelector: HEARTBEAT_LABEL });
   }
 
-  #poke(): void {
-    this.#dirty = true;
-    this.#wake?.();
-  }
-
   get #all(): Informer[] {
     return [this.#gateways, this.#policies, this.#clusterPolicies, this.#endpoints, this.#nodes, this.#pods, this.#namespaces, this.#heartbeats];
   }
@@ -93,31 +87,10 @@ export class EgressController {
   async run(signal: AbortSignal): Promise<void> {
     const running = this.#all.map((i) => i.run(signal));
     try {
-      await Promise.race([Promise.all(this.#all.map((i) => i.synced)), new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true }))]);
-      this.#o.log.info('egress controller synced; placing policies');
-      while (!signal.aborted) {
-        this.#dirty = false;
-        try {
-          await this.#pass(signal);
-        } catch (e) {
-          if (signal.aborted) break;
-          this.#o.log.warn('egress controller pass failed; retrying', { err: e });
-        }
-        if (this.#dirty) await sleep(50, signal).catch(() => undefined);
-        else {
-          await new Promise<void>((resolve) => {
-            const t = setTimeout(resolve, this.#o.passMs ?? 500);
-            this.#wake = () => {
-              clearTimeout(t);
-              resolve();
-            };
-            signal.addEventListener('abort', () => this.#wake?.(), { once: true });
-          });
-          this.#wake = undefined;
-        }
-      }
-    } catch (e) {
-      if (!signal.aborted) throw e;
+      await this.#loop.run({
+        signal, ready: Promise.all(this.#all.map((i) => i.synced)).then(() => this.#o.log.info('egress controller synced; placing policies')),
+        periodMs: this.#o.passMs ?? 500, retryMs: 500, log: this.#o.log, what: 'egress controller pass',
+      }, () => this.#pass(signal));
     } finally {
       await Promise.all(running);
     }

@@ -35,6 +35,7 @@ import { EGRESS_GROUP, EGRESS_VERSION } from './api.ts';
 import { EGRESS_RULE_PRIORITY, EGRESS_TABLE_BASE, MAX_GATEWAYS, NFT_EGRESS_TABLE, renderDataplane } from './dataplane.ts';
 import type { DataplaneResult, NextHop } from './dataplane.ts';
 import { parseEndpoints } from './endpoints.ts';
+import { PassLoop } from './pass-loop.ts';
 import type { NodeEndpoints } from './endpoints.ts';
 
 export interface EgressNodeOptions {
@@ -62,8 +63,7 @@ export class EgressNode {
   readonly #o: EgressNodeOptions;
   readonly #endpoints: Informer;
   readonly #state: string;
-  #wake: (() => void) | undefined;
-  #dirty = true;
+  readonly #loop = new PassLoop();
   /** The script last applied and the table as nft listed it right after. */
   #applied: { script: string; listing: string } | undefined;
   #warned = new Set<string>();
@@ -71,39 +71,17 @@ export class EgressNode {
   constructor(o: EgressNodeOptions) {
     this.#o = o;
     this.#state = join(dirname(o.subnetFile), 'weft-egress.json');
-    this.#endpoints = new Informer({ http: o.http, path: `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}/egressendpoints`, log: o.log, onChange: () => this.#poke() });
-  }
-
-  #poke(): void {
-    this.#dirty = true;
-    this.#wake?.();
+    this.#endpoints = new Informer({ http: o.http, path: `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}/egressendpoints`, log: o.log, onChange: () => this.#loop.poke() });
   }
 
   /** Keeps the data plane until `signal` aborts (which leaves it in place). */
   async run(signal: AbortSignal): Promise<void> {
     const informing = this.#endpoints.run(signal);
-    const unsubscribe = this.#o.table.subscribe(() => this.#poke());
+    const unsubscribe = this.#o.table.subscribe(() => this.#loop.poke());
     try {
-      await this.#endpoints.synced;
-      while (!signal.aborted) {
-        this.#dirty = false;
-        try {
-          await this.reconcile();
-        } catch (e) {
-          if (signal.aborted) break;
-          this.#o.log.warn('failed to apply the egress data plane; retrying', { err: e });
-          this.#dirty = true;
-        }
-        await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, this.#dirty ? 500 : this.#o.resyncMs);
-          this.#wake = () => {
-            clearTimeout(t);
-            resolve();
-          };
-          signal.addEventListener('abort', () => this.#wake?.(), { once: true });
-        });
-        this.#wake = undefined;
-      }
+      await this.#loop.run({ signal, ready: this.#endpoints.synced, periodMs: this.#o.resyncMs, retryMs: 500, log: this.#o.log, what: 'applying the egress data plane' }, async () => {
+        await this.reconcile();
+      });
     } finally {
       unsubscribe();
       await informing;
