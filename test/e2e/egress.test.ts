@@ -28,9 +28,9 @@ async function leftovers(n: ClusterNode, v6: boolean): Promise<string[]> {
   return out;
 }
 
-for (const dualStack of [false, true]) {
-  test(`egress, vxlan, ${dualStack ? 'dual stack' : 'IPv4'}: selected pods leave as the EIP, others as their node; two gateways; a deleted policy leaves nothing`, { skip, timeout: 240_000 }, async () => {
-    const e = await EgressCluster.start({ nodes: 3, backend: 'vxlan', dualStack });
+for (const [backend, dualStack] of [['vxlan', false], ['vxlan', true], ['host-gw', false]] as const) {
+  test(`egress, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}: selected pods leave as the EIP, others as their node; repair; two gateways; a deleted policy leaves nothing, even one deleted while the gateway's weftd was down`, { skip, timeout: 240_000 }, async () => {
+    const e = await EgressCluster.start({ nodes: 3, backend, dualStack, weftdArgs: ['--resync-period=2'] });
     try {
       const [n1, n2, n3] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode];
       e.label(n3, { 'egress.weft.dev/gateway': 'a' });
@@ -60,6 +60,8 @@ for (const dualStack of [false, true]) {
       const stopPeer = await startSourceServer(peer.ns);
       const stopNode = await startSourceServer(n2.ns);
       try {
+        await e.c.waitPing(a1, peer);
+        if (dualStack) await e.c.waitPing(a1, peer, true);
         assert.equal((await a1.ns.exec('curl', '-s', '--max-time', '2', `http://${peer.ip}:8080/`)).trim(), a1.ip, 'pod to pod keeps the source');
         if (dualStack) assert.equal((await a1.ns.exec('curl', '-s', '--max-time', '2', `http://[${peer.ipv6}]:8080/`)).trim(), a1.ipv6);
         assert.equal((await a1.ns.exec('curl', '-s', '--max-time', '2', `http://${n2.address}:8080/`)).trim(), n1.address, 'pod to a node is not steered');
@@ -68,6 +70,13 @@ for (const dualStack of [false, true]) {
         await stopNode();
       }
 
+      // Repair: what someone removes comes back with the next resync.
+      await n1.ns.exec('nft', 'delete', 'table', 'inet', 'weft-egress');
+      await n1.ns.ip('rule', 'del', 'priority', '1500');
+      await n3.ns.ip('addr', 'del', '198.51.100.100/32', 'dev', 'eth0');
+      await e.waitSeenAs(a1, '198.51.100.100');
+      await e.waitSeenAs(a3, '198.51.100.100');
+
       // A second policy on a second gateway.
       e.policy('b', { gateway: 'gw-b', podSelector: { matchLabels: { app: 'b' } } });
       await e.waitSeenAs(b1, '198.51.100.110');
@@ -75,11 +84,14 @@ for (const dualStack of [false, true]) {
       assert.equal(await e.seenFrom(a1), '198.51.100.100');
       assert.equal(e.policyStatus('b').node, n2.name);
 
-      // Deleted policies: back to the node's address, and nothing of egress left in any kernel.
+      // Deleted policies: back to the node's address, and nothing of egress left in any kernel,
+      // also on the gateway whose weftd was down when its policy went.
+      assert.equal(await e.c.stopWeftd(n3), 0);
       e.removePolicy('a');
       await e.waitSeenAs(a1, n1.address);
+      await e.c.restartWeftd(n3);
       await e.waitSeenAs(a3, n3.address);
-      assert.equal(await e.seenFrom(b1), '198.51.100.110');
+      await e.waitSeenAs(b1, '198.51.100.110', false, 10_000);
       e.removePolicy('b');
       await e.waitSeenAs(b1, n1.address);
       for (const n of e.c.nodes) await until(`nothing of egress left on ${n.name}`, async () => (await leftovers(n, dualStack)).length === 0, 20_000, () => `${n.name}: ${JSON.stringify(n.daemon.log().slice(-3000))}`);
