@@ -1,8 +1,8 @@
 /**
  * Egress gateways in weftd (--egress-gateways, kube mode only), loaded by the agent with a
- * dynamic import only when the flag is given. Three loops on one API client: this node's
- * heartbeat Lease, the election for the controller Lease (the winner runs the controller), and
- * this node's data plane.
+ * dynamic import only when the flag is given, and its settings checked before anything starts.
+ * Three loops on one API client: this node's heartbeat Lease, the election for the controller
+ * Lease (the winner runs the controller), and this node's data plane.
  */
 import type { Backend } from '../backend/backend.ts';
 import type { Flags } from '../config/flags.ts';
@@ -22,7 +22,33 @@ import { EgressController } from './controller.ts';
 import { runElection, runHeartbeat } from './leases.ts';
 import { EgressNode } from './node.ts';
 
+/** What --egress-gateways runs with, checked before weftd starts anything. */
+export interface EgressSettings {
+  node: string;
+  namespace: string;
+  /** --egress-service-cidr and --egress-exclude-cidr. */
+  inside: CIDR[];
+  livenessTimeoutMs: number;
+  http: KubeHttp;
+}
+
+/**
+ * The settings from the flags and the environment (NODE_NAME, POD_NAMESPACE); throws ConfigError
+ * naming the flag or variable, so weftd refuses to start rather than run without egress.
+ */
+export function egressSettings(flags: Flags, env: NodeJS.ProcessEnv = process.env): EgressSettings {
+  if (!flags.kubeSubnetMgr) throw new ConfigError('--egress-gateways', 'needs --kube-subnet-mgr (egress gateways are Kubernetes resources)');
+  const inside = [...flags.egressServiceCidr.map((c) => parseCIDR(c, '--egress-service-cidr')), ...flags.egressExcludeCidr.map((c) => parseCIDR(c, '--egress-exclude-cidr'))];
+  const node = env.NODE_NAME;
+  if (!node) throw new ConfigError('NODE_NAME', 'egress gateways need the env variable NODE_NAME (the downward API\'s spec.nodeName)');
+  return {
+    node, namespace: env.POD_NAMESPACE || 'kube-flannel', inside, livenessTimeoutMs: flags.egressLivenessTimeout * 1000,
+    http: new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl }, env)),
+  };
+}
+
 export interface EgressDeps {
+  settings: EgressSettings;
   flags: Flags;
   handle: NetlinkHandle;
   ext: ExternalInterface;
@@ -31,25 +57,13 @@ export interface EgressDeps {
   table: LeaseTable;
   own: () => Lease;
   log: Logger;
-  env?: NodeJS.ProcessEnv;
 }
 
-function cidrs(values: readonly string[], flag: string): CIDR[] {
-  return values.map((v) => parseCIDR(v, flag));
-}
-
-/** Runs egress gateways until `signal` aborts. Throws ConfigError for bad flags or environment. */
+/** Runs egress gateways until `signal` aborts; never rejects (every loop retries what fails). */
 export async function runEgress(d: EgressDeps, signal: AbortSignal): Promise<void> {
-  const env = d.env ?? process.env;
   const { flags } = d;
-  if (!flags.kubeSubnetMgr) throw new ConfigError('--egress-gateways', 'needs --kube-subnet-mgr (egress gateways are Kubernetes resources)');
-  const inside = [...cidrs(flags.egressServiceCidr, '--egress-service-cidr'), ...cidrs(flags.egressExcludeCidr, '--egress-exclude-cidr')];
-  const node = env.NODE_NAME;
-  if (!node) throw new ConfigError('NODE_NAME', 'egress gateways need the env variable NODE_NAME (the downward API\'s spec.nodeName)');
-  const namespace = env.POD_NAMESPACE || 'kube-flannel';
-  const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl }, env));
+  const { http, node, namespace, inside, livenessTimeoutMs } = d.settings;
   const log = d.log.child({ component: 'egress' });
-  const livenessTimeoutMs = flags.egressLivenessTimeout * 1000;
   log.info('egress gateways enabled', { namespace, livenessTimeoutMs });
   const dataplane = new EgressNode({
     http, node, handle: d.handle, ext: d.ext, backend: d.backend, config: d.config, table: d.table, own: d.own, inside,
