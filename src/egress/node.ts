@@ -35,25 +35,30 @@ import { EGRESS_GROUP, EGRESS_VERSION } from './api.ts';
 import { EGRESS_RULE_PRIORITY, EGRESS_TABLE_BASE, MAX_GATEWAYS, NFT_EGRESS_TABLE, renderDataplane } from './dataplane.ts';
 import type { DataplaneResult, NextHop } from './dataplane.ts';
 import { parseEndpoints } from './endpoints.ts';
-import { PassLoop } from './pass-loop.ts';
 import type { NodeEndpoints } from './endpoints.ts';
+import { PassLoop } from './pass-loop.ts';
 
-export interface EgressNodeOptions {
-  http: KubeHttp;
-  node: string;
+/** What the agent has built that the egress data plane works with. */
+export interface AgentParts {
   handle: NetlinkHandle;
   ext: ExternalInterface;
   backend: Backend;
   config: NetConfig;
   table: LeaseTable;
+  /** The current own lease. */
   own: () => Lease;
+  log: Logger;
+}
+
+export interface EgressNodeOptions extends AgentParts {
+  http: KubeHttp;
+  node: string;
   /** Service CIDRs and the custom list: never steered. */
   inside: readonly CIDR[];
   subnetFile: string;
   run: Runner;
   sysctl: Sysctl;
   resyncMs: number;
-  log: Logger;
 }
 
 const DEFAULT_DST: Record<Family, string> = { 4: '0.0.0.0/0', 6: '::/0' };

@@ -4,23 +4,17 @@
  * Three loops on one API client: this node's heartbeat Lease, the election for the controller
  * Lease (the winner runs the controller), and this node's data plane.
  */
-import type { Backend } from '../backend/backend.ts';
 import type { Flags } from '../config/flags.ts';
-import type { NetConfig } from '../config/netconf.ts';
 import { ConfigError } from '../errors.ts';
-import type { ExternalInterface } from '../iface/select.ts';
 import { parseCIDR } from '../ip/ip.ts';
 import type { CIDR } from '../ip/ip.ts';
 import { kubeConfigFromFlags } from '../lease/kube/client.ts';
 import { KubeHttp } from '../lease/kube/http.ts';
-import type { Lease } from '../lease/lease.ts';
-import type { LeaseTable } from '../lease/table.ts';
-import type { Logger } from '../log.ts';
 import { execRunner, procSysctl } from '../masq/runner.ts';
-import type { NetlinkHandle } from '../netlink/handle.ts';
 import { EgressController } from './controller.ts';
 import { runElection, runHeartbeat } from './leases.ts';
 import { EgressNode } from './node.ts';
+import type { AgentParts } from './node.ts';
 
 /** What --egress-gateways runs with, checked before weftd starts anything. */
 export interface EgressSettings {
@@ -47,16 +41,9 @@ export function egressSettings(flags: Flags, env: NodeJS.ProcessEnv = process.en
   };
 }
 
-export interface EgressDeps {
+export interface EgressDeps extends AgentParts {
   settings: EgressSettings;
   flags: Flags;
-  handle: NetlinkHandle;
-  ext: ExternalInterface;
-  backend: Backend;
-  config: NetConfig;
-  table: LeaseTable;
-  own: () => Lease;
-  log: Logger;
 }
 
 /** Runs egress gateways until `signal` aborts; never rejects (every loop retries what fails). */
@@ -66,8 +53,7 @@ export async function runEgress(d: EgressDeps, signal: AbortSignal): Promise<voi
   const log = d.log.child({ component: 'egress' });
   log.info('egress gateways enabled', { namespace, livenessTimeoutMs });
   const dataplane = new EgressNode({
-    http, node, handle: d.handle, ext: d.ext, backend: d.backend, config: d.config, table: d.table, own: d.own, inside,
-    subnetFile: flags.subnetFile, run: execRunner(), sysctl: procSysctl, resyncMs: flags.resyncPeriod * 1000, log,
+    ...d, http, node, inside, subnetFile: flags.subnetFile, run: execRunner(), sysctl: procSysctl, resyncMs: flags.resyncPeriod * 1000, log,
   });
   await Promise.all([
     runHeartbeat({ http, namespace, node, intervalMs: livenessTimeoutMs / 4, log }, signal),
