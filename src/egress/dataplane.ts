@@ -38,6 +38,11 @@ const MARK_SHIFT = 16;
 export const EGRESS_TABLE_BASE = 7700;
 /** At most this many gateway nodes per node (the mark's bits). */
 export const MAX_GATEWAYS = 255;
+/**
+ * rtm_protocol of our routes: not Weft's 201, which the main reconciler owns in every table and
+ * would remove as stale.
+ */
+export const EGRESS_RTPROT = 202;
 /** Priority of our `ip rule`s: after `local` (0), before `main` (32766). */
 export const EGRESS_RULE_PRIORITY = 1500;
 /** nat priority of our postrouting chain: before masquerade (srcnat). */

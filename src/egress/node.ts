@@ -4,7 +4,8 @@
  * and keeps the kernel in line with it, level-triggered: after any change of the endpoints or
  * the lease table, and every `resyncMs` (repair: someone flushed our table, deleted a rule, a
  * route or an EIP). What is ours: table `inet weft-egress`; `ip rule`s at priority
- * {@link EGRESS_RULE_PRIORITY}; routes with Weft's protocol in tables EGRESS_TABLE_BASE..+255;
+ * {@link EGRESS_RULE_PRIORITY}; routes with protocol {@link EGRESS_RTPROT} in tables
+ * EGRESS_TABLE_BASE..+254;
  * the EIPs recorded in `<subnet.env's directory>/weft-egress.json` (an address carries no owner,
  * so the file is how a restarted weftd knows which of the interface's addresses it added). Stale
  * ones of each are removed; nothing else is touched.
@@ -30,9 +31,8 @@ import { mustRun } from '../masq/runner.ts';
 import type { Runner, Sysctl } from '../masq/runner.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
 import { IFA_F_NODAD } from '../netlink/records.ts';
-import { WEFT_RTPROT } from '../reconcile/state.ts';
 import { EGRESS_GROUP, EGRESS_VERSION } from './api.ts';
-import { EGRESS_RULE_PRIORITY, EGRESS_TABLE_BASE, MAX_GATEWAYS, NFT_EGRESS_TABLE, renderDataplane } from './dataplane.ts';
+import { EGRESS_RTPROT, EGRESS_RULE_PRIORITY, EGRESS_TABLE_BASE, MAX_GATEWAYS, NFT_EGRESS_TABLE, renderDataplane } from './dataplane.ts';
 import type { DataplaneResult, NextHop } from './dataplane.ts';
 import { parseEndpoints } from './endpoints.ts';
 import type { NodeEndpoints } from './endpoints.ts';
@@ -180,16 +180,16 @@ export class EgressNode {
 
   async #routes(result: DataplaneResult): Promise<void> {
     const { handle } = this.#o;
-    const have = (await handle.routeList({ protocol: WEFT_RTPROT })).filter((r) => r.table >= EGRESS_TABLE_BASE && r.table < EGRESS_TABLE_BASE + MAX_GATEWAYS);
+    const have = (await handle.routeList({ protocol: EGRESS_RTPROT })).filter((r) => r.table >= EGRESS_TABLE_BASE && r.table < EGRESS_TABLE_BASE + MAX_GATEWAYS);
     for (const w of result.routes) {
       const dst = DEFAULT_DST[w.family];
       const h = have.find((r) => r.table === w.table && r.family === w.family && r.dst === dst);
       if (h && h.gateway === w.hop.gateway && h.linkIndex === w.hop.linkIndex && h.onlink === w.hop.onlink) continue;
-      await handle.routeReplace({ dst, gateway: w.hop.gateway, linkIndex: w.hop.linkIndex, onlink: w.hop.onlink, table: w.table, protocol: WEFT_RTPROT });
+      await handle.routeReplace({ dst, gateway: w.hop.gateway, linkIndex: w.hop.linkIndex, onlink: w.hop.onlink, table: w.table, protocol: EGRESS_RTPROT });
     }
     for (const h of have) {
       if (result.routes.some((w) => w.table === h.table && w.family === h.family && DEFAULT_DST[w.family] === h.dst)) continue;
-      await handle.routeDel({ dst: h.dst, table: h.table, protocol: WEFT_RTPROT }).catch(() => undefined);
+      await handle.routeDel({ dst: h.dst, table: h.table, protocol: EGRESS_RTPROT }).catch(() => undefined);
     }
   }
 

@@ -28,6 +28,7 @@ const s = http.createServer((req, res) => res.end(req.socket.remoteAddress.repla
 s.listen(Number(process.argv[1]), '::', () => process.stdout.write('ready\\n'));`;
 
 const API_VERSION = `${EGRESS_GROUP}/${EGRESS_VERSION}`;
+const outsideUrl = (v6: boolean) => (v6 ? `http://[${OUTSIDE.ipv6}]:${PORT}/` : `http://${OUTSIDE.ipv4}:${PORT}/`);
 
 interface Rule {
   apiGroups: string[];
@@ -148,17 +149,29 @@ export class EgressCluster {
     return (this.c.api!.object(`egresspolicies.${EGRESS_GROUP}`, name, 'default')?.status ?? {}) as Obj;
   }
 
-  /** The source address the outside server sees for a request from `pod` (undefined: no answer within `maxTimeS`). */
-  async seenFrom(pod: Pod, v6 = false, maxTimeS = 2): Promise<string | undefined> {
-    const url = v6 ? `http://[${OUTSIDE.ipv6}]:${PORT}/` : `http://${OUTSIDE.ipv4}:${PORT}/`;
+  /** What a source server at `url` answers `pod` (undefined: no answer within `maxTimeS`). */
+  async answer(pod: Pod, url: string, maxTimeS = 2): Promise<string | undefined> {
     return pod.ns.exec('curl', '-s', '--max-time', String(maxTimeS), url).then((s) => s.trim(), () => undefined);
   }
 
-  /** Waits until the outside server sees `pod` as `source`. */
-  async waitSeenAs(pod: Pod, source: string, v6 = false, timeoutMs = 30_000): Promise<void> {
+  /** The source address the outside server sees for a request from `pod` (undefined: no answer within `maxTimeS`). */
+  seenFrom(pod: Pod, v6 = false, maxTimeS = 2): Promise<string | undefined> {
+    return this.answer(pod, outsideUrl(v6), maxTimeS);
+  }
+
+  /**
+   * Waits until a source server at `url` answers `pod` with `source` (connections are retried:
+   * on a loaded machine one can time out).
+   */
+  async waitAnswer(pod: Pod, url: string, source: string, timeoutMs = 30_000): Promise<void> {
     let last: string | undefined;
-    await until(`${pod.id} on ${pod.node.name} seen outside as ${source}`, async () => (last = await this.seenFrom(pod, v6)) === source, timeoutMs,
+    await until(`${pod.id} on ${pod.node.name} seen by ${url} as ${source}`, async () => (last = await this.answer(pod, url)) === source, timeoutMs,
       () => `last seen as ${last}\n${this.c.nodes.map((n) => `--- ${n.name}\n${n.daemon.log()}`).join('\n')}`);
+  }
+
+  /** Waits until the outside server sees `pod` as `source`. */
+  waitSeenAs(pod: Pod, source: string, v6 = false, timeoutMs = 30_000): Promise<void> {
+    return this.waitAnswer(pod, outsideUrl(v6), source, timeoutMs);
   }
 
   /** The weftd holding the controller Lease, by Node name. */
