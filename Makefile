@@ -12,7 +12,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
-	bench-footprint bench-faults bench-weftctl bench-netpol demo clean
+	bench-footprint bench-faults bench-weftctl bench-netpol bench-egress demo clean
 
 all: build
 
@@ -131,6 +131,10 @@ bench-faults: deps build
 # connection rate and throughput with 100 policies against none; a few minutes.
 bench-netpol: deps build
 	$(NODE) bench/netpol.bench.ts
+
+# Egress gateways on the cluster harness: policy to EIP, failover, throughput through a gateway.
+bench-egress: deps build
+	$(NODE) bench/egress.bench.ts
 
 # A 3-node cluster with pods in namespaces on this machine; Ctrl-C removes it.
 demo: deps build

@@ -64,6 +64,9 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   const { flags, source, handle, log } = d;
   const view = d.view;
   log.info('starting', { leaseSource: source.name });
+  // Egress gateways: loaded only when asked for, their settings checked before anything starts.
+  const egressModule = flags.egressGateways ? await import('../egress/run.ts') : undefined;
+  const egressSettings = egressModule?.egressSettings(flags);
   const config = await source.networkConfig(signal);
   const rules = d.trafficRules ?? new TrafficRules({
     driver: config.enableNFTables && flags.trafficRules === 'auto' ? 'nftables' : flags.trafficRules,
@@ -129,16 +132,24 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
       if (view) view.own = lease;
     }).catch((e: unknown) => log.error('failed to move to the new lease', { err: e }));
   });
+  let egress: Promise<void> | undefined;
+  // Ends egress gateways when the agent ends for any reason, not only on stop.
+  const egressStop = new AbortController();
   try {
     await Promise.race([network.start(signal), watching.then(() => signal.throwIfAborted())]);
     await source.complete?.(signal);
     log.info('ready: the kernel holds every lease', { peers: table.size });
     onReady?.();
-    await watching;
+    if (egressModule && egressSettings) {
+      egress = egressModule.runEgress({ settings: egressSettings, flags, handle, ext, backend, config, table, own: () => current, log }, AbortSignal.any([signal, egressStop.signal]));
+    }
+    await Promise.all([watching, egress]);
   } finally {
     network.stop();
     await rules.stop();
     await watching.catch(() => {});
+    egressStop.abort();
+    await egress?.catch(() => {});
     await moving;
   }
 }

@@ -9,6 +9,7 @@ import { closeSync, openSync, statfsSync } from 'node:fs';
 import { formatIP, gatewayOf } from '../ip/ip.ts';
 import { NetlinkError } from '../errors.ts';
 import { NetlinkHandle } from '../netlink/index.ts';
+import { IFA_F_NODAD } from '../netlink/records.ts';
 import type { Link, Operation } from '../netlink/index.ts';
 import { podRoutes } from './bridge.ts';
 import type { Allocation, BridgePlan, Wired } from './bridge.ts';
@@ -16,9 +17,6 @@ import { CNI_CODE, CniError } from './errors.ts';
 
 /** statfs(2) f_type of a namespace file (nsfs). */
 const NSFS_MAGIC = 0x6e736673;
-
-/** IFA_F_NODAD: the pod's and gateway's IPv6 addresses are unique by allocation. */
-const IFA_F_NODAD = 0x02;
 
 function isNotFound(e: unknown): boolean {
   return e instanceof NetlinkError && e.notFound;
@@ -55,6 +53,7 @@ export async function ensureBridge(host: NetlinkHandle, plan: BridgePlan): Promi
   ops.push({ op: 'linkSet', index: bridge.index, changes: { mac: bridge.mac, ...(bridge.up ? {} : { up: true }) } });
   if (plan.isGateway) {
     for (const subnet of plan.ranges) {
+      // nodad: the pod's and gateway's IPv6 addresses are unique by allocation.
       ops.push({ op: 'addrReplace', addr: { linkIndex: bridge.index, address: formatIP(gatewayOf(subnet)), prefixLen: subnet.prefix, flags: subnet.ip.family === 6 ? IFA_F_NODAD : 0 } });
     }
   }

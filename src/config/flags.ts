@@ -50,6 +50,14 @@ export interface Flags {
   cleanupTrafficRules: boolean;
   /** Enforce NetworkPolicy on this node's pods (kube mode only). */
   networkPolicy: boolean;
+  /** Egress gateways (kube mode): the controller election, the heartbeat and the node's data plane. */
+  egressGateways: boolean;
+  /** The cluster's service CIDRs, never steered to an egress gateway. */
+  egressServiceCidr: string[];
+  /** More destinations never steered to an egress gateway. */
+  egressExcludeCidr: string[];
+  /** Seconds after which a gateway node whose weftd stopped renewing its heartbeat is replaced. */
+  egressLivenessTimeout: number;
 }
 
 export const VERSION = '0.1.0';
@@ -100,6 +108,7 @@ const IFACE = 'external interface:';
 const RULES = 'traffic rules:';
 const RUN = 'files, health and lifecycle:';
 const WEFT = 'weft:';
+const EGRESS = 'egress gateways (kube mode):';
 
 const SPECS: FlagSpec[] = [
   { name: 'etcd-endpoints', group: ETCD, help: 'comma-separated etcd endpoints', default: 'http://127.0.0.1:4001,http://127.0.0.1:2379' },
@@ -134,6 +143,10 @@ const SPECS: FlagSpec[] = [
   { name: 'traffic-rules', group: WEFT, help: 'rules engine: auto (nftables when nft works, else iptables), nftables or iptables; EnableNFTables in net-conf.json means nftables', default: 'auto', own: true, choices: ['auto', 'nftables', 'iptables'] },
   { name: 'cleanup-traffic-rules', group: WEFT, help: 'remove the masquerade and forward rules of Weft and flanneld (both engines), then exit', kind: 'bool', default: false, own: true },
   { name: 'network-policy', group: WEFT, help: 'enforce Kubernetes NetworkPolicy on this node\'s pods (needs --kube-subnet-mgr, nft and br_netfilter)', kind: 'bool', default: false, own: true },
+  { name: 'egress-gateways', group: EGRESS, help: 'run egress gateways: EgressGateway and EgressPolicy resources (egress-crds.yaml)', kind: 'bool', default: false, own: true },
+  { name: 'egress-service-cidr', group: EGRESS, help: 'service CIDR of the cluster, never steered to a gateway; repeatable', kind: 'list', default: [], own: true },
+  { name: 'egress-exclude-cidr', group: EGRESS, help: 'more destinations never steered to a gateway; repeatable', kind: 'list', default: [], own: true },
+  { name: 'egress-liveness-timeout', group: EGRESS, help: 'seconds without a heartbeat after which a gateway node\'s EIPs move elsewhere', kind: { min: 2, max: 3600 }, default: 3, own: true },
   { name: 'resync-period', group: WEFT, help: 'seconds between full reconciles of the kernel state', kind: { min: 1, max: 86400 }, default: 30, own: true },
 ];
 
@@ -249,5 +262,9 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     trafficRules: str('traffic-rules') as Flags['trafficRules'],
     cleanupTrafficRules: bool('cleanup-traffic-rules'),
     networkPolicy: bool('network-policy'),
+    egressGateways: bool('egress-gateways'),
+    egressServiceCidr: list('egress-service-cidr'),
+    egressExcludeCidr: list('egress-exclude-cidr'),
+    egressLivenessTimeout: num('egress-liveness-timeout'),
   };
 }

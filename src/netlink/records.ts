@@ -26,6 +26,8 @@ export const RTPROT_BOOT = 3;
 export const RTPROT_KERNEL = 2;
 
 export const IFA_F_TEMPORARY = 0x01;
+/** `nodad`: no duplicate address detection (addresses unique by allocation). */
+export const IFA_F_NODAD = 0x02;
 export const IFA_F_DEPRECATED = 0x20;
 export const IFA_F_PERMANENT = 0x80;
 

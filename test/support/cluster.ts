@@ -32,6 +32,10 @@ export interface ClusterOptions {
   mode: 'etcd' | 'kube';
   /** Extra weftd flags for every node. */
   weftdArgs?: string[];
+  /** Kube mode: run against the API server before any node starts (install CRDs, seed objects). */
+  prepareApi?: (api: KubeApiServer) => Promise<void>;
+  /** Kube mode: what weftd's token may do (RBAC as the test API server spells it); default everything. */
+  weftdGrant?: string[];
 }
 
 /** One weftd process and what it printed. */
@@ -123,9 +127,11 @@ export class Cluster {
         admin.close();
       }
     } else {
-      this.api = await KubeApiServer.start();
+      const grant = this.o.weftdGrant;
+      this.api = await KubeApiServer.start(grant ? { tokens: { admin: { user: 'admin', allow: '*' }, weftd: { user: 'system:serviceaccount:kube-flannel:flannel', allow: grant } } } : {});
+      await this.o.prepareApi?.(this.api);
       await writeFile(join(this.dir, 'net-conf.json'), this.netConf);
-      await writeFile(this.#kubeconfig, await readFile(await this.api.kubeconfig(), 'utf8'));
+      await writeFile(this.#kubeconfig, await readFile(await this.api.kubeconfig(grant ? 'weftd' : 'admin'), 'utf8'));
     }
     this.underlay = await this.#netns('ul');
     await joinUnderlay(this.underlay, []);

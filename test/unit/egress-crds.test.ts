@@ -29,18 +29,20 @@ function admit(kind: string, o: Obj): { stored: Obj; errors: string[] } {
   return { stored, errors: validateSchema(schemaOf(kind), stored).map((e) => e.field).sort() };
 }
 
-test('three CRDs of egress.weft.dev/v1alpha1, scoped as the API says, each with a status subresource', () => {
+test('four CRDs of egress.weft.dev/v1alpha1, scoped as the API says; the three users write with a status subresource', () => {
   assert.equal(EGRESS_GROUP, 'egress.weft.dev');
   assert.deepEqual(crds.map((c) => [c.kind, c.apiVersion, (c.metadata as Obj).name, spec(c).scope, (spec(c).names as Obj).kind]), [
     ['CustomResourceDefinition', 'apiextensions.k8s.io/v1', 'egressgateways.egress.weft.dev', 'Cluster', 'EgressGateway'],
     ['CustomResourceDefinition', 'apiextensions.k8s.io/v1', 'egresspolicies.egress.weft.dev', 'Namespaced', 'EgressPolicy'],
     ['CustomResourceDefinition', 'apiextensions.k8s.io/v1', 'egressclusterpolicies.egress.weft.dev', 'Cluster', 'EgressClusterPolicy'],
+    ['CustomResourceDefinition', 'apiextensions.k8s.io/v1', 'egressendpoints.egress.weft.dev', 'Cluster', 'EgressEndpoints'],
   ]);
   for (const c of crds) {
     assert.equal(spec(c).group, EGRESS_GROUP);
     assert.equal((c.metadata as Obj).name, `${(spec(c).names as Obj).plural}.${EGRESS_GROUP}`);
     assert.deepEqual((spec(c).versions as Obj[]).map((v) => [v.name, v.served, v.storage]), [[EGRESS_VERSION, true, true]]);
-    assert.deepEqual((version(c).subresources as Obj).status, {});
+    // EgressEndpoints is the controller's output, all spec: no status to write.
+    assert.deepEqual((version(c).subresources as Obj | undefined)?.status, (spec(c).names as Obj).kind === 'EgressEndpoints' ? undefined : {});
   }
 });
 
@@ -54,7 +56,7 @@ test('the schemas are structural: every node typed, every object\'s fields liste
     }
     if (s.type === 'array') walk(s.items as Obj, `${path}[]`);
   };
-  for (const kind of ['EgressGateway', 'EgressPolicy', 'EgressClusterPolicy']) walk(schemaOf(kind), kind);
+  for (const kind of ['EgressGateway', 'EgressPolicy', 'EgressClusterPolicy', 'EgressEndpoints']) walk(schemaOf(kind), kind);
   const gw = (schemaOf('EgressGateway').properties as Obj).spec as Obj;
   const props = (path: string[]) => path.reduce((s, k) => (s.properties as Obj)[k] as Obj, gw);
   assert.deepEqual(props(['nodeSelection', 'mode']).enum, [...NODE_SELECTION_MODES]);

@@ -1,5 +1,5 @@
 /**
- * The few API calls weftd makes (get, strategic-merge patch, list pages, watch), over node:http(s)
+ * The few API calls weftd makes (get, create, update, patches, delete, list pages, watch), over node:http(s)
  * with client-node supplying the cluster URL, TLS and credentials (KubeConfig.applyToHTTPSOptions:
  * kubeconfig certificates and tokens, token files, exec plugins).
  *
@@ -93,6 +93,26 @@ export class KubeHttp {
   /** `PATCH <path>` with a strategic merge patch (what kubectl patch sends by default). */
   async strategicPatch(path: string, patch: object, o: CallOptions = {}): Promise<void> {
     await this.#call('PATCH', path, o, { type: 'application/strategic-merge-patch+json', text: JSON.stringify(patch) });
+  }
+
+  /** `POST <path>` with `body` (a create); the object as stored. */
+  create<T>(path: string, body: object, o: CallOptions = {}): Promise<T> {
+    return this.#call('POST', path, o, { type: 'application/json', text: JSON.stringify(body) }) as Promise<T>;
+  }
+
+  /** `PUT <path>` with `body` (an update; its metadata.resourceVersion makes it conditional); the object as stored. */
+  update<T>(path: string, body: object, o: CallOptions = {}): Promise<T> {
+    return this.#call('PUT', path, o, { type: 'application/json', text: JSON.stringify(body) }) as Promise<T>;
+  }
+
+  /** `PATCH <path>` with a JSON merge patch (RFC 7386), as custom resources take it. */
+  async mergePatch(path: string, patch: object, o: CallOptions = {}): Promise<void> {
+    await this.#call('PATCH', path, o, { type: 'application/merge-patch+json', text: JSON.stringify(patch) });
+  }
+
+  /** `DELETE <path>`. */
+  async delete(path: string, o: CallOptions = {}): Promise<void> {
+    await this.#call('DELETE', path, o);
   }
 
   /**

@@ -1,0 +1,197 @@
+/**
+ * The egress controller, run by the weftd that holds the controller Lease (leases.ts): watches
+ * EgressGateways, EgressPolicies, EgressClusterPolicies, Nodes, Pods, Namespaces and the
+ * heartbeat Leases; places the policies (placement.ts, pure) and writes the result: each
+ * policy's and gateway's status subresource, and one EgressEndpoints object per placed policy
+ * (endpoints.ts) from which every node takes its part. Writes only what changed.
+ *
+ * A pass runs after any change (coalesced) and every `passMs`, since a heartbeat going quiet is
+ * a change of time, not of any object. Placements are remembered between passes and, at start,
+ * read back from the policies' statuses, so a new leader keeps every policy where it is.
+ * A failed write is logged and retried by the next pass.
+ */
+import { isDeepStrictEqual } from 'node:util';
+import type { KubeHttp } from '../lease/kube/http.ts';
+import type { Logger } from '../log.ts';
+import { Informer } from '../k8s/informer.ts';
+import type { KubeObject } from '../k8s/informer.ts';
+import { EGRESS_GROUP, EGRESS_VERSION, parseGateway, parsePolicy } from './api.ts';
+import type { Policy } from './api.ts';
+import { buildEndpoints, parseEgressNamespace, parseEgressPod } from './endpoints.ts';
+import type { EgressNamespace, EgressPod, EndpointsSpec } from './endpoints.ts';
+import { HEARTBEAT_LABEL } from './leases.ts';
+import { PassLoop } from './pass-loop.ts';
+import { place } from './placement.ts';
+import type { GatewayNode, GatewayStatus, Placement, PolicyStatus } from './placement.ts';
+
+export interface ControllerOptions {
+  http: KubeHttp;
+  /** weftd's namespace, where the heartbeat Leases are. */
+  namespace: string;
+  livenessTimeoutMs: number;
+  /** Period of the passes that notice quiet heartbeats; default 500 ms. */
+  passMs?: number;
+  log: Logger;
+}
+
+const GROUP_PATH = `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}`;
+
+type Json = Record<string, unknown>;
+const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function condition(ready: boolean, reason: string, message: string, previous: unknown): Json {
+  const old = Array.isArray(previous) ? (previous as Json[]).find((c) => c.type === 'Ready') : undefined;
+  const status = ready ? 'True' : 'False';
+  const lastTransitionTime = old && old.status === status && typeof old.lastTransitionTime === 'string' ? old.lastTransitionTime : new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+  return { type: 'Ready', status, reason, message, lastTransitionTime };
+}
+
+function nodeReady(n: KubeObject): boolean {
+  const conditions = isJson(n.status) && Array.isArray(n.status.conditions) ? (n.status.conditions as Json[]) : [];
+  return conditions.some((c) => c.type === 'Ready' && c.status === 'True');
+}
+
+export class EgressController {
+  readonly #o: ControllerOptions;
+  readonly #gateways: Informer;
+  readonly #policies: Informer;
+  readonly #clusterPolicies: Informer;
+  readonly #endpoints: Informer;
+  readonly #nodes: Informer;
+  readonly #pods: Informer;
+  readonly #namespaces: Informer;
+  readonly #heartbeats: Informer;
+  /** Heartbeats by node: the renewTime last seen and when (on this clock) it changed. */
+  readonly #seen = new Map<string, { renewTime: unknown; at: number }>();
+  #previous: Map<string, Placement> | undefined;
+  readonly #loop = new PassLoop();
+
+  constructor(o: ControllerOptions) {
+    this.#o = o;
+    const informer = (path: string, query?: Record<string, string>) => new Informer({ http: o.http, path, log: o.log, onChange: () => this.#loop.poke(), ...(query ? { query } : {}) });
+    this.#gateways = informer(`${GROUP_PATH}/egressgateways`);
+    this.#policies = informer(`${GROUP_PATH}/egresspolicies`);
+    this.#clusterPolicies = informer(`${GROUP_PATH}/egressclusterpolicies`);
+    this.#endpoints = informer(`${GROUP_PATH}/egressendpoints`);
+    this.#nodes = informer('/api/v1/nodes');
+    this.#pods = informer('/api/v1/pods');
+    this.#namespaces = informer('/api/v1/namespaces');
+    this.#heartbeats = informer(`/apis/coordination.k8s.io/v1/namespaces/${o.namespace}/leases`, { labelSelector: HEARTBEAT_LABEL });
+  }
+
+  get #all(): Informer[] {
+    return [this.#gateways, this.#policies, this.#clusterPolicies, this.#endpoints, this.#nodes, this.#pods, this.#namespaces, this.#heartbeats];
+  }
+
+  /** Runs until `signal` aborts. */
+  async run(signal: AbortSignal): Promise<void> {
+    const running = this.#all.map((i) => i.run(signal));
+    try {
+      await this.#loop.run({
+        signal, ready: Promise.all(this.#all.map((i) => i.synced)).then(() => this.#o.log.info('egress controller synced; placing policies')),
+        periodMs: this.#o.passMs ?? 500, retryMs: 500, log: this.#o.log, what: 'egress controller pass',
+      }, () => this.#pass(signal));
+    } finally {
+      await Promise.all(running);
+    }
+  }
+
+  #liveness(now: number): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const l of this.#heartbeats.objects.values()) {
+      const node = (l.metadata as { labels?: Record<string, string> } | undefined)?.labels?.[HEARTBEAT_LABEL];
+      if (!node) continue;
+      const renewTime = isJson(l.spec) ? l.spec.renewTime : undefined;
+      const seen = this.#seen.get(node);
+      if (!seen || seen.renewTime !== renewTime) this.#seen.set(node, { renewTime, at: now });
+      out.set(node, this.#seen.get(node)!.at);
+    }
+    return out;
+  }
+
+  async #pass(signal: AbortSignal): Promise<void> {
+    const now = performance.now();
+    const policyObjects = [...this.#policies.objects.values(), ...this.#clusterPolicies.objects.values()];
+    const policies = policyObjects.map(parsePolicy);
+    const objectsById = new Map(policyObjects.map((o, i) => [policies[i]!.id, o]));
+    if (!this.#previous) {
+      this.#previous = new Map();
+      for (const [id, o] of objectsById) {
+        const s = isJson(o.status) ? o.status : {};
+        if (typeof s.node !== 'string') continue;
+        const eip = isJson(s.eip) ? s.eip : {};
+        this.#previous.set(id, { node: s.node, ...(typeof eip.ipv4 === 'string' ? { ipv4: eip.ipv4 } : {}), ...(typeof eip.ipv6 === 'string' ? { ipv6: eip.ipv6 } : {}) });
+      }
+    }
+    const renewed = this.#liveness(now);
+    const nodes: GatewayNode[] = [...this.#nodes.objects.values()].map((n) => ({
+      name: n.metadata?.name ?? '',
+      labels: (n.metadata as { labels?: Record<string, string> } | undefined)?.labels ?? {},
+      ready: nodeReady(n),
+      renewedAt: renewed.get(n.metadata?.name ?? ''),
+    }));
+    const result = place({
+      gateways: [...this.#gateways.objects.values()].map(parseGateway),
+      policies, nodes, previous: this.#previous, now, livenessTimeoutMs: this.#o.livenessTimeoutMs, random: Math.random,
+    });
+    this.#previous = new Map(result.policies.filter((s) => s.placement).map((s) => [s.id, s.placement!]));
+    const pods = [...this.#pods.objects.values()].map(parseEgressPod).filter((p): p is EgressPod => p !== undefined);
+    const namespaces = new Map([...this.#namespaces.objects.values()].map(parseEgressNamespace).filter((n): n is EgressNamespace => n !== undefined).map((n) => [n.name, n]));
+    const valid = policies.filter((p): p is Policy => !('invalid' in p));
+    // Endpoints first: a node moves its traffic when they change, and the status only reports it.
+    await this.#publish(buildEndpoints(valid, result.policies, pods, namespaces), signal);
+    for (const s of result.policies) await this.#policyStatus(s, objectsById.get(s.id)!, signal);
+    for (const g of result.gateways) await this.#gatewayStatus(g, signal);
+  }
+
+  async #write(what: string, fn: () => Promise<unknown>): Promise<void> {
+    try {
+      await fn();
+    } catch (e) {
+      if ((e as { statusCode?: number }).statusCode === 404) return;
+      this.#o.log.warn(`failed to write ${what}`, { err: e });
+    }
+  }
+
+  async #publish(wanted: ReadonlyMap<string, EndpointsSpec>, signal: AbortSignal): Promise<void> {
+    const path = `${GROUP_PATH}/egressendpoints`;
+    for (const [name, spec] of wanted) {
+      const have = this.#endpoints.objects.get(name);
+      if (have && isDeepStrictEqual(have.spec, spec)) continue;
+      const body = { apiVersion: `${EGRESS_GROUP}/${EGRESS_VERSION}`, kind: 'EgressEndpoints', metadata: { name, ...(have ? { resourceVersion: have.metadata?.resourceVersion } : {}) }, spec };
+      await this.#write(`EgressEndpoints ${name}`, async () => {
+        const stored = await (have ? this.#o.http.update<KubeObject>(`${path}/${name}`, body, { signal }) : this.#o.http.create<KubeObject>(path, body, { signal }));
+        this.#endpoints.objects.set(name, stored);
+      });
+    }
+    for (const name of [...this.#endpoints.objects.keys()]) {
+      if (wanted.has(name)) continue;
+      await this.#write(`EgressEndpoints ${name}`, async () => {
+        await this.#o.http.delete(`${path}/${name}`, { signal });
+        this.#endpoints.objects.delete(name);
+      });
+    }
+  }
+
+  async #policyStatus(s: PolicyStatus, o: KubeObject, signal: AbortSignal): Promise<void> {
+    const old = isJson(o.status) ? o.status : {};
+    const eip = s.placement && (s.placement.ipv4 !== undefined || s.placement.ipv6 !== undefined)
+      ? { ...(s.placement.ipv4 !== undefined ? { ipv4: s.placement.ipv4 } : {}), ...(s.placement.ipv6 !== undefined ? { ipv6: s.placement.ipv6 } : {}) }
+      : undefined;
+    const status = { node: s.placement?.node, eip, conditions: [condition(s.ready, s.reason, s.message, old.conditions)] };
+    if (isDeepStrictEqual({ node: old.node, eip: old.eip, conditions: old.conditions }, status)) return;
+    const { namespace, name } = o.metadata ?? {};
+    const path = namespace ? `${GROUP_PATH}/namespaces/${namespace}/egresspolicies/${name}/status` : `${GROUP_PATH}/egressclusterpolicies/${name}/status`;
+    if (old.node !== status.node || !isDeepStrictEqual(old.eip, eip)) this.#o.log.info('egress policy placed', { policy: s.id, node: s.placement?.node, eip, reason: s.reason });
+    await this.#write(`the status of egress policy ${s.id}`, () => this.#o.http.mergePatch(path, { status: { node: status.node ?? null, eip: eip ?? null, conditions: status.conditions } }, { signal }));
+  }
+
+  async #gatewayStatus(g: GatewayStatus, signal: AbortSignal): Promise<void> {
+    const o = this.#gateways.objects.get(g.name);
+    if (!o) return;
+    const old = isJson(o.status) ? o.status : {};
+    const status = { nodes: g.nodes, conditions: [condition(g.ready, g.reason, g.message, old.conditions)] };
+    if (isDeepStrictEqual({ nodes: old.nodes, conditions: old.conditions }, status)) return;
+    await this.#write(`the status of EgressGateway ${g.name}`, () => this.#o.http.mergePatch(`${GROUP_PATH}/egressgateways/${g.name}/status`, { status }, { signal }));
+  }
+}

@@ -1,0 +1,241 @@
+/**
+ * Every weftd's part of egress gateways (kube mode, --egress-gateways): watches the
+ * EgressEndpoints the controller publishes, renders this node's data plane (dataplane.ts, pure)
+ * and keeps the kernel in line with it, level-triggered: after any change of the endpoints or
+ * the lease table, and every `resyncMs` (repair: someone flushed our table, deleted a rule, a
+ * route or an EIP). What is ours: table `inet weft-egress`; `ip rule`s at priority
+ * {@link EGRESS_RULE_PRIORITY}; routes with protocol {@link EGRESS_RTPROT} in tables
+ * EGRESS_TABLE_BASE..+254;
+ * the EIPs recorded in `<subnet.env's directory>/weft-egress.json` (an address carries no owner,
+ * so the file is how a restarted weftd knows which of the interface's addresses it added). Stale
+ * ones of each are removed; nothing else is touched.
+ *
+ * A new EIP is announced at once: with arp_notify and ndisc_notify on the external interface, the
+ * kernel sends a gratuitous ARP and an unsolicited neighbour advertisement for each of its
+ * addresses when its MAC address is set, so we set it to itself (the side effect: the
+ * interface's neighbour cache is flushed and relearnt).
+ */
+import { readFile, writeFile, rename } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import type { Backend } from '../backend/backend.ts';
+import type { NetConfig } from '../config/netconf.ts';
+import type { ExternalInterface } from '../iface/select.ts';
+import { formatCIDR, parseCIDR, tryParseIP } from '../ip/ip.ts';
+import type { CIDR, Family } from '../ip/ip.ts';
+import { Informer } from '../k8s/informer.ts';
+import type { Lease } from '../lease/lease.ts';
+import type { KubeHttp } from '../lease/kube/http.ts';
+import type { LeaseTable } from '../lease/table.ts';
+import type { Logger } from '../log.ts';
+import { mustRun } from '../masq/runner.ts';
+import type { Runner, Sysctl } from '../masq/runner.ts';
+import type { NetlinkHandle } from '../netlink/handle.ts';
+import { IFA_F_NODAD } from '../netlink/records.ts';
+import { EGRESS_GROUP, EGRESS_VERSION } from './api.ts';
+import { EGRESS_RTPROT, EGRESS_RULE_PRIORITY, EGRESS_TABLE_BASE, MAX_GATEWAYS, NFT_EGRESS_TABLE, renderDataplane } from './dataplane.ts';
+import type { DataplaneResult, NextHop } from './dataplane.ts';
+import { parseEndpoints } from './endpoints.ts';
+import type { NodeEndpoints } from './endpoints.ts';
+import { PassLoop } from './pass-loop.ts';
+
+/** What the agent has built that the egress data plane works with. */
+export interface AgentParts {
+  handle: NetlinkHandle;
+  ext: ExternalInterface;
+  backend: Backend;
+  config: NetConfig;
+  table: LeaseTable;
+  /** The current own lease. */
+  own: () => Lease;
+  log: Logger;
+}
+
+export interface EgressNodeOptions extends AgentParts {
+  http: KubeHttp;
+  node: string;
+  /** Service CIDRs and the custom list: never steered. */
+  inside: readonly CIDR[];
+  subnetFile: string;
+  run: Runner;
+  sysctl: Sysctl;
+  resyncMs: number;
+}
+
+const DEFAULT_DST: Record<Family, string> = { 4: '0.0.0.0/0', 6: '::/0' };
+const hostCidr = (ip: string) => parseCIDR(`${ip}/${ip.includes(':') ? 128 : 32}`, 'address');
+
+export class EgressNode {
+  readonly #o: EgressNodeOptions;
+  readonly #endpoints: Informer;
+  readonly #state: string;
+  readonly #loop = new PassLoop();
+  /** The script last applied and the table as nft listed it right after. */
+  #applied: { script: string; listing: string } | undefined;
+  #warned = new Set<string>();
+
+  constructor(o: EgressNodeOptions) {
+    this.#o = o;
+    this.#state = join(dirname(o.subnetFile), 'weft-egress.json');
+    this.#endpoints = new Informer({ http: o.http, path: `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}/egressendpoints`, log: o.log, onChange: () => this.#loop.poke() });
+  }
+
+  /** Keeps the data plane until `signal` aborts (which leaves it in place). */
+  async run(signal: AbortSignal): Promise<void> {
+    const informing = this.#endpoints.run(signal);
+    const unsubscribe = this.#o.table.subscribe(() => this.#loop.poke());
+    try {
+      await this.#loop.run({ signal, ready: this.#endpoints.synced, periodMs: this.#o.resyncMs, retryMs: 500, log: this.#o.log, what: 'applying the egress data plane' }, async () => {
+        await this.reconcile();
+      });
+    } finally {
+      unsubscribe();
+      await informing;
+    }
+  }
+
+  get #families(): Family[] {
+    return [...(this.#o.config.enableIPv4 ? [4 as const] : []), ...(this.#o.config.enableIPv6 ? [6 as const] : [])];
+  }
+
+  /** One level-triggered pass: render, then put the kernel in line. */
+  async reconcile(): Promise<DataplaneResult> {
+    const endpoints: NodeEndpoints[] = [];
+    for (const o of this.#endpoints.objects.values()) {
+      const e = parseEndpoints(o);
+      if (typeof e === 'string') this.#warnOnce(e);
+      else endpoints.push(e);
+    }
+    const own = this.#o.own();
+    const leases = this.#o.table.leases();
+    const inside: CIDR[] = [...this.#o.inside];
+    for (const c of [this.#o.config.network, this.#o.config.ipv6Network]) if (c) inside.push(c);
+    for (const l of [own, ...leases]) {
+      for (const ip of [l.attrs.publicIP, l.attrs.publicIPv6]) if (ip) inside.push({ ip, prefix: ip.family === 4 ? 32 : 128 });
+    }
+    for (const a of [this.#o.ext.ifaceAddr, this.#o.ext.ifaceAddr6, this.#o.ext.extAddr, this.#o.ext.extAddr6]) if (a) inside.push(hostCidr(a));
+    const hops = new Map<string, NextHop>();
+    for (const e of endpoints) {
+      const lease = this.#o.table.get(e.gateway);
+      if (!lease || e.gateway === this.#o.node) continue;
+      const plan = await this.#o.backend.plan(own, lease);
+      for (const [f, subnet] of [[4, lease.subnet], [6, lease.ipv6Subnet]] as const) {
+        const r = subnet && plan.state.routes.find((x) => x.dst === formatCIDR(subnet));
+        if (r?.gateway) hops.set(`${e.gateway} ${f}`, { gateway: r.gateway, linkIndex: r.linkIndex ?? this.#o.ext.link.index, onlink: r.onlink });
+      }
+    }
+    const result = renderDataplane({
+      node: this.#o.node, endpoints, families: this.#families, inside,
+      nextHop: (node, f) => hops.get(`${node} ${f}`),
+      ownAddress: { ...(this.#o.ext.ifaceAddr ? { 4: this.#o.ext.ifaceAddr } : {}), ...(this.#o.ext.ifaceAddr6 ? { 6: this.#o.ext.ifaceAddr6 } : {}) },
+    });
+    for (const w of result.warnings) this.#warnOnce(w);
+    await this.#eips(result.eips);
+    await this.#routes(result);
+    await this.#rules(result);
+    await this.#nft(result.nft);
+    return result;
+  }
+
+  #warnOnce(w: string): void {
+    if (this.#warned.has(w)) return;
+    this.#warned.add(w);
+    this.#o.log.warn(w);
+  }
+
+  async #nft(script: string | undefined): Promise<void> {
+    const { run } = this.#o;
+    const listed = await run(['nft', 'list', 'table', 'inet', NFT_EGRESS_TABLE]);
+    const listing = listed.code === 0 ? listed.stdout : undefined;
+    if (script === undefined) {
+      if (listing !== undefined) {
+        await mustRun(run, `delete table inet ${NFT_EGRESS_TABLE}`, ['nft', 'delete', 'table', 'inet', NFT_EGRESS_TABLE]);
+        this.#o.log.info('removed the egress rules: no egress policy concerns this node');
+      }
+      this.#applied = undefined;
+      return;
+    }
+    if (this.#applied?.script === script && this.#applied.listing === listing) return;
+    if (this.#applied?.script === script) this.#o.log.warn('the egress rules drifted; putting them back', { table: `inet ${NFT_EGRESS_TABLE}` });
+    await mustRun(run, `replace table inet ${NFT_EGRESS_TABLE}`, ['nft', '-f', '-'], `table inet ${NFT_EGRESS_TABLE} {}\ndelete table inet ${NFT_EGRESS_TABLE}\n${script}`);
+    this.#applied = { script, listing: await mustRun(run, `list table inet ${NFT_EGRESS_TABLE}`, ['nft', 'list', 'table', 'inet', NFT_EGRESS_TABLE]) };
+  }
+
+  async #rules(result: DataplaneResult): Promise<void> {
+    for (const f of [4, 6] as const) {
+      const flag = f === 4 ? '-4' : '-6';
+      const listed = JSON.parse((await mustRun(this.#o.run, 'list ip rules', ['ip', flag, '-j', 'rule', 'show'])) || '[]') as { priority?: number; fwmark?: string; fwmask?: string; table?: string }[];
+      // `ip -j` prints the mark and its mask apart.
+      const ours = listed.filter((r) => r.priority === EGRESS_RULE_PRIORITY).map((r) => ({ fwmark: r.fwmark && r.fwmask ? `${r.fwmark}/${r.fwmask}` : r.fwmark, table: r.table }));
+      const want = result.rules.filter((r) => r.family === f);
+      for (const r of want) {
+        if (ours.some((h) => h.fwmark === r.fwmark && h.table === String(r.table))) continue;
+        await mustRun(this.#o.run, 'add an egress ip rule', ['ip', flag, 'rule', 'add', 'priority', String(EGRESS_RULE_PRIORITY), 'fwmark', r.fwmark, 'lookup', String(r.table)]);
+      }
+      for (const h of ours) {
+        if (want.some((r) => h.fwmark === r.fwmark && h.table === String(r.table))) continue;
+        await mustRun(this.#o.run, 'delete a stale egress ip rule', ['ip', flag, 'rule', 'del', 'priority', String(EGRESS_RULE_PRIORITY), ...(h.fwmark ? ['fwmark', h.fwmark] : []), ...(h.table ? ['lookup', h.table] : [])]);
+      }
+    }
+  }
+
+  async #routes(result: DataplaneResult): Promise<void> {
+    const { handle } = this.#o;
+    const have = (await handle.routeList({ protocol: EGRESS_RTPROT })).filter((r) => r.table >= EGRESS_TABLE_BASE && r.table < EGRESS_TABLE_BASE + MAX_GATEWAYS);
+    for (const w of result.routes) {
+      const dst = DEFAULT_DST[w.family];
+      const h = have.find((r) => r.table === w.table && r.family === w.family && r.dst === dst);
+      if (h && h.gateway === w.hop.gateway && h.linkIndex === w.hop.linkIndex && h.onlink === w.hop.onlink) continue;
+      await handle.routeReplace({ dst, gateway: w.hop.gateway, linkIndex: w.hop.linkIndex, onlink: w.hop.onlink, table: w.table, protocol: EGRESS_RTPROT });
+    }
+    for (const h of have) {
+      if (result.routes.some((w) => w.table === h.table && w.family === h.family && DEFAULT_DST[w.family] === h.dst)) continue;
+      await handle.routeDel({ dst: h.dst, table: h.table, protocol: EGRESS_RTPROT }).catch(() => undefined);
+    }
+  }
+
+  async #readState(): Promise<string[]> {
+    try {
+      const v = JSON.parse(await readFile(this.#state, 'utf8')) as { eips?: unknown };
+      return Array.isArray(v.eips) ? v.eips.filter((a): a is string => typeof a === 'string' && tryParseIP(a) !== undefined) : [];
+    } catch {
+      return [];
+    }
+  }
+
+  async #writeState(eips: readonly string[]): Promise<void> {
+    await writeFile(`${this.#state}.tmp`, `${JSON.stringify({ eips: [...eips].sort() })}\n`);
+    await rename(`${this.#state}.tmp`, this.#state);
+  }
+
+  async #eips(wanted: readonly { family: Family; address: string }[]): Promise<void> {
+    const { handle, ext } = this.#o;
+    const recorded = await this.#readState();
+    const on = new Set((await handle.addrList({ linkIndex: ext.link.index })).map((a) => a.address));
+    const keep = wanted.map((w) => w.address);
+    if (keep.some((a) => !recorded.includes(a))) await this.#writeState([...new Set([...recorded, ...keep])]);
+    let added = false;
+    for (const w of wanted) {
+      if (on.has(w.address)) continue;
+      await handle.addrReplace({ linkIndex: ext.link.index, address: w.address, prefixLen: w.family === 4 ? 32 : 128, flags: w.family === 6 ? IFA_F_NODAD : 0 });
+      this.#o.log.info('egress IP added to the external interface', { eip: w.address, iface: ext.link.name });
+      added = true;
+    }
+    for (const a of recorded) {
+      if (keep.includes(a) || !on.has(a)) continue;
+      await handle.addrDel({ linkIndex: ext.link.index, address: a, prefixLen: a.includes(':') ? 128 : 32 });
+      this.#o.log.info('egress IP removed from the external interface', { eip: a, iface: ext.link.name });
+    }
+    if (recorded.some((a) => !keep.includes(a))) await this.#writeState(keep);
+    if (added) await this.#announce();
+  }
+
+  /** Gratuitous ARP and unsolicited NA for every address of the external interface. */
+  async #announce(): Promise<void> {
+    const { ext, sysctl, handle } = this.#o;
+    for (const key of [`net.ipv4.conf.${ext.link.name}.arp_notify`, `net.ipv6.conf.${ext.link.name}.ndisc_notify`]) {
+      await sysctl.write(key, '1').catch((e: unknown) => this.#warnOnce(`cannot set ${key}, so moved EIPs are not announced: ${(e as Error).message}`));
+    }
+    const link = await handle.linkByIndex(ext.link.index);
+    await handle.linkSetMac(link.index, link.mac);
+  }
+}

@@ -1,0 +1,64 @@
+/**
+ * Egress gateways in weftd (--egress-gateways, kube mode only), loaded by the agent with a
+ * dynamic import only when the flag is given, and its settings checked before anything starts.
+ * Three loops on one API client: this node's heartbeat Lease, the election for the controller
+ * Lease (the winner runs the controller), and this node's data plane.
+ */
+import type { Flags } from '../config/flags.ts';
+import { ConfigError } from '../errors.ts';
+import { parseCIDR } from '../ip/ip.ts';
+import type { CIDR } from '../ip/ip.ts';
+import { kubeConfigFromFlags } from '../lease/kube/client.ts';
+import { KubeHttp } from '../lease/kube/http.ts';
+import { execRunner, procSysctl } from '../masq/runner.ts';
+import { EgressController } from './controller.ts';
+import { runElection, runHeartbeat } from './leases.ts';
+import { EgressNode } from './node.ts';
+import type { AgentParts } from './node.ts';
+
+/** What --egress-gateways runs with, checked before weftd starts anything. */
+export interface EgressSettings {
+  node: string;
+  namespace: string;
+  /** --egress-service-cidr and --egress-exclude-cidr. */
+  inside: CIDR[];
+  livenessTimeoutMs: number;
+  http: KubeHttp;
+}
+
+/**
+ * The settings from the flags and the environment (NODE_NAME, POD_NAMESPACE); throws ConfigError
+ * naming the flag or variable, so weftd refuses to start rather than run without egress.
+ */
+export function egressSettings(flags: Flags, env: NodeJS.ProcessEnv = process.env): EgressSettings {
+  if (!flags.kubeSubnetMgr) throw new ConfigError('--egress-gateways', 'needs --kube-subnet-mgr (egress gateways are Kubernetes resources)');
+  const inside = [...flags.egressServiceCidr.map((c) => parseCIDR(c, '--egress-service-cidr')), ...flags.egressExcludeCidr.map((c) => parseCIDR(c, '--egress-exclude-cidr'))];
+  const node = env.NODE_NAME;
+  if (!node) throw new ConfigError('NODE_NAME', 'egress gateways need the env variable NODE_NAME (the downward API\'s spec.nodeName)');
+  return {
+    node, namespace: env.POD_NAMESPACE || 'kube-flannel', inside, livenessTimeoutMs: flags.egressLivenessTimeout * 1000,
+    http: new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl }, env)),
+  };
+}
+
+export interface EgressDeps extends AgentParts {
+  settings: EgressSettings;
+  flags: Flags;
+}
+
+/** Runs egress gateways until `signal` aborts; never rejects (every loop retries what fails). */
+export async function runEgress(d: EgressDeps, signal: AbortSignal): Promise<void> {
+  const { flags } = d;
+  const { http, node, namespace, inside, livenessTimeoutMs } = d.settings;
+  const log = d.log.child({ component: 'egress' });
+  log.info('egress gateways enabled', { namespace, livenessTimeoutMs });
+  const dataplane = new EgressNode({
+    ...d, http, node, inside, subnetFile: flags.subnetFile, run: execRunner(), sysctl: procSysctl, resyncMs: flags.resyncPeriod * 1000, log,
+  });
+  await Promise.all([
+    runHeartbeat({ http, namespace, node, intervalMs: livenessTimeoutMs / 4, log }, signal),
+    runElection({ http, namespace, identity: node, leaseDurationMs: 2 * livenessTimeoutMs, retryMs: livenessTimeoutMs / 4, log }, signal,
+      (leading) => new EgressController({ http, namespace, livenessTimeoutMs, log: log.child({ role: 'controller' }) }).run(leading)),
+    dataplane.run(signal),
+  ]);
+}

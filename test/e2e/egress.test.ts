@@ -1,0 +1,138 @@
+/**
+ * Egress gateways end to end (issue #19): kube-mode clusters of real weftd processes with
+ * --egress-gateways, the controller elected among them, and an outside host on the underlay that
+ * reports the source address each connection comes from.
+ */
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { test } from 'node:test';
+import type { ClusterNode } from '../support/cluster.ts';
+import { DEBIAN_CNI_DIR } from '../support/cni.ts';
+import { EgressCluster, startSourceServer } from '../support/egress-cluster.ts';
+import { needsRoot } from '../support/netns.ts';
+import { until } from '../support/until.ts';
+
+const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+
+/** What egress left in a node's kernel: our nft table, fwmark rules, routes in our tables, EIP addresses. */
+async function leftovers(n: ClusterNode, v6: boolean): Promise<string[]> {
+  const out: string[] = [];
+  if (await n.ns.exec('nft', 'list', 'table', 'inet', 'weft-egress').then(() => true, () => false)) out.push('table inet weft-egress');
+  for (const f of v6 ? ['-4', '-6'] : ['-4']) {
+    for (const r of await n.ns.ipJson<{ priority: number }[]>(f, 'rule', 'show')) if (r.priority === 1500) out.push(`rule ${JSON.stringify(r)}`);
+    const routes = await n.ns.ipJson<{ table?: string }[]>(f, 'route', 'show', 'table', 'all', 'proto', '202');
+    out.push(...routes.filter((r) => Number(r.table) >= 7700 && Number(r.table) < 7955).map((r) => `route ${JSON.stringify(r)}`));
+  }
+  const addrs = await n.ns.ipJson<{ addr_info: { local: string; prefixlen: number }[] }[]>('addr', 'show', 'dev', 'eth0');
+  for (const a of addrs[0]?.addr_info ?? []) if (/^198\.51\.100\.1\d\d$|^2001:db8::1\d\d$/.test(a.local)) out.push(`address ${a.local}/${a.prefixlen}`);
+  return out;
+}
+
+for (const [backend, dualStack] of [['vxlan', false], ['vxlan', true], ['host-gw', false]] as const) {
+  test(`egress, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}: selected pods leave as the EIP, others as their node; repair; two gateways; a deleted policy leaves nothing, even one deleted while the gateway's weftd was down`, { skip, timeout: 240_000 }, async () => {
+    const e = await EgressCluster.start({ nodes: 3, backend, dualStack, weftdArgs: ['--resync-period=2'] });
+    try {
+      const [n1, n2, n3] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode];
+      e.label(n3, { 'egress.weft.dev/gateway': 'a' });
+      e.label(n2, { 'egress.weft.dev/gateway': 'b' });
+      const a1 = await e.addPod(n1, { app: 'a' });
+      const b1 = await e.addPod(n1, { app: 'b' });
+      const a3 = await e.addPod(n3, { app: 'a' });
+      const peer = await e.addPod(n2, { app: 'peer' });
+      e.gateway('gw-a', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'a' } }, eipPool: { ipv4: ['198.51.100.100-198.51.100.101'], ...(dualStack ? { ipv6: ['2001:db8::100-2001:db8::101'] } : {}) } });
+      e.gateway('gw-b', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'b' } }, eipPool: { ipv4: ['198.51.100.110'], ...(dualStack ? { ipv6: ['2001:db8::110'] } : {}) } });
+
+      // Before any policy: every pod leaves masqueraded to its node's address.
+      await e.waitSeenAs(a1, n1.address);
+      e.policy('a', { gateway: 'gw-a', podSelector: { matchLabels: { app: 'a' } } });
+      await e.waitSeenAs(a1, '198.51.100.100');
+      await e.waitSeenAs(a3, '198.51.100.100');
+      if (dualStack) {
+        await e.waitSeenAs(a1, '2001:db8::100', true);
+        await e.waitSeenAs(a3, '2001:db8::100', true);
+      }
+      await e.waitSeenAs(b1, n1.address);
+      assert.deepEqual([e.policyStatus('a').node, e.policyStatus('a').eip], [n3.name, { ipv4: '198.51.100.100', ...(dualStack ? { ipv6: '2001:db8::100' } : {}) }]);
+      assert.ok(((e.c.api!.object('egressgateways.egress.weft.dev', 'gw-a')?.status as { nodes?: unknown[] } | undefined)?.nodes ?? []).length === 1, 'the gateway status lists its node');
+
+      // Inside the cluster nothing is steered: a pod sees the selected pod's own address, a node
+      // sees the selected pod masqueraded to its own node, as without egress (neither answer
+      // could come through the gateway, which would show the EIP).
+      const stopPeer = await startSourceServer(peer.ns);
+      const stopNode = await startSourceServer(n2.ns);
+      try {
+        await e.c.waitPing(a1, peer);
+        if (dualStack) await e.c.waitPing(a1, peer, true);
+        await e.waitAnswer(a1, `http://${peer.ip}:8080/`, a1.ip);
+        if (dualStack) await e.waitAnswer(a1, `http://[${peer.ipv6}]:8080/`, a1.ipv6!);
+        await e.waitAnswer(a1, `http://${n2.address}:8080/`, n1.address);
+      } finally {
+        await stopPeer();
+        await stopNode();
+      }
+
+      // Repair: what someone removes comes back with the next resync.
+      await n1.ns.exec('nft', 'delete', 'table', 'inet', 'weft-egress');
+      await n1.ns.ip('rule', 'del', 'priority', '1500');
+      await n3.ns.ip('addr', 'del', '198.51.100.100/32', 'dev', 'eth0');
+      await e.waitSeenAs(a1, '198.51.100.100');
+      await e.waitSeenAs(a3, '198.51.100.100');
+
+      // A second policy on a second gateway.
+      e.policy('b', { gateway: 'gw-b', podSelector: { matchLabels: { app: 'b' } } });
+      await e.waitSeenAs(b1, '198.51.100.110');
+      if (dualStack) await e.waitSeenAs(b1, '2001:db8::110', true);
+      await e.waitSeenAs(a1, '198.51.100.100');
+      assert.equal(e.policyStatus('b').node, n2.name);
+
+      // Deleted policies: back to the node's address, and nothing of egress left in any kernel,
+      // also on the gateway whose weftd was down when its policy went.
+      assert.equal(await e.c.stopWeftd(n3), 0);
+      e.removePolicy('a');
+      await e.waitSeenAs(a1, n1.address);
+      await e.c.restartWeftd(n3);
+      await e.waitSeenAs(a3, n3.address);
+      await e.waitSeenAs(b1, '198.51.100.110', false, 10_000);
+      e.removePolicy('b');
+      await e.waitSeenAs(b1, n1.address);
+      for (const n of e.c.nodes) await until(`nothing of egress left on ${n.name}`, async () => (await leftovers(n, dualStack)).length === 0, 20_000, () => `${n.name}: ${JSON.stringify(n.daemon.log().slice(-3000))}`);
+    } finally {
+      await e.stop();
+    }
+  });
+}
+
+test('egress failover: the gateway\'s weftd killed and its link cut moves the EIP; the controller\'s weftd killed, another takes over', { skip, timeout: 240_000 }, async () => {
+  const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan' });
+  try {
+    await until('an egress controller elected', () => e.leader !== undefined, 30_000);
+    const leader = e.c.nodes.find((n) => n.name === e.leader)!;
+    const [client, g1, g2] = e.c.nodes.filter((n) => n !== leader) as [ClusterNode, ClusterNode, ClusterNode];
+    for (const g of [g1, g2]) e.label(g, { 'egress.weft.dev/gateway': 'true' });
+    const pod = await e.addPod(client, { app: 'a' });
+    e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: ['198.51.100.100-198.51.100.101'] } });
+    e.policy('a', { gateway: 'gw', podSelector: { matchLabels: { app: 'a' } } });
+    await e.waitSeenAs(pod, '198.51.100.100');
+    const [from, to] = e.policyStatus('a').node === g1.name ? [g1, g2] : [g2, g1];
+
+    await e.c.stopWeftd(from, 'SIGKILL');
+    await from.ns.ip('link', 'set', 'eth0', 'down');
+    await until(`policy a moved from ${from.name} to ${to.name}`, () => e.policyStatus('a').node === to.name, 30_000);
+    await e.waitSeenAs(pod, '198.51.100.100');
+    const eth0 = await to.ns.ipJson<{ addr_info: { local: string }[] }[]>('addr', 'show', 'dev', 'eth0');
+    assert.ok(eth0[0]!.addr_info.some((a) => a.local === '198.51.100.100'), `the EIP is on ${to.name}'s external interface`);
+
+    await e.c.stopWeftd(leader, 'SIGKILL');
+    await until('another weftd took over the egress controller', () => e.leader !== undefined && e.leader !== leader.name, 60_000);
+    const successor = e.c.nodes.find((n) => n.name === e.leader)!;
+    await until(`${successor.name} says it took over`, () => /took over the egress controller Lease/.test(successor.daemon.log()), 10_000, successor.daemon.log);
+    // The new controller places new policies.
+    const other = await e.addPod(client, { app: 'b' });
+    e.policy('b', { gateway: 'gw', podSelector: { matchLabels: { app: 'b' } } });
+    await e.waitSeenAs(other, '198.51.100.101');
+    assert.equal(e.policyStatus('b').node, to.name);
+    await e.waitSeenAs(pod, '198.51.100.100');
+  } finally {
+    await e.stop();
+  }
+});

@@ -1,0 +1,187 @@
+/**
+ * A kube-mode cluster (cluster.ts) with egress gateways: the CRDs installed before any weftd
+ * starts, every Node Ready, weftd run with --egress-gateways and --ip-masq, and an "outside"
+ * host on the underlay (198.51.100.200, 2001:db8::200) whose server answers each HTTP request
+ * with the source address it sees. Pods are wired by the real plugin and published as Pod
+ * objects, as kubelet would.
+ */
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { readFile } from 'node:fs/promises';
+import { loadAllYaml } from '@kubernetes/client-node';
+import { EGRESS_GROUP, EGRESS_VERSION } from '../../src/egress/api.ts';
+import { Cluster } from './cluster.ts';
+import type { ClusterNode, ClusterOptions, Pod } from './cluster.ts';
+import type { Obj } from './kube-apiserver.ts';
+import { attachToUnderlay, createNetns } from './netns.ts';
+import type { Netns } from './netns.ts';
+import { until } from './until.ts';
+
+export const OUTSIDE = { ipv4: '198.51.100.200', ipv6: '2001:db8::200' };
+const PORT = 8080;
+const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
+/** Answers every request with the peer's address; prints `ready` once listening. */
+const SERVER = `
+const http = require('node:http');
+const s = http.createServer((req, res) => res.end(req.socket.remoteAddress.replace(/^::ffff:/, '')));
+s.listen(Number(process.argv[1]), '::', () => process.stdout.write('ready\\n'));`;
+
+const API_VERSION = `${EGRESS_GROUP}/${EGRESS_VERSION}`;
+const outsideUrl = (v6: boolean) => (v6 ? `http://[${OUTSIDE.ipv6}]:${PORT}/` : `http://${OUTSIDE.ipv4}:${PORT}/`);
+
+interface Rule {
+  apiGroups: string[];
+  resources: string[];
+  verbs: string[];
+}
+
+/**
+ * What weftd's ServiceAccount may do by daemonset.yaml's ClusterRole and egress-rbac.yaml's
+ * roles, as the test API server's grants spell it, so the e2e tests prove the manifests suffice.
+ */
+export async function manifestGrant(): Promise<string[]> {
+  const docs = await Promise.all(['daemonset.yaml', 'egress-rbac.yaml'].map(async (f) => loadAllYaml(await readFile(new URL(`../../${f}`, import.meta.url), 'utf8')) as Obj[]));
+  const rules = docs.flat().filter((d) => d.kind === 'ClusterRole' || d.kind === 'Role').flatMap((d) => d.rules as Rule[]);
+  return rules.flatMap((r) => r.apiGroups.flatMap((g) => r.resources.flatMap((res) => {
+    const [plural, sub] = res.split('/') as [string, string | undefined];
+    return r.verbs.map((v) => `${v} ${plural}${g ? `.${g}` : ''}${sub ? `/${sub}` : ''}`);
+  })));
+}
+
+/** A server reporting source addresses, run in `ns`. */
+export async function startSourceServer(ns: Netns): Promise<() => Promise<void>> {
+  const child: ChildProcess = spawn('ip', ['netns', 'exec', ns.name, NODE, '-e', SERVER, String(PORT)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const exited = once(child, 'exit');
+  const [first] = await Promise.race([once(child.stdout!, 'data'), exited.then(() => [undefined])]);
+  if (String(first).trim() !== 'ready') throw new Error(`the source server in ${ns.name} did not start`);
+  return async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGTERM');
+      await exited;
+    }
+  };
+}
+
+export class EgressCluster {
+  readonly c: Cluster;
+  readonly outside: Netns;
+  readonly #stops: (() => Promise<void>)[];
+  #pods = 0;
+
+  private constructor(c: Cluster, outside: Netns, stops: (() => Promise<void>)[]) {
+    this.c = c;
+    this.outside = outside;
+    this.#stops = stops;
+  }
+
+  static async start(o: Omit<ClusterOptions, 'mode'>): Promise<EgressCluster> {
+    const crds = loadAllYaml(await readFile(new URL('../../egress-crds.yaml', import.meta.url), 'utf8')) as Obj[];
+    const c = await Cluster.start({
+      ...o, mode: 'kube', weftdGrant: await manifestGrant(), weftdArgs: ['--ip-masq', '--egress-gateways', '--egress-service-cidr=10.96.0.0/12', ...(o.weftdArgs ?? [])],
+      prepareApi: async (api) => {
+        for (const crd of crds) api.seed('customresourcedefinitions.apiextensions.k8s.io', crd);
+        for (const name of ['default', 'kube-flannel']) if (!api.object('namespaces', name)) api.seed('namespaces', { metadata: { name } });
+      },
+    });
+    const stops: (() => Promise<void>)[] = [];
+    let outside: Netns | undefined;
+    try {
+      for (const n of c.nodes) EgressCluster.setReady(c, n, true);
+      outside = await createNetns('out');
+      await attachToUnderlay(c.underlay!, outside, 200, { ipv6: o.dualStack ?? false });
+      stops.push(await startSourceServer(outside));
+      return new EgressCluster(c, outside, stops);
+    } catch (e) {
+      for (const stop of stops) await stop();
+      await outside?.remove();
+      await c.stop();
+      throw e;
+    }
+  }
+
+  /** Sets the Node's Ready condition, as kubelet does. */
+  static setReady(c: Cluster, n: ClusterNode, ready: boolean): void {
+    c.api!.modifyNode(n.name, (node) => {
+      const status = (node.status ??= {}) as Obj;
+      const others = ((status.conditions ?? []) as Obj[]).filter((x) => x.type !== 'Ready');
+      status.conditions = [...others, { type: 'Ready', status: ready ? 'True' : 'False', reason: 'KubeletReady' }];
+    });
+  }
+
+  /** Adds or removes node labels. */
+  label(n: ClusterNode, labels: Record<string, string | null>): void {
+    this.c.api!.modifyNode(n.name, (node) => {
+      const m = node.metadata as Obj;
+      const l = (m.labels ??= {}) as Record<string, string>;
+      for (const [k, v] of Object.entries(labels)) {
+        if (v === null) delete l[k];
+        else l[k] = v;
+      }
+    });
+  }
+
+  /** A pod on `n` in namespace `default` with `labels`, wired and published as a Pod object. */
+  async addPod(n: ClusterNode, labels: Record<string, string>): Promise<Pod> {
+    const pod = await this.c.addPod(n);
+    const ips = [pod.ip, ...(pod.ipv6 ? [pod.ipv6] : [])];
+    this.c.api!.seed('pods', {
+      metadata: { namespace: 'default', name: `p${++this.#pods}`, labels },
+      spec: { nodeName: n.name, containers: [{ name: 'main', image: 'weft' }] },
+      status: { phase: 'Running', podIP: ips[0], podIPs: ips.map((ip) => ({ ip })) },
+    });
+    return pod;
+  }
+
+  gateway(name: string, spec: Obj): void {
+    this.c.api!.seed(`egressgateways.${EGRESS_GROUP}`, { apiVersion: API_VERSION, kind: 'EgressGateway', metadata: { name }, spec });
+  }
+
+  policy(name: string, spec: Obj): void {
+    this.c.api!.seed(`egresspolicies.${EGRESS_GROUP}`, { apiVersion: API_VERSION, kind: 'EgressPolicy', metadata: { namespace: 'default', name }, spec });
+  }
+
+  removePolicy(name: string): void {
+    this.c.api!.remove(`egresspolicies.${EGRESS_GROUP}`, name, 'default');
+  }
+
+  policyStatus(name: string): Obj {
+    return (this.c.api!.object(`egresspolicies.${EGRESS_GROUP}`, name, 'default')?.status ?? {}) as Obj;
+  }
+
+  /** What a source server at `url` answers `pod` (undefined: no answer within `maxTimeS`). */
+  async answer(pod: Pod, url: string, maxTimeS = 2): Promise<string | undefined> {
+    return pod.ns.exec('curl', '-s', '--max-time', String(maxTimeS), url).then((s) => s.trim(), () => undefined);
+  }
+
+  /** The source address the outside server sees for a request from `pod` (undefined: no answer within `maxTimeS`). */
+  seenFrom(pod: Pod, v6 = false, maxTimeS = 2): Promise<string | undefined> {
+    return this.answer(pod, outsideUrl(v6), maxTimeS);
+  }
+
+  /**
+   * Waits until a source server at `url` answers `pod` with `source` (connections are retried:
+   * on a loaded machine one can time out).
+   */
+  async waitAnswer(pod: Pod, url: string, source: string, timeoutMs = 30_000): Promise<void> {
+    let last: string | undefined;
+    await until(`${pod.id} on ${pod.node.name} seen by ${url} as ${source}`, async () => (last = await this.answer(pod, url)) === source, timeoutMs,
+      () => `last seen as ${last}\n${this.c.nodes.map((n) => `--- ${n.name}\n${n.daemon.log()}`).join('\n')}`);
+  }
+
+  /** Waits until the outside server sees `pod` as `source`. */
+  waitSeenAs(pod: Pod, source: string, v6 = false, timeoutMs = 30_000): Promise<void> {
+    return this.waitAnswer(pod, outsideUrl(v6), source, timeoutMs);
+  }
+
+  /** The weftd holding the controller Lease, by Node name. */
+  get leader(): string | undefined {
+    return ((this.c.api!.object('leases.coordination.k8s.io', 'weft-egress-controller', 'kube-flannel')?.spec ?? {}) as Obj).holderIdentity as string | undefined;
+  }
+
+  async stop(): Promise<void> {
+    for (const stop of this.#stops.splice(0)) await stop();
+    await this.outside.remove();
+    await this.c.stop();
+  }
+}

@@ -1,0 +1,76 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { parseCIDR } from '../../../src/ip/ip.ts';
+import { EGRESS_TABLE_BASE, renderDataplane } from '../../../src/egress/dataplane.ts';
+import type { DataplaneInput, NextHop } from '../../../src/egress/dataplane.ts';
+import type { NodeEndpoints } from '../../../src/egress/endpoints.ts';
+
+const inside = ['10.244.0.0/16', '10.96.0.0/12', '198.51.100.1/32', 'fd00:10:244::/56'].map((c) => parseCIDR(c, 'test'));
+const hops: Record<string, NextHop> = { 'node-3 4': { gateway: '10.244.3.0', linkIndex: 7, onlink: true }, 'node-2 4': { gateway: '10.244.2.0', linkIndex: 7, onlink: true } };
+
+function input(node: string, endpoints: NodeEndpoints[], over: Partial<DataplaneInput> = {}): DataplaneInput {
+  return { node, endpoints, families: [4], inside, nextHop: (n, f) => hops[`${n} ${f}`], ownAddress: { 4: '198.51.100.3' }, ...over };
+}
+
+const a: NodeEndpoints = { policy: 'default/a', gateway: 'node-3', eip: { ipv4: '198.51.100.100' }, destinations: [], sources: [{ node: 'node-1', ips: ['10.244.1.5'] }, { node: 'node-3', ips: ['10.244.3.7'] }] };
+const b: NodeEndpoints = { policy: 'default/b', gateway: 'node-2', eip: {}, destinations: [parseCIDR('203.0.113.0/24', 'test')], sources: [{ node: 'node-1', ips: ['10.244.1.6'] }] };
+
+test('a node with selected pods marks their outside traffic per gateway, routes it in a table of its own, and keeps their source from masquerade', () => {
+  const r = renderDataplane(input('node-1', [a, b]));
+  assert.deepEqual(r.rules, [
+    { family: 4, fwmark: '0x10000/0xff0000', table: EGRESS_TABLE_BASE },
+    { family: 4, fwmark: '0x20000/0xff0000', table: EGRESS_TABLE_BASE + 1 },
+  ]);
+  assert.deepEqual(r.routes.map((x) => [x.table, x.hop.gateway]), [[EGRESS_TABLE_BASE, '10.244.3.0'], [EGRESS_TABLE_BASE + 1, '10.244.2.0']]);
+  assert.deepEqual(r.eips, [], 'no EIP on a node that is no gateway');
+  const nft = r.nft!;
+  assert.match(nft, /set inside4 \{[^}]*elements = \{ 10\.244\.0\.0\/16, 10\.96\.0\.0\/12, 198\.51\.100\.1\/32 \}/);
+  assert.match(nft, /ip saddr @p0_local4 ip daddr != @inside4 meta mark set meta mark & 0xff00ffff \| 0x10000/);
+  assert.match(nft, /ip saddr @p1_local4 ip daddr != @inside4 ip daddr @p1_dst4 meta mark set meta mark & 0xff00ffff \| 0x20000/);
+  assert.match(nft, /set p1_dst4 \{[^}]*elements = \{ 203\.0\.113\.0\/24 \}/);
+  assert.match(nft, /type nat hook postrouting priority srcnat - 10;[^}]*meta mark & 0xff0000 != 0 snat ip to ip saddr/);
+  assert.match(nft, /chain unmark \{[^}]*meta mark & 0xff0000 != 0 meta mark set meta mark & 0xff00ffff/);
+  assert.doesNotMatch(nft, /snat ip to 198/, 'no SNAT to an EIP off the gateway');
+});
+
+test('the gateway node holds the EIP and SNATs every node\'s selected pods to it, its own included, without steering', () => {
+  const r = renderDataplane(input('node-3', [a]));
+  assert.deepEqual(r.eips, [{ family: 4, address: '198.51.100.100' }]);
+  assert.deepEqual([r.rules, r.routes], [[], []]);
+  assert.match(r.nft!, /set p0_all4 \{[^}]*elements = \{ 10\.244\.1\.5, 10\.244\.3\.7 \}/);
+  assert.match(r.nft!, /ip saddr @p0_all4 ip daddr != @inside4 snat ip to 198\.51\.100\.100/);
+  assert.doesNotMatch(r.nft!, /chain prerouting|chain unmark/);
+});
+
+test('source NodeIP SNATs to the gateway node\'s own address', () => {
+  const r = renderDataplane(input('node-2', [b], { ownAddress: { 4: '198.51.100.2' } }));
+  assert.deepEqual(r.eips, []);
+  assert.match(r.nft!, /ip saddr @p0_all4 ip daddr != @inside4 ip daddr @p0_dst4 snat ip to 198\.51\.100\.2\n/);
+});
+
+test('nothing concerns a node without selected pods that is no gateway: no table, no rule, no route', () => {
+  assert.deepEqual(renderDataplane(input('node-4', [a, b])), { nft: undefined, rules: [], routes: [], eips: [], warnings: [] });
+  assert.deepEqual(renderDataplane(input('node-1', [])).nft, undefined);
+});
+
+test('no route to the gateway (no lease of that family): the pods leave the normal way, with a warning', () => {
+  const r = renderDataplane(input('node-1', [{ ...a, gateway: 'node-9' }]));
+  assert.equal(r.nft, undefined);
+  assert.deepEqual(r.rules, []);
+  assert.match(r.warnings[0]!, /default\/a: no IPv4 route to gateway node node-9/);
+});
+
+test('dual stack: one rule and route per family, sets per family, IPv6 SNAT to the IPv6 EIP', () => {
+  const dual: NodeEndpoints = { ...a, eip: { ipv4: '198.51.100.100', ipv6: '2001:db8::100' }, sources: [{ node: 'node-1', ips: ['10.244.1.5', 'fd00:10:244:1::5'] }] };
+  const hop6: NextHop = { gateway: 'fd00:10:244:3::', linkIndex: 8, onlink: true };
+  const on1 = renderDataplane(input('node-1', [dual], { families: [4, 6], nextHop: (n, f) => (f === 6 ? hop6 : hops[`${n} ${f}`]) }));
+  assert.deepEqual(on1.rules.map((x) => [x.family, x.table]), [[4, EGRESS_TABLE_BASE], [6, EGRESS_TABLE_BASE]]);
+  assert.match(on1.nft!, /ip6 saddr @p0_local6 ip6 daddr != @inside6 meta mark set/);
+  const on3 = renderDataplane(input('node-3', [dual], { families: [4, 6] }));
+  assert.deepEqual(on3.eips, [{ family: 4, address: '198.51.100.100' }, { family: 6, address: '2001:db8::100' }]);
+  assert.match(on3.nft!, /ip6 saddr @p0_all6 ip6 daddr != @inside6 snat ip6 to 2001:db8::100/);
+});
+
+test('equal inputs render equal scripts whatever the order of the endpoints', () => {
+  assert.equal(renderDataplane(input('node-1', [a, b])).nft, renderDataplane(input('node-1', [b, a])).nft);
+});
