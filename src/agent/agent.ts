@@ -123,7 +123,11 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   // Own-lease changes are applied one at a time, in order.
   let current = own;
   let moving = Promise.resolve();
-  const watching = source.watch(table, signal, (lease) => {
+  // Ends the watch and egress gateways when this run ends for any reason, not only on stop: a
+  // failed start must not wait for a stop that never comes.
+  const done = new AbortController();
+  const running = AbortSignal.any([signal, done.signal]);
+  const watching = source.watch(table, running, (lease) => {
     moving = moving.then(async () => {
       await network.setOwn(lease);
       await rules.start(networks(lease), { previous: networks(current), signal });
@@ -133,22 +137,20 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
     }).catch((e: unknown) => log.error('failed to move to the new lease', { err: e }));
   });
   let egress: Promise<void> | undefined;
-  // Ends egress gateways when the agent ends for any reason, not only on stop.
-  const egressStop = new AbortController();
   try {
     await Promise.race([network.start(signal), watching.then(() => signal.throwIfAborted())]);
     await source.complete?.(signal);
     log.info('ready: the kernel holds every lease', { peers: table.size });
     onReady?.();
     if (egressModule && egressSettings) {
-      egress = egressModule.runEgress({ settings: egressSettings, flags, handle, ext, backend, config, table, own: () => current, log }, AbortSignal.any([signal, egressStop.signal]));
+      egress = egressModule.runEgress({ settings: egressSettings, flags, handle, ext, backend, config, table, own: () => current, log }, running);
     }
     await Promise.all([watching, egress]);
   } finally {
+    done.abort();
     network.stop();
     await rules.stop();
     await watching.catch(() => {});
-    egressStop.abort();
     await egress?.catch(() => {});
     await moving;
   }
