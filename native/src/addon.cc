@@ -2,7 +2,7 @@
 //
 //   new Handle(netnsPath?)                 netnsPath "" or absent: the process's namespace
 //   handle.apply(ops)        -> Promise<(null | {errno, message})[]>, one result per op, in order
-//   handle.dump(kind, filter) -> Promise<record[]>   kind: "link" | "addr" | "route" | "neigh"
+//   handle.dump(kind, filter) -> Promise<record[]>   kind: "link" | "addr" | "route" | "neigh" | "nexthop"
 //   handle.linkGet(nameOrIndex) -> Promise<record>
 //   handle.routeGet(dst, oif?) -> Promise<record>
 //   handle.monitor(groups, callback, rcvbuf?) -> Promise<void>; callback(events[])
@@ -256,9 +256,10 @@ class Handle : public Napi::ObjectWrap<Handle> {
     else if (kind == "addr") job->kind = RTM_GETADDR;
     else if (kind == "route") job->kind = RTM_GETROUTE;
     else if (kind == "neigh") job->kind = RTM_GETNEIGH;
+    else if (kind == "nexthop") job->kind = RTM_GETNEXTHOP;
     else {
       delete job;
-      Napi::TypeError::New(env, "dump(kind): kind must be link, addr, route or neigh").ThrowAsJavaScriptException();
+      Napi::TypeError::New(env, "dump(kind): kind must be link, addr, route, neigh or nexthop").ThrowAsJavaScriptException();
       return env.Undefined();
     }
     if (info.Length() > 1 && info[1].IsObject()) {
@@ -354,9 +355,10 @@ class Handle : public Napi::ObjectWrap<Handle> {
       else if (g == "addr") job->groups.insert(job->groups.end(), {RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV6_IFADDR});
       else if (g == "route") job->groups.insert(job->groups.end(), {RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE});
       else if (g == "neigh") job->groups.push_back(RTNLGRP_NEIGH);
+      else if (g == "nexthop") job->groups.push_back(RTNLGRP_NEXTHOP);
       else {
         delete job;
-        Napi::TypeError::New(env, "monitor: unknown group \"" + g + "\" (link, addr, route, neigh)")
+        Napi::TypeError::New(env, "monitor: unknown group \"" + g + "\" (link, addr, route, neigh, nexthop)")
             .ThrowAsJavaScriptException();
         return env.Undefined();
       }

@@ -1,0 +1,191 @@
+/**
+ * make bench-scale: one weftd (bin/weftd, in a network namespace of its own) against a real etcd
+ * holding N = 5,000, 20,000 and 50,000 vxlan leases, then against the test API server holding
+ * 20,000 and 50,000 Nodes (harness: bench/support/weftd.ts).
+ *
+ * Per N: exec → converged (the first full reconcile done, every entry checked in the kernel), the
+ * CPU weftd used until then, VmHWM. At the largest etcd N, once converged:
+ * - event latency: EVENTS leases put into etcd one at a time and removed again; each is timed from
+ *   the etcd write to the kernel's notification of the route appearing or going (seen by a monitor
+ *   of this process in the node's namespace), p99 of the adds and removals;
+ * - resync CPU: a stray route carrying weftd's protocol tag makes it run a full pass (dump, diff,
+ *   delete the stray); weftd's CPU from before the route is added until it is gone, median of 3.
+ *
+ * SCALE_N (comma-separated etcd Ns), SCALE_KUBE_N, SCALE_RUNS (runs per N, median; default 1) and
+ * SCALE_PROF (a directory: weftd writes a --cpu-prof profile per run there) change what runs.
+ *
+ * Last line: converge_5000_s=<> converge_20000_s=<> converge_50000_s=<>
+ * linearity=<converge_50000/converge_5000> hwm_50000_mb=<> event_p99_50000_ms=<>
+ * resync_cpu_50000_ms=<> kube_converge_50000_s=<> ondemand_entries=<> ondemand_first_packet_ms=<>
+ */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { Etcd3 } from 'etcd3';
+import { NetlinkHandle } from '../src/netlink/handle.ts';
+import { EtcdServer } from '../test/support/etcd.ts';
+import { forwardIntoNetns } from '../test/support/netns.ts';
+import type { Netns } from '../test/support/netns.ts';
+import { cpuMs, ETCD_PREFIX, median, NET_CONF, peerLeaseKey, peerLeaseValue, peerSubnet, quantile, removeOwnLease, runWeftd, seedLeases, startKubeChild } from './support/weftd.ts';
+import type { Run } from './support/weftd.ts';
+
+const list = (v: string | undefined, d: number[]) => (v === undefined ? d : v.split(',').filter(Boolean).map(Number));
+const ETCD_N = list(process.env.SCALE_N, [5000, 20_000, 50_000]);
+const KUBE_N = list(process.env.SCALE_KUBE_N, [20_000, 50_000]);
+const RUNS = Number(process.env.SCALE_RUNS ?? 1);
+const PROF = process.env.SCALE_PROF;
+const EVENTS = 100;
+const DEADLINE_MS = 600_000;
+
+interface Steady {
+  eventP99Ms: number;
+  eventP50Ms: number;
+  resyncCpuMs: number;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Event latency and resync CPU of the weftd `pid` in `ns`, converged with `n` leases. */
+async function steady(ns: Netns, pid: number, admin: Etcd3, n: number): Promise<Steady> {
+  const h = NetlinkHandle.open(ns.path);
+  const waiters = new Map<string, { del: boolean; resolve: (t: number) => void }>();
+  const mon = await h.monitor(['route'], (events) => {
+    const t = performance.now();
+    for (const e of events) {
+      if (e.kind !== 'route') continue;
+      const w = waiters.get(e.route.dst);
+      if (w && w.del === (e.action === 'del')) {
+        waiters.delete(e.route.dst);
+        w.resolve(t);
+      }
+    }
+  });
+  const seen = (dst: string, del: boolean) => new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no route ${del ? 'removal' : 'addition'} of ${dst} within 30 s`)), 30_000);
+    waiters.set(dst, { del, resolve: (t) => { clearTimeout(timer); resolve(t); } });
+  });
+  try {
+    const lat: number[] = [];
+    for (let i = 0; i < EVENTS; i++) {
+      const peer = n + 1 + i;
+      const dst = `${peerSubnet(peer)}/24`;
+      let wait = seen(dst, false);
+      let t0 = performance.now();
+      await admin.put(peerLeaseKey(peer)).value(peerLeaseValue(peer));
+      lat.push((await wait) - t0);
+      wait = seen(dst, true);
+      t0 = performance.now();
+      await admin.delete().key(peerLeaseKey(peer));
+      lat.push((await wait) - t0);
+    }
+    const resync: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      await sleep(1000);
+      const stray = '10.255.255.0/24';
+      const gone = seen(stray, true);
+      const before = await cpuMs(pid);
+      await ns.ip('route', 'add', stray, 'dev', 'eth0', 'proto', '201');
+      await gone;
+      // The pass ends with the deletion; its last bookkeeping follows within milliseconds.
+      await sleep(200);
+      resync.push((await cpuMs(pid)) - before);
+    }
+    return { eventP99Ms: quantile(lat, 0.99), eventP50Ms: quantile(lat, 0.5), resyncCpuMs: median(resync) };
+  } finally {
+    mon.stop();
+    h.close();
+  }
+}
+
+function profEnv(): Record<string, string> {
+  return PROF ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${PROF}` } : {};
+}
+
+async function etcdScale(etcd: EtcdServer, admin: Etcd3, n: number, measureSteady: boolean): Promise<{ runs: Run[]; steady?: Steady }> {
+  await seedLeases(admin, n);
+  const runs: Run[] = [];
+  let st: Steady | undefined;
+  const dir = await mkdtemp(join(tmpdir(), 'weft-bench-scale-'));
+  try {
+    for (let r = 0; r < RUNS; r++) {
+      runs.push(await runWeftd({
+        prefix: 'sc', peers: n, env: profEnv(), deadlineMs: DEADLINE_MS,
+        args: [`--etcd-endpoints=${etcd.endpoint}`, '--iface=eth0', `--subnet-file=${join(dir, `subnet-${n}-${r}.env`)}`],
+        ...(measureSteady && r === 0 ? { converged: async (ns, d) => void (st = await steady(ns, d.proc.pid!, admin, n)) } : {}),
+      }));
+      await removeOwnLease(admin);
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+  return { runs, ...(st ? { steady: st } : {}) };
+}
+
+async function kubeScale(nodes: number): Promise<Run[]> {
+  const api = await startKubeChild(nodes + 1);
+  const dir = await mkdtemp(join(tmpdir(), 'weft-bench-scale-kube-'));
+  try {
+    const netConfigPath = join(dir, 'net-conf.json');
+    await writeFile(netConfigPath, NET_CONF);
+    const runs: Run[] = [];
+    for (let r = 0; r < RUNS; r++) {
+      runs.push(await runWeftd({
+        prefix: 'sc', peers: nodes, env: { NODE_NAME: 'node-0', ...profEnv() }, deadlineMs: DEADLINE_MS,
+        args: ['--kube-subnet-mgr', '--kube-api-url=https://127.0.0.1:6443', `--kubeconfig-file=${api.kubeconfig}`,
+          `--net-config-path=${netConfigPath}`, '--iface=eth0', `--subnet-file=${join(dir, `subnet-${r}.env`)}`],
+        setup: (ns) => forwardIntoNetns(ns, 6443, api.socketPath),
+      }));
+    }
+    return runs;
+  } finally {
+    api.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+const converge = new Map<string, number>();
+const hwm = new Map<string, number>();
+const show = (name: string, runs: Run[]) => {
+  console.log(`${name}: ${runs.map((r) => `converged ${(r.convergeMs / 1000).toFixed(2)} s (subnet.env ${r.startMs.toFixed(0)} ms), CPU ${(r.cpuMs / 1000).toFixed(2)} s, VmHWM ${r.hwmMb.toFixed(1)} MB, RssAnon ${r.anonMb.toFixed(1)} MB`).join('\n  ')}`);
+  converge.set(name, median(runs.map((r) => r.convergeMs)) / 1000);
+  hwm.set(name, median(runs.map((r) => r.hwmMb)));
+};
+
+const largest = Math.max(...ETCD_N);
+let st: Steady | undefined;
+if (ETCD_N.length > 0) {
+  const etcd = await EtcdServer.start({ unixSocket: true });
+  const admin = new Etcd3({ hosts: etcd.endpoint });
+  try {
+    await admin.put(`${ETCD_PREFIX}/config`).value(NET_CONF);
+    for (const n of [...ETCD_N].sort((a, b) => a - b)) {
+      const res = await etcdScale(etcd, admin, n, n === largest);
+      show(`etcd ${n}`, res.runs);
+      if (res.steady) {
+        st = res.steady;
+        console.log(`etcd ${n} steady: event p50 ${st.eventP50Ms.toFixed(1)} ms, p99 ${st.eventP99Ms.toFixed(1)} ms; full resync CPU ${st.resyncCpuMs.toFixed(0)} ms`);
+      }
+    }
+  } finally {
+    admin.close();
+    await etcd.stop();
+  }
+}
+for (const n of KUBE_N) show(`kube ${n}`, await kubeScale(n));
+
+const fig = (v: number | undefined, digits: number) => (v === undefined ? 'na' : v.toFixed(digits));
+const c5 = converge.get('etcd 5000');
+const c50 = converge.get('etcd 50000');
+console.log([
+  `converge_5000_s=${fig(c5, 2)}`,
+  `converge_20000_s=${fig(converge.get('etcd 20000'), 2)}`,
+  `converge_50000_s=${fig(c50, 2)}`,
+  `linearity=${fig(c5 && c50 ? c50 / c5 : undefined, 1)}`,
+  `hwm_50000_mb=${fig(hwm.get('etcd 50000'), 1)}`,
+  `event_p99_50000_ms=${fig(largest === 50_000 ? st?.eventP99Ms : undefined, 1)}`,
+  `resync_cpu_50000_ms=${fig(largest === 50_000 ? st?.resyncCpuMs : undefined, 0)}`,
+  `kube_converge_50000_s=${fig(converge.get('kube 50000'), 2)}`,
+  'ondemand_entries=na',
+  'ondemand_first_packet_ms=na',
+].join(' '));
