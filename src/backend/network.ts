@@ -34,6 +34,11 @@ export interface NetworkOptions {
   resyncPeriodMs: number;
   /** --ip-blackhole-route: keep `blackhole <own subnet>` below cni0's route (plan.ts ownBlackhole). */
   blackhole?: boolean;
+  /**
+   * Write gatewayed routes through nexthop objects when the kernel has them (default); false
+   * keeps their classic form, and removes nexthop objects of ours left from a run that used them.
+   */
+  nexthops?: boolean;
   onPass?: (info: PassInfo) => void;
 }
 
@@ -96,9 +101,24 @@ export class Network {
         }, { once: true });
       });
     }
+    if (this.#o.nexthops ?? true) await this.#detectNexthops();
     this.#unsubscribe = table.subscribe((batch) => this.#queue(() => this.#onBatch(batch)));
     await this.#serial(() => this.#planAll());
     await this.#reconciler.start(signal);
+  }
+
+  /** Nexthop objects where the kernel lists them (Linux 5.3+); ours found there are adopted. */
+  async #detectNexthops(): Promise<void> {
+    let existing;
+    try {
+      existing = await this.#o.handle.nexthopList();
+    } catch (e) {
+      this.#o.log.info('this kernel has no nexthop objects (Linux 5.3+): routes keep a gateway each, which the kernel adds in time growing with the table', { err: e });
+      return;
+    }
+    const protocol = this.#o.backend.ownership().protocol;
+    this.#desired.useNexthops(existing, protocol);
+    this.#o.log.info('routes go through nexthop objects', { adopted: existing.filter((n) => n.protocol === protocol).length });
   }
 
   stop(): void {

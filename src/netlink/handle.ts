@@ -14,11 +14,12 @@ import {
   fdbFromRaw,
   linkFromRaw,
   neighFromRaw,
+  nexthopFromRaw,
   NTF_SELF,
   NUD_PERMANENT,
   routeFromRaw,
 } from './records.ts';
-import type { Addr, Family, Fdb, Link, Neigh, Route } from './records.ts';
+import type { Addr, Family, Fdb, Link, Neigh, Nexthop, Route } from './records.ts';
 
 export interface RouteSpec {
   /** CIDR text, e.g. `10.244.2.0/24`; `0.0.0.0/0` or `::/0` for a default route. */
@@ -36,6 +37,18 @@ export interface RouteSpec {
   metric?: number;
   onlink?: boolean;
   prefsrc?: string;
+  /** Through this nexthop object (`nhid N`), instead of a gateway and device of its own. */
+  nhid?: number;
+}
+
+export interface NexthopSpec {
+  id: number;
+  /** The gateway; its family is the nexthop's. */
+  gateway?: string;
+  linkIndex?: number;
+  onlink?: boolean;
+  /** nh_protocol; default boot (3). */
+  protocol?: number;
 }
 
 export interface NeighSpec {
@@ -112,6 +125,7 @@ export interface LinkChanges {
 /** One kernel change, for {@link NetlinkHandle.batch}. */
 export type Operation =
   | { op: 'routeAdd' | 'routeReplace' | 'routeDel'; route: RouteSpec }
+  | { op: 'nexthopAdd' | 'nexthopReplace' | 'nexthopDel'; nexthop: NexthopSpec }
   | { op: 'neighAdd' | 'neighReplace' | 'neighDel'; neigh: NeighSpec }
   | { op: 'fdbAdd' | 'fdbAppend' | 'fdbReplace' | 'fdbDel'; fdb: FdbSpec }
   | { op: 'addrAdd' | 'addrReplace' | 'addrDel'; addr: AddrSpec }
@@ -131,6 +145,7 @@ export type NetlinkEvent =
   | { kind: 'route'; action: EventAction; route: Route }
   | { kind: 'neigh'; action: EventAction; neigh: Neigh }
   | { kind: 'fdb'; action: EventAction; fdb: Fdb }
+  | { kind: 'nexthop'; action: EventAction; nexthop: Nexthop }
   /** A vxlan L3 miss: the kernel asks for the MAC of `ip` on device `linkIndex`. */
   | { kind: 'l3miss'; linkIndex: number; ip: string }
   /** A vxlan L2 miss: the kernel asks for the remote VTEP of `mac` on device `linkIndex`. */
@@ -138,7 +153,7 @@ export type NetlinkEvent =
   /** The kernel dropped notifications (ENOBUFS): the listener should resync from a dump. */
   | { kind: 'overrun' };
 
-export type MonitorGroup = 'link' | 'addr' | 'route' | 'neigh';
+export type MonitorGroup = 'link' | 'addr' | 'route' | 'neigh' | 'nexthop';
 
 export interface MonitorOptions {
   /** Receive buffer of the monitor socket in bytes; default the system's. */
@@ -193,7 +208,14 @@ function rawOp(o: Operation): RawOp {
         priority: r.metric,
         onlink: r.onlink,
         prefsrc: r.prefsrc,
+        nhid: r.nhid,
       };
+    }
+    case 'nexthopAdd':
+    case 'nexthopReplace':
+    case 'nexthopDel': {
+      const n = o.nexthop;
+      return { op: o.op, id: n.id, gateway: n.gateway, index: n.linkIndex, onlink: n.onlink, protocol: n.protocol };
     }
     case 'neighAdd':
     case 'neighReplace':
@@ -271,8 +293,15 @@ export function describe(o: Operation): { verb: string; object: string } {
     case 'routeReplace':
     case 'routeDel': {
       const r = o.route;
-      const parts = [r.dst, r.gateway ? `via ${r.gateway}` : '', r.linkIndex ? `dev #${r.linkIndex}` : '', r.onlink ? 'onlink' : ''];
+      const parts = [r.dst, r.nhid ? `nhid ${r.nhid}` : '', r.gateway ? `via ${r.gateway}` : '', r.linkIndex ? `dev #${r.linkIndex}` : '', r.onlink ? 'onlink' : ''];
       return { verb: `${o.op.slice(5).toLowerCase()} route`, object: parts.filter(Boolean).join(' ') };
+    }
+    case 'nexthopAdd':
+    case 'nexthopReplace':
+    case 'nexthopDel': {
+      const n = o.nexthop;
+      const parts = [`id ${n.id}`, n.gateway ? `via ${n.gateway}` : '', n.linkIndex ? `dev #${n.linkIndex}` : '', n.onlink ? 'onlink' : ''];
+      return { verb: `${o.op.slice(7).toLowerCase()} nexthop`, object: parts.filter(Boolean).join(' ') };
     }
     case 'neighAdd':
     case 'neighReplace':
@@ -341,6 +370,10 @@ function eventFromRaw(e: RawEvent): NetlinkEvent | undefined {
       return { kind: 'addr', action, addr: addrFromRaw(r) };
     case 'route':
       return { kind: 'route', action, route: routeFromRaw(r) };
+    case 'nexthop': {
+      const nexthop = nexthopFromRaw(r);
+      return nexthop && { kind: 'nexthop', action, nexthop };
+    }
     case 'neigh':
       return r.family === AF_BRIDGE
         ? { kind: 'fdb', action, fdb: fdbFromRaw(r) }
@@ -563,6 +596,30 @@ export class NetlinkHandle {
     } catch (e) {
       throw rejected('get route to', dst, e);
     }
+  }
+
+  // ---- nexthop objects ----
+
+  /**
+   * `ip nexthop show`: single-gateway nexthop objects (groups and blackholes left out). Rejects
+   * on a kernel without nexthop objects (before Linux 5.3), typically with EINVAL or EOPNOTSUPP.
+   */
+  async nexthopList(): Promise<Nexthop[]> {
+    try {
+      return (await this.#raw.dump('nexthop')).flatMap((r) => nexthopFromRaw(r) ?? []);
+    } catch (e) {
+      throw rejected('list', 'nexthops', e);
+    }
+  }
+
+  /** `ip nexthop replace id <id> via <gateway> dev <#linkIndex> [onlink] proto <protocol>`; idempotent. */
+  nexthopReplace(nexthop: NexthopSpec): Promise<void> {
+    return this.#one({ op: 'nexthopReplace', nexthop });
+  }
+
+  /** `ip nexthop del id <id>` (the kernel deletes the routes through it too); `not-found` (ENOENT) when absent. */
+  nexthopDel(nexthop: NexthopSpec): Promise<void> {
+    return this.#one({ op: 'nexthopDel', nexthop });
   }
 
   // ---- neighbours ----

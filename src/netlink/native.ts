@@ -71,6 +71,20 @@ export interface RawRoute {
   prefsrc?: string;
   nhFlags: number;
   nexthops: number;
+  /** RTA_NH_ID: the nexthop object the route goes through. */
+  nhid?: number;
+}
+
+export interface RawNexthop {
+  type: 'nexthop';
+  id: number;
+  family: number;
+  protocol: number;
+  flags: number;
+  oif: number;
+  gateway?: string;
+  blackhole: boolean;
+  group: boolean;
 }
 
 export interface RawNeigh {
@@ -85,7 +99,7 @@ export interface RawNeigh {
   master: number;
 }
 
-export type RawRecord = RawLink | RawAddr | RawRoute | RawNeigh;
+export type RawRecord = RawLink | RawAddr | RawRoute | RawNeigh | RawNexthop;
 
 export interface RawEvent {
   action: 'new' | 'del' | 'get' | 'overrun';
@@ -106,6 +120,7 @@ export interface RawHandle {
   dump(kind: 'addr', filter?: RawDumpFilter): Promise<RawAddr[]>;
   dump(kind: 'route', filter?: RawDumpFilter): Promise<RawRoute[]>;
   dump(kind: 'neigh', filter?: RawDumpFilter): Promise<RawNeigh[]>;
+  dump(kind: 'nexthop', filter?: RawDumpFilter): Promise<RawNexthop[]>;
   linkGet(nameOrIndex: string | number): Promise<RawLink>;
   routeGet(dst: string, oif?: number): Promise<RawRoute>;
   monitor(groups: string[], callback: (events: RawEvent[]) => void, rcvbuf?: number, fdbAdds?: boolean): Promise<void>;

@@ -8,11 +8,18 @@
  *
  * Two owners may want the same key (two leases claiming one subnet, a misconfiguration): the one
  * set last wins, and when it goes the other's entry is written back.
+ *
+ * With nexthop objects ({@link DesiredState.useNexthops}), every route with a gateway is held in
+ * its nexthop form (state.ts): a nexthop object per distinct next hop (gateway, device, onlink),
+ * owned like any entry, and the route naming it by id. Ids are handed out here, counting up from
+ * the largest of ours the kernel held at start-up (so a restart adopts every object as it is) and
+ * skipping any id the kernel held for someone else; an id is not handed out again before the
+ * count wraps, so a delete of an old object can never hit a new one of the same batch.
  */
 import type { Operation } from '../netlink/handle.ts';
-import { fdbKey, neighKey, NUD_PERMANENT, routeKey } from '../netlink/records.ts';
-import type { Fdb, Neigh, Route } from '../netlink/records.ts';
-import { routeSpec } from './state.ts';
+import { fdbKey, neighKey, nexthopKey, NUD_PERMANENT, routeKey, RTN_UNICAST } from '../netlink/records.ts';
+import type { Fdb, Neigh, Nexthop, Route } from '../netlink/records.ts';
+import { nexthopSpec, routeSpec } from './state.ts';
 import type { KernelState } from './state.ts';
 
 const EMPTY: KernelState = { routes: [], neighs: [], fdb: [] };
@@ -108,9 +115,54 @@ function fdbReplace(f: Fdb): Operation {
   return { op: 'fdbReplace', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } };
 }
 
-/** The operations that (re)write `state`: L2 entries before the routes that need them. */
+/** The operations that (re)write `state`: L2 entries and nexthops before the routes that need them. */
 export function replaceOps(state: KernelState): Operation[] {
-  return [...state.neighs.map(neighReplace), ...state.fdb.map(fdbReplace), ...state.routes.map(routeSpec)];
+  return [...state.neighs.map(neighReplace), ...state.fdb.map(fdbReplace), ...(state.nexthops ?? []).map(nexthopSpec), ...state.routes.map(routeSpec)];
+}
+
+/** The first id handed out when the kernel holds none of ours ("WEFT" in ASCII, far from small ids other tools count from). */
+export const NEXTHOP_ID_BASE = 0x57454654;
+const NEXTHOP_ID_MAX = 0xffffffff;
+
+const nexthopIdKey = (n: Pick<Nexthop, 'id'>) => String(n.id);
+
+/** Nexthop ids by next hop, for {@link DesiredState}. */
+class NexthopIds {
+  readonly #byKey = new Map<string, number>();
+  /** Ids in use: ours, and those the kernel held for others at start-up. */
+  readonly #taken = new Set<number>();
+  #next = NEXTHOP_ID_BASE;
+
+  constructor(existing: readonly Nexthop[], protocol: number) {
+    let last = 0;
+    for (const n of existing) {
+      this.#taken.add(n.id);
+      if (n.protocol !== protocol) continue;
+      this.#byKey.set(nexthopKey(n), n.id);
+      if (n.id >= NEXTHOP_ID_BASE) last = Math.max(last, n.id);
+    }
+    if (last > 0 && last < NEXTHOP_ID_MAX) this.#next = last + 1;
+  }
+
+  id(key: string): number {
+    const had = this.#byKey.get(key);
+    if (had !== undefined) return had;
+    while (this.#taken.has(this.#next)) this.#advance();
+    const id = this.#next;
+    this.#advance();
+    this.#byKey.set(key, id);
+    this.#taken.add(id);
+    return id;
+  }
+
+  release(n: Nexthop): void {
+    if (this.#byKey.get(nexthopKey(n)) === n.id) this.#byKey.delete(nexthopKey(n));
+    this.#taken.delete(n.id);
+  }
+
+  #advance(): void {
+    this.#next = this.#next >= NEXTHOP_ID_MAX ? NEXTHOP_ID_BASE : this.#next + 1;
+  }
 }
 
 export class DesiredState {
@@ -118,50 +170,103 @@ export class DesiredState {
   readonly #routes = new Index<Route>(routeKey);
   readonly #neighs = new Index<Neigh>(neighKey);
   readonly #fdb = new Index<Fdb>(fdbKey);
+  readonly #nexthops = new Index<Nexthop>(nexthopIdKey);
+  #ids: NexthopIds | undefined;
+
+  /**
+   * From now on, routes with a gateway go through nexthop objects tagged `protocol`. `existing`
+   * is every nexthop object the kernel holds (anyone's): ours are adopted by their next hop, the
+   * others' ids never handed out. Call before anything is set.
+   */
+  useNexthops(existing: readonly Nexthop[], protocol: number): void {
+    if (this.#owners.size > 0) throw new Error('useNexthops() must come before the first put() or set()');
+    this.#ids = new NexthopIds(existing, protocol);
+  }
+
+  /** Whether routes are held in their nexthop form. */
+  get usesNexthops(): boolean {
+    return this.#ids !== undefined;
+  }
+
+  /** `state` with each gatewayed unicast route in its nexthop form, when nexthops are used. */
+  #form(state: KernelState): KernelState {
+    const ids = this.#ids;
+    if (!ids) return state;
+    const routes: Route[] = [];
+    const nexthops: Nexthop[] = [];
+    for (const r of state.routes) {
+      if (r.gateway === undefined || r.linkIndex === undefined || r.type !== RTN_UNICAST) {
+        routes.push(r);
+        continue;
+      }
+      const nh = { gateway: r.gateway, linkIndex: r.linkIndex, onlink: r.onlink };
+      const id = ids.id(nexthopKey(nh));
+      nexthops.push({ id, family: r.family, ...nh, protocol: r.protocol });
+      routes.push({ ...r, nhid: id });
+    }
+    return { routes, neighs: state.neighs, fdb: state.fdb, nexthops };
+  }
+
+  /** Hands the ids of nexthops no owner wants any more back. */
+  #release(gone: readonly Nexthop[]): void {
+    for (const n of gone) if (!this.#nexthops.has(nexthopIdKey(n))) this.#ids?.release(n);
+  }
 
   /**
    * Sets what `owner` wants (undefined: nothing any more), computing no operations: for changes a
    * full pass applies anyway (start-up, a new own lease, a recreated device).
    */
-  put(owner: string, state: KernelState | undefined): void {
+  put(owner: string, planned: KernelState | undefined): void {
     const before = this.#owners.get(owner) ?? EMPTY;
-    if (before === EMPTY && !state) return;
+    if (before === EMPTY && !planned) return;
+    const state = planned && this.#form(planned);
     if (state) this.#owners.set(owner, state);
     else this.#owners.delete(owner);
+    const goneNexthops: Nexthop[] = [];
     this.#routes.remove(owner, before.routes);
     this.#neighs.remove(owner, before.neighs);
     this.#fdb.remove(owner, before.fdb);
-    if (!state) return;
-    this.#routes.add(owner, state.routes);
-    this.#neighs.add(owner, state.neighs);
-    this.#fdb.add(owner, state.fdb);
+    this.#nexthops.remove(owner, before.nexthops ?? [], goneNexthops);
+    if (state) {
+      this.#routes.add(owner, state.routes);
+      this.#neighs.add(owner, state.neighs);
+      this.#fdb.add(owner, state.fdb);
+      this.#nexthops.add(owner, state.nexthops ?? []);
+    }
+    this.#release(goneNexthops);
   }
 
   /**
    * Sets what `owner` wants (undefined: nothing any more) and returns the operations from the
    * previous desired state to the new one: replaces first, then deletes (routes before L2).
    */
-  set(owner: string, state: KernelState | undefined): Operation[] {
+  set(owner: string, planned: KernelState | undefined): Operation[] {
     const before = this.#owners.get(owner) ?? EMPTY;
-    const after = state ?? EMPTY;
-    if (state) this.#owners.set(owner, state);
+    const after = planned ? this.#form(planned) : EMPTY;
+    if (planned) this.#owners.set(owner, after);
     else this.#owners.delete(owner);
     const goneRoutes: Route[] = [];
     const goneNeighs: Neigh[] = [];
     const goneFdb: Fdb[] = [];
-    const rewrite: KernelState = { routes: [], neighs: [], fdb: [] };
+    const goneNexthops: Nexthop[] = [];
+    const rewrite: KernelState = { routes: [], neighs: [], fdb: [], nexthops: [] };
     this.#routes.remove(owner, before.routes, goneRoutes, rewrite.routes);
     this.#neighs.remove(owner, before.neighs, goneNeighs, rewrite.neighs);
     this.#fdb.remove(owner, before.fdb, goneFdb, rewrite.fdb);
+    this.#nexthops.remove(owner, before.nexthops ?? [], goneNexthops, rewrite.nexthops);
     this.#routes.add(owner, after.routes);
     this.#neighs.add(owner, after.neighs);
     this.#fdb.add(owner, after.fdb);
+    this.#nexthops.add(owner, after.nexthops ?? []);
     // An entry the same owner still wants under the same key was re-added above: not gone.
     const stillGone = <T>(gone: T[], index: Index<T>, key: (e: T) => string) => gone.filter((e) => !index.has(key(e)));
+    const nexthopsGone = stillGone(goneNexthops, this.#nexthops, nexthopIdKey);
+    this.#release(nexthopsGone);
     return [
       ...replaceOps(rewrite),
       ...replaceOps(after),
       ...stillGone(goneRoutes, this.#routes, routeKey).map((r): Operation => ({ op: 'routeDel', route: routeSpec(r).route })),
+      ...nexthopsGone.map((n): Operation => ({ op: 'nexthopDel', nexthop: { id: n.id } })),
       ...stillGone(goneNeighs, this.#neighs, neighKey).map((n): Operation => ({ op: 'neighDel', neigh: { linkIndex: n.linkIndex, ip: n.ip } })),
       ...stillGone(goneFdb, this.#fdb, fdbKey).map((f): Operation => ({ op: 'fdbDel', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } })),
     ];
@@ -169,7 +274,7 @@ export class DesiredState {
 
   /** The whole desired state, one entry per key. */
   all(): KernelState {
-    return { routes: this.#routes.values(), neighs: this.#neighs.values(), fdb: this.#fdb.values() };
+    return { routes: this.#routes.values(), neighs: this.#neighs.values(), fdb: this.#fdb.values(), ...(this.#ids ? { nexthops: this.#nexthops.values() } : {}) };
   }
 
   /** What `owner` wants, as last set. */
@@ -192,6 +297,10 @@ export class DesiredState {
 
   wantsFdb(key: string): boolean {
     return this.#fdb.has(key);
+  }
+
+  nexthop(id: number): Nexthop | undefined {
+    return this.#nexthops.get(String(id));
   }
 
   /** Number of owners. */

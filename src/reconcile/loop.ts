@@ -18,8 +18,8 @@
  * resync until it succeeds), and runs one full pass when told the device is back ({@link
  * Reconciler.resume}). Work queued meanwhile is kept and folded into that pass.
  */
-import type { NetlinkHandle, NetlinkEvent, Monitor, Operation } from '../netlink/handle.ts';
-import { fdbKey, neighKey, routeEqual, routeKey } from '../netlink/records.ts';
+import type { NetlinkHandle, NetlinkEvent, Monitor, MonitorGroup, Operation } from '../netlink/handle.ts';
+import { fdbKey, neighKey, nexthopEqual, routeEqual, routeKey } from '../netlink/records.ts';
 import type { Link } from '../netlink/records.ts';
 import { replaceOps } from './desired.ts';
 import type { DesiredState } from './desired.ts';
@@ -91,7 +91,8 @@ export class Reconciler {
    */
   async start(signal?: AbortSignal): Promise<void> {
     // Only deleted FDB entries matter here (#onEvents), and every one written would echo back.
-    this.#monitor = await this.#opts.handle.monitor(['link', 'route', 'neigh'], (events) => this.#onEvents(events), { fdbAdds: false, rcvbuf: MONITOR_RCVBUF });
+    const groups: MonitorGroup[] = ['link', 'route', 'neigh', ...(this.#opts.desired.usesNexthops ? ['nexthop' as const] : [])];
+    this.#monitor = await this.#opts.handle.monitor(groups, (events) => this.#onEvents(events), { fdbAdds: false, rcvbuf: MONITOR_RCVBUF });
     signal?.addEventListener('abort', () => this.stop(), { once: true });
     this.#timer = setInterval(() => {
       if (this.#gone !== undefined) this.#opts.onDeviceGone?.(this.#gone);
@@ -228,7 +229,7 @@ export class Reconciler {
     const desired = this.#opts.desired;
     const repair = (entry: Partial<KernelState>, why: string) => {
       this.#repairs++;
-      this.#fast(replaceOps({ routes: entry.routes ?? [], neighs: entry.neighs ?? [], fdb: entry.fdb ?? [] }), why);
+      this.#fast(replaceOps({ routes: entry.routes ?? [], neighs: entry.neighs ?? [], fdb: entry.fdb ?? [], nexthops: entry.nexthops ?? [] }), why);
     };
     for (const e of events) {
       switch (e.kind) {
@@ -264,6 +265,15 @@ export class Reconciler {
             repair({ fdb: [e.fdb] }, `fdb entry ${e.fdb.mac} deleted`);
           }
           break;
+        case 'nexthop': {
+          // Deleting a nexthop object deletes the IPv4 routes through it without a word: a full
+          // pass puts both back. One changed under our id is written back as it was.
+          const want = desired.nexthop(e.nexthop.id);
+          if (!want) break;
+          if (e.action === 'del') this.trigger(`nexthop ${e.nexthop.id} deleted`);
+          else if (!nexthopEqual(want, e.nexthop)) repair({ nexthops: [want] }, `nexthop ${e.nexthop.id} changed`);
+          break;
+        }
         default:
           break;
       }

@@ -4,19 +4,32 @@
  */
 import type { NetlinkError } from '../errors.ts';
 import type { NetlinkHandle, Operation } from '../netlink/handle.ts';
+import type { Nexthop } from '../netlink/records.ts';
 import { diff, ours } from './state.ts';
 import type { KernelState, Ownership } from './state.ts';
 
-/** Reads Weft's own routes, neighbours and FDB entries (raw dumps, filtered in native code). */
+/**
+ * Reads Weft's own routes, nexthop objects, neighbours and FDB entries (raw dumps, filtered in
+ * native code). A route through a nexthop object reads the object's next hop, whatever the
+ * kernel's nexthop_compat_mode. A kernel without nexthop objects has none of ours.
+ */
 export async function observe(h: NetlinkHandle, own: Ownership): Promise<KernelState> {
-  const [routes, perDevice] = await Promise.all([
+  const [routes, nexthops, perDevice] = await Promise.all([
     h.routeList({ protocol: own.protocol }),
+    h.nexthopList().catch((): Nexthop[] => []),
     Promise.all(own.devices.map(async (linkIndex) => ({
       neighs: await h.neighList({ linkIndex }),
       fdb: await h.fdbList({ linkIndex }),
     }))),
   ]);
-  return ours({ routes, neighs: perDevice.flatMap((d) => d.neighs), fdb: perDevice.flatMap((d) => d.fdb) }, own);
+  if (nexthops.length > 0) {
+    const byId = new Map(nexthops.map((n) => [n.id, n]));
+    for (const r of routes) {
+      const n = r.nhid === undefined ? undefined : byId.get(r.nhid);
+      if (n) Object.assign(r, { gateway: n.gateway, linkIndex: n.linkIndex, onlink: n.onlink });
+    }
+  }
+  return ours({ routes, neighs: perDevice.flatMap((d) => d.neighs), fdb: perDevice.flatMap((d) => d.fdb), nexthops }, own);
 }
 
 export interface PassReport {
@@ -30,11 +43,11 @@ export interface PassReport {
 }
 
 function entries(s: KernelState): number {
-  return s.routes.length + s.neighs.length + s.fdb.length;
+  return s.routes.length + s.neighs.length + s.fdb.length + (s.nexthops?.length ?? 0);
 }
 
 function isDelete(o: Operation): boolean {
-  return o.op === 'routeDel' || o.op === 'neighDel' || o.op === 'fdbDel';
+  return o.op === 'routeDel' || o.op === 'neighDel' || o.op === 'fdbDel' || o.op === 'nexthopDel';
 }
 
 /** Applies `ops` in one batch; deleting what is already gone counts as done. */

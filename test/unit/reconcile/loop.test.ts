@@ -23,6 +23,7 @@ function fakeKernel() {
       },
       neighList: async () => [],
       fdbList: async () => [],
+      nexthopList: async () => [],
       batch: async (ops: unknown[]) => ops.map(() => null),
     } as unknown as NetlinkHandle,
   };
