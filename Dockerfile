@@ -8,7 +8,7 @@
 #   dist/weft-cni                 the static native plugin install-cni copies as weft and flannel
 #   bin/weft                      the fallback launcher; bin/weft.cjs and bin/weft-node next to it
 #   bin/weft.cjs, bin/weft-node   are its "installed copy" layout, copied beside the plugin
-#   dist/weftd/, dist/proto/      weftd bundled with its dependencies (etcd3 reads dist/proto)
+#   dist/weftd/                   weftd bundled with its dependencies
 #   bin/weftctl, dist/weftctl/    weftctl (on PATH as /usr/local/bin/weftctl) and its bundle
 #   dist/weft.cjs                 the plugin bundle
 #   dist/.compile-cache/          Node's compile cache, filled at build so the first start is fast
@@ -54,7 +54,6 @@ WORKDIR /opt/weft
 COPY --from=build /src/package.json ./
 COPY --from=build /src/dist/weftd/ dist/weftd/
 COPY --from=build /src/dist/weftctl/ dist/weftctl/
-COPY --from=build /src/dist/proto/ dist/proto/
 COPY --from=build /src/dist/weft.cjs /src/dist/weft-cni dist/
 COPY --from=build /src/native/build/Release/weft_netlink.node native/build/Release/
 COPY --from=build /src/bin/ bin/

@@ -56,22 +56,21 @@ build-cni: deps-npm
 
 # weftd as one ES module entry plus chunks it imports on demand (dist/weftd/): the flags are read
 # before the etcd or Kubernetes client is loaded, and each mode loads only its own. CommonJS
-# dependencies inside the chunks get `require`, `__dirname` and `__filename` from the banner; etcd3
-# reads its .proto files from <chunk dir>/../proto at load. Identifiers are kept, so stack traces
+# dependencies inside the chunks get `require`, `__dirname` and `__filename` from the banner.
+# Identifiers are kept, so stack traces
 # name functions without source maps (which Node would parse at load, costing memory).
 ESM_BANNER := import { createRequire as __weftCreateRequire } from 'node:module'; \
 	const require = __weftCreateRequire(import.meta.url), __dirname = import.meta.dirname, __filename = import.meta.filename;
 build-weftd: deps-npm
-	rm -rf dist/weftd dist/proto
+	rm -rf dist/weftd
 	node_modules/.bin/esbuild src/cmd/weftd.ts --bundle --splitting --format=esm --platform=node --target=node24 \
 		--outdir=dist/weftd --out-extension:.js=.mjs --chunk-names=[name]-[hash] --minify-whitespace --minify-syntax \
 		--banner:js="$(ESM_BANNER)" --log-level=warning
-	mkdir -p dist/proto && cp node_modules/etcd3/proto/*.proto dist/proto/
 
 # weftctl cut the same way (dist/weftctl/): `status` with weftd up loads commander and the socket
-# client only; netlink, the doctor's checks and etcd3 (weftd down) are chunks loaded on demand.
-# It shares dist/proto with weftd.
-build-weftctl: deps-npm build-weftd
+# client only; netlink, the doctor's checks and the etcd client (weftd down) are chunks loaded on
+# demand.
+build-weftctl: deps-npm
 	rm -rf dist/weftctl
 	node_modules/.bin/esbuild src/cmd/weftctl.ts --bundle --splitting --format=esm --platform=node --target=node24 \
 		--outdir=dist/weftctl --out-extension:.js=.mjs --chunk-names=[name]-[hash] --minify-whitespace --minify-syntax \

@@ -3,7 +3,7 @@
  * prints the node's status, peers, kernel diff or doctor's checks, as text or JSON (-o json).
  * When weftd does not answer it says so and reads the kernel, subnet.env and, with
  * --etcd-endpoints, the registry itself. Exit status 0 when healthy, 1 when something is wrong.
- * No logic here; see src/admin/. Heavy parts (netlink, etcd3) load only when a verb needs them.
+ * No logic here; see src/admin/. Heavy parts (netlink, the etcd client) load only when a verb needs them.
  */
 import { Command, Option } from 'commander';
 import { runCommand } from '../cli.ts';

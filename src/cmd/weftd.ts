@@ -4,7 +4,7 @@
  *
  * Only the flags are read before anything else is loaded: each part is imported when the run
  * needs it, so `--version` loads neither datastore client nor winston, etcd mode never loads the
- * Kubernetes client, kube mode never loads etcd3 and gRPC, metrics cost nothing with
+ * Kubernetes client, kube mode never loads the etcd client, metrics cost nothing with
  * --healthz-port=0, and the admin socket (weftctl's) is loaded beside the agent
  * (test/unit/cmd/weftd-imports.test.ts holds the graph to that).
  */

@@ -1,7 +1,8 @@
 /**
  * DESIGN NOTES
  *
- * The etcd v3 registry, wire-compatible with flanneld (reference §2), on the `etcd3` client.
+ * The etcd v3 registry, wire-compatible with flanneld (reference §2), on Weft's own small etcd
+ * client (client.ts: gRPC over node:http2).
  *
  * Acquire: list `<prefix>/subnets`, decide with chooseLease (choose.ts), then write in one
  * transaction guarded by what the listing saw — `Version == 0` for a new key, `Mod == <seen>` to
@@ -15,19 +16,17 @@
  * loudly and acquires again, preferring the same subnet, and never touches the data plane for it.
  *
  * Watch: snapshot, then watch from its revision + 1. Each watch response becomes one LeaseTable
- * batch (events of one key collapsed to the last). The client library reconnects a broken stream
- * by itself from the last revision seen (backoff 100 ms → 5 s here, jittered); a cancelled watch
- * (the revision it needs was compacted, #2470) ends in a relist, diffed by the table against what
- * it holds, and a new watch from the relist's revision. A half-dead connection is found by gRPC
- * keepalive (a ping every `keepaliveMs`, the connection dropped when one goes unanswered), which
+ * batch (events of one key collapsed to the last). The client reconnects a broken stream by
+ * itself from the revision after the last event (backoff 100 ms → 5 s, jittered); a cancelled
+ * watch (the revision it needs was compacted, #2470) ends in a relist, diffed by the table against
+ * what it holds, and a new watch from the relist's revision. A half-dead connection is found by
+ * HTTP/2 PING (one every `keepaliveMs`, the connection dropped when one goes unanswered), which
  * breaks the stream and so reconnects the watch. Silence proves nothing: etcd sends progress
  * notifications only every 10 minutes, so a silence timer made every node of a quiet cluster
  * relist all of /subnets over and over. One TimeToLive per key on every list, as flanneld does
  * (gap 5), is not needed: remote expiry arrives as a DELETE.
  */
 import { readFile } from 'node:fs/promises';
-import { Etcd3 } from 'etcd3';
-import type { ICompare, IOptions, IRangeResponse, IWatchResponse, Watcher } from 'etcd3';
 import { checkNetworkConfig, parseNetConfig } from '../../config/netconf.ts';
 import type { NetConfig } from '../../config/netconf.ts';
 import { ConfigError, DatastoreUnavailableError, LeaseConflictError, PeerDataError, WeftError } from '../../errors.ts';
@@ -38,6 +37,8 @@ import type { Lease } from '../lease.ts';
 import type { AcquireRequest, LeaseSource, SourceObserver } from '../source.ts';
 import type { LeaseTable } from '../table.ts';
 import { chooseLease } from './choose.ts';
+import { EtcdClient, prefixEnd } from './client.ts';
+import type { Compare, EtcdClientOptions, KeyValue, WatchResponse } from './client.ts';
 import type { RegistryEntry } from './choose.ts';
 import { configKey, decodeLease, decodeLeaseValue, encodeLeaseValue, leaseKey, parseLeaseKey, subnetsPrefix } from './codec.ts';
 
@@ -64,9 +65,9 @@ export interface EtcdSourceOptions {
   /** Retry period of a failed renewal; default 60 s. */
   renewRetryMs?: number;
   /**
-   * gRPC keepalive: a ping this often while calls or watches are open; a ping not answered within
-   * half of it drops the connection (watches reconnect and resume). Default 10 s; etcd refuses
-   * pings more often than its --grpc-keepalive-min-time (5 s by default).
+   * Keepalive: an HTTP/2 PING this often while calls or watches are open; a PING not answered
+   * within half of it drops the connection (watches reconnect and resume). Default 10 s; etcd
+   * refuses pings more often than its --grpc-keepalive-min-time (5 s by default).
    */
   keepaliveMs?: number;
   /** Deadline of every unary etcd call; default 10 s. */
@@ -82,23 +83,6 @@ interface OwnLease {
   etcdLeaseId: string;
 }
 
-/**
- * What the etcd3 watch manager expects of a backoff (cockatiel's IBackoff shape): the cap
- * doubles 100 ms → 5 s, and each reconnection waits a random part of it (full jitter), so the
- * watches of every node do not reconnect in lockstep after an outage.
- */
-class WatchBackoff {
-  readonly duration: number;
-  readonly #capMs: number;
-  constructor(capMs: number) {
-    this.#capMs = capMs;
-    this.duration = Math.floor(Math.random() * capMs);
-  }
-  next(): WatchBackoff {
-    return new WatchBackoff(Math.min(this.#capMs === 0 ? 100 : this.#capMs * 2, 5000));
-  }
-}
-
 function unavailable(what: string, e: unknown): Error {
   if (e instanceof WeftError) return e;
   return new DatastoreUnavailableError(`failed to ${what}: ${(e as Error).message}`, { cause: e });
@@ -112,15 +96,14 @@ async function readFlagFile(flag: string, path: string): Promise<Buffer> {
   }
 }
 
-/** The end of the key range holding every key that starts with `prefix` (etcd's "prefix + 1"). */
-function prefixEnd(prefix: string): Buffer {
-  const end = Buffer.from(prefix);
-  end[end.length - 1]! += 1;
-  return end;
+/** A listing of the subnets prefix and the revision it was read at. */
+interface Listing {
+  revision: string;
+  kvs: KeyValue[];
 }
 
-/** Builds the etcd3 client options from the flanneld flags; ConfigError names a bad flag. */
-export async function clientOptions(o: EtcdSourceOptions): Promise<IOptions> {
+/** Builds the etcd client options from the flanneld flags; ConfigError names a bad flag. */
+export async function clientOptions(o: EtcdSourceOptions): Promise<EtcdClientOptions> {
   if (o.endpoints.length === 0) throw new ConfigError('--etcd-endpoints', 'no endpoint given');
   for (const ep of o.endpoints) {
     if (!/^(https?:\/\/[^/]+\/?|unix:\/\/.+)$/.test(ep)) throw new ConfigError('--etcd-endpoints', `${JSON.stringify(ep)} is not an http://, https:// or unix:// URL`);
@@ -128,29 +111,30 @@ export async function clientOptions(o: EtcdSourceOptions): Promise<IOptions> {
   if (Boolean(o.keyFile) !== Boolean(o.certFile)) {
     throw new ConfigError(o.keyFile ? '--etcd-certfile' : '--etcd-keyfile', 'TLS client authentication needs both --etcd-keyfile and --etcd-certfile');
   }
-  const opts: IOptions = {
-    hosts: o.endpoints.map((e) => (e.startsWith('unix:') ? e : e.replace(/\/$/, ''))),
-    dialTimeout: o.callTimeoutMs ?? 10_000,
-    defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + (o.callTimeoutMs ?? 10_000) }),
+  const opts: EtcdClientOptions = {
+    endpoints: o.endpoints.map((e) => (e.startsWith('unix:') ? e : e.replace(/\/$/, ''))),
+    callTimeoutMs: o.callTimeoutMs ?? 10_000,
     // Detects a connection that silently stopped carrying data (the watch would never notice).
-    grpcOptions: { 'grpc.keepalive_time_ms': o.keepaliveMs ?? 10_000, 'grpc.keepalive_timeout_ms': Math.ceil((o.keepaliveMs ?? 10_000) / 2) },
-    faultHandling: { watchBackoff: new WatchBackoff(0) as never },
+    keepaliveMs: o.keepaliveMs ?? 10_000,
   };
   if (o.caFile || o.keyFile) {
-    opts.credentials = {
-      rootCertificate: o.caFile ? await readFlagFile('--etcd-cafile', o.caFile) : (null as unknown as Buffer),
-      ...(o.keyFile ? { privateKey: await readFlagFile('--etcd-keyfile', o.keyFile) } : {}),
-      ...(o.certFile ? { certChain: await readFlagFile('--etcd-certfile', o.certFile) } : {}),
+    opts.tls = {
+      ...(o.caFile ? { ca: await readFlagFile('--etcd-cafile', o.caFile) } : {}),
+      ...(o.keyFile ? { key: await readFlagFile('--etcd-keyfile', o.keyFile) } : {}),
+      ...(o.certFile ? { cert: await readFlagFile('--etcd-certfile', o.certFile) } : {}),
     };
   }
-  if (o.username) opts.auth = { username: o.username, password: o.password ?? '' };
+  if (o.username) {
+    opts.username = o.username;
+    opts.password = o.password ?? '';
+  }
   return opts;
 }
 
 export class EtcdLeaseSource implements LeaseSource {
   readonly name = 'etcd';
   readonly #o: EtcdSourceOptions;
-  readonly #client: Etcd3;
+  readonly #client: EtcdClient;
   readonly #log: Logger;
   #config: NetConfig | undefined;
   #own: OwnLease | undefined;
@@ -164,12 +148,12 @@ export class EtcdLeaseSource implements LeaseSource {
   #expires: Date | undefined;
   #closed = new AbortController();
   /** The listing networkConfig() started, until acquire() takes it. */
-  #prefetched: Promise<IRangeResponse> | undefined;
+  #prefetched: Promise<Listing> | undefined;
   /** acquire()'s listing, until the watch's first relist takes it. */
-  #listing: IRangeResponse | undefined;
+  #listing: Listing | undefined;
   #watchStarted = false;
 
-  private constructor(o: EtcdSourceOptions, client: Etcd3) {
+  private constructor(o: EtcdSourceOptions, client: EtcdClient) {
     this.#o = o;
     this.#client = client;
     this.#log = o.log.child({ component: 'etcd' });
@@ -178,10 +162,10 @@ export class EtcdLeaseSource implements LeaseSource {
   /** Validates the options (ConfigError naming the flag) and creates the client; connects lazily. */
   static async create(o: EtcdSourceOptions): Promise<EtcdLeaseSource> {
     const opts = await clientOptions(o);
-    if (!opts.credentials && o.endpoints.some((e) => e.startsWith('http://'))) {
+    if (o.endpoints.some((e) => e.startsWith('http://'))) {
       o.log.warn('connecting to etcd without TLS', { endpoints: o.endpoints.join(',') });
     }
-    return new EtcdLeaseSource(o, new Etcd3(opts));
+    return new EtcdLeaseSource(o, new EtcdClient(opts));
   }
 
   async networkConfig(signal: AbortSignal): Promise<NetConfig> {
@@ -195,7 +179,7 @@ export class EtcdLeaseSource implements LeaseSource {
     for (;;) {
       let text: string | null = null;
       try {
-        text = await this.#client.get(key).string();
+        text = (await this.#client.range(key)).kvs[0]?.value ?? null;
       } catch (e) {
         this.#log.warn('cannot read the network configuration from etcd; retrying', { key, err: e });
       }
@@ -286,20 +270,19 @@ export class EtcdLeaseSource implements LeaseSource {
     // for the same again.
     if (!this.#watchStarted) this.#listing = res;
     const entries: RegistryEntry[] = [];
-    for (const kv of res.kvs) {
-      const key = kv.key.toString();
+    for (const { key, value, modRevision } of res.kvs) {
       const subnets = parseLeaseKey(key);
       if (!subnets) continue;
-      const entry: RegistryEntry = { key, ...subnets, modRevision: kv.mod_revision };
+      const entry: RegistryEntry = { key, ...subnets, modRevision };
       try {
-        const ip = decodeLeaseValue(key, kv.value.toString()).publicIP;
+        const ip = decodeLeaseValue(key, value).publicIP;
         if (ip) entry.publicIP = ip;
       } catch {
         // Still occupies its subnet; the watcher warns about the value.
       }
       entries.push(entry);
     }
-    return { entries, revision: res.header.revision };
+    return { entries, revision: res.revision };
   }
 
   /**
@@ -310,17 +293,16 @@ export class EtcdLeaseSource implements LeaseSource {
   async #write(key: string, value: string, guard: { absent: true } | { mod: string } | { value: string }, unchangedSince?: string): Promise<string | undefined> {
     let id: string;
     try {
-      id = (await this.#client.leaseClient.leaseGrant({ TTL: this.#o.leaseTtlSeconds ?? 86_400 })).ID;
+      id = await this.#client.leaseGrant(this.#o.leaseTtlSeconds ?? 86_400);
     } catch (e) {
       throw unavailable('grant an etcd lease', e);
     }
-    const k = Buffer.from(key);
-    const compare: ICompare[] = ['absent' in guard
-      ? { key: k, target: 'Version', result: 'Equal', version: 0 }
-      : 'mod' in guard ? { key: k, target: 'Mod', result: 'Equal', mod_revision: guard.mod } : { key: k, target: 'Value', result: 'Equal', value: Buffer.from(guard.value) }];
+    const compare: Compare[] = ['absent' in guard
+      ? { key, target: 'version', result: 'equal', operand: '0' }
+      : 'mod' in guard ? { key, target: 'mod', result: 'equal', operand: guard.mod } : { key, target: 'value', result: 'equal', operand: guard.value }];
     if (unchangedSince !== undefined) {
       const prefix = subnetsPrefix(this.#o.prefix);
-      compare.push({ key: Buffer.from(prefix), range_end: prefixEnd(prefix), target: 'Mod', result: 'Less', mod_revision: String(BigInt(unchangedSince) + 1n) });
+      compare.push({ key: prefix, rangeEnd: prefixEnd(prefix), target: 'mod', result: 'less', operand: String(BigInt(unchangedSince) + 1n) });
     }
     // Ambiguous outcomes: a deadline or a broken connection says nothing of whether the write
     // landed, and a failed guard may be the client library's retry meeting our own landed write.
@@ -328,7 +310,7 @@ export class EtcdLeaseSource implements LeaseSource {
     let ok = false;
     let failure: unknown;
     try {
-      ok = (await this.#client.kv.txn({ compare, success: [{ request_put: { key: k, value: Buffer.from(value), lease: id } }] })).succeeded;
+      ok = await this.#client.txn(compare, [{ put: { key, value, lease: id } }]);
     } catch (e) {
       failure = e;
     }
@@ -346,8 +328,7 @@ export class EtcdLeaseSource implements LeaseSource {
    */
   async #landed(key: string, id: string): Promise<boolean | undefined> {
     try {
-      const res = await this.#client.get(key).exec();
-      return res.kvs[0]?.lease === id;
+      return (await this.#client.range(key)).kvs[0]?.lease === id;
     } catch {
       return undefined;
     }
@@ -355,7 +336,7 @@ export class EtcdLeaseSource implements LeaseSource {
 
   async #guardedDelete(entry: RegistryEntry): Promise<void> {
     try {
-      await this.#client.if(entry.key, 'Mod', '==', entry.modRevision).then(this.#client.delete().key(entry.key)).commit();
+      await this.#client.txn([{ key: entry.key, target: 'mod', result: 'equal', operand: entry.modRevision }], [{ delete: { key: entry.key } }]);
     } catch (e) {
       throw unavailable(`delete lease ${entry.key}`, e);
     }
@@ -364,7 +345,7 @@ export class EtcdLeaseSource implements LeaseSource {
   /** Best effort: an etcd lease we no longer need expires by itself anyway. */
   async #revoke(id: string): Promise<void> {
     try {
-      await this.#client.leaseClient.leaseRevoke({ ID: id });
+      await this.#client.leaseRevoke(id);
     } catch (e) {
       this.#log.debug('could not revoke an unused etcd lease; it will expire', { id, err: e });
     }
@@ -467,9 +448,9 @@ export class EtcdLeaseSource implements LeaseSource {
   }
 
   /** Every key under the subnets prefix, and the revision they were read at. */
-  async #list(): Promise<IRangeResponse> {
+  async #list(): Promise<Listing> {
     try {
-      return await this.#client.getAll().prefix(subnetsPrefix(this.#o.prefix)).exec();
+      return await this.#client.list(subnetsPrefix(this.#o.prefix));
     } catch (e) {
       throw unavailable('list leases', e);
     }
@@ -487,19 +468,18 @@ export class EtcdLeaseSource implements LeaseSource {
     this.#listing = undefined;
     const leases: Lease[] = [];
     let ownSeen = false;
-    for (const kv of res.kvs) {
-      const key = kv.key.toString();
+    for (const { key, value } of res.kvs) {
       if (key === this.#own?.key) {
         ownSeen = true;
         continue;
       }
-      const lease = this.#decode(key, kv.value.toString(), table.get(key));
+      const lease = this.#decode(key, value, table.get(key));
       if (lease) leases.push(lease);
     }
     const batch = table.replaceAll(leases);
-    this.#log.info('listed leases', { count: leases.length, changed: batch.length, revision: res.header.revision });
+    this.#log.info('listed leases', { count: leases.length, changed: batch.length, revision: res.revision });
     if (this.#own && !ownSeen && !fromAcquire) this.#serialOwn(() => this.#reacquire('our key is missing from etcd (expired or deleted)'));
-    return BigInt(res.header.revision);
+    return BigInt(res.revision);
   }
 
   /**
@@ -531,58 +511,27 @@ export class EtcdLeaseSource implements LeaseSource {
    * undefined). Each response is applied to `table` as one batch.
    */
   async #watchFrom(table: LeaseTable, revision: bigint, signal: AbortSignal): Promise<string | undefined> {
-    let watcher: Watcher | undefined;
-    let cancelled = false;
-    let finished = false;
-    try {
-      return await new Promise<string | undefined>((resolve, reject) => {
-        if (signal.aborted) {
-          resolve(undefined);
-          return;
-        }
-        signal.addEventListener('abort', () => resolve(undefined), { once: true });
-        this.#client.watch().prefix(subnetsPrefix(this.#o.prefix)).startRevision(revision.toString()).create().then((w) => {
-          // Created after this watch ended (stopped while etcd was slow to answer):
-          // nobody cancels it below, and etcd3 would keep it, reconnecting, past close().
-          if (finished) {
-            w.cancel().catch(() => {});
-            return;
-          }
-          watcher = w;
-          let disconnected = false;
-          w.on('data', (res: IWatchResponse) => {
-            try {
-              this.#onWatchResponse(table, res);
-            } catch (e) {
-              reject(e as Error);
-            }
-          });
-          w.on('disconnected', (err: Error) => {
-            if (!disconnected) this.#log.warn('etcd watch disconnected; reconnecting', { err });
-            disconnected = true;
-          });
-          w.on('connected', () => {
-            if (disconnected) this.#log.info('etcd watch reconnected', { fromRevision: w.lastRevision() });
-            disconnected = false;
-          });
-          w.on('error', (err: Error) => {
-            cancelled = true;
-            resolve(`the watch was cancelled (${err.message || 'revision compacted'})`);
-          });
-        }, (e: unknown) => resolve(`the watch could not start (${(e as Error).message})`));
-      });
-    } finally {
-      finished = true;
-      // etcd already dropped a cancelled watch; on a dead connection the cancel would wait forever.
-      if (watcher && !cancelled) await Promise.race([watcher.cancel().catch(() => {}), sleep(1000)]);
-    }
+    const prefix = subnetsPrefix(this.#o.prefix);
+    let disconnected = false;
+    const why = await this.#client.watch(prefix, prefixEnd(prefix), revision.toString(), {
+      onResponse: (res) => this.#onWatchResponse(table, res),
+      onDisconnected: (err) => {
+        if (!disconnected) this.#log.warn('etcd watch disconnected; reconnecting', { err });
+        disconnected = true;
+      },
+      onReconnected: (fromRevision) => {
+        this.#log.info('etcd watch reconnected', { fromRevision });
+        disconnected = false;
+      },
+    }, signal);
+    return why === undefined ? undefined : `the watch was cancelled (${why})`;
   }
 
-  #onWatchResponse(table: LeaseTable, res: IWatchResponse): void {
+  #onWatchResponse(table: LeaseTable, res: WatchResponse): void {
     if (res.events.length === 0) return;
     // The last event of each key wins; Map keeps first-insertion order, which is fine for a set.
     const last = new Map<string, string | null>();
-    for (const ev of res.events) last.set(ev.kv.key.toString(), ev.type === 'Put' ? ev.kv.value.toString() : null);
+    for (const ev of res.events) last.set(ev.kv.key, ev.type === 'put' ? ev.kv.value : null);
     const upserts: Lease[] = [];
     const removals: string[] = [];
     for (const [key, value] of last) {
