@@ -17,11 +17,11 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { Etcd3 } from 'etcd3';
+import type { Etcd3 } from 'etcd3';
 import { EtcdServer } from '../test/support/etcd.ts';
 import { forwardIntoNetns } from '../test/support/netns.ts';
 import { WEFTD_BIN } from '../test/support/cluster.ts';
-import { cpuMs, ETCD_PREFIX, median, NET_CONF, removeOwnLease, runWeftd, seedLeases, startKubeChild, versionMs } from './support/weftd.ts';
+import { adminClient, cpuMs, ETCD_PREFIX, median, NET_CONF, removeOwnLease, runWeftd, seedLeases, startKubeChild, versionMs } from './support/weftd.ts';
 import type { Run } from './support/weftd.ts';
 
 const RUNS = Number(process.env.FOOTPRINT_RUNS ?? 5);
@@ -91,7 +91,7 @@ for (let r = 0; r < Math.max(RUNS, 10); r++) versions.push(await versionMs(WEFTD
 console.log(`weftd --version: ${versions.map((v) => v.toFixed(0)).join(' ')} ms`);
 
 const etcd = await EtcdServer.start({ unixSocket: true });
-const admin = new Etcd3({ hosts: etcd.endpoint });
+const admin = adminClient(etcd.endpoint);
 let r1000: FootprintRun[];
 let r5000: FootprintRun[];
 try {

@@ -12,7 +12,8 @@
  *   delete the stray); weftd's CPU from before the route is added until it is gone, median of 3.
  *
  * SCALE_N (comma-separated etcd Ns), SCALE_KUBE_N, SCALE_RUNS (runs per N, median; default 1) and
- * SCALE_PROF (a directory: weftd writes a --cpu-prof profile per run there) change what runs.
+ * SCALE_PROF (a directory: weftd writes a --cpu-prof profile per run there) change what runs;
+ * SCALE_LOG=1 prints weftd's log lines about its passes.
  *
  * Last line: converge_5000_s=<> converge_20000_s=<> converge_50000_s=<>
  * linearity=<converge_50000/converge_5000> hwm_50000_mb=<> event_p99_50000_ms=<>
@@ -22,12 +23,12 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { Etcd3 } from 'etcd3';
+import type { Etcd3 } from 'etcd3';
 import { NetlinkHandle } from '../src/netlink/handle.ts';
 import { EtcdServer } from '../test/support/etcd.ts';
 import { forwardIntoNetns } from '../test/support/netns.ts';
 import type { Netns } from '../test/support/netns.ts';
-import { cpuMs, ETCD_PREFIX, median, NET_CONF, peerLeaseKey, peerLeaseValue, peerSubnet, quantile, removeOwnLease, runWeftd, seedLeases, startKubeChild } from './support/weftd.ts';
+import { adminClient, cpuMs, ETCD_PREFIX, median, NET_CONF, peerLeaseKey, peerLeaseValue, peerSubnet, quantile, removeOwnLease, runWeftd, seedLeases, startKubeChild } from './support/weftd.ts';
 import type { Run } from './support/weftd.ts';
 
 const list = (v: string | undefined, d: number[]) => (v === undefined ? d : v.split(',').filter(Boolean).map(Number));
@@ -147,6 +148,7 @@ async function kubeScale(nodes: number): Promise<Run[]> {
 const converge = new Map<string, number>();
 const hwm = new Map<string, number>();
 const show = (name: string, runs: Run[]) => {
+  if (process.env.SCALE_LOG) for (const r of runs) console.log(r.log.split('\n').filter((l) => /reconciled|refused|overrun|nexthop/.test(l)).map((l) => `  weftd: ${l.slice(0, 300)}`).join('\n'));
   console.log(`${name}: ${runs.map((r) => `converged ${(r.convergeMs / 1000).toFixed(2)} s (subnet.env ${r.startMs.toFixed(0)} ms), CPU ${(r.cpuMs / 1000).toFixed(2)} s, VmHWM ${r.hwmMb.toFixed(1)} MB, RssAnon ${r.anonMb.toFixed(1)} MB`).join('\n  ')}`);
   converge.set(name, median(runs.map((r) => r.convergeMs)) / 1000);
   hwm.set(name, median(runs.map((r) => r.hwmMb)));
@@ -156,7 +158,7 @@ const largest = Math.max(...ETCD_N);
 let st: Steady | undefined;
 if (ETCD_N.length > 0) {
   const etcd = await EtcdServer.start({ unixSocket: true });
-  const admin = new Etcd3({ hosts: etcd.endpoint });
+  const admin = adminClient(etcd.endpoint);
   try {
     await admin.put(`${ETCD_PREFIX}/config`).value(NET_CONF);
     for (const n of [...ETCD_N].sort((a, b) => a - b)) {

@@ -9,7 +9,7 @@ import { fork, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { readFile } from 'node:fs/promises';
 import { performance } from 'node:perf_hooks';
-import type { Etcd3 } from 'etcd3';
+import { Etcd3 } from 'etcd3';
 import { parseIP } from '../../src/ip/ip.ts';
 import { encodeLeaseValue } from '../../src/lease/etcd/codec.ts';
 import { createNetns } from '../../test/support/netns.ts';
@@ -72,6 +72,8 @@ export interface Run {
   cpuMs: number;
   hwmMb: number;
   anonMb: number;
+  /** weftd's log (stderr) until it was stopped. */
+  log: string;
 }
 
 export interface RunOptions {
@@ -128,7 +130,7 @@ export async function runWeftd(o: RunOptions): Promise<Run> {
     }
     await o.converged?.(ns, d);
     const mem = await procStatus(pid);
-    return { startMs: marks.get('env')!, convergeMs: marks.get('ready')!, cpuMs: cpu, ...mem };
+    return { startMs: marks.get('env')!, convergeMs: marks.get('ready')!, cpuMs: cpu, ...mem, log: d.log() };
   } finally {
     if (d) await stopDaemon(d);
     await undo?.();
@@ -143,6 +145,11 @@ export async function versionMs(bin: string): Promise<number> {
   const [code] = (await once(p, 'exit')) as [number];
   if (code !== 0) throw new Error(`weftd --version exited ${code}`);
   return performance.now() - t0;
+}
+
+/** The benches' own etcd client (etcd3), which reads a listing of 50,000 leases (~9 MB) in one answer. */
+export function adminClient(endpoint: string): Etcd3 {
+  return new Etcd3({ hosts: endpoint, grpcOptions: { 'grpc.max_receive_message_length': 64 << 20 } });
 }
 
 /** The etcd value of the n-th peer's vxlan lease. */
