@@ -56,6 +56,8 @@ export class Network {
   /** Lease batches and device repairs, one at a time and in order. */
   #work: Promise<void> = Promise.resolve();
   #unsubscribe: (() => void) | undefined;
+  /** The periodic pass's period last logged. */
+  #periodSaid: number | undefined;
 
   constructor(o: NetworkOptions) {
     this.#o = o;
@@ -68,6 +70,7 @@ export class Network {
       onPass: (p) => {
         if (p.kind === 'full' && p.ops.length > 0) o.log.info('reconciled', { reasons: p.reasons.join(', '), ops: p.ops.length, failures: p.failures.length, ms: Math.round(p.durationMs) });
         // A fast pass that failed is followed by a full pass (or a rebuild), which says what stays refused.
+        if (p.nextResyncMs !== undefined) this.#periodChanged(p.nextResyncMs, p.durationMs);
         if (p.kind === 'full' && p.failures.length > 0) o.log.warn('the kernel refused operations of a pass; a later pass retries them', { failures: p.failures.length, counts: failureCounts(p.failures), first: p.failures[0] });
         o.onPass?.(p);
       },
@@ -105,6 +108,14 @@ export class Network {
     this.#unsubscribe = table.subscribe((batch) => this.#queue(() => this.#onBatch(batch)));
     await this.#serial(() => this.#planAll());
     await this.#reconciler.start(signal);
+  }
+
+  /** Says when the periodic pass's period moved by a quarter or more from what was last said. */
+  #periodChanged(ms: number, passMs: number): void {
+    const said = this.#periodSaid ?? this.#o.resyncPeriodMs;
+    if (Math.abs(ms - said) < said / 4) return;
+    this.#periodSaid = ms;
+    this.#o.log.info('periodic full passes adapted to what one costs', { everySeconds: Math.round(ms / 1000), lastPassMs: Math.round(passMs), configuredSeconds: this.#o.resyncPeriodMs / 1000 });
   }
 
   /** Nexthop objects where the kernel lists them (Linux 5.3+); ours found there are adopted. */

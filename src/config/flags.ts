@@ -131,7 +131,7 @@ const SPECS: FlagSpec[] = [
   { name: 'log-format', group: WEFT, help: 'log format', default: 'text', own: true, choices: ['text', 'json'] },
   { name: 'traffic-rules', group: WEFT, help: 'rules engine: auto (nftables when nft works, else iptables), nftables or iptables; EnableNFTables in net-conf.json means nftables', default: 'auto', own: true, choices: ['auto', 'nftables', 'iptables'] },
   { name: 'cleanup-traffic-rules', group: WEFT, help: 'remove the masquerade and forward rules of Weft and flanneld (both engines), then exit', kind: 'bool', default: false, own: true },
-  { name: 'resync-period', group: WEFT, help: 'seconds between full reconciles of the kernel state', kind: { min: 1, max: 86400 }, default: 30, own: true },
+  { name: 'resync-period', group: WEFT, help: 'seconds between full reconciles of the kernel state, at least (stretched to 100 times what the last one took, 15 minutes at most)', kind: { min: 1, max: 86400 }, default: 30, own: true },
 ];
 
 function option(spec: FlagSpec): Option {

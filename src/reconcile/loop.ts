@@ -17,6 +17,11 @@
  * passes from that event on, asks the backend to rebuild (onDeviceGone, again at every periodic
  * resync until it succeeds), and runs one full pass when told the device is back ({@link
  * Reconciler.resume}). Work queued meanwhile is kept and folded into that pass.
+ *
+ * The periodic pass is a safety net (kernel events cover drift), and at 50,000 leases one costs
+ * ~2 s of CPU. So its period adapts: at least --resync-period, and at least {@link
+ * RESYNC_COST_FACTOR} times the last full pass took, so the net never costs more than ~1% of a
+ * core ({@link resyncPeriodMs}). Any full pass restarts the countdown.
  */
 import type { NetlinkHandle, NetlinkEvent, Monitor, MonitorGroup, Operation } from '../netlink/handle.ts';
 import { fdbKey, neighKey, nexthopEqual, routeEqual, routeKey } from '../netlink/records.ts';
@@ -34,12 +39,28 @@ import type { KernelState, Ownership } from './state.ts';
  */
 export const MONITOR_RCVBUF = 8 << 20;
 
+/** A full pass may take at most 1/RESYNC_COST_FACTOR of the time between periodic passes. */
+export const RESYNC_COST_FACTOR = 100;
+/** The adapted period never exceeds this (nor goes below the configured one). */
+export const RESYNC_PERIOD_MAX_MS = 15 * 60_000;
+
+/**
+ * Milliseconds until the next periodic pass: the configured period, stretched to
+ * {@link RESYNC_COST_FACTOR} times the last full pass's duration, capped at {@link
+ * RESYNC_PERIOD_MAX_MS} (or the configured period, if that is longer).
+ */
+export function resyncPeriodMs(configuredMs: number, lastFullPassMs: number): number {
+  return Math.max(configuredMs, Math.min(RESYNC_PERIOD_MAX_MS, Math.ceil(RESYNC_COST_FACTOR * lastFullPassMs)));
+}
+
 export interface PassInfo extends PassReport {
   /** Why this pass ran: the triggers coalesced into it. */
   reasons: string[];
   durationMs: number;
   /** `full`: dump, diff, apply; `fast`: only the operations of changed or repaired entries. */
   kind: 'full' | 'fast';
+  /** Full passes: milliseconds until the next periodic one ({@link resyncPeriodMs}). */
+  nextResyncMs?: number;
 }
 
 export interface ReconcilerOptions {
@@ -48,7 +69,7 @@ export interface ReconcilerOptions {
   desired: DesiredState;
   /** Current ownership (device indexes change when a device is recreated). */
   ownership: () => Ownership;
-  /** Milliseconds between periodic passes. */
+  /** Milliseconds between periodic passes, at least (see {@link resyncPeriodMs}). */
   resyncPeriodMs: number;
   /** Called after every pass, for logs and metrics. */
   onPass?: (info: PassInfo) => void;
@@ -75,6 +96,8 @@ export class Reconciler {
   #busy = false;
   #monitor: Monitor | undefined;
   #timer: NodeJS.Timeout | undefined;
+  /** The current period between periodic passes. */
+  #period = 0;
   #stopped = false;
   /** Entries of ours put back after a kernel event said someone deleted or changed them. */
   #repairs = 0;
@@ -94,11 +117,7 @@ export class Reconciler {
     const groups: MonitorGroup[] = ['link', 'route', 'neigh', ...(this.#opts.desired.usesNexthops ? ['nexthop' as const] : [])];
     this.#monitor = await this.#opts.handle.monitor(groups, (events) => this.#onEvents(events), { fdbAdds: false, rcvbuf: MONITOR_RCVBUF });
     signal?.addEventListener('abort', () => this.stop(), { once: true });
-    this.#timer = setInterval(() => {
-      if (this.#gone !== undefined) this.#opts.onDeviceGone?.(this.#gone);
-      this.trigger('periodic resync');
-    }, this.#opts.resyncPeriodMs);
-    this.#timer.unref();
+    this.#schedule(this.#opts.resyncPeriodMs);
     this.trigger('start-up');
     await this.idle();
   }
@@ -107,7 +126,20 @@ export class Reconciler {
     this.#stopped = true;
     this.#monitor?.stop();
     this.#monitor = undefined;
-    clearInterval(this.#timer);
+    clearTimeout(this.#timer);
+  }
+
+  /** The next periodic pass in `ms` (replacing the one scheduled). */
+  #schedule(ms: number): void {
+    clearTimeout(this.#timer);
+    if (this.#stopped) return;
+    this.#period = ms;
+    this.#timer = setTimeout(() => {
+      if (this.#gone !== undefined) this.#opts.onDeviceGone?.(this.#gone);
+      this.trigger('periodic resync');
+      this.#schedule(this.#period);
+    }, ms);
+    this.#timer.unref();
   }
 
   /** Asks for a full pass; coalesced with any other pending request. */
@@ -183,7 +215,9 @@ export class Reconciler {
           this.#fastOps = [];
           report = { ops, failures: await apply(this.#opts.handle, ops) };
         }
-        this.#opts.onPass?.({ ...report, reasons, durationMs: performance.now() - start, kind: full ? 'full' : 'fast' });
+        const durationMs = performance.now() - start;
+        if (full) this.#schedule(resyncPeriodMs(this.#opts.resyncPeriodMs, durationMs));
+        this.#opts.onPass?.({ ...report, reasons, durationMs, kind: full ? 'full' : 'fast', ...(full ? { nextResyncMs: this.#period } : {}) });
         // A device being deleted refuses repairs before its deletion is reported: hold then too.
         if (!full && report.failures.some((f) => f.errno === 'ENODEV')) this.#deviceGone('a repair found a device of ours gone (ENODEV)');
         if (!full && report.failures.length > 0) this.trigger('operations of a fast pass failed');
