@@ -148,7 +148,14 @@ async function kubeScale(nodes: number): Promise<Run[]> {
 const converge = new Map<string, number>();
 const hwm = new Map<string, number>();
 const show = (name: string, runs: Run[]) => {
-  if (process.env.SCALE_LOG) for (const r of runs) console.log(r.log.split('\n').filter((l) => /reconciled|refused|overrun|nexthop/.test(l)).map((l) => `  weftd: ${l.slice(0, 300)}`).join('\n'));
+  if (process.env.SCALE_LOG) {
+    for (const r of runs) {
+      console.log(r.log.split('\n').filter((l) => /reconciled|refused|overrun|nexthop|adapted/.test(l)).map((l) => `  weftd: ${l.slice(0, 300)}`).join('\n'));
+      const perSecond = new Map<number, number>();
+      for (const [t, mb] of r.rss) perSecond.set(Math.floor(t / 1000), Math.max(perSecond.get(Math.floor(t / 1000)) ?? 0, mb));
+      console.log(`  VmRSS by second: ${[...perSecond].map(([t, mb]) => `${t}:${mb.toFixed(0)}`).join(' ')}; VmHWM once converged ${r.convergedHwmMb.toFixed(1)} MB`);
+    }
+  }
   console.log(`${name}: ${runs.map((r) => `converged ${(r.convergeMs / 1000).toFixed(2)} s (subnet.env ${r.startMs.toFixed(0)} ms), CPU ${(r.cpuMs / 1000).toFixed(2)} s, VmHWM ${r.hwmMb.toFixed(1)} MB, RssAnon ${r.anonMb.toFixed(1)} MB`).join('\n  ')}`);
   converge.set(name, median(runs.map((r) => r.convergeMs)) / 1000);
   hwm.set(name, median(runs.map((r) => r.hwmMb)));

@@ -74,6 +74,10 @@ export interface Run {
   anonMb: number;
   /** weftd's log (stderr) until it was stopped. */
   log: string;
+  /** VmHWM once converged (hwmMb is read after `converged` ran). */
+  convergedHwmMb: number;
+  /** VmRSS every 100 ms from exec on: [ms since exec, MB]. */
+  rss: [number, number][];
 }
 
 export interface RunOptions {
@@ -108,6 +112,11 @@ export async function runWeftd(o: RunOptions): Promise<Run> {
     const marks = new Map<string, number>();
     const t0 = performance.now();
     d = spawnWeftd(ns, o.args, o.env ?? {});
+    const rss: [number, number][] = [];
+    const pid0 = d.proc.pid!;
+    const sampler = setInterval(() => void readFile(`/proc/${pid0}/status`, 'utf8').then((t) => {
+      rss.push([performance.now() - t0, Number(/^VmRSS:\s+(\d+)/m.exec(t)?.[1] ?? 0) / 1024]);
+    }, () => {}), 100);
     d.proc.stderr!.on('data', () => {
       const log = d!.log();
       for (const [key, re] of [['env', /wrote the subnet file/], ['ready', /ready: the kernel holds every lease/]] as const) {
@@ -124,13 +133,15 @@ export async function runWeftd(o: RunOptions): Promise<Run> {
     const pid = d.proc.pid!;
     // `ip netns exec` execs weftd in place, so the child's PID is weftd's.
     const cpu = await cpuMs(pid);
+    const convergedHwmMb = (await procStatus(pid)).hwmMb;
     const have = await kernelEntries(ns);
     if (have.routes !== o.peers || have.neighs !== o.peers || have.fdb !== o.peers) {
       throw new Error(`ready with ${have.routes} routes, ${have.neighs} neighbours and ${have.fdb} FDB entries, expected ${o.peers} of each`);
     }
     await o.converged?.(ns, d);
     const mem = await procStatus(pid);
-    return { startMs: marks.get('env')!, convergeMs: marks.get('ready')!, cpuMs: cpu, ...mem, log: d.log() };
+    clearInterval(sampler);
+    return { startMs: marks.get('env')!, convergeMs: marks.get('ready')!, cpuMs: cpu, ...mem, log: d.log(), convergedHwmMb, rss };
   } finally {
     if (d) await stopDaemon(d);
     await undo?.();

@@ -5,7 +5,8 @@
 import type { NetlinkError } from '../errors.ts';
 import type { NetlinkHandle, Operation } from '../netlink/handle.ts';
 import type { Nexthop } from '../netlink/records.ts';
-import { diff, ours } from './state.ts';
+import { diffFdb, diffNeighs, diffNexthops, diffRoutes, isOurFdb, isOurNeigh, ordered, ours } from './state.ts';
+import type { KindDiff } from './state.ts';
 import type { KernelState, Ownership } from './state.ts';
 
 /**
@@ -68,9 +69,23 @@ export function failureCounts(failures: readonly NetlinkError[]): string {
   return [...counts].map(([k, n]) => `${k} ×${n}`).join(', ');
 }
 
-/** observe → diff → apply. */
+/**
+ * observe → diff → apply, one kind of entry at a time: each kind's dump is diffed and dropped
+ * before the next is read, so a pass at 50,000 leases never holds its 200,000 records at once.
+ */
 export async function reconcileOnce(h: NetlinkHandle, desired: KernelState, own: Ownership): Promise<PassReport> {
-  const observed = await observe(h, own);
-  const ops = diff(desired, observed);
-  return { ops, failures: await apply(h, ops), desired: entries(desired), observed: entries(observed) };
+  const devices = new Set(own.devices);
+  let observed = 0;
+  const kind = async <T>(list: () => Promise<T[]>, keep: (e: T) => boolean, diffKind: (held: T[]) => KindDiff): Promise<KindDiff> => {
+    const held = (await list()).filter(keep);
+    observed += held.length;
+    return diffKind(held);
+  };
+  const perDevice = async <T>(list: (linkIndex: number) => Promise<T[]>) => (await Promise.all(own.devices.map(list))).flat();
+  const routes = await kind(() => h.routeList({ protocol: own.protocol }), (r) => r.protocol === own.protocol, (held) => diffRoutes(desired.routes, held));
+  const nexthops = await kind(() => h.nexthopList().catch((): Nexthop[] => []), (n) => n.protocol === own.protocol, (held) => diffNexthops(desired.nexthops ?? [], held));
+  const neighs = await kind(() => perDevice((linkIndex) => h.neighList({ linkIndex })), (n) => isOurNeigh(n, devices), (held) => diffNeighs(desired.neighs, held));
+  const fdb = await kind(() => perDevice((linkIndex) => h.fdbList({ linkIndex })), (f) => isOurFdb(f, devices), (held) => diffFdb(desired.fdb, held));
+  const ops = ordered({ routes, nexthops, neighs, fdb });
+  return { ops, failures: await apply(h, ops), desired: entries(desired), observed };
 }

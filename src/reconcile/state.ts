@@ -47,13 +47,23 @@ export interface Ownership {
   devices: readonly number[];
 }
 
+/** A permanent neighbour on one of our devices. */
+export function isOurNeigh(n: Neigh, devices: ReadonlySet<number>): boolean {
+  return devices.has(n.linkIndex) && (n.state & NUD_PERMANENT) !== 0;
+}
+
+/** A permanent FDB entry with a remote on one of our devices. */
+export function isOurFdb(f: Fdb, devices: ReadonlySet<number>): boolean {
+  return devices.has(f.linkIndex) && f.dst !== '' && (f.state & NUD_PERMANENT) !== 0;
+}
+
 /** Keeps only what `own` says is Weft's. */
 export function ours(state: KernelState, own: Ownership): KernelState {
   const devices = new Set(own.devices);
   return {
     routes: state.routes.filter((r) => r.protocol === own.protocol),
-    neighs: state.neighs.filter((n) => devices.has(n.linkIndex) && (n.state & NUD_PERMANENT) !== 0),
-    fdb: state.fdb.filter((f) => devices.has(f.linkIndex) && f.dst !== '' && (f.state & NUD_PERMANENT) !== 0),
+    neighs: state.neighs.filter((n) => isOurNeigh(n, devices)),
+    fdb: state.fdb.filter((f) => isOurFdb(f, devices)),
     ...(state.nexthops ? { nexthops: state.nexthops.filter((n) => n.protocol === own.protocol) } : {}),
   };
 }
@@ -97,73 +107,97 @@ export function nexthopSpec(n: Nexthop): Operation & { op: 'nexthopReplace' } {
   return { op: 'nexthopReplace', nexthop: { id: n.id, gateway: n.gateway, linkIndex: n.linkIndex, onlink: n.onlink, protocol: n.protocol } };
 }
 
+/** One kind's difference: what to write and what to delete. */
+export interface KindDiff {
+  replaces: Operation[];
+  deletes: Operation[];
+}
+
+/**
+ * Routes: a wanted route the kernel lacks (or holds otherwise) is replaced; of Weft's routes, those
+ * under a key nobody wants and extra ones under a wanted key are deleted. The observed routes are
+ * looked up by key as the wanted ones are walked, so no set of wanted keys is built.
+ */
+export function diffRoutes(want: readonly Route[], held: readonly Route[]): KindDiff {
+  const out: KindDiff = { replaces: [], deletes: [] };
+  const del = (h: Route) => out.deletes.push({ op: 'routeDel', route: routeSpec(h).route });
+  // A key almost always holds one route: an array only for the second one.
+  const have = new Map<string, Route | Route[]>();
+  for (const r of held) {
+    const k = routeKey(r);
+    const had = have.get(k);
+    have.set(k, had === undefined ? r : Array.isArray(had) ? [...had, r] : [had, r]);
+  }
+  for (const r of want) {
+    const k = routeKey(r);
+    const had = have.get(k);
+    have.delete(k);
+    const list = had === undefined ? [] : Array.isArray(had) ? had : [had];
+    if (!list.some((h) => routeEqual(h, r))) out.replaces.push(routeSpec(r));
+    // Extra routes under the same key (appended by someone, or a next hop we no longer want).
+    if (list.length > 1) for (const h of list) if (!routeEqual(h, r)) del(h);
+  }
+  for (const had of have.values()) for (const h of Array.isArray(had) ? had : [had]) del(h);
+  return out;
+}
+
+/** Nexthop objects of ours, by id. */
+export function diffNexthops(want: readonly Nexthop[], held: readonly Nexthop[]): KindDiff {
+  const out: KindDiff = { replaces: [], deletes: [] };
+  const have = new Map(held.map((n) => [n.id, n]));
+  for (const n of want) {
+    const h = have.get(n.id);
+    have.delete(n.id);
+    if (!h || !nexthopEqual(h, n)) out.replaces.push(nexthopSpec(n));
+  }
+  for (const h of have.values()) out.deletes.push({ op: 'nexthopDel', nexthop: { id: h.id } });
+  return out;
+}
+
+/** Neighbours: a wanted one missing, with another MAC or not permanent is replaced. */
+export function diffNeighs(want: readonly Neigh[], held: readonly Neigh[]): KindDiff {
+  const out: KindDiff = { replaces: [], deletes: [] };
+  const have = new Map(held.map((n) => [neighKey(n), n]));
+  for (const n of want) {
+    const k = neighKey(n);
+    const h = have.get(k);
+    have.delete(k);
+    if (!h || h.mac !== n.mac || (h.state & NUD_PERMANENT) === 0) {
+      out.replaces.push({ op: 'neighReplace', neigh: { linkIndex: n.linkIndex, ip: n.ip, mac: n.mac, state: NUD_PERMANENT } });
+    }
+  }
+  for (const h of have.values()) out.deletes.push({ op: 'neighDel', neigh: { linkIndex: h.linkIndex, ip: h.ip } });
+  return out;
+}
+
+/** FDB entries, by device, MAC and remote. */
+export function diffFdb(want: readonly Fdb[], held: readonly Fdb[]): KindDiff {
+  const out: KindDiff = { replaces: [], deletes: [] };
+  const have = new Map(held.map((f) => [fdbKey(f), f]));
+  for (const f of want) {
+    if (!have.delete(fdbKey(f))) out.replaces.push({ op: 'fdbReplace', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } });
+  }
+  for (const f of have.values()) out.deletes.push({ op: 'fdbDel', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } });
+  return out;
+}
+
+/** The kinds' differences in the order of the design notes: L2, nexthop and route replaces, then route, nexthop and L2 deletes. */
+export function ordered(d: { routes: KindDiff; nexthops: KindDiff; neighs: KindDiff; fdb: KindDiff }): Operation[] {
+  return [
+    ...d.neighs.replaces, ...d.fdb.replaces, ...d.nexthops.replaces, ...d.routes.replaces,
+    ...d.routes.deletes, ...d.nexthops.deletes, ...d.neighs.deletes, ...d.fdb.deletes,
+  ];
+}
+
 /**
  * The operations that turn `observed` (already filtered to Weft's own entries) into `desired`:
  * replaces first, then deletes. Pure; an empty result means the kernel is in line.
  */
 export function diff(desired: KernelState, observed: KernelState): Operation[] {
-  const routeReplaces: Operation[] = [];
-  const routeDeletes: Operation[] = [];
-  const l2Replaces: Operation[] = [];
-  const l2Deletes: Operation[] = [];
-
-  const nexthopReplaces: Operation[] = [];
-  const nexthopDeletes: Operation[] = [];
-
-  const haveNexthops = new Map((observed.nexthops ?? []).map((n) => [n.id, n]));
-  const wantNexthops = new Set<number>();
-  for (const n of desired.nexthops ?? []) {
-    wantNexthops.add(n.id);
-    const h = haveNexthops.get(n.id);
-    if (!h || !nexthopEqual(h, n)) nexthopReplaces.push(nexthopSpec(n));
-  }
-  for (const [id, h] of haveNexthops) if (!wantNexthops.has(id)) nexthopDeletes.push({ op: 'nexthopDel', nexthop: { id: h.id } });
-
-  // A key almost always holds one route: an array only for the second one.
-  const haveRoutes = new Map<string, Route | Route[]>();
-  for (const r of observed.routes) {
-    const k = routeKey(r);
-    const had = haveRoutes.get(k);
-    haveRoutes.set(k, had === undefined ? r : Array.isArray(had) ? [...had, r] : [had, r]);
-  }
-  const wantRoutes = new Set<string>();
-  for (const r of desired.routes) {
-    const k = routeKey(r);
-    wantRoutes.add(k);
-    const had = haveRoutes.get(k);
-    const have = had === undefined ? [] : Array.isArray(had) ? had : [had];
-    if (!have.some((h) => routeEqual(h, r))) routeReplaces.push(routeSpec(r));
-    // Extra routes under the same key (appended by someone, or a next hop we no longer want).
-    for (const h of have) if (!routeEqual(h, r) && have.length > 1) routeDeletes.push({ op: 'routeDel', route: routeSpec(h).route });
-  }
-  for (const [k, had] of haveRoutes) {
-    if (!wantRoutes.has(k)) for (const h of Array.isArray(had) ? had : [had]) routeDeletes.push({ op: 'routeDel', route: routeSpec(h).route });
-  }
-
-  const haveNeighs = new Map(observed.neighs.map((n) => [neighKey(n), n]));
-  const wantNeighs = new Set<string>();
-  for (const n of desired.neighs) {
-    const k = neighKey(n);
-    wantNeighs.add(k);
-    const h = haveNeighs.get(k);
-    if (!h || h.mac !== n.mac || (h.state & NUD_PERMANENT) === 0) {
-      l2Replaces.push({ op: 'neighReplace', neigh: { linkIndex: n.linkIndex, ip: n.ip, mac: n.mac, state: NUD_PERMANENT } });
-    }
-  }
-  for (const [k, h] of haveNeighs) {
-    if (!wantNeighs.has(k)) l2Deletes.push({ op: 'neighDel', neigh: { linkIndex: h.linkIndex, ip: h.ip } });
-  }
-
-  const haveFdb = new Set(observed.fdb.map(fdbKey));
-  const wantFdb = new Set<string>();
-  for (const f of desired.fdb) {
-    const k = fdbKey(f);
-    wantFdb.add(k);
-    if (!haveFdb.has(k)) l2Replaces.push({ op: 'fdbReplace', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } });
-  }
-  for (const f of observed.fdb) {
-    if (!wantFdb.has(fdbKey(f))) l2Deletes.push({ op: 'fdbDel', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } });
-  }
-
-  return [...l2Replaces, ...nexthopReplaces, ...routeReplaces, ...routeDeletes, ...nexthopDeletes, ...l2Deletes];
+  return ordered({
+    routes: diffRoutes(desired.routes, observed.routes),
+    nexthops: diffNexthops(desired.nexthops ?? [], observed.nexthops ?? []),
+    neighs: diffNeighs(desired.neighs, observed.neighs),
+    fdb: diffFdb(desired.fdb, observed.fdb),
+  });
 }
