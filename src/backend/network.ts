@@ -21,7 +21,9 @@ import { Reconciler } from '../reconcile/loop.ts';
 import { failureCounts } from '../reconcile/reconcile.ts';
 import type { PassInfo } from '../reconcile/loop.ts';
 import type { KernelState } from '../reconcile/state.ts';
+import { release } from 'node:os';
 import type { Backend } from './backend.ts';
+import { ensureNeighbourRoom, NEIGH_HEADROOM } from './neigh-table.ts';
 import { ownBlackhole } from './plan.ts';
 
 export interface NetworkOptions {
@@ -58,6 +60,8 @@ export class Network {
   #unsubscribe: (() => void) | undefined;
   /** The periodic pass's period last logged. */
   #periodSaid: number | undefined;
+  /** Peers the neighbour table was last sized for (neigh-table.ts), plus headroom. */
+  #neighRoom = 0;
 
   constructor(o: NetworkOptions) {
     this.#o = o;
@@ -107,6 +111,7 @@ export class Network {
     if (this.#o.nexthops ?? true) await this.#detectNexthops();
     this.#unsubscribe = table.subscribe((batch) => this.#queue(() => this.#onBatch(batch)));
     await this.#serial(() => this.#planAll());
+    await this.#sizeNeighbourTable();
     await this.#reconciler.start(signal);
   }
 
@@ -210,6 +215,15 @@ export class Network {
     for (const peer of this.#lastGood.keys()) if (!peers.has(peer)) this.#lastGood.delete(peer);
   }
 
+  /** Room in the neighbour table for the peers' entries, checked again as they grow by a headroom's worth. */
+  async #sizeNeighbourTable(): Promise<void> {
+    if (this.#o.table.size < this.#neighRoom) return;
+    this.#neighRoom = this.#o.table.size + NEIGH_HEADROOM;
+    const perFamily = { 4: 0, 6: 0 };
+    for (const n of this.#desired.all().neighs) perFamily[n.family]++;
+    for (const family of [4, 6] as const) if (perFamily[family] > 0) await ensureNeighbourRoom(family, perFamily[family], release(), this.#o.log);
+  }
+
   async #onBatch(batch: readonly LeaseEvent[]): Promise<void> {
     for (const e of batch) {
       if (e.type === 'removed') {
@@ -220,6 +234,7 @@ export class Network {
         this.#reconciler.update(e.lease.peer, await this.#plan(e.lease), `lease ${e.lease.peer} ${e.previous ? 'changed' : 'added'}`);
       }
     }
+    await this.#sizeNeighbourTable();
   }
 
   async #repair(why: string): Promise<void> {
