@@ -115,10 +115,10 @@ export class Network {
     await this.#reconciler.start(signal);
   }
 
-  /** Says when the periodic pass's period moved by a quarter or more from what was last said. */
+  /** Says when the periodic pass's period moved to half or twice what was last said, or more. */
   #periodChanged(ms: number, passMs: number): void {
     const said = this.#periodSaid ?? this.#o.resyncPeriodMs;
-    if (Math.abs(ms - said) < said / 4) return;
+    if (ms < 2 * said && 2 * ms > said) return;
     this.#periodSaid = ms;
     this.#o.log.info('periodic full passes adapted to what one costs', { everySeconds: Math.round(ms / 1000), lastPassMs: Math.round(passMs), configuredSeconds: this.#o.resyncPeriodMs / 1000 });
   }
