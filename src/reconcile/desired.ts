@@ -24,27 +24,37 @@ import type { KernelState } from './state.ts';
 
 const EMPTY: KernelState = { routes: [], neighs: [], fdb: [] };
 
-/** The owner of one entry, or the owners of an entry several want (in the order they set it). */
-type Owned<T> = { owner: string; entry: T } | Map<string, T>;
+/** The owners of an entry several want, in the order they set it. */
+class Shared<T> {
+  readonly byOwner: Map<string, T>;
+
+  constructor(byOwner: Map<string, T>) {
+    this.byOwner = byOwner;
+  }
+}
 
 /**
  * Entries of one kind by key, each key with the owners that want it (the last one wins). A key
- * almost always has one owner, which is held without a Map of its own: at 50,000 leases that is
- * 150,000 Maps fewer.
+ * almost always has one owner, whose entry is held as it is: at 50,000 leases that is 200,000
+ * Maps and wrappers fewer. Who owns such an entry is told by identity (each owner's entries are
+ * objects of its own); only when a second owner wants the key is the first one looked up
+ * (`ownerOf`, a walk over the owners: two leases claiming one subnet are a misconfiguration).
  */
-class Index<T> {
-  readonly #byKey = new Map<string, Owned<T>>();
+class Index<T extends object> {
+  readonly #byKey = new Map<string, T | Shared<T>>();
   readonly #key: (e: T) => string;
+  readonly #ownerOf: (held: T) => string | undefined;
 
-  constructor(key: (e: T) => string) {
+  constructor(key: (e: T) => string, ownerOf: (held: T) => string | undefined) {
     this.#key = key;
+    this.#ownerOf = ownerOf;
   }
 
   get(key: string): T | undefined {
-    const owned = this.#byKey.get(key);
-    if (!owned || !(owned instanceof Map)) return owned?.entry;
+    const held = this.#byKey.get(key);
+    if (!(held instanceof Shared)) return held;
     let last: T | undefined;
-    for (const e of owned.values()) last = e;
+    for (const e of held.byOwner.values()) last = e;
     return last;
   }
 
@@ -55,19 +65,14 @@ class Index<T> {
   remove(owner: string, entries: readonly T[], gone?: T[], rewrite?: T[]): void {
     for (const e of entries) {
       const k = this.#key(e);
-      const owned = this.#byKey.get(k);
-      if (!owned) continue;
-      if (!(owned instanceof Map)) {
-        if (owned.owner !== owner) continue;
+      const held = this.#byKey.get(k);
+      if (held === e) {
         this.#byKey.delete(k);
         gone?.push(e);
         continue;
       }
-      if (!owned.delete(owner)) continue;
-      if (owned.size === 1) {
-        const [o, entry] = owned.entries().next().value!;
-        this.#byKey.set(k, { owner: o, entry });
-      }
+      if (!(held instanceof Shared) || !held.byOwner.delete(owner)) continue;
+      if (held.byOwner.size === 1) this.#byKey.set(k, held.byOwner.values().next().value!);
       rewrite?.push(this.get(k)!);
     }
   }
@@ -75,15 +80,14 @@ class Index<T> {
   add(owner: string, entries: readonly T[]): void {
     for (const e of entries) {
       const k = this.#key(e);
-      const owned = this.#byKey.get(k);
-      if (!owned || (!(owned instanceof Map) && owned.owner === owner)) {
-        this.#byKey.set(k, { owner, entry: e });
-      } else if (owned instanceof Map) {
-        owned.delete(owner);
-        owned.set(owner, e);
-      } else {
-        this.#byKey.set(k, new Map([[owned.owner, owned.entry], [owner, e]]));
+      const held = this.#byKey.get(k);
+      if (held instanceof Shared) {
+        held.byOwner.delete(owner);
+        held.byOwner.set(owner, e);
+        continue;
       }
+      const other = held && this.#ownerOf(held);
+      this.#byKey.set(k, held && other !== undefined && other !== owner ? new Shared(new Map([[other, held], [owner, e]])) : e);
     }
   }
 
@@ -174,10 +178,10 @@ class NexthopIds {
 
 export class DesiredState {
   readonly #owners = new Map<string, KernelState>();
-  readonly #routes = new Index<Route>(routeKey);
-  readonly #neighs = new Index<Neigh>(neighKey);
-  readonly #fdb = new Index<Fdb>(fdbKey);
-  readonly #nexthops = new Index<Nexthop>(nexthopIdKey);
+  readonly #routes = new Index<Route>(routeKey, (e) => this.#ownerOf((s) => s.routes, e));
+  readonly #neighs = new Index<Neigh>(neighKey, (e) => this.#ownerOf((s) => s.neighs, e));
+  readonly #fdb = new Index<Fdb>(fdbKey, (e) => this.#ownerOf((s) => s.fdb, e));
+  readonly #nexthops = new Index<Nexthop>(nexthopIdKey, (e) => this.#ownerOf((s) => s.nexthops ?? [], e));
   #ids: NexthopIds | undefined;
 
   /**
@@ -188,6 +192,12 @@ export class DesiredState {
   useNexthops(existing: readonly Nexthop[], protocol: number): void {
     if (this.#owners.size > 0) throw new Error('useNexthops() must come before the first put() or set()');
     this.#ids = new NexthopIds(existing, protocol);
+  }
+
+  /** Who set `entry` (a walk over the owners: only for a key two of them want). */
+  #ownerOf<T>(kind: (s: KernelState) => readonly T[], entry: T): string | undefined {
+    for (const [owner, state] of this.#owners) if (kind(state).includes(entry)) return owner;
+    return undefined;
   }
 
   /** Whether routes are held in their nexthop form. */
@@ -265,7 +275,7 @@ export class DesiredState {
     this.#fdb.add(owner, after.fdb);
     this.#nexthops.add(owner, after.nexthops ?? []);
     // An entry the same owner still wants under the same key was re-added above: not gone.
-    const stillGone = <T>(gone: T[], index: Index<T>, key: (e: T) => string) => gone.filter((e) => !index.has(key(e)));
+    const stillGone = <T extends object>(gone: T[], index: Index<T>, key: (e: T) => string) => gone.filter((e) => !index.has(key(e)));
     const nexthopsGone = stillGone(goneNexthops, this.#nexthops, nexthopIdKey);
     this.#release(nexthopsGone);
     return [
