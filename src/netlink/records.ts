@@ -13,6 +13,8 @@ export const NUD_PERMANENT = 0x80;
 export const NTF_SELF = 0x02;
 export const RTNH_F_ONLINK = 0x04;
 export const IFF_UP = 0x1;
+/** The link has carrier (IFF_LOWER_UP). */
+export const IFF_LOWER_UP = 0x10000;
 
 export const RT_TABLE_MAIN = 254;
 export const RT_SCOPE_UNIVERSE = 0;

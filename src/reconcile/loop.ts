@@ -24,7 +24,7 @@
  * core ({@link resyncPeriodMs}). Any full pass restarts the countdown.
  */
 import type { NetlinkHandle, NetlinkEvent, Monitor, MonitorGroup, Operation } from '../netlink/handle.ts';
-import { fdbKey, neighKey, nexthopEqual, routeEqual, routeKey } from '../netlink/records.ts';
+import { fdbKey, IFF_LOWER_UP, neighKey, nexthopEqual, routeEqual, routeKey } from '../netlink/records.ts';
 import type { Link } from '../netlink/records.ts';
 import { replaceOps } from './desired.ts';
 import type { DesiredState } from './desired.ts';
@@ -90,7 +90,7 @@ export class Reconciler {
   #reasons: string[] = [];
   #fastOps: Operation[] = [];
   #fastReasons: string[] = [];
-  /** Links not ours last seen up, by index (see #onOtherLink). */
+  /** Links not ours last seen up with carrier, by index (see #onOtherLink). */
   readonly #linksUp = new Set<number>();
   #running: Promise<void> | undefined;
   #busy = false;
@@ -235,12 +235,13 @@ export class Reconciler {
   }
 
   /**
-   * A link not ours went up: the kernel dropped the IPv4 routes through it when it went down
-   * (without telling anyone), so routes we want through it are put back by a full pass.
+   * A link not ours came up, or got its carrier back: the kernel dropped the IPv4 routes through
+   * it when it went down, and the nexthop objects on it (with their routes) when it lost carrier,
+   * all without telling anyone; so routes we want through it are put back by a full pass.
    */
   #onOtherLink(link: Link, deleted: boolean): void {
     const wasUp = this.#linksUp.has(link.index);
-    if (deleted || !link.up) {
+    if (deleted || !link.up || (link.flags & IFF_LOWER_UP) === 0) {
       this.#linksUp.delete(link.index);
       return;
     }
