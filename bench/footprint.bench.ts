@@ -13,15 +13,14 @@
  * Last line: version_ms=<> start_1000_ms=<> converge_1000_ms=<> converge_5000_ms=<>
  * hwm_5000_mb=<> anon_5000_mb=<> kube_hwm_5000_mb=<> idle_cpu_pct=<>
  */
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Etcd3 } from 'etcd3';
 import { EtcdServer } from '../test/support/etcd.ts';
-import { forwardIntoNetns } from '../test/support/netns.ts';
 import { WEFTD_BIN } from '../test/support/cluster.ts';
-import { adminClient, cpuMs, ETCD_PREFIX, median, NET_CONF, removeOwnLease, runWeftd, seedLeases, startKubeChild, versionMs } from './support/weftd.ts';
+import { adminClient, cpuMs, ETCD_PREFIX, kubeRuns, median, NET_CONF, removeOwnLease, runWeftd, seedLeases, versionMs } from './support/weftd.ts';
 import type { Run } from './support/weftd.ts';
 
 const RUNS = Number(process.env.FOOTPRINT_RUNS ?? 5);
@@ -59,29 +58,6 @@ async function etcdRuns(etcd: EtcdServer, admin: Etcd3, leases: number, idle: bo
   return runs;
 }
 
-/** kube mode at `nodes` Nodes (ours is node-0). */
-async function kubeRuns(nodes: number): Promise<Run[]> {
-  const api = await startKubeChild(nodes);
-  const dir = await mkdtemp(join(tmpdir(), 'weft-bench-fp-kube-'));
-  try {
-    const netConfigPath = join(dir, 'net-conf.json');
-    await writeFile(netConfigPath, NET_CONF);
-    const runs: Run[] = [];
-    for (let r = 0; r < RUNS; r++) {
-      runs.push(await runWeftd({
-        prefix: 'fp', peers: nodes - 1, env: { NODE_NAME: 'node-0' },
-        args: ['--kube-subnet-mgr', '--kube-api-url=https://127.0.0.1:6443', `--kubeconfig-file=${api.kubeconfig}`,
-          `--net-config-path=${netConfigPath}`, '--iface=eth0', `--subnet-file=${join(dir, `subnet-${r}.env`)}`],
-        setup: (ns) => forwardIntoNetns(ns, 6443, api.socketPath),
-      }));
-    }
-    return runs;
-  } finally {
-    api.stop();
-    await rm(dir, { recursive: true, force: true });
-  }
-}
-
 const fmt = (x: number) => x.toFixed(x < 10 ? 2 : 1);
 const show = (name: string, runs: FootprintRun[]) => console.log(`${name}: ${runs.map((r) => `start ${r.startMs.toFixed(0)} ms, converged ${r.convergeMs.toFixed(0)} ms, VmHWM ${fmt(r.hwmMb)} MB, RssAnon ${fmt(r.anonMb)} MB${r.idleCpuPct === undefined ? '' : `, idle ${r.idleCpuPct.toFixed(3)} %`}`).join('\n  ')}`);
 
@@ -104,7 +80,7 @@ try {
   admin.close();
   await etcd.stop();
 }
-const kube = await kubeRuns(5000);
+const kube = await kubeRuns({ peers: 4999, runs: RUNS, prefix: 'fp' });
 show('kube, 5,000 Nodes', kube);
 
 const m = (runs: FootprintRun[], f: (r: FootprintRun) => number) => median(runs.map(f));

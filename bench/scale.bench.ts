@@ -19,16 +19,15 @@
  * linearity=<converge_50000/converge_5000> hwm_50000_mb=<> event_p99_50000_ms=<>
  * resync_cpu_50000_ms=<> kube_converge_50000_s=<> ondemand_entries=<> ondemand_first_packet_ms=<>
  */
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Etcd3 } from 'etcd3';
 import { NetlinkHandle } from '../src/netlink/handle.ts';
 import { EtcdServer } from '../test/support/etcd.ts';
-import { forwardIntoNetns } from '../test/support/netns.ts';
 import type { Netns } from '../test/support/netns.ts';
-import { adminClient, cpuMs, ETCD_PREFIX, median, NET_CONF, peerLeaseKey, peerLeaseValue, peerSubnet, quantile, removeOwnLease, runWeftd, seedLeases, startKubeChild } from './support/weftd.ts';
+import { adminClient, cpuMs, ETCD_PREFIX, median, NET_CONF, peerLeaseKey, peerLeaseValue, peerSubnet, kubeRuns, quantile, removeOwnLease, runWeftd, seedLeases } from './support/weftd.ts';
 import type { Run } from './support/weftd.ts';
 
 const list = (v: string | undefined, d: number[]) => (v === undefined ? d : v.split(',').filter(Boolean).map(Number));
@@ -123,28 +122,6 @@ async function etcdScale(etcd: EtcdServer, admin: Etcd3, n: number, measureStead
   return { runs, ...(st ? { steady: st } : {}) };
 }
 
-async function kubeScale(nodes: number): Promise<Run[]> {
-  const api = await startKubeChild(nodes + 1);
-  const dir = await mkdtemp(join(tmpdir(), 'weft-bench-scale-kube-'));
-  try {
-    const netConfigPath = join(dir, 'net-conf.json');
-    await writeFile(netConfigPath, NET_CONF);
-    const runs: Run[] = [];
-    for (let r = 0; r < RUNS; r++) {
-      runs.push(await runWeftd({
-        prefix: 'sc', peers: nodes, env: { NODE_NAME: 'node-0', ...profEnv() }, deadlineMs: DEADLINE_MS,
-        args: ['--kube-subnet-mgr', '--kube-api-url=https://127.0.0.1:6443', `--kubeconfig-file=${api.kubeconfig}`,
-          `--net-config-path=${netConfigPath}`, '--iface=eth0', `--subnet-file=${join(dir, `subnet-${r}.env`)}`],
-        setup: (ns) => forwardIntoNetns(ns, 6443, api.socketPath),
-      }));
-    }
-    return runs;
-  } finally {
-    api.stop();
-    await rm(dir, { recursive: true, force: true });
-  }
-}
-
 const converge = new Map<string, number>();
 const hwm = new Map<string, number>();
 const show = (name: string, runs: Run[]) => {
@@ -181,7 +158,7 @@ if (ETCD_N.length > 0) {
     await etcd.stop();
   }
 }
-for (const n of KUBE_N) show(`kube ${n}`, await kubeScale(n));
+for (const n of KUBE_N) show(`kube ${n}`, await kubeRuns({ peers: n, runs: RUNS, prefix: 'sc', env: profEnv(), deadlineMs: DEADLINE_MS }));
 
 const fig = (v: number | undefined, digits: number) => (v === undefined ? 'na' : v.toFixed(digits));
 const c5 = converge.get('etcd 5000');

@@ -7,12 +7,14 @@
  */
 import { fork, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { readFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Etcd3 } from 'etcd3';
 import { parseIP } from '../../src/ip/ip.ts';
 import { encodeLeaseValue } from '../../src/lease/etcd/codec.ts';
-import { createNetns } from '../../test/support/netns.ts';
+import { createNetns, forwardIntoNetns } from '../../test/support/netns.ts';
 import type { Netns } from '../../test/support/netns.ts';
 import { spawnWeftd, stopDaemon } from '../../test/support/cluster.ts';
 import type { Daemon } from '../../test/support/cluster.ts';
@@ -215,4 +217,30 @@ export async function startKubeChild(nodes: number): Promise<{ kubeconfig: strin
   const child = fork(new URL('./kube-child.ts', import.meta.url), [String(nodes)], { stdio: 'inherit' });
   const [ready] = (await once(child, 'message')) as [{ kubeconfig: string; socketPath: string }];
   return { ...ready, stop: () => child.disconnect() };
+}
+
+/**
+ * kube mode: `runs` runs of weftd as node-0 against the test API server holding node-0 and
+ * `peers` annotated peer Nodes.
+ */
+export async function kubeRuns(o: { peers: number; runs: number; prefix: string; env?: Record<string, string>; deadlineMs?: number }): Promise<Run[]> {
+  const api = await startKubeChild(o.peers + 1);
+  const dir = await mkdtemp(join(tmpdir(), `weft-bench-${o.prefix}-kube-`));
+  try {
+    const netConfigPath = join(dir, 'net-conf.json');
+    await writeFile(netConfigPath, NET_CONF);
+    const runs: Run[] = [];
+    for (let r = 0; r < o.runs; r++) {
+      runs.push(await runWeftd({
+        prefix: o.prefix, peers: o.peers, env: { NODE_NAME: 'node-0', ...o.env }, ...(o.deadlineMs ? { deadlineMs: o.deadlineMs } : {}),
+        args: ['--kube-subnet-mgr', '--kube-api-url=https://127.0.0.1:6443', `--kubeconfig-file=${api.kubeconfig}`,
+          `--net-config-path=${netConfigPath}`, '--iface=eth0', `--subnet-file=${join(dir, `subnet-${r}.env`)}`],
+        setup: (ns) => forwardIntoNetns(ns, 6443, api.socketPath),
+      }));
+    }
+    return runs;
+  } finally {
+    api.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
 }
