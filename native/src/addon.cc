@@ -81,10 +81,27 @@ struct ApplyJob : Job {
 struct DumpJob : Job {
   int kind = 0;
   DumpFilter filter;
+  // Records per JS array with `chunk` set: the dump resolves to a function returning the next
+  // array (empty at the end), so a large dump's objects can be consumed and dropped as they come.
+  size_t chunk = 0;
   std::vector<Record> records;
   using Job::Job;
   void run(Worker& w) override { failure = w.dump(kind, filter, records); }
-  Napi::Value result(Napi::Env env) override { return recordsToJs(env, records); }
+  Napi::Value result(Napi::Env env) override {
+    if (chunk == 0) return recordsToJs(env, records);
+    auto held = std::make_shared<std::vector<Record>>(std::move(records));
+    auto next = std::make_shared<size_t>(0);
+    size_t n = chunk;
+    return Napi::Function::New(env, [held, next, n](const Napi::CallbackInfo& info) -> Napi::Value {
+      Napi::Array arr = recordsToJs(info.Env(), *held, *next, n);
+      *next += arr.Length();
+      if (*next >= held->size()) {
+        held->clear();
+        held->shrink_to_fit();
+      }
+      return arr;
+    });
+  }
 };
 
 // A request answered by exactly one record (link get, route get).
@@ -272,6 +289,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
       num("index", job->filter.index);
       num("table", job->filter.table);
       num("protocol", job->filter.protocol);
+      num("chunk", job->chunk);
     }
     return submit(env, job);
   }

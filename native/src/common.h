@@ -119,7 +119,7 @@ std::optional<Record> recordFromObject(struct nl_object* obj);
 std::optional<Record> routeFromMessage(struct nlmsghdr* hdr);
 std::optional<Record> nexthopFromMessage(const struct nlmsghdr* hdr);
 Napi::Value recordToJs(Napi::Env env, const Record& rec);
-Napi::Array recordsToJs(Napi::Env env, const std::vector<Record>& recs);
+Napi::Array recordsToJs(Napi::Env env, const std::vector<Record>& recs, size_t from = 0, size_t count = SIZE_MAX);
 Napi::Array eventsToJs(Napi::Env env, const std::vector<Event>& events);
 
 // ---- failures ------------------------------------------------------------------------------------

@@ -302,10 +302,11 @@ const char* actionName(Event::Action a) {
 
 }  // namespace
 
-Napi::Array recordsToJs(Napi::Env env, const std::vector<Record>& recs) {
+Napi::Array recordsToJs(Napi::Env env, const std::vector<Record>& recs, size_t from, size_t count) {
   JsKeys k(env);
-  Napi::Array arr = Napi::Array::New(env, recs.size());
-  for (size_t i = 0; i < recs.size(); i++) napi_set_element(env, arr, static_cast<uint32_t>(i), toJs(env, k, recs[i]));
+  size_t end = from + std::min(count, recs.size() - std::min(from, recs.size()));
+  Napi::Array arr = Napi::Array::New(env, end - from);
+  for (size_t i = from; i < end; i++) napi_set_element(env, arr, static_cast<uint32_t>(i - from), toJs(env, k, recs[i]));
   return arr;
 }
 

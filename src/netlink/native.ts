@@ -113,9 +113,15 @@ export interface RawDumpFilter {
   protocol?: number;
 }
 
+/** A dump handed over `chunk` records at a time: each call returns the next ones, `[]` at the end. */
+export type RawChunks<T> = () => T[];
+
 /** The addon's handle; failures reject with an Error carrying `errno` and `detail`. */
 export interface RawHandle {
   apply(ops: RawOp[]): Promise<(RawFailure | null)[]>;
+  dump(kind: 'route', filter: RawDumpFilter & { chunk: number }): Promise<RawChunks<RawRoute>>;
+  dump(kind: 'neigh', filter: RawDumpFilter & { chunk: number }): Promise<RawChunks<RawNeigh>>;
+  dump(kind: 'nexthop', filter: RawDumpFilter & { chunk: number }): Promise<RawChunks<RawNexthop>>;
   dump(kind: 'link', filter?: RawDumpFilter): Promise<RawLink[]>;
   dump(kind: 'addr', filter?: RawDumpFilter): Promise<RawAddr[]>;
   dump(kind: 'route', filter?: RawDumpFilter): Promise<RawRoute[]>;
