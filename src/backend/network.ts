@@ -12,6 +12,7 @@
  * run) keeps the entries of its last good lease until it is valid again or removed: garbage from
  * a peer must not cut it off.
  */
+import { release } from 'node:os';
 import type { Lease } from '../lease/lease.ts';
 import type { LeaseEvent, LeaseTable } from '../lease/table.ts';
 import type { Logger } from '../log.ts';
@@ -21,7 +22,6 @@ import { Reconciler } from '../reconcile/loop.ts';
 import { failureCounts } from '../reconcile/reconcile.ts';
 import type { PassInfo } from '../reconcile/loop.ts';
 import type { KernelState } from '../reconcile/state.ts';
-import { release } from 'node:os';
 import type { Backend } from './backend.ts';
 import { ensureNeighbourRoom, NEIGH_HEADROOM } from './neigh-table.ts';
 import { ownBlackhole } from './plan.ts';
