@@ -4,20 +4,23 @@
  * 20,000 and 50,000 Nodes (harness: bench/support/weftd.ts).
  *
  * Per N: exec → converged (the first full reconcile done, every entry checked in the kernel), the
- * CPU weftd used until then, VmHWM. At the largest etcd N, once converged:
+ * CPU weftd used until then, VmHWM (at the largest etcd N read after the steady-state figures, so
+ * it includes full passes). At the largest etcd N, once converged, in each run:
  * - event latency: EVENTS leases put into etcd one at a time and removed again; each is timed from
  *   the etcd write to the kernel's notification of the route appearing or going (seen by a monitor
  *   of this process in the node's namespace), p99 of the adds and removals;
  * - resync CPU: a stray route carrying weftd's protocol tag makes it run a full pass (dump, diff,
  *   delete the stray); weftd's CPU from before the route is added until it is gone, median of 3.
  *
- * SCALE_N (comma-separated etcd Ns), SCALE_KUBE_N, SCALE_RUNS (runs per N, median; default 1) and
+ * Every figure is the median of the runs. SCALE_N (comma-separated etcd Ns), SCALE_KUBE_N,
+ * SCALE_RUNS (runs per N; default 1) and
  * SCALE_PROF (a directory: weftd writes a --cpu-prof profile per run there) change what runs;
  * SCALE_LOG=1 prints weftd's log lines about its passes.
  *
  * Last line: converge_5000_s=<> converge_20000_s=<> converge_50000_s=<>
  * linearity=<converge_50000/converge_5000> hwm_50000_mb=<> event_p99_50000_ms=<>
  * resync_cpu_50000_ms=<> kube_converge_50000_s=<> ondemand_entries=<> ondemand_first_packet_ms=<>
+ * (a figure not measured prints `na`: the on-demand mode is not built yet, so its two always do).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -103,24 +106,25 @@ function profEnv(): Record<string, string> {
   return PROF ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${PROF}` } : {};
 }
 
-async function etcdScale(etcd: EtcdServer, admin: Etcd3, n: number, measureSteady: boolean): Promise<{ runs: Run[]; steady?: Steady }> {
+/** Runs at `n` leases; with `measureSteady`, each run's steady state too (so its VmHWM includes full passes). */
+async function etcdScale(etcd: EtcdServer, admin: Etcd3, n: number, measureSteady: boolean): Promise<{ runs: Run[]; steady: Steady[] }> {
   await seedLeases(admin, n);
   const runs: Run[] = [];
-  let st: Steady | undefined;
+  const steadies: Steady[] = [];
   const dir = await mkdtemp(join(tmpdir(), 'weft-bench-scale-'));
   try {
     for (let r = 0; r < RUNS; r++) {
       runs.push(await runWeftd({
         prefix: 'sc', peers: n, env: profEnv(), deadlineMs: DEADLINE_MS,
         args: [`--etcd-endpoints=${etcd.endpoint}`, '--iface=eth0', `--subnet-file=${join(dir, `subnet-${n}-${r}.env`)}`],
-        ...(measureSteady && r === 0 ? { converged: async (ns, d) => void (st = await steady(ns, d.proc.pid!, admin, n)) } : {}),
+        ...(measureSteady ? { converged: async (ns, d) => void steadies.push(await steady(ns, d.proc.pid!, admin, n)) } : {}),
       }));
       await removeOwnLease(admin);
     }
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
-  return { runs, ...(st ? { steady: st } : {}) };
+  return { runs, steady: steadies };
 }
 
 const converge = new Map<string, number>();
@@ -149,9 +153,10 @@ if (ETCD_N.length > 0) {
     for (const n of [...ETCD_N].sort((a, b) => a - b)) {
       const res = await etcdScale(etcd, admin, n, n === largest);
       show(`etcd ${n}`, res.runs);
-      if (res.steady) {
-        st = res.steady;
-        console.log(`etcd ${n} steady: event p50 ${st.eventP50Ms.toFixed(1)} ms, p99 ${st.eventP99Ms.toFixed(1)} ms, max ${st.eventMaxMs.toFixed(1)} ms; full resync CPU ${st.resyncCpuMs.toFixed(0)} ms`);
+      for (const x of res.steady) console.log(`etcd ${n} steady: event p50 ${x.eventP50Ms.toFixed(1)} ms, p99 ${x.eventP99Ms.toFixed(1)} ms, max ${x.eventMaxMs.toFixed(1)} ms; full resync CPU ${x.resyncCpuMs.toFixed(0)} ms`);
+      if (res.steady.length > 0) {
+        const m = (f: (x: Steady) => number) => median(res.steady.map(f));
+        st = { eventP50Ms: m((x) => x.eventP50Ms), eventP99Ms: m((x) => x.eventP99Ms), eventMaxMs: m((x) => x.eventMaxMs), resyncCpuMs: m((x) => x.resyncCpuMs) };
       }
     }
   } finally {
