@@ -20,7 +20,7 @@ import type { NetlinkHandle } from '../netlink/handle.ts';
 import { DesiredState } from '../reconcile/desired.ts';
 import { Reconciler } from '../reconcile/loop.ts';
 import { failureCounts } from '../reconcile/reconcile.ts';
-import type { PassInfo } from '../reconcile/loop.ts';
+import type { MissEvent, PassInfo } from '../reconcile/loop.ts';
 import type { KernelState } from '../reconcile/state.ts';
 import type { Backend } from './backend.ts';
 import { ensureNeighbourRoom, NEIGH_HEADROOM } from './neigh-table.ts';
@@ -41,11 +41,15 @@ export interface NetworkOptions {
    * keeps their classic form, and removes nexthop objects of ours left from a run that used them.
    */
   nexthops?: boolean;
+  /** vxlan on-demand mode: answers the devices' misses (on-demand.ts). */
+  onMiss?: (miss: MissEvent) => void;
   onPass?: (info: PassInfo) => void;
 }
 
 /** The desired-state owner of the own subnet's blackhole routes; no peer can be named so. */
 const OWN_BLACKHOLE = ' own subnet blackhole';
+/** The owner of what the backend wants whatever the leases (Backend.base). */
+const BACKEND_BASE = ' backend';
 
 export class Network {
   readonly #o: NetworkOptions;
@@ -80,6 +84,7 @@ export class Network {
       },
       onError: (e) => o.log.error('reconcile pass failed; the next trigger retries', { err: e }),
       onDeviceGone: (why) => this.#queue(() => this.#repair(why)),
+      ...(o.onMiss ? { onMiss: o.onMiss } : {}),
       onDeviceChanged: (link) => {
         const why = o.backend.drifted(link);
         if (why) this.#queue(() => this.#repair(`device ${link.name} was changed by someone else (${why})`));
@@ -208,6 +213,7 @@ export class Network {
 
   async #planAll(): Promise<void> {
     this.#desired.put(OWN_BLACKHOLE, this.#o.blackhole ? ownBlackhole(this.#own) : undefined);
+    this.#desired.put(BACKEND_BASE, this.#o.backend.base?.());
     const leases = this.#o.table.leases();
     const peers = new Set(leases.map((l) => l.peer));
     for (const l of leases) this.#desired.put(l.peer, await this.#plan(l));

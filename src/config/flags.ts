@@ -44,6 +44,7 @@ export interface Flags {
   logFormat: LogFormat;
   /** Seconds between full reconciles of the kernel state. */
   resyncPeriod: number;
+  vxlanOnDemand: boolean;
   /** The masquerade/forward rules engine; `auto`: nftables when nft works, else iptables. */
   trafficRules: 'auto' | 'nftables' | 'iptables';
   /** Remove the traffic rules of Weft and flanneld, then exit. */
@@ -131,6 +132,7 @@ const SPECS: FlagSpec[] = [
   { name: 'log-format', group: WEFT, help: 'log format', default: 'text', own: true, choices: ['text', 'json'] },
   { name: 'traffic-rules', group: WEFT, help: 'rules engine: auto (nftables when nft works, else iptables), nftables or iptables; EnableNFTables in net-conf.json means nftables', default: 'auto', own: true, choices: ['auto', 'nftables', 'iptables'] },
   { name: 'cleanup-traffic-rules', group: WEFT, help: 'remove the masquerade and forward rules of Weft and flanneld (both engines), then exit', kind: 'bool', default: false, own: true },
+  { name: 'vxlan-on-demand', group: WEFT, help: 'vxlan: program a peer only once this node sends to it (the kernel asks weftd through L3/L2 miss notifications; idle entries expire), for clusters where a route per peer is too much', kind: 'bool', default: false, own: true },
   { name: 'resync-period', group: WEFT, help: 'seconds between full reconciles of the kernel state, at least (stretched to 100 times what the last one took, 15 minutes at most)', kind: { min: 1, max: 86400 }, default: 30, own: true },
 ];
 
@@ -240,6 +242,7 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     logLevel: str('log-level') as LogLevel,
     logFormat: str('log-format') as LogFormat,
     resyncPeriod: num('resync-period'),
+    vxlanOnDemand: bool('vxlan-on-demand'),
     trafficRules: str('traffic-rules') as Flags['trafficRules'],
     cleanupTrafficRules: bool('cleanup-traffic-rules'),
   };

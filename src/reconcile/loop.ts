@@ -83,7 +83,12 @@ export interface ReconcilerOptions {
   onDeviceGone?: (why: string) => void;
   /** Called when a device of ours changed (its MAC, MTU or state may have been altered). */
   onDeviceChanged?: (link: Link) => void;
+  /** Called with the L2/L3 misses a device of ours reports (vxlan on-demand mode). */
+  onMiss?: (miss: MissEvent) => void;
 }
+
+/** A vxlan device asking for a neighbour's MAC (l3miss) or a MAC's remote (l2miss). */
+export type MissEvent = Extract<NetlinkEvent, { kind: 'l3miss' | 'l2miss' }>;
 
 export class Reconciler {
   readonly #opts: ReconcilerOptions;
@@ -309,6 +314,10 @@ export class Reconciler {
           else if (!nexthopEqual(want, e.nexthop)) repair({ nexthops: [want] }, `nexthop ${e.nexthop.id} changed`);
           break;
         }
+        case 'l3miss':
+        case 'l2miss':
+          if (devices.has(e.linkIndex)) this.#opts.onMiss?.(e);
+          break;
         default:
           break;
       }
