@@ -20,7 +20,8 @@
  * Last line: converge_5000_s=<> converge_20000_s=<> converge_50000_s=<>
  * linearity=<converge_50000/converge_5000> hwm_50000_mb=<> event_p99_50000_ms=<>
  * resync_cpu_50000_ms=<> kube_converge_50000_s=<> ondemand_entries=<> ondemand_first_packet_ms=<>
- * (a figure not measured prints `na`: the on-demand mode is not built yet, so its two always do).
+ * (a figure not measured prints `na`). Then on-demand mode (--vxlan-on-demand): see ondemand();
+ * SCALE_ONDEMAND=0 leaves it out.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -30,6 +31,8 @@ import type { Etcd3 } from 'etcd3';
 import { NetlinkHandle } from '../src/netlink/handle.ts';
 import { EtcdServer } from '../test/support/etcd.ts';
 import type { Netns } from '../test/support/netns.ts';
+import { Cluster } from '../test/support/cluster.ts';
+import type { ClusterNode } from '../test/support/cluster.ts';
 import { adminClient, cpuMs, ETCD_PREFIX, median, NET_CONF, peerLeaseKey, peerLeaseValue, peerSubnet, kubeRuns, quantile, removeOwnLease, runWeftd, seedLeases } from './support/weftd.ts';
 import type { Run } from './support/weftd.ts';
 
@@ -127,6 +130,54 @@ async function etcdScale(etcd: EtcdServer, admin: Etcd3, n: number, measureStead
   return { runs, steady: steadies };
 }
 
+/** Fake leases put beside the on-demand cluster's three nodes, on /24s above those the nodes pick from (the first 100 free). */
+const ONDEMAND_LEASES = 100;
+const FIRST_PACKETS = 5;
+
+/**
+ * On-demand mode: three nodes (test/support/cluster.ts) with --vxlan-on-demand and
+ * {@link ONDEMAND_LEASES} more leases in etcd. Node 1's pod pings node 2's pod; then the kernel
+ * entries Weft wrote on node 1 are counted, and the first ping to a new peer is timed
+ * {@link FIRST_PACKETS} times (both nodes' on-demand entries removed before each: the first RTT
+ * includes a miss on each side), median.
+ */
+async function ondemand(): Promise<{ entries: number; firstPacketMs: number; laterMs: number }> {
+  const c = await Cluster.start({ nodes: 3, backend: 'vxlan', mode: 'etcd', weftdArgs: ['--vxlan-on-demand'] });
+  const admin = adminClient(c.etcd!.endpoint);
+  try {
+    for (let i = 0; i < ONDEMAND_LEASES; i++) {
+      await admin.put(`${ETCD_PREFIX}/subnets/10.244.${255 - i}.0-24`).value(peerLeaseValue(i));
+    }
+    const [a, b] = c.nodes as [ClusterNode, ClusterNode];
+    const pa = await c.addPod(a);
+    const pb = await c.addPod(b);
+    await c.waitPing(pa, pb);
+    const weftEntries = async (n: ClusterNode) => {
+      const lines = async (...cmd: [string, ...string[]]) => (await n.ns.exec(...cmd)).split('\n').filter(Boolean).length;
+      return (await lines('ip', 'route', 'show', 'proto', '201')) + (await lines('ip', 'neigh', 'show', 'dev', 'flannel.1'))
+        + (await n.ns.bridgeJson<{ dst?: string }[]>('fdb', 'show', 'dev', 'flannel.1')).filter((e) => e.dst).length;
+    };
+    const entries = await weftEntries(a);
+    const rtt = async () => Number(/time=([\d.]+) ms/.exec(await pa.ns.exec('ping', '-c', '1', '-W', '2', pb.ip))?.[1] ?? NaN);
+    const first: number[] = [];
+    const later: number[] = [];
+    for (let i = 0; i < FIRST_PACKETS; i++) {
+      for (const n of [a, b]) {
+        await n.ns.ip('neigh', 'flush', 'dev', 'flannel.1');
+        for (const e of await n.ns.bridgeJson<{ mac: string; dst?: string; state?: string }[]>('fdb', 'show', 'dev', 'flannel.1')) {
+          if (e.dst && e.state !== 'permanent') await n.ns.exec('bridge', 'fdb', 'del', e.mac, 'dev', 'flannel.1', 'dst', e.dst);
+        }
+      }
+      first.push(await rtt());
+      later.push(await rtt());
+    }
+    return { entries, firstPacketMs: median(first), laterMs: median(later) };
+  } finally {
+    admin.close();
+    await c.stop();
+  }
+}
+
 const converge = new Map<string, number>();
 const hwm = new Map<string, number>();
 const show = (name: string, runs: Run[]) => {
@@ -164,6 +215,11 @@ if (ETCD_N.length > 0) {
     await etcd.stop();
   }
 }
+let od: { entries: number; firstPacketMs: number; laterMs: number } | undefined;
+if (process.env.SCALE_ONDEMAND !== '0') {
+  od = await ondemand();
+  console.log(`on demand (3 nodes + ${ONDEMAND_LEASES} leases): ${od.entries} kernel entries of Weft's on node 1 after reaching one peer (a route, a neighbour and an FDB entry per peer in full mode: ${3 * (ONDEMAND_LEASES + 2)}); first packet to a new peer ${od.firstPacketMs.toFixed(2)} ms round trip, the next ${od.laterMs.toFixed(2)} ms`);
+}
 for (const n of KUBE_N) show(`kube ${n}`, await kubeRuns({ peers: n, runs: RUNS, prefix: 'sc', env: profEnv(), deadlineMs: DEADLINE_MS }));
 
 const fig = (v: number | undefined, digits: number) => (v === undefined ? 'na' : v.toFixed(digits));
@@ -178,6 +234,6 @@ console.log([
   `event_p99_50000_ms=${fig(largest === 50_000 ? st?.eventP99Ms : undefined, 1)}`,
   `resync_cpu_50000_ms=${fig(largest === 50_000 ? st?.resyncCpuMs : undefined, 0)}`,
   `kube_converge_50000_s=${fig(converge.get('kube 50000'), 2)}`,
-  'ondemand_entries=na',
-  'ondemand_first_packet_ms=na',
+  `ondemand_entries=${fig(od?.entries, 0)}`,
+  `ondemand_first_packet_ms=${fig(od?.firstPacketMs, 2)}`,
 ].join(' '));
