@@ -81,14 +81,16 @@ struct ApplyJob : Job {
 struct DumpJob : Job {
   int kind = 0;
   DumpFilter filter;
-  // Records per JS array with `chunk` set: the dump resolves to a function returning the next
-  // array (empty at the end), so a large dump's objects can be consumed and dropped as they come.
+  // Records per JS array with `chunk` set: a dump of more than kChunkedAbove records resolves to
+  // a function returning the next array (empty at the end), so its objects can be consumed and
+  // dropped as they come; a smaller one is one array, as without `chunk`.
+  static constexpr size_t kChunkedAbove = 4096;
   size_t chunk = 0;
   std::vector<Record> records;
   using Job::Job;
   void run(Worker& w) override { failure = w.dump(kind, filter, records); }
   Napi::Value result(Napi::Env env) override {
-    if (chunk == 0) return recordsToJs(env, records);
+    if (chunk == 0 || records.size() <= kChunkedAbove) return recordsToJs(env, records);
     auto held = std::make_shared<std::vector<Record>>(std::move(records));
     auto next = std::make_shared<size_t>(0);
     size_t n = chunk;

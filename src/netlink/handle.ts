@@ -177,15 +177,23 @@ export interface RouteFilter {
 const BATCH_SLICE = 1024;
 
 /**
- * Records per array a large dump (routes, neighbours, nexthops) is handed over in. Each array's
- * objects are converted and dropped before the next is made, so they die in V8's young generation
- * instead of 50,000 of them being promoted at once in a full pass at 50,000 leases.
+ * Records per array a large dump (routes, neighbours, nexthops; over 4,096 records) is handed
+ * over in. Each array's objects are converted and dropped before the next is made, so they die in
+ * V8's young generation instead of 50,000 of them being promoted at once in a full pass at 50,000
+ * leases. (Small dumps stay one array: chunking them only made V8's young generation grow.)
  */
 const DUMP_CHUNK = 256;
 
 /** Every record of a chunked dump through `from` (undefined: left out). */
-function collect<R, T>(next: RawChunks<R>, from: (r: R) => T | undefined): T[] {
+function collect<R, T>(dump: RawChunks<R>, from: (r: R) => T | undefined): T[] {
   const out: T[] = [];
+  let whole: R[] | undefined = Array.isArray(dump) ? dump : undefined;
+  const next = () => {
+    if (!whole) return (dump as () => R[])();
+    const all = whole;
+    whole = [];
+    return all;
+  };
   for (let chunk = next(); chunk.length > 0; chunk = next()) {
     for (const r of chunk) {
       const t = from(r);

@@ -113,8 +113,11 @@ export interface RawDumpFilter {
   protocol?: number;
 }
 
-/** A dump handed over `chunk` records at a time: each call returns the next ones, `[]` at the end. */
-export type RawChunks<T> = () => T[];
+/**
+ * A dump asked for in chunks: a large one (over 4,096 records) comes as a function handing over
+ * `chunk` records per call (`[]` at the end), a smaller one as one array.
+ */
+export type RawChunks<T> = (() => T[]) | T[];
 
 /** The addon's handle; failures reject with an Error carrying `errno` and `detail`. */
 export interface RawHandle {
