@@ -12,7 +12,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
-	bench-footprint bench-faults bench-weftctl bench-netpol bench-egress demo clean
+	bench-footprint bench-scale bench-faults bench-weftctl bench-netpol bench-egress demo clean
 
 all: build
 
@@ -112,6 +112,11 @@ bench-kube: deps build
 # and 5,000 etcd leases and 5,000 Nodes in kube mode.
 bench-footprint: deps build
 	$(NODE) bench/footprint.bench.ts
+
+# bin/weftd at 5,000, 20,000 and 50,000 etcd leases and 20,000 and 50,000 Nodes: convergence,
+# memory, event latency and full-resync CPU at the largest N (bench/scale.bench.ts says how).
+bench-scale: deps build
+	$(NODE) bench/scale.bench.ts
 
 bench-cni: deps build
 	$(NODE) bench/cni.bench.ts

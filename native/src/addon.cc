@@ -2,7 +2,7 @@
 //
 //   new Handle(netnsPath?)                 netnsPath "" or absent: the process's namespace
 //   handle.apply(ops)        -> Promise<(null | {errno, message})[]>, one result per op, in order
-//   handle.dump(kind, filter) -> Promise<record[]>   kind: "link" | "addr" | "route" | "neigh"
+//   handle.dump(kind, filter) -> Promise<record[]>   kind: "link" | "addr" | "route" | "neigh" | "nexthop"
 //   handle.linkGet(nameOrIndex) -> Promise<record>
 //   handle.routeGet(dst, oif?) -> Promise<record>
 //   handle.monitor(groups, callback, rcvbuf?) -> Promise<void>; callback(events[])
@@ -81,10 +81,29 @@ struct ApplyJob : Job {
 struct DumpJob : Job {
   int kind = 0;
   DumpFilter filter;
+  // Records per JS array with `chunk` set: a dump of more than kChunkedAbove records resolves to
+  // a function returning the next array (empty at the end), so its objects can be consumed and
+  // dropped as they come; a smaller one is one array, as without `chunk`.
+  static constexpr size_t kChunkedAbove = 4096;
+  size_t chunk = 0;
   std::vector<Record> records;
   using Job::Job;
   void run(Worker& w) override { failure = w.dump(kind, filter, records); }
-  Napi::Value result(Napi::Env env) override { return recordsToJs(env, records); }
+  Napi::Value result(Napi::Env env) override {
+    if (chunk == 0 || records.size() <= kChunkedAbove) return recordsToJs(env, records);
+    auto held = std::make_shared<std::vector<Record>>(std::move(records));
+    auto next = std::make_shared<size_t>(0);
+    size_t n = chunk;
+    return Napi::Function::New(env, [held, next, n](const Napi::CallbackInfo& info) -> Napi::Value {
+      Napi::Array arr = recordsToJs(info.Env(), *held, *next, n);
+      *next += arr.Length();
+      if (*next >= held->size()) {
+        held->clear();
+        held->shrink_to_fit();
+      }
+      return arr;
+    });
+  }
 };
 
 // A request answered by exactly one record (link get, route get).
@@ -256,9 +275,10 @@ class Handle : public Napi::ObjectWrap<Handle> {
     else if (kind == "addr") job->kind = RTM_GETADDR;
     else if (kind == "route") job->kind = RTM_GETROUTE;
     else if (kind == "neigh") job->kind = RTM_GETNEIGH;
+    else if (kind == "nexthop") job->kind = RTM_GETNEXTHOP;
     else {
       delete job;
-      Napi::TypeError::New(env, "dump(kind): kind must be link, addr, route or neigh").ThrowAsJavaScriptException();
+      Napi::TypeError::New(env, "dump(kind): kind must be link, addr, route, neigh or nexthop").ThrowAsJavaScriptException();
       return env.Undefined();
     }
     if (info.Length() > 1 && info[1].IsObject()) {
@@ -271,6 +291,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
       num("index", job->filter.index);
       num("table", job->filter.table);
       num("protocol", job->filter.protocol);
+      num("chunk", job->chunk);
     }
     return submit(env, job);
   }
@@ -354,9 +375,10 @@ class Handle : public Napi::ObjectWrap<Handle> {
       else if (g == "addr") job->groups.insert(job->groups.end(), {RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV6_IFADDR});
       else if (g == "route") job->groups.insert(job->groups.end(), {RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE});
       else if (g == "neigh") job->groups.push_back(RTNLGRP_NEIGH);
+      else if (g == "nexthop") job->groups.push_back(RTNLGRP_NEXTHOP);
       else {
         delete job;
-        Napi::TypeError::New(env, "monitor: unknown group \"" + g + "\" (link, addr, route, neigh)")
+        Napi::TypeError::New(env, "monitor: unknown group \"" + g + "\" (link, addr, route, neigh, nexthop)")
             .ThrowAsJavaScriptException();
         return env.Undefined();
       }

@@ -76,6 +76,20 @@ struct RouteRec {
   std::string prefsrc;
   uint32_t nhFlags = 0;  // RTNH_F_* of the (first) next hop, e.g. RTNH_F_ONLINK
   int nexthops = 0;
+  uint32_t nhid = 0;   // RTA_NH_ID: the nexthop object the route goes through, 0 for none
+};
+
+// A nexthop object (`ip nexthop`, Linux 5.3+). libnl-route-3 3.7 has no object for it: the
+// messages are read and built by hand (nexthopFromMessage, buildRequest).
+struct NexthopRec {
+  uint32_t id = 0;
+  int family = 0;
+  int protocol = 0;
+  uint32_t flags = 0;  // RTNH_F_*, e.g. RTNH_F_ONLINK
+  int oif = 0;
+  std::string gateway;
+  bool blackhole = false;
+  bool group = false;  // a group of other nexthops (NHA_GROUP)
 };
 
 struct NeighRec {
@@ -89,7 +103,7 @@ struct NeighRec {
   int master = 0;
 };
 
-using Record = std::variant<LinkRec, AddrRec, RouteRec, NeighRec>;
+using Record = std::variant<LinkRec, AddrRec, RouteRec, NeighRec, NexthopRec>;
 
 // What a monitor saw: a record with the message type that carried it, or a receive overrun.
 struct Event {
@@ -101,8 +115,11 @@ struct Event {
 
 std::string addrToString(struct nl_addr* addr);
 std::optional<Record> recordFromObject(struct nl_object* obj);
+// RTM_NEWROUTE/DELROUTE (with RTA_NH_ID, which libnl 3.7 does not read) and RTM_NEWNEXTHOP/DELNEXTHOP.
+std::optional<Record> routeFromMessage(struct nlmsghdr* hdr);
+std::optional<Record> nexthopFromMessage(const struct nlmsghdr* hdr);
 Napi::Value recordToJs(Napi::Env env, const Record& rec);
-Napi::Array recordsToJs(Napi::Env env, const std::vector<Record>& recs);
+Napi::Array recordsToJs(Napi::Env env, const std::vector<Record>& recs, size_t from = 0, size_t count = SIZE_MAX);
 Napi::Array eventsToJs(Napi::Env env, const std::vector<Event>& events);
 
 // ---- failures ------------------------------------------------------------------------------------
@@ -124,6 +141,7 @@ enum class OpKind {
   AddrAdd, AddrReplace, AddrDel,
   RouteAdd, RouteReplace, RouteDel,
   NeighAdd, NeighReplace, NeighAppend, NeighDel,
+  NexthopAdd, NexthopReplace, NexthopDel,
 };
 
 // One request, read from a JS object on the main thread and built into a message on the worker.
@@ -169,6 +187,8 @@ struct Op {
   bool hasPriority = false;
   int type = -1;
   bool onlink = false;
+  uint32_t nhid = 0;  // route: through this nexthop object (no gateway or device of its own)
+  uint32_t id = 0;    // nexthop: its id
 
   // neighbour / FDB: `dst` is NDA_DST, `mac` is NDA_LLADDR; address: IFA_F_* in `flags`
   int state = -1;

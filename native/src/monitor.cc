@@ -26,13 +26,18 @@ std::optional<Event> parseNotification(struct nlmsghdr* hdr) {
     case RTM_DELLINK:
     case RTM_DELADDR: ev.action = Event::Action::Del; break;
     case RTM_GETNEIGH: ev.action = Event::Action::Get; break;  // vxlan L2/L3 miss
+    case RTM_NEWNEXTHOP: ev.action = Event::Action::New; break;
+    case RTM_DELNEXTHOP: ev.action = Event::Action::Del; break;
     default: return std::nullopt;
   }
   if (hdr->nlmsg_type == RTM_NEWROUTE || hdr->nlmsg_type == RTM_DELROUTE) {
-    struct rtnl_route* rt = nullptr;
-    if (rtnl_route_parse(hdr, &rt) < 0) return std::nullopt;
-    ev.record = recordFromObject(reinterpret_cast<nl_object*>(rt));
-    rtnl_route_put(rt);
+    ev.record = routeFromMessage(hdr);
+    if (!ev.record) return std::nullopt;
+    return ev;
+  }
+  if (hdr->nlmsg_type == RTM_NEWNEXTHOP || hdr->nlmsg_type == RTM_DELNEXTHOP) {
+    ev.record = nexthopFromMessage(hdr);
+    if (!ev.record) return std::nullopt;
     return ev;
   }
   if (hdr->nlmsg_type == RTM_NEWNEIGH || hdr->nlmsg_type == RTM_DELNEIGH || hdr->nlmsg_type == RTM_GETNEIGH) {
@@ -53,7 +58,7 @@ std::optional<Event> parseNotification(struct nlmsghdr* hdr) {
   return ev;
 }
 
-// A route or neighbour change made through the handle's own request socket. (The vxlan driver
+// A route, nexthop or neighbour change made through the handle's own request socket. (The vxlan driver
 // stamps no port on FDB notifications, so those always come through.)
 bool isOwnEcho(const struct nlmsghdr* hdr, uint32_t ownPort) {
   if (ownPort == 0 || hdr->nlmsg_pid != ownPort) return false;
@@ -61,7 +66,9 @@ bool isOwnEcho(const struct nlmsghdr* hdr, uint32_t ownPort) {
     case RTM_NEWROUTE:
     case RTM_DELROUTE:
     case RTM_NEWNEIGH:
-    case RTM_DELNEIGH: return true;
+    case RTM_DELNEIGH:
+    case RTM_NEWNEXTHOP:
+    case RTM_DELNEXTHOP: return true;
     default: return false;
   }
 }

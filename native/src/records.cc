@@ -3,6 +3,8 @@
 
 #include <arpa/inet.h>
 #include <linux/if_arp.h>
+#include <linux/nexthop.h>
+#include <linux/rtnetlink.h>
 #include <netlink/route/link/vxlan.h>
 #include <netlink/route/nexthop.h>
 
@@ -126,6 +128,38 @@ std::optional<Record> recordFromObject(struct nl_object* obj) {
   return std::nullopt;
 }
 
+std::optional<Record> routeFromMessage(struct nlmsghdr* hdr) {
+  struct rtnl_route* rt = nullptr;
+  if (rtnl_route_parse(hdr, &rt) < 0) return std::nullopt;
+  RouteRec r = routeFrom(rt);
+  rtnl_route_put(rt);
+  if (struct nlattr* id = nlmsg_find_attr(hdr, sizeof(struct rtmsg), RTA_NH_ID); id && nla_len(id) >= 4) r.nhid = nla_get_u32(id);
+  return Record(std::move(r));
+}
+
+std::optional<Record> nexthopFromMessage(const struct nlmsghdr* hdr) {
+  if (hdr->nlmsg_len < NLMSG_LENGTH(sizeof(struct nhmsg))) return std::nullopt;
+  const auto* nhm = static_cast<const struct nhmsg*>(NLMSG_DATA(hdr));
+  NexthopRec r;
+  r.family = nhm->nh_family;
+  r.protocol = nhm->nh_protocol;
+  r.flags = nhm->nh_flags;
+  struct nlattr* tb[NHA_MAX + 1] = {};
+  if (nlmsg_parse(const_cast<struct nlmsghdr*>(hdr), sizeof(struct nhmsg), tb, NHA_MAX, nullptr) < 0) return std::nullopt;
+  if (!tb[NHA_ID] || nla_len(tb[NHA_ID]) < 4) return std::nullopt;
+  r.id = nla_get_u32(tb[NHA_ID]);
+  if (tb[NHA_OIF] && nla_len(tb[NHA_OIF]) >= 4) r.oif = static_cast<int>(nla_get_u32(tb[NHA_OIF]));
+  if (tb[NHA_GATEWAY]) {
+    char buf[INET6_ADDRSTRLEN];
+    int len = nla_len(tb[NHA_GATEWAY]);
+    if (len == 4 && inet_ntop(AF_INET, nla_data(tb[NHA_GATEWAY]), buf, sizeof buf)) r.gateway = buf;
+    else if (len == 16 && inet_ntop(AF_INET6, nla_data(tb[NHA_GATEWAY]), buf, sizeof buf)) r.gateway = buf;
+  }
+  r.blackhole = tb[NHA_BLACKHOLE] != nullptr;
+  r.group = tb[NHA_GROUP] != nullptr;
+  return Record(std::move(r));
+}
+
 // ---- to JS ---------------------------------------------------------------------------------------
 //
 // Dumps turn tens of thousands of records into objects, so property names are created once per
@@ -136,13 +170,13 @@ std::optional<Record> recordFromObject(struct nl_object* obj) {
   X(local) X(link) X(port) X(learning) X(gbp) X(l2miss) X(l3miss) X(proxy) X(family) X(prefixLen)  \
   X(scope) X(label) X(validLft) X(preferredLft) X(dst) X(dstLen) X(table) X(protocol) X(routeType) \
   X(priority) X(oif) X(gateway) X(prefsrc) X(nhFlags) X(nexthops) X(ip) X(state) X(vlan) X(action) \
-  X(record) X(ifLink)
+  X(record) X(ifLink) X(nhid) X(id) X(blackhole) X(group)
 
 struct JsKeys {
 #define WEFT_DECLARE(k) napi_value k;
   WEFT_KEYS(WEFT_DECLARE)
 #undef WEFT_DECLARE
-  napi_value tLink, tAddr, tRoute, tNeigh;
+  napi_value tLink, tAddr, tRoute, tNeigh, tNexthop;
   explicit JsKeys(napi_env env) {
 #define WEFT_CREATE(k) napi_create_string_utf8(env, #k, NAPI_AUTO_LENGTH, &k);
     WEFT_KEYS(WEFT_CREATE)
@@ -151,6 +185,7 @@ struct JsKeys {
     napi_create_string_utf8(env, "addr", NAPI_AUTO_LENGTH, &tAddr);
     napi_create_string_utf8(env, "route", NAPI_AUTO_LENGTH, &tRoute);
     napi_create_string_utf8(env, "neigh", NAPI_AUTO_LENGTH, &tNeigh);
+    napi_create_string_utf8(env, "nexthop", NAPI_AUTO_LENGTH, &tNexthop);
   }
 };
 
@@ -224,6 +259,7 @@ napi_value routeToJs(napi_env env, const JsKeys& k, const RouteRec& r) {
   o.num(k.table, r.table).num(k.protocol, r.protocol).num(k.scope, r.scope).num(k.routeType, r.type);
   o.num(k.priority, r.priority).num(k.flags, r.flags).num(k.oif, r.oif).strIfSet(k.gateway, r.gateway);
   o.strIfSet(k.prefsrc, r.prefsrc).num(k.nhFlags, r.nhFlags).num(k.nexthops, r.nexthops);
+  if (r.nhid) o.num(k.nhid, r.nhid);
   return o.build();
 }
 
@@ -231,6 +267,13 @@ napi_value neighToJs(napi_env env, const JsKeys& k, const NeighRec& r) {
   ObjBuilder o(env);
   o.val(k.type, k.tNeigh).num(k.family, r.family).num(k.index, r.index).strIfSet(k.ip, r.ip);
   o.strIfSet(k.mac, r.mac).num(k.state, r.state).num(k.flags, r.flags).num(k.vlan, r.vlan).num(k.master, r.master);
+  return o.build();
+}
+
+napi_value nexthopToJs(napi_env env, const JsKeys& k, const NexthopRec& r) {
+  ObjBuilder o(env);
+  o.val(k.type, k.tNexthop).num(k.id, r.id).num(k.family, r.family).num(k.protocol, r.protocol).num(k.flags, r.flags);
+  o.num(k.oif, r.oif).strIfSet(k.gateway, r.gateway).flag(k.blackhole, r.blackhole).flag(k.group, r.group);
   return o.build();
 }
 
@@ -242,6 +285,7 @@ napi_value toJs(napi_env env, const JsKeys& k, const Record& rec) {
     napi_value operator()(const AddrRec& r) const { return addrToJs(env, k, r); }
     napi_value operator()(const RouteRec& r) const { return routeToJs(env, k, r); }
     napi_value operator()(const NeighRec& r) const { return neighToJs(env, k, r); }
+    napi_value operator()(const NexthopRec& r) const { return nexthopToJs(env, k, r); }
   };
   return std::visit(Visitor{env, k}, rec);
 }
@@ -258,10 +302,11 @@ const char* actionName(Event::Action a) {
 
 }  // namespace
 
-Napi::Array recordsToJs(Napi::Env env, const std::vector<Record>& recs) {
+Napi::Array recordsToJs(Napi::Env env, const std::vector<Record>& recs, size_t from, size_t count) {
   JsKeys k(env);
-  Napi::Array arr = Napi::Array::New(env, recs.size());
-  for (size_t i = 0; i < recs.size(); i++) napi_set_element(env, arr, static_cast<uint32_t>(i), toJs(env, k, recs[i]));
+  size_t end = from + std::min(count, recs.size() - std::min(from, recs.size()));
+  Napi::Array arr = Napi::Array::New(env, end - from);
+  for (size_t i = from; i < end; i++) napi_set_element(env, arr, static_cast<uint32_t>(i - from), toJs(env, k, recs[i]));
   return arr;
 }
 

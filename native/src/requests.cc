@@ -6,6 +6,7 @@
 #include <linux/neighbour.h>
 #include <linux/rtnetlink.h>
 #include <linux/if_link.h>
+#include <linux/nexthop.h>
 #include <netlink/route/link/veth.h>
 #include <netlink/route/link/vxlan.h>
 #include <netlink/route/nexthop.h>
@@ -32,7 +33,8 @@ const OpName kOpNames[] = {
     {"routeAdd", OpKind::RouteAdd},         {"routeReplace", OpKind::RouteReplace},
     {"routeDel", OpKind::RouteDel},         {"neighAdd", OpKind::NeighAdd},
     {"neighReplace", OpKind::NeighReplace}, {"neighAppend", OpKind::NeighAppend},
-    {"neighDel", OpKind::NeighDel},
+    {"neighDel", OpKind::NeighDel},         {"nexthopAdd", OpKind::NexthopAdd},
+    {"nexthopReplace", OpKind::NexthopReplace}, {"nexthopDel", OpKind::NexthopDel},
 };
 
 // Typed field readers: a present field of the wrong type marks the op invalid, naming the field.
@@ -269,6 +271,7 @@ nl_msg* buildRoute(const Op& op, Failure& fail) {
     if (!src.p) return nullptr;
     rtnl_route_set_pref_src(rt.p, src.p);
   }
+  if (op.nhid && (op.index || !op.gateway.empty())) return fail = {EINVAL, "a route through a nexthop object has no gateway or device of its own"}, nullptr;
   if (op.index || !op.gateway.empty()) {
     rtnl_nexthop* nh = rtnl_route_nh_alloc();
     if (!nh) return fail = {ENOMEM, "out of memory"}, nullptr;
@@ -286,12 +289,58 @@ nl_msg* buildRoute(const Op& op, Failure& fail) {
     rtnl_route_add_nexthop(rt.p, nh);  // the route owns it from here
   }
   nl_msg* msg = nullptr;
+  int rc;
   switch (op.kind) {
-    case OpKind::RouteDel: return fromLibnl(rtnl_route_build_del_request(rt.p, 0, &msg), &msg, fail);
-    case OpKind::RouteReplace:
-      return fromLibnl(rtnl_route_build_add_request(rt.p, NLM_F_CREATE | NLM_F_REPLACE, &msg), &msg, fail);
-    default: return fromLibnl(rtnl_route_build_add_request(rt.p, NLM_F_CREATE | NLM_F_EXCL, &msg), &msg, fail);
+    case OpKind::RouteDel: rc = rtnl_route_build_del_request(rt.p, 0, &msg); break;
+    case OpKind::RouteReplace: rc = rtnl_route_build_add_request(rt.p, NLM_F_CREATE | NLM_F_REPLACE, &msg); break;
+    default: rc = rtnl_route_build_add_request(rt.p, NLM_F_CREATE | NLM_F_EXCL, &msg); break;
   }
+  if (!fromLibnl(rc, &msg, fail)) return nullptr;
+  // libnl 3.7 knows no RTA_NH_ID: appended to the message it built.
+  if (op.nhid && nla_put_u32(msg, RTA_NH_ID, op.nhid) < 0) {
+    nlmsg_free(msg);
+    return fail = {ENOMEM, "out of memory"}, nullptr;
+  }
+  return msg;
+}
+
+// `ip nexthop add|replace id <id> via <gateway> dev <index> [onlink] proto <protocol>` and
+// `ip nexthop del id <id>`: RTM_NEWNEXTHOP / RTM_DELNEXTHOP built with libnl's generic message
+// API (libnl-route-3 3.7 has no nexthop objects).
+nl_msg* buildNexthop(const Op& op, Failure& fail) {
+  if (op.id == 0) return fail = {EINVAL, "a nexthop needs an id"}, nullptr;
+  bool del = op.kind == OpKind::NexthopDel;
+  unsigned char gw[16];
+  int family = op.family;
+  if (!del) {
+    if (!op.index) return fail = {EINVAL, "a nexthop needs a device"}, nullptr;
+    if (!op.gateway.empty()) {
+      if (inet_pton(AF_INET, op.gateway.c_str(), gw) == 1) family = AF_INET;
+      else if (inet_pton(AF_INET6, op.gateway.c_str(), gw) == 1) family = AF_INET6;
+      else return fail = {EINVAL, "invalid gateway address \"" + op.gateway + "\""}, nullptr;
+    }
+    if (family != AF_INET && family != AF_INET6) return fail = {EINVAL, "a nexthop without a gateway needs its family"}, nullptr;
+  }
+  // A delete names the id only: the kernel refuses any other header field in it.
+  nhmsg nhm = {};
+  if (!del) {
+    nhm.nh_family = static_cast<unsigned char>(family);
+    nhm.nh_protocol = static_cast<unsigned char>(op.protocol >= 0 ? op.protocol : RTPROT_BOOT);
+    nhm.nh_flags = op.onlink ? RTNH_F_ONLINK : 0;
+  }
+  int flags = del ? 0 : op.kind == OpKind::NexthopReplace ? NLM_F_CREATE | NLM_F_REPLACE : NLM_F_CREATE | NLM_F_EXCL;
+  nl_msg* msg = nlmsg_alloc_simple(del ? RTM_DELNEXTHOP : RTM_NEWNEXTHOP, flags);
+  if (!msg) return fail = {ENOMEM, "out of memory"}, nullptr;
+  bool ok = nlmsg_append(msg, &nhm, sizeof nhm, NLMSG_ALIGNTO) >= 0 && nla_put_u32(msg, NHA_ID, op.id) >= 0;
+  if (ok && !del) {
+    ok = nla_put_u32(msg, NHA_OIF, static_cast<uint32_t>(op.index)) >= 0 &&
+         (op.gateway.empty() || nla_put(msg, NHA_GATEWAY, family == AF_INET ? 4 : 16, gw) >= 0);
+  }
+  if (!ok) {
+    nlmsg_free(msg);
+    return fail = {ENOMEM, "out of memory"}, nullptr;
+  }
+  return msg;
 }
 
 nl_msg* buildNeigh(const Op& op, Failure& fail) {
@@ -388,6 +437,8 @@ Op opFromJs(const Napi::Value& v) {
   }
   r.num("routeType", op.type, 0, 255);
   r.flag("onlink", op.onlink);
+  r.num("nhid", op.nhid, 0, UINT32_MAX);
+  r.num("id", op.id, 0, UINT32_MAX);
   r.num("state", op.state, 0, 0xffff);
   r.num("flags", op.flags, 0, 255);
   r.num("vlan", op.vlan, 0, 4095);
@@ -413,6 +464,9 @@ nl_msg* buildRequest(const Op& op, Failure& fail) {
     case OpKind::RouteAdd:
     case OpKind::RouteReplace:
     case OpKind::RouteDel: return buildRoute(op, fail);
+    case OpKind::NexthopAdd:
+    case OpKind::NexthopReplace:
+    case OpKind::NexthopDel: return buildNexthop(op, fail);
     default: return buildNeigh(op, fail);
   }
 }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/netlink.h>
+#include <linux/nexthop.h>
 #include <linux/rtnetlink.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -163,10 +164,9 @@ int Worker::onValid(struct nl_msg* msg, void* arg) {
   const DumpFilter* f = target->filter;
   switch (hdr->nlmsg_type) {
     case RTM_NEWROUTE: {
-      struct rtnl_route* rt = nullptr;
-      if (rtnl_route_parse(hdr, &rt) < 0) return NL_SKIP;
-      Record rec = recordFromObject(reinterpret_cast<nl_object*>(rt)).value();
-      rtnl_route_put(rt);
+      std::optional<Record> parsed = routeFromMessage(hdr);
+      if (!parsed) return NL_SKIP;
+      Record rec = std::move(*parsed);
       const auto& r = std::get<RouteRec>(rec);
       if (f && ((f->table && r.table != f->table) || (f->protocol >= 0 && r.protocol != f->protocol) ||
                 (f->index && r.oif != f->index)))
@@ -181,6 +181,12 @@ int Worker::onValid(struct nl_msg* msg, void* arg) {
       rtnl_neigh_put(n);
       if (f && f->index && std::get<NeighRec>(rec).index != f->index) return NL_OK;
       target->out->push_back(std::move(rec));
+      return NL_OK;
+    }
+    case RTM_NEWNEXTHOP: {
+      std::optional<Record> rec = nexthopFromMessage(hdr);
+      if (!rec) return NL_SKIP;
+      target->out->push_back(std::move(*rec));
       return NL_OK;
     }
     default: {
@@ -251,6 +257,12 @@ Failure Worker::dump(int kind, const DumpFilter& filter, std::vector<Record>& ou
       case RTM_GETADDR: {
         struct ifaddrmsg h = {};
         h.ifa_family = static_cast<unsigned char>(filter.family);
+        rc = nlmsg_append(msg, &h, sizeof h, NLMSG_ALIGNTO);
+        break;
+      }
+      case RTM_GETNEXTHOP: {
+        struct nhmsg h = {};
+        h.nh_family = static_cast<unsigned char>(filter.family);
         rc = nlmsg_append(msg, &h, sizeof h, NLMSG_ALIGNTO);
         break;
       }

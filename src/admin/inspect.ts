@@ -9,7 +9,7 @@ import type { Lease } from '../lease/lease.ts';
 import { vtepMac } from '../backend/plan.ts';
 import type { FdbSpec, NeighSpec, RouteSpec } from '../netlink/handle.ts';
 import { fdbKey, neighKey, routeEqual, routeKey, RTN_BLACKHOLE } from '../netlink/records.ts';
-import { diff } from '../reconcile/state.ts';
+import { classicForm, diff } from '../reconcile/state.ts';
 import type { KernelState } from '../reconcile/state.ts';
 
 /** One peer as `weftctl peers` shows it. */
@@ -65,7 +65,9 @@ function count(s: KernelState): number {
 export function kernelDiff(desired: KernelState, observed: KernelState, dev: (index: number) => string = (i) => `#${i}`): KernelDiff {
   const missing: string[] = [];
   const extra: string[] = [];
-  for (const op of diff(desired, observed)) {
+  // Compared in classic form, so each line names the next hop (a nexthop object's drift shows
+  // on the routes through it).
+  for (const op of diff(classicForm(desired), classicForm(observed))) {
     switch (op.op) {
       case 'routeReplace': missing.push(routeText(op.route, dev)); break;
       case 'neighReplace': missing.push(neighText(op.neigh, dev)); break;

@@ -13,7 +13,7 @@ import type { Lease } from '../lease/lease.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
 import type { Link } from '../netlink/records.ts';
 import { observe } from '../reconcile/reconcile.ts';
-import { WEFT_RTPROT } from '../reconcile/state.ts';
+import { classicForm, WEFT_RTPROT } from '../reconcile/state.ts';
 import type { KernelState } from '../reconcile/state.ts';
 import { kernelDiff, peerRows } from './inspect.ts';
 import type { Skipped } from './inspect.ts';
@@ -35,7 +35,8 @@ export async function offlineStatus(h: NetlinkHandle, subnetFile: string, why: s
   const [links, subnetEnv, dev] = await Promise.all([h.linkList(), subnetEnvStatus(subnetFile), linkNamer(h)]);
   const vx = vxlanDevice(links);
   let ext = vx?.vxlan?.vtepIndex ? links.find((l) => l.index === vx.vxlan!.vtepIndex) : undefined;
-  const observed = await observe(h, { protocol: WEFT_RTPROT, devices: vx ? [vx.index] : [] });
+  // The plans below are in classic form: whether weftd wrote a route through a nexthop object is not known here.
+  const observed = classicForm(await observe(h, { protocol: WEFT_RTPROT, devices: vx ? [vx.index] : [] }));
   const notes = [`weftd does not answer (${why}); read from the kernel and ${subnetFile}`];
   let leases: Lease[] = [];
   let skipped: Skipped[] = [];

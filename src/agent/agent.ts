@@ -7,6 +7,8 @@
  */
 import { createBackend } from '../backend/backend.ts';
 import { Network } from '../backend/network.ts';
+import type { VxlanBackend } from '../backend/vxlan.ts';
+import { ConfigError } from '../errors.ts';
 import type { Flags } from '../config/flags.ts';
 import type { NetConfig } from '../config/netconf.ts';
 import { netlinkView, selectExternalInterface } from '../iface/select.ts';
@@ -90,7 +92,8 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   });
   log.info('using external interface', { iface: ext.link.name, address: ext.ifaceAddr ?? ext.ifaceAddr6, public: ext.extAddr ?? ext.extAddr6, mtu: ext.mtu, reason: ext.reason });
 
-  const backend = createBackend({ handle, config, ext, log: log.child({ backend: config.backend.type }) });
+  if (flags.vxlanOnDemand && config.backend.type !== 'vxlan') throw new ConfigError('--vxlan-on-demand', `needs the vxlan backend, not ${config.backend.type}`);
+  const backend = createBackend({ handle, config, ext, log: log.child({ backend: config.backend.type }), onDemand: flags.vxlanOnDemand });
   if (view) Object.assign(view, { ext, backend });
   let previous;
   try {
@@ -109,8 +112,14 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   if (flags.ipBlackholeRoute) log.info('keeping a blackhole route for our subnet, at the lowest priority so cni0\'s own route wins while it exists');
   const table = new LeaseTable();
   if (d.metrics) d.metrics.leaseCount = () => table.size;
+  // Loaded only with --vxlan-on-demand.
+  const onDemand = flags.vxlanOnDemand ? new (await import('../backend/on-demand.ts')).OnDemand({
+    handle, table, devices: () => (backend as VxlanBackend).devices, log: log.child({ component: 'on-demand' }),
+    subnetLen: { 4: config.subnetLen, 6: config.ipv6SubnetLen },
+  }) : undefined;
   const network = new Network({
     handle, backend, table, own, log, resyncPeriodMs: flags.resyncPeriod * 1000, blackhole: flags.ipBlackholeRoute,
+    ...(onDemand ? { onMiss: (m) => onDemand.onMiss(m) } : {}),
     onPass: (p) => {
       d.metrics?.pass(p);
       view?.pass(p);
@@ -136,8 +145,10 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
       if (view) view.own = lease;
     }).catch((e: unknown) => log.error('failed to move to the new lease', { err: e }));
   });
+  if (onDemand) log.info('on-demand mode: peers are programmed when this node first sends to them');
   let egress: Promise<void> | undefined;
   try {
+    onDemand?.start();
     await Promise.race([network.start(signal), watching.then(() => signal.throwIfAborted())]);
     await source.complete?.(signal);
     log.info('ready: the kernel holds every lease', { peers: table.size });
@@ -148,6 +159,7 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
     await Promise.all([watching, egress]);
   } finally {
     done.abort();
+    onDemand?.stop();
     network.stop();
     await rules.stop();
     await watching.catch(() => {});

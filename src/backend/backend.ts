@@ -12,7 +12,7 @@ import type { Lease, LeaseAttrs } from '../lease/lease.ts';
 import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
 import type { Link } from '../netlink/records.ts';
-import type { Ownership } from '../reconcile/state.ts';
+import type { KernelState, Ownership } from '../reconcile/state.ts';
 import type { Plan } from './plan.ts';
 import { HostGwBackend } from './host-gw.ts';
 import { VxlanBackend } from './vxlan.ts';
@@ -22,6 +22,8 @@ export interface BackendDeps {
   config: NetConfig;
   ext: ExternalInterface;
   log: Logger;
+  /** vxlan --vxlan-on-demand: no entries per peer; the device reports misses (on-demand.ts). */
+  onDemand?: boolean;
 }
 
 export interface Backend {
@@ -40,6 +42,8 @@ export interface Backend {
   ownership(): Ownership;
   /** The kernel entries wanted for one remote lease. */
   plan(own: Lease, remote: Lease): Promise<Plan>;
+  /** Entries wanted whatever the leases (on-demand mode: a route for the whole network). */
+  base?(): KernelState;
   /** How `link`, a device of ours, differs from how we set it up (e.g. a MAC udev rewrote), if it does. */
   drifted(link: Link): string | undefined;
   /** A device of ours disappeared or drifted: set it up again as it was (same MAC) and configure it. */

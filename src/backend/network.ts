@@ -12,6 +12,7 @@
  * run) keeps the entries of its last good lease until it is valid again or removed: garbage from
  * a peer must not cut it off.
  */
+import { release } from 'node:os';
 import type { Lease } from '../lease/lease.ts';
 import type { LeaseEvent, LeaseTable } from '../lease/table.ts';
 import type { Logger } from '../log.ts';
@@ -19,9 +20,10 @@ import type { NetlinkHandle } from '../netlink/handle.ts';
 import { DesiredState } from '../reconcile/desired.ts';
 import { Reconciler } from '../reconcile/loop.ts';
 import { failureCounts } from '../reconcile/reconcile.ts';
-import type { PassInfo } from '../reconcile/loop.ts';
+import type { MissEvent, PassInfo } from '../reconcile/loop.ts';
 import type { KernelState } from '../reconcile/state.ts';
 import type { Backend } from './backend.ts';
+import { ensureNeighbourRoom, NEIGH_HEADROOM } from './neigh-table.ts';
 import { ownBlackhole } from './plan.ts';
 
 export interface NetworkOptions {
@@ -34,11 +36,20 @@ export interface NetworkOptions {
   resyncPeriodMs: number;
   /** --ip-blackhole-route: keep `blackhole <own subnet>` below cni0's route (plan.ts ownBlackhole). */
   blackhole?: boolean;
+  /**
+   * Write gatewayed routes through nexthop objects when the kernel has them (default); false
+   * keeps their classic form, and removes nexthop objects of ours left from a run that used them.
+   */
+  nexthops?: boolean;
+  /** vxlan on-demand mode: answers the devices' misses (on-demand.ts). */
+  onMiss?: (miss: MissEvent) => void;
   onPass?: (info: PassInfo) => void;
 }
 
 /** The desired-state owner of the own subnet's blackhole routes; no peer can be named so. */
 const OWN_BLACKHOLE = ' own subnet blackhole';
+/** The owner of what the backend wants whatever the leases (Backend.base). */
+const BACKEND_BASE = ' backend';
 
 export class Network {
   readonly #o: NetworkOptions;
@@ -51,6 +62,10 @@ export class Network {
   /** Lease batches and device repairs, one at a time and in order. */
   #work: Promise<void> = Promise.resolve();
   #unsubscribe: (() => void) | undefined;
+  /** The periodic pass's period last logged. */
+  #periodSaid: number | undefined;
+  /** Peers the neighbour table was last sized for (neigh-table.ts), plus headroom. */
+  #neighRoom = 0;
 
   constructor(o: NetworkOptions) {
     this.#o = o;
@@ -63,11 +78,13 @@ export class Network {
       onPass: (p) => {
         if (p.kind === 'full' && p.ops.length > 0) o.log.info('reconciled', { reasons: p.reasons.join(', '), ops: p.ops.length, failures: p.failures.length, ms: Math.round(p.durationMs) });
         // A fast pass that failed is followed by a full pass (or a rebuild), which says what stays refused.
+        if (p.nextResyncMs !== undefined) this.#periodChanged(p.nextResyncMs, p.durationMs);
         if (p.kind === 'full' && p.failures.length > 0) o.log.warn('the kernel refused operations of a pass; a later pass retries them', { failures: p.failures.length, counts: failureCounts(p.failures), first: p.failures[0] });
         o.onPass?.(p);
       },
       onError: (e) => o.log.error('reconcile pass failed; the next trigger retries', { err: e }),
       onDeviceGone: (why) => this.#queue(() => this.#repair(why)),
+      ...(o.onMiss ? { onMiss: o.onMiss } : {}),
       onDeviceChanged: (link) => {
         const why = o.backend.drifted(link);
         if (why) this.#queue(() => this.#repair(`device ${link.name} was changed by someone else (${why})`));
@@ -96,9 +113,33 @@ export class Network {
         }, { once: true });
       });
     }
+    if (this.#o.nexthops ?? true) await this.#detectNexthops();
     this.#unsubscribe = table.subscribe((batch) => this.#queue(() => this.#onBatch(batch)));
     await this.#serial(() => this.#planAll());
+    await this.#sizeNeighbourTable();
     await this.#reconciler.start(signal);
+  }
+
+  /** Says when the periodic pass's period moved to half or twice what was last said, or more. */
+  #periodChanged(ms: number, passMs: number): void {
+    const said = this.#periodSaid ?? this.#o.resyncPeriodMs;
+    if (ms < 2 * said && 2 * ms > said) return;
+    this.#periodSaid = ms;
+    this.#o.log.info('periodic full passes adapted to what one costs', { everySeconds: Math.round(ms / 1000), lastPassMs: Math.round(passMs), configuredSeconds: this.#o.resyncPeriodMs / 1000 });
+  }
+
+  /** Nexthop objects where the kernel lists them (Linux 5.3+); ours found there are adopted. */
+  async #detectNexthops(): Promise<void> {
+    let existing;
+    try {
+      existing = await this.#o.handle.nexthopList();
+    } catch (e) {
+      this.#o.log.info('this kernel has no nexthop objects (Linux 5.3+): routes keep a gateway each, which the kernel adds in time growing with the table', { err: e });
+      return;
+    }
+    const protocol = this.#o.backend.ownership().protocol;
+    this.#desired.useNexthops(existing, protocol);
+    this.#o.log.info('routes go through nexthop objects', { adopted: existing.filter((n) => n.protocol === protocol).length });
   }
 
   stop(): void {
@@ -172,11 +213,21 @@ export class Network {
 
   async #planAll(): Promise<void> {
     this.#desired.put(OWN_BLACKHOLE, this.#o.blackhole ? ownBlackhole(this.#own) : undefined);
+    this.#desired.put(BACKEND_BASE, this.#o.backend.base?.());
     const leases = this.#o.table.leases();
     const peers = new Set(leases.map((l) => l.peer));
     for (const l of leases) this.#desired.put(l.peer, await this.#plan(l));
     for (const peer of this.#warned.keys()) if (!peers.has(peer)) this.#warned.delete(peer);
     for (const peer of this.#lastGood.keys()) if (!peers.has(peer)) this.#lastGood.delete(peer);
+  }
+
+  /** Room in the neighbour table for the peers' entries, checked again as they grow by a headroom's worth. */
+  async #sizeNeighbourTable(): Promise<void> {
+    if (this.#o.table.size < this.#neighRoom) return;
+    this.#neighRoom = this.#o.table.size + NEIGH_HEADROOM;
+    const perFamily = { 4: 0, 6: 0 };
+    for (const n of this.#desired.all().neighs) perFamily[n.family]++;
+    for (const family of [4, 6] as const) if (perFamily[family] > 0) await ensureNeighbourRoom(family, perFamily[family], release(), this.#o.log);
   }
 
   async #onBatch(batch: readonly LeaseEvent[]): Promise<void> {
@@ -189,6 +240,7 @@ export class Network {
         this.#reconciler.update(e.lease.peer, await this.#plan(e.lease), `lease ${e.lease.peer} ${e.previous ? 'changed' : 'added'}`);
       }
     }
+    await this.#sizeNeighbourTable();
   }
 
   async #repair(why: string): Promise<void> {

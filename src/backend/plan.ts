@@ -67,11 +67,11 @@ export function vtepMac(data: unknown): string | undefined {
   return undefined;
 }
 
-function route(dst: CIDR, gateway: IP, linkIndex: number, onlink: boolean): Route {
+function route(dst: CIDR, gateway: string, linkIndex: number, onlink: boolean): Route {
   return {
     family: dst.ip.family,
     dst: formatCIDR(dst),
-    gateway: formatIP(gateway),
+    gateway,
     linkIndex,
     table: RT_TABLE_MAIN,
     protocol: WEFT_RTPROT,
@@ -153,7 +153,7 @@ export function planVxlan(input: PlanInput): Plan {
         continue;
       }
       if (input.directlyReachable?.(f.publicIP)) {
-        state.routes.push(route(f.subnet, f.publicIP, input.extIndex, false));
+        state.routes.push(route(f.subnet, formatIP(f.publicIP), input.extIndex, false));
         continue;
       }
       const mac = vtepMac(f.data);
@@ -161,9 +161,10 @@ export function planVxlan(input: PlanInput): Plan {
         warnings.push(`ignoring ${what}: no usable VtepMAC in its backend data`);
         continue;
       }
-      const gateway = f.subnet.ip;
+      // One string for the route's gateway and the neighbour's address.
+      const gateway = formatIP(f.subnet.ip);
       state.routes.push(route(f.subnet, gateway, dev.index, true));
-      state.neighs.push({ family: f.family, linkIndex: dev.index, ip: formatIP(gateway), mac, state: NUD_PERMANENT });
+      state.neighs.push({ family: f.family, linkIndex: dev.index, ip: gateway, mac, state: NUD_PERMANENT });
       state.fdb.push({ linkIndex: dev.index, mac, dst: formatIP(f.publicIP), state: NUD_PERMANENT, flags: NTF_SELF });
     }
   }
@@ -188,7 +189,7 @@ export function planHostGw(input: PlanInput): Plan {
         warnings.push(`ignoring peer ${lease.peer} IPv${f.family}: no public IPv${f.family} address`);
         continue;
       }
-      state.routes.push(route(f.subnet, f.publicIP, input.extIndex, false));
+      state.routes.push(route(f.subnet, formatIP(f.publicIP), input.extIndex, false));
     }
   }
   return { state, warnings };

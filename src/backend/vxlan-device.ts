@@ -29,6 +29,8 @@ export interface VxlanDeviceSpec {
   mtu: number;
   /** The MAC to keep, e.g. from our published lease; absent: keep the device's or make one. */
   mac?: string;
+  /** On-demand mode: the kernel reports L2 and L3 misses, answering ARP/NDP itself (proxy). */
+  misses?: boolean;
 }
 
 export interface EnsuredDevice {
@@ -60,6 +62,8 @@ function incompatibility(link: Link, spec: VxlanDeviceSpec): string | undefined 
   if (v.port !== want) diffs.push(`port ${v.port} ≠ ${want}`);
   if (v.learning !== spec.learning) diffs.push(`learning ${v.learning} ≠ ${spec.learning}`);
   if (v.gbp !== spec.gbp) diffs.push(`gbp ${v.gbp} ≠ ${spec.gbp}`);
+  const misses = v.l2miss && v.l3miss && v.proxy;
+  if (misses !== (spec.misses ?? false)) diffs.push(`miss reports ${misses ? 'on' : 'off'} ≠ ${spec.misses ? 'on' : 'off'}`);
   return diffs.length > 0 ? diffs.join(', ') : undefined;
 }
 
@@ -92,6 +96,7 @@ export async function ensureVxlanDevice(h: NetlinkHandle, spec: VxlanDeviceSpec)
     await h.vxlanAdd({
       name: spec.name, vni: spec.vni, local: spec.local, vtepIndex: spec.vtepIndex, port: spec.port || undefined,
       learning: spec.learning, gbp: spec.gbp, mac, mtu: spec.mtu, up: true,
+      ...(spec.misses ? { l2miss: true, l3miss: true, proxy: true } : {}),
     });
     actions.push(`created ${spec.name} (VNI ${spec.vni}, local ${spec.local}, MAC ${mac}, MTU ${spec.mtu})`);
     link = await h.linkByName(spec.name);

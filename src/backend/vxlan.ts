@@ -5,18 +5,23 @@
  * whose public address the kernel reaches without a gateway on the external interface (`ip route
  * get` says so) is routed to directly instead of through the tunnel.
  */
+import { writeFile } from 'node:fs/promises';
 import type { VxlanConfig } from '../config/netconf.ts';
 import { ConfigError } from '../errors.ts';
-import { formatIP, parseIP } from '../ip/ip.ts';
+import { formatCIDR, formatIP, parseIP } from '../ip/ip.ts';
 import type { Family, IP } from '../ip/ip.ts';
 import type { Lease, LeaseAttrs } from '../lease/lease.ts';
-import type { Link } from '../netlink/records.ts';
+import { RT_SCOPE_LINK, RT_TABLE_MAIN, RTN_UNICAST } from '../netlink/records.ts';
+import type { Link, Route } from '../netlink/records.ts';
 import { WEFT_RTPROT } from '../reconcile/state.ts';
-import type { Ownership } from '../reconcile/state.ts';
+import type { KernelState, Ownership } from '../reconcile/state.ts';
 import type { Backend, BackendDeps } from './backend.ts';
 import { enabledFamilies, planVxlan, vtepMac } from './plan.ts';
 import type { Plan } from './plan.ts';
 import { ensureDeviceAddress, ensureVxlanDevice, vxlanMtu } from './vxlan-device.ts';
+
+/** On-demand mode: how many times the kernel asks weftd for an address before giving up on it. */
+const APP_SOLICIT = 3;
 
 /** How long an `ip route get` answer for DirectRouting is trusted. */
 const REACH_TTL_MS = 30_000;
@@ -57,10 +62,12 @@ export class VxlanBackend implements Backend {
       const publishedMac = vtepMac(family === 4 ? published?.backendData : published?.backendV6Data);
       const { link, actions } = await ensureVxlanDevice(handle, {
         name, vni: this.#cfg.vni, local, vtepIndex: ext.link.index, port: this.#cfg.port,
-        learning: this.#cfg.learning, gbp: this.#cfg.gbp, mtu: vxlanMtu(ext.mtu, this.#cfg.mtu, family),
+        learning: this.#cfg.learning, gbp: this.#cfg.gbp, mtu: vxlanMtu(ext.mtu, this.#cfg.mtu, family), misses: this.#d.onDemand ?? false,
         ...(publishedMac ? { mac: publishedMac } : {}),
       });
       for (const a of actions) log.info(a, { device: name });
+      // On demand, the neighbour core asks weftd first (RTM_GETNEIGH) when it resolves an address.
+      if (this.#d.onDemand) await writeFile(`/proc/sys/net/ipv${family}/neigh/${name}/app_solicit`, String(APP_SOLICIT));
       this.#devices.set(family, link);
       const data = { VNI: this.#cfg.vni, VtepMAC: link.mac };
       if (family === 4) attrs.backendData = data;
@@ -83,7 +90,28 @@ export class VxlanBackend implements Backend {
     return { protocol: WEFT_RTPROT, devices: [...this.#devices.values()].map((l) => l.index) };
   }
 
+  /** The vxlan devices by family (on-demand.ts answers misses on them). */
+  get devices(): ReadonlyMap<Family, Link> {
+    return this.#devices;
+  }
+
+  /** On-demand mode: the whole network through the device, each address resolved on a miss. */
+  base(): KernelState {
+    const routes: Route[] = [];
+    if (!this.#d.onDemand) return { routes, neighs: [], fdb: [] };
+    for (const [family, link] of this.#devices) {
+      const network = family === 4 ? this.#d.config.network : this.#d.config.ipv6Network;
+      if (!network) continue;
+      routes.push({
+        family, dst: formatCIDR(network), linkIndex: link.index, table: RT_TABLE_MAIN, protocol: WEFT_RTPROT,
+        scope: RT_SCOPE_LINK, type: RTN_UNICAST, metric: family === 6 ? 1024 : 0, onlink: false,
+      });
+    }
+    return { routes, neighs: [], fdb: [] };
+  }
+
   async plan(own: Lease, remote: Lease): Promise<Plan> {
+    if (this.#d.onDemand) return { state: { routes: [], neighs: [], fdb: [] }, warnings: [] };
     const vxlan: { 4?: { index: number; mac: string }; 6?: { index: number; mac: string } } = {};
     for (const [family, link] of this.#devices) vxlan[family] = { index: link.index, mac: link.mac };
     const direct = new Map<string, boolean>();

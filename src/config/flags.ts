@@ -44,6 +44,7 @@ export interface Flags {
   logFormat: LogFormat;
   /** Seconds between full reconciles of the kernel state. */
   resyncPeriod: number;
+  vxlanOnDemand: boolean;
   /** The masquerade/forward rules engine; `auto`: nftables when nft works, else iptables. */
   trafficRules: 'auto' | 'nftables' | 'iptables';
   /** Remove the traffic rules of Weft and flanneld, then exit. */
@@ -147,7 +148,8 @@ const SPECS: FlagSpec[] = [
   { name: 'egress-service-cidr', group: EGRESS, help: 'service CIDR of the cluster, never steered to a gateway; repeatable', kind: 'list', default: [], own: true },
   { name: 'egress-exclude-cidr', group: EGRESS, help: 'more destinations never steered to a gateway; repeatable', kind: 'list', default: [], own: true },
   { name: 'egress-liveness-timeout', group: EGRESS, help: 'seconds without a heartbeat after which a gateway node\'s EIPs move elsewhere', kind: { min: 2, max: 3600 }, default: 3, own: true },
-  { name: 'resync-period', group: WEFT, help: 'seconds between full reconciles of the kernel state', kind: { min: 1, max: 86400 }, default: 30, own: true },
+  { name: 'vxlan-on-demand', group: WEFT, help: 'vxlan: program a peer only once this node sends to it (the kernel asks weftd through L3/L2 miss notifications; idle entries expire), for clusters where a route per peer is too much', kind: 'bool', default: false, own: true },
+  { name: 'resync-period', group: WEFT, help: 'seconds between full reconciles of the kernel state, at least (stretched to 100 times what the last one took, 15 minutes at most)', kind: { min: 1, max: 86400 }, default: 30, own: true },
 ];
 
 function option(spec: FlagSpec): Option {
@@ -259,6 +261,7 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     logLevel: str('log-level') as LogLevel,
     logFormat: str('log-format') as LogFormat,
     resyncPeriod: num('resync-period'),
+    vxlanOnDemand: bool('vxlan-on-demand'),
     trafficRules: str('traffic-rules') as Flags['trafficRules'],
     cleanupTrafficRules: bool('cleanup-traffic-rules'),
     networkPolicy: bool('network-policy'),

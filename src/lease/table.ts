@@ -75,6 +75,16 @@ export class LeaseTable {
   }
 
   /**
+   * `lease`, or the equal one the table already holds for its peer. A source building a relist
+   * with it holds each unchanged lease once, not a second copy next to the table's (at 50,000
+   * peers, ~25 MB for the length of the list).
+   */
+  held(lease: Lease): Lease {
+    const had = this.#leases.get(lease.peer);
+    return had && leaseEqual(had, lease) ? had : lease;
+  }
+
+  /**
    * Calls `listener` with every non-empty batch of changes, and with the batch of the first
    * listing even when it is empty (a node alone in its cluster still learns it is synced).
    * Returns the unsubscribe function.

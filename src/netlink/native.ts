@@ -71,6 +71,20 @@ export interface RawRoute {
   prefsrc?: string;
   nhFlags: number;
   nexthops: number;
+  /** RTA_NH_ID: the nexthop object the route goes through. */
+  nhid?: number;
+}
+
+export interface RawNexthop {
+  type: 'nexthop';
+  id: number;
+  family: number;
+  protocol: number;
+  flags: number;
+  oif: number;
+  gateway?: string;
+  blackhole: boolean;
+  group: boolean;
 }
 
 export interface RawNeigh {
@@ -85,7 +99,7 @@ export interface RawNeigh {
   master: number;
 }
 
-export type RawRecord = RawLink | RawAddr | RawRoute | RawNeigh;
+export type RawRecord = RawLink | RawAddr | RawRoute | RawNeigh | RawNexthop;
 
 export interface RawEvent {
   action: 'new' | 'del' | 'get' | 'overrun';
@@ -99,13 +113,23 @@ export interface RawDumpFilter {
   protocol?: number;
 }
 
+/**
+ * A dump asked for in chunks: a large one (over 4,096 records) comes as a function handing over
+ * `chunk` records per call (`[]` at the end), a smaller one as one array.
+ */
+export type RawChunks<T> = (() => T[]) | T[];
+
 /** The addon's handle; failures reject with an Error carrying `errno` and `detail`. */
 export interface RawHandle {
   apply(ops: RawOp[]): Promise<(RawFailure | null)[]>;
+  dump(kind: 'route', filter: RawDumpFilter & { chunk: number }): Promise<RawChunks<RawRoute>>;
+  dump(kind: 'neigh', filter: RawDumpFilter & { chunk: number }): Promise<RawChunks<RawNeigh>>;
+  dump(kind: 'nexthop', filter: RawDumpFilter & { chunk: number }): Promise<RawChunks<RawNexthop>>;
   dump(kind: 'link', filter?: RawDumpFilter): Promise<RawLink[]>;
   dump(kind: 'addr', filter?: RawDumpFilter): Promise<RawAddr[]>;
   dump(kind: 'route', filter?: RawDumpFilter): Promise<RawRoute[]>;
   dump(kind: 'neigh', filter?: RawDumpFilter): Promise<RawNeigh[]>;
+  dump(kind: 'nexthop', filter?: RawDumpFilter): Promise<RawNexthop[]>;
   linkGet(nameOrIndex: string | number): Promise<RawLink>;
   routeGet(dst: string, oif?: number): Promise<RawRoute>;
   monitor(groups: string[], callback: (events: RawEvent[]) => void, rcvbuf?: number, fdbAdds?: boolean): Promise<void>;

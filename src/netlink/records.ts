@@ -3,7 +3,7 @@
  * are text in canonical form (inet_ntop), MACs lower-case `aa:bb:cc:dd:ee:ff`, route
  * destinations CIDR text (`10.244.2.0/24`, `0.0.0.0/0` for a default route).
  */
-import type { RawAddr, RawLink, RawNeigh, RawRoute } from './native.ts';
+import type { RawAddr, RawLink, RawNeigh, RawNexthop, RawRoute } from './native.ts';
 
 export const AF_INET = 2;
 export const AF_INET6 = 10;
@@ -13,6 +13,8 @@ export const NUD_PERMANENT = 0x80;
 export const NTF_SELF = 0x02;
 export const RTNH_F_ONLINK = 0x04;
 export const IFF_UP = 0x1;
+/** The link has carrier (IFF_LOWER_UP). */
+export const IFF_LOWER_UP = 0x10000;
 
 export const RT_TABLE_MAIN = 254;
 export const RT_SCOPE_UNIVERSE = 0;
@@ -98,6 +100,22 @@ export interface Route {
   metric: number;
   onlink: boolean;
   prefsrc?: string;
+  /**
+   * The nexthop object the route goes through (`ip route ... nhid N`). The next hop's gateway,
+   * device and onlink are then the object's (reported here too, for reading); what tells two such
+   * routes apart is the id.
+   */
+  nhid?: number;
+}
+
+/** A nexthop object (`ip nexthop`, Linux 5.3+): one gateway on one device, shared by routes. */
+export interface Nexthop {
+  id: number;
+  family: Family;
+  gateway: string;
+  linkIndex: number;
+  onlink: boolean;
+  protocol: number;
 }
 
 export interface Neigh {
@@ -182,7 +200,14 @@ export function routeFromRaw(r: RawRoute): Route {
   // Reject routes have no output device; IPv6 reports the loopback device for them.
   if (r.oif && !isRejectType(r.routeType)) route.linkIndex = r.oif;
   if (r.prefsrc) route.prefsrc = r.prefsrc;
+  if (r.nhid) route.nhid = r.nhid;
   return route;
+}
+
+/** A single-gateway nexthop object; groups and blackholes (which Weft never writes) are undefined. */
+export function nexthopFromRaw(r: RawNexthop): Nexthop | undefined {
+  if (r.group || r.blackhole) return undefined;
+  return { id: r.id, family: familyOf(r.family), gateway: r.gateway ?? '', linkIndex: r.oif, onlink: (r.flags & RTNH_F_ONLINK) !== 0, protocol: r.protocol };
 }
 
 export function neighFromRaw(r: RawNeigh): Neigh {
@@ -198,20 +223,31 @@ export function routeKey(r: Pick<Route, 'table' | 'dst' | 'metric'>): string {
   return `${r.table}|${r.dst}|${r.metric}`;
 }
 
+/** Equal as the kernel holds them: routes through nexthop objects by the id, others by their next hop. */
 export function routeEqual(a: Route, b: Route): boolean {
+  const nextHop = a.nhid !== undefined || b.nhid !== undefined
+    ? a.nhid === b.nhid
+    : a.gateway === b.gateway && a.linkIndex === b.linkIndex && a.onlink === b.onlink;
   return (
+    nextHop &&
     a.family === b.family &&
     a.dst === b.dst &&
-    a.gateway === b.gateway &&
-    a.linkIndex === b.linkIndex &&
     a.table === b.table &&
     a.protocol === b.protocol &&
     a.scope === b.scope &&
     a.type === b.type &&
     a.metric === b.metric &&
-    a.onlink === b.onlink &&
     a.prefsrc === b.prefsrc
   );
+}
+
+/** What makes a nexthop object the same next hop: its gateway, device and onlink flag. */
+export function nexthopKey(n: Pick<Nexthop, 'gateway' | 'linkIndex' | 'onlink'>): string {
+  return `${n.gateway}|${n.linkIndex}|${n.onlink ? 1 : 0}`;
+}
+
+export function nexthopEqual(a: Nexthop, b: Nexthop): boolean {
+  return a.id === b.id && a.family === b.family && nexthopKey(a) === nexthopKey(b) && a.protocol === b.protocol;
 }
 
 export function neighKey(n: Pick<Neigh, 'linkIndex' | 'ip'>): string {
@@ -241,8 +277,9 @@ export function addrEqual(a: Addr, b: Addr): boolean {
 }
 
 /** `ip route`-style text of a route, for messages and logs. */
-export function formatRoute(r: Pick<Route, 'dst' | 'gateway' | 'linkIndex' | 'onlink'>): string {
+export function formatRoute(r: Pick<Route, 'dst' | 'gateway' | 'linkIndex' | 'onlink' | 'nhid'>): string {
   let s = r.dst;
+  if (r.nhid) s += ` nhid ${r.nhid}`;
   if (r.gateway) s += ` via ${r.gateway}`;
   if (r.linkIndex) s += ` dev #${r.linkIndex}`;
   if (r.onlink) s += ' onlink';

@@ -8,36 +8,53 @@
  *
  * Two owners may want the same key (two leases claiming one subnet, a misconfiguration): the one
  * set last wins, and when it goes the other's entry is written back.
+ *
+ * With nexthop objects ({@link DesiredState.useNexthops}), every route with a gateway is held in
+ * its nexthop form (state.ts): a nexthop object per distinct next hop (gateway, device, onlink),
+ * owned like any entry, and the route naming it by id. Ids are handed out here, counting up from
+ * the largest of ours the kernel held at start-up (so a restart adopts every object as it is) and
+ * skipping any id the kernel held for someone else; an id is not handed out again before the
+ * count wraps, so a delete of an old object can never hit a new one of the same batch.
  */
 import type { Operation } from '../netlink/handle.ts';
-import { fdbKey, neighKey, NUD_PERMANENT, routeKey } from '../netlink/records.ts';
-import type { Fdb, Neigh, Route } from '../netlink/records.ts';
-import { routeSpec } from './state.ts';
+import { fdbKey, neighKey, nexthopKey, NUD_PERMANENT, routeKey, RTN_UNICAST } from '../netlink/records.ts';
+import type { Fdb, Neigh, Nexthop, Route } from '../netlink/records.ts';
+import { nexthopSpec, routeSpec } from './state.ts';
 import type { KernelState } from './state.ts';
 
 const EMPTY: KernelState = { routes: [], neighs: [], fdb: [] };
 
-/** The owner of one entry, or the owners of an entry several want (in the order they set it). */
-type Owned<T> = { owner: string; entry: T } | Map<string, T>;
+/** The owners of an entry several want, in the order they set it. */
+class Shared<T> {
+  readonly byOwner: Map<string, T>;
+
+  constructor(byOwner: Map<string, T>) {
+    this.byOwner = byOwner;
+  }
+}
 
 /**
  * Entries of one kind by key, each key with the owners that want it (the last one wins). A key
- * almost always has one owner, which is held without a Map of its own: at 50,000 leases that is
- * 150,000 Maps fewer.
+ * almost always has one owner, whose entry is held as it is: at 50,000 leases that is 200,000
+ * Maps and wrappers fewer. Who owns such an entry is told by identity (each owner's entries are
+ * objects of its own); only when a second owner wants the key is the first one looked up
+ * (`ownerOf`, a walk over the owners: two leases claiming one subnet are a misconfiguration).
  */
-class Index<T> {
-  readonly #byKey = new Map<string, Owned<T>>();
+class Index<T extends object> {
+  readonly #byKey = new Map<string, T | Shared<T>>();
   readonly #key: (e: T) => string;
+  readonly #ownerOf: (held: T) => string | undefined;
 
-  constructor(key: (e: T) => string) {
+  constructor(key: (e: T) => string, ownerOf: (held: T) => string | undefined) {
     this.#key = key;
+    this.#ownerOf = ownerOf;
   }
 
   get(key: string): T | undefined {
-    const owned = this.#byKey.get(key);
-    if (!owned || !(owned instanceof Map)) return owned?.entry;
+    const held = this.#byKey.get(key);
+    if (!(held instanceof Shared)) return held;
     let last: T | undefined;
-    for (const e of owned.values()) last = e;
+    for (const e of held.byOwner.values()) last = e;
     return last;
   }
 
@@ -48,19 +65,14 @@ class Index<T> {
   remove(owner: string, entries: readonly T[], gone?: T[], rewrite?: T[]): void {
     for (const e of entries) {
       const k = this.#key(e);
-      const owned = this.#byKey.get(k);
-      if (!owned) continue;
-      if (!(owned instanceof Map)) {
-        if (owned.owner !== owner) continue;
+      const held = this.#byKey.get(k);
+      if (held === e) {
         this.#byKey.delete(k);
         gone?.push(e);
         continue;
       }
-      if (!owned.delete(owner)) continue;
-      if (owned.size === 1) {
-        const [o, entry] = owned.entries().next().value!;
-        this.#byKey.set(k, { owner: o, entry });
-      }
+      if (!(held instanceof Shared) || !held.byOwner.delete(owner)) continue;
+      if (held.byOwner.size === 1) this.#byKey.set(k, held.byOwner.values().next().value!);
       rewrite?.push(this.get(k)!);
     }
   }
@@ -68,15 +80,14 @@ class Index<T> {
   add(owner: string, entries: readonly T[]): void {
     for (const e of entries) {
       const k = this.#key(e);
-      const owned = this.#byKey.get(k);
-      if (!owned || (!(owned instanceof Map) && owned.owner === owner)) {
-        this.#byKey.set(k, { owner, entry: e });
-      } else if (owned instanceof Map) {
-        owned.delete(owner);
-        owned.set(owner, e);
-      } else {
-        this.#byKey.set(k, new Map([[owned.owner, owned.entry], [owner, e]]));
+      const held = this.#byKey.get(k);
+      if (held instanceof Shared) {
+        held.byOwner.delete(owner);
+        held.byOwner.set(owner, e);
+        continue;
       }
+      const other = held && this.#ownerOf(held);
+      this.#byKey.set(k, held && other !== undefined && other !== owner ? new Shared(new Map([[other, held], [owner, e]])) : e);
     }
   }
 
@@ -108,60 +119,170 @@ function fdbReplace(f: Fdb): Operation {
   return { op: 'fdbReplace', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } };
 }
 
-/** The operations that (re)write `state`: L2 entries before the routes that need them. */
+/** The operations that (re)write `state`: L2 entries and nexthops before the routes that need them. */
 export function replaceOps(state: KernelState): Operation[] {
-  return [...state.neighs.map(neighReplace), ...state.fdb.map(fdbReplace), ...state.routes.map(routeSpec)];
+  return [...state.neighs.map(neighReplace), ...state.fdb.map(fdbReplace), ...(state.nexthops ?? []).map(nexthopSpec), ...state.routes.map(routeSpec)];
+}
+
+const NONE: never[] = [];
+
+/** `list` in an array of its own length (the shared empty one when empty). */
+function exact<T>(list: T[]): T[] {
+  return list.length === 0 ? NONE : list.slice();
+}
+
+/** The first id handed out when the kernel holds none of ours ("WEFT" in ASCII, far from small ids other tools count from). */
+export const NEXTHOP_ID_BASE = 0x57454654;
+const NEXTHOP_ID_MAX = 0xffffffff;
+
+const nexthopIdKey = (n: Pick<Nexthop, 'id'>) => String(n.id);
+
+/** Nexthop ids by next hop, for {@link DesiredState}. */
+class NexthopIds {
+  readonly #byKey = new Map<string, number>();
+  /** Ids in use: ours, and those the kernel held for others at start-up. */
+  readonly #taken = new Set<number>();
+  #next = NEXTHOP_ID_BASE;
+
+  constructor(existing: readonly Nexthop[], protocol: number) {
+    let last = 0;
+    for (const n of existing) {
+      this.#taken.add(n.id);
+      if (n.protocol !== protocol) continue;
+      this.#byKey.set(nexthopKey(n), n.id);
+      if (n.id >= NEXTHOP_ID_BASE) last = Math.max(last, n.id);
+    }
+    if (last > 0 && last < NEXTHOP_ID_MAX) this.#next = last + 1;
+  }
+
+  id(key: string): number {
+    const had = this.#byKey.get(key);
+    if (had !== undefined) return had;
+    while (this.#taken.has(this.#next)) this.#advance();
+    const id = this.#next;
+    this.#advance();
+    this.#byKey.set(key, id);
+    this.#taken.add(id);
+    return id;
+  }
+
+  release(n: Nexthop): void {
+    if (this.#byKey.get(nexthopKey(n)) === n.id) this.#byKey.delete(nexthopKey(n));
+    this.#taken.delete(n.id);
+  }
+
+  #advance(): void {
+    this.#next = this.#next >= NEXTHOP_ID_MAX ? NEXTHOP_ID_BASE : this.#next + 1;
+  }
 }
 
 export class DesiredState {
   readonly #owners = new Map<string, KernelState>();
-  readonly #routes = new Index<Route>(routeKey);
-  readonly #neighs = new Index<Neigh>(neighKey);
-  readonly #fdb = new Index<Fdb>(fdbKey);
+  readonly #routes = new Index<Route>(routeKey, (e) => this.#ownerOf((s) => s.routes, e));
+  readonly #neighs = new Index<Neigh>(neighKey, (e) => this.#ownerOf((s) => s.neighs, e));
+  readonly #fdb = new Index<Fdb>(fdbKey, (e) => this.#ownerOf((s) => s.fdb, e));
+  readonly #nexthops = new Index<Nexthop>(nexthopIdKey, (e) => this.#ownerOf((s) => s.nexthops ?? [], e));
+  #ids: NexthopIds | undefined;
+
+  /**
+   * From now on, routes with a gateway go through nexthop objects tagged `protocol`. `existing`
+   * is every nexthop object the kernel holds (anyone's): ours are adopted by their next hop, the
+   * others' ids never handed out. Call before anything is set.
+   */
+  useNexthops(existing: readonly Nexthop[], protocol: number): void {
+    if (this.#owners.size > 0) throw new Error('useNexthops() must come before the first put() or set()');
+    this.#ids = new NexthopIds(existing, protocol);
+  }
+
+  /** Who set `entry` (a walk over the owners: only for a key two of them want). */
+  #ownerOf<T>(kind: (s: KernelState) => readonly T[], entry: T): string | undefined {
+    for (const [owner, state] of this.#owners) if (kind(state).includes(entry)) return owner;
+    return undefined;
+  }
+
+  /** Whether routes are held in their nexthop form. */
+  get usesNexthops(): boolean {
+    return this.#ids !== undefined;
+  }
+
+  /**
+   * `state` as held: each gatewayed unicast route in its nexthop form when nexthops are used,
+   * every list exactly as long as it is (a list grown by push() keeps room for ~17 entries: at
+   * 50,000 owners that was ~25 MB of empty slots), empty ones shared.
+   */
+  #form(state: KernelState): KernelState {
+    const ids = this.#ids;
+    const nexthops: Nexthop[] = [];
+    const routes = state.routes.map((r) => {
+      if (!ids || r.gateway === undefined || r.linkIndex === undefined || r.type !== RTN_UNICAST) return r;
+      const nh = { gateway: r.gateway, linkIndex: r.linkIndex, onlink: r.onlink };
+      const id = ids.id(nexthopKey(nh));
+      nexthops.push({ id, family: r.family, ...nh, protocol: r.protocol });
+      return { ...r, nhid: id };
+    });
+    return { routes: exact(routes), neighs: exact(state.neighs), fdb: exact(state.fdb), ...(ids ? { nexthops: exact(nexthops) } : {}) };
+  }
+
+  /** Hands the ids of nexthops no owner wants any more back. */
+  #release(gone: readonly Nexthop[]): void {
+    for (const n of gone) if (!this.#nexthops.has(nexthopIdKey(n))) this.#ids?.release(n);
+  }
 
   /**
    * Sets what `owner` wants (undefined: nothing any more), computing no operations: for changes a
    * full pass applies anyway (start-up, a new own lease, a recreated device).
    */
-  put(owner: string, state: KernelState | undefined): void {
+  put(owner: string, planned: KernelState | undefined): void {
     const before = this.#owners.get(owner) ?? EMPTY;
-    if (before === EMPTY && !state) return;
+    if (before === EMPTY && !planned) return;
+    const state = planned ? this.#form(planned) : undefined;
     if (state) this.#owners.set(owner, state);
     else this.#owners.delete(owner);
+    const goneNexthops: Nexthop[] = [];
     this.#routes.remove(owner, before.routes);
     this.#neighs.remove(owner, before.neighs);
     this.#fdb.remove(owner, before.fdb);
-    if (!state) return;
-    this.#routes.add(owner, state.routes);
-    this.#neighs.add(owner, state.neighs);
-    this.#fdb.add(owner, state.fdb);
+    this.#nexthops.remove(owner, before.nexthops ?? [], goneNexthops);
+    if (state) {
+      this.#routes.add(owner, state.routes);
+      this.#neighs.add(owner, state.neighs);
+      this.#fdb.add(owner, state.fdb);
+      this.#nexthops.add(owner, state.nexthops ?? []);
+    }
+    this.#release(goneNexthops);
   }
 
   /**
    * Sets what `owner` wants (undefined: nothing any more) and returns the operations from the
    * previous desired state to the new one: replaces first, then deletes (routes before L2).
    */
-  set(owner: string, state: KernelState | undefined): Operation[] {
+  set(owner: string, planned: KernelState | undefined): Operation[] {
     const before = this.#owners.get(owner) ?? EMPTY;
-    const after = state ?? EMPTY;
-    if (state) this.#owners.set(owner, state);
+    const after = planned ? this.#form(planned) : EMPTY;
+    if (planned) this.#owners.set(owner, after);
     else this.#owners.delete(owner);
     const goneRoutes: Route[] = [];
     const goneNeighs: Neigh[] = [];
     const goneFdb: Fdb[] = [];
-    const rewrite: KernelState = { routes: [], neighs: [], fdb: [] };
+    const goneNexthops: Nexthop[] = [];
+    const rewrite: KernelState = { routes: [], neighs: [], fdb: [], nexthops: [] };
     this.#routes.remove(owner, before.routes, goneRoutes, rewrite.routes);
     this.#neighs.remove(owner, before.neighs, goneNeighs, rewrite.neighs);
     this.#fdb.remove(owner, before.fdb, goneFdb, rewrite.fdb);
+    this.#nexthops.remove(owner, before.nexthops ?? [], goneNexthops, rewrite.nexthops);
     this.#routes.add(owner, after.routes);
     this.#neighs.add(owner, after.neighs);
     this.#fdb.add(owner, after.fdb);
+    this.#nexthops.add(owner, after.nexthops ?? []);
     // An entry the same owner still wants under the same key was re-added above: not gone.
-    const stillGone = <T>(gone: T[], index: Index<T>, key: (e: T) => string) => gone.filter((e) => !index.has(key(e)));
+    const stillGone = <T extends object>(gone: T[], index: Index<T>, key: (e: T) => string) => gone.filter((e) => !index.has(key(e)));
+    const nexthopsGone = stillGone(goneNexthops, this.#nexthops, nexthopIdKey);
+    this.#release(nexthopsGone);
     return [
       ...replaceOps(rewrite),
       ...replaceOps(after),
       ...stillGone(goneRoutes, this.#routes, routeKey).map((r): Operation => ({ op: 'routeDel', route: routeSpec(r).route })),
+      ...nexthopsGone.map((n): Operation => ({ op: 'nexthopDel', nexthop: { id: n.id } })),
       ...stillGone(goneNeighs, this.#neighs, neighKey).map((n): Operation => ({ op: 'neighDel', neigh: { linkIndex: n.linkIndex, ip: n.ip } })),
       ...stillGone(goneFdb, this.#fdb, fdbKey).map((f): Operation => ({ op: 'fdbDel', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } })),
     ];
@@ -169,7 +290,7 @@ export class DesiredState {
 
   /** The whole desired state, one entry per key. */
   all(): KernelState {
-    return { routes: this.#routes.values(), neighs: this.#neighs.values(), fdb: this.#fdb.values() };
+    return { routes: this.#routes.values(), neighs: this.#neighs.values(), fdb: this.#fdb.values(), ...(this.#ids ? { nexthops: this.#nexthops.values() } : {}) };
   }
 
   /** What `owner` wants, as last set. */
@@ -192,6 +313,10 @@ export class DesiredState {
 
   wantsFdb(key: string): boolean {
     return this.#fdb.has(key);
+  }
+
+  nexthop(id: number): Nexthop | undefined {
+    return this.#nexthops.get(String(id));
   }
 
   /** Number of owners. */

@@ -17,9 +17,14 @@
  * passes from that event on, asks the backend to rebuild (onDeviceGone, again at every periodic
  * resync until it succeeds), and runs one full pass when told the device is back ({@link
  * Reconciler.resume}). Work queued meanwhile is kept and folded into that pass.
+ *
+ * The periodic pass is a safety net (kernel events cover drift), and at 50,000 leases one costs
+ * ~2 s of CPU. So its period adapts: at least --resync-period, and at least {@link
+ * RESYNC_COST_FACTOR} times the last full pass took, so the net never costs more than ~1% of a
+ * core ({@link resyncPeriodMs}). Any full pass restarts the countdown.
  */
-import type { NetlinkHandle, NetlinkEvent, Monitor, Operation } from '../netlink/handle.ts';
-import { fdbKey, neighKey, routeEqual, routeKey } from '../netlink/records.ts';
+import type { NetlinkHandle, NetlinkEvent, Monitor, MonitorGroup, Operation } from '../netlink/handle.ts';
+import { fdbKey, IFF_LOWER_UP, neighKey, nexthopEqual, routeEqual, routeKey } from '../netlink/records.ts';
 import type { Link } from '../netlink/records.ts';
 import { replaceOps } from './desired.ts';
 import type { DesiredState } from './desired.ts';
@@ -34,12 +39,28 @@ import type { KernelState, Ownership } from './state.ts';
  */
 export const MONITOR_RCVBUF = 8 << 20;
 
+/** A full pass may take at most 1/RESYNC_COST_FACTOR of the time between periodic passes. */
+export const RESYNC_COST_FACTOR = 100;
+/** The adapted period never exceeds this (nor goes below the configured one). */
+export const RESYNC_PERIOD_MAX_MS = 15 * 60_000;
+
+/**
+ * Milliseconds until the next periodic pass: the configured period, stretched to
+ * {@link RESYNC_COST_FACTOR} times the last full pass's duration, capped at {@link
+ * RESYNC_PERIOD_MAX_MS} (or the configured period, if that is longer).
+ */
+export function resyncPeriodMs(configuredMs: number, lastFullPassMs: number): number {
+  return Math.max(configuredMs, Math.min(RESYNC_PERIOD_MAX_MS, Math.ceil(RESYNC_COST_FACTOR * lastFullPassMs)));
+}
+
 export interface PassInfo extends PassReport {
   /** Why this pass ran: the triggers coalesced into it. */
   reasons: string[];
   durationMs: number;
   /** `full`: dump, diff, apply; `fast`: only the operations of changed or repaired entries. */
   kind: 'full' | 'fast';
+  /** Full passes: milliseconds until the next periodic one ({@link resyncPeriodMs}). */
+  nextResyncMs?: number;
 }
 
 export interface ReconcilerOptions {
@@ -48,7 +69,7 @@ export interface ReconcilerOptions {
   desired: DesiredState;
   /** Current ownership (device indexes change when a device is recreated). */
   ownership: () => Ownership;
-  /** Milliseconds between periodic passes. */
+  /** Milliseconds between periodic passes, at least (see {@link resyncPeriodMs}). */
   resyncPeriodMs: number;
   /** Called after every pass, for logs and metrics. */
   onPass?: (info: PassInfo) => void;
@@ -62,19 +83,26 @@ export interface ReconcilerOptions {
   onDeviceGone?: (why: string) => void;
   /** Called when a device of ours changed (its MAC, MTU or state may have been altered). */
   onDeviceChanged?: (link: Link) => void;
+  /** Called with the L2/L3 misses a device of ours reports (vxlan on-demand mode). */
+  onMiss?: (miss: MissEvent) => void;
 }
+
+/** A vxlan device asking for a neighbour's MAC (l3miss) or a MAC's remote (l2miss). */
+export type MissEvent = Extract<NetlinkEvent, { kind: 'l3miss' | 'l2miss' }>;
 
 export class Reconciler {
   readonly #opts: ReconcilerOptions;
   #reasons: string[] = [];
   #fastOps: Operation[] = [];
   #fastReasons: string[] = [];
-  /** Links not ours last seen up, by index (see #onOtherLink). */
+  /** Links not ours last seen up with carrier, by index (see #onOtherLink). */
   readonly #linksUp = new Set<number>();
   #running: Promise<void> | undefined;
   #busy = false;
   #monitor: Monitor | undefined;
   #timer: NodeJS.Timeout | undefined;
+  /** The current period between periodic passes. */
+  #period = 0;
   #stopped = false;
   /** Entries of ours put back after a kernel event said someone deleted or changed them. */
   #repairs = 0;
@@ -91,13 +119,10 @@ export class Reconciler {
    */
   async start(signal?: AbortSignal): Promise<void> {
     // Only deleted FDB entries matter here (#onEvents), and every one written would echo back.
-    this.#monitor = await this.#opts.handle.monitor(['link', 'route', 'neigh'], (events) => this.#onEvents(events), { fdbAdds: false, rcvbuf: MONITOR_RCVBUF });
+    const groups: MonitorGroup[] = ['link', 'route', 'neigh', ...(this.#opts.desired.usesNexthops ? ['nexthop' as const] : [])];
+    this.#monitor = await this.#opts.handle.monitor(groups, (events) => this.#onEvents(events), { fdbAdds: false, rcvbuf: MONITOR_RCVBUF });
     signal?.addEventListener('abort', () => this.stop(), { once: true });
-    this.#timer = setInterval(() => {
-      if (this.#gone !== undefined) this.#opts.onDeviceGone?.(this.#gone);
-      this.trigger('periodic resync');
-    }, this.#opts.resyncPeriodMs);
-    this.#timer.unref();
+    this.#schedule(this.#opts.resyncPeriodMs);
     this.trigger('start-up');
     await this.idle();
   }
@@ -106,7 +131,20 @@ export class Reconciler {
     this.#stopped = true;
     this.#monitor?.stop();
     this.#monitor = undefined;
-    clearInterval(this.#timer);
+    clearTimeout(this.#timer);
+  }
+
+  /** The next periodic pass in `ms` (replacing the one scheduled). */
+  #schedule(ms: number): void {
+    clearTimeout(this.#timer);
+    if (this.#stopped) return;
+    this.#period = ms;
+    this.#timer = setTimeout(() => {
+      if (this.#gone !== undefined) this.#opts.onDeviceGone?.(this.#gone);
+      this.trigger('periodic resync');
+      this.#schedule(this.#period);
+    }, ms);
+    this.#timer.unref();
   }
 
   /** Asks for a full pass; coalesced with any other pending request. */
@@ -182,7 +220,9 @@ export class Reconciler {
           this.#fastOps = [];
           report = { ops, failures: await apply(this.#opts.handle, ops) };
         }
-        this.#opts.onPass?.({ ...report, reasons, durationMs: performance.now() - start, kind: full ? 'full' : 'fast' });
+        const durationMs = performance.now() - start;
+        if (full) this.#schedule(resyncPeriodMs(this.#opts.resyncPeriodMs, durationMs));
+        this.#opts.onPass?.({ ...report, reasons, durationMs, kind: full ? 'full' : 'fast', ...(full ? { nextResyncMs: this.#period } : {}) });
         // A device being deleted refuses repairs before its deletion is reported: hold then too.
         if (!full && report.failures.some((f) => f.errno === 'ENODEV')) this.#deviceGone('a repair found a device of ours gone (ENODEV)');
         if (!full && report.failures.length > 0) this.trigger('operations of a fast pass failed');
@@ -200,12 +240,13 @@ export class Reconciler {
   }
 
   /**
-   * A link not ours went up: the kernel dropped the IPv4 routes through it when it went down
-   * (without telling anyone), so routes we want through it are put back by a full pass.
+   * A link not ours came up, or got its carrier back: the kernel dropped the IPv4 routes through
+   * it when it went down, and the nexthop objects on it (with their routes) when it lost carrier,
+   * all without telling anyone; so routes we want through it are put back by a full pass.
    */
   #onOtherLink(link: Link, deleted: boolean): void {
     const wasUp = this.#linksUp.has(link.index);
-    if (deleted || !link.up) {
+    if (deleted || !link.up || (link.flags & IFF_LOWER_UP) === 0) {
       this.#linksUp.delete(link.index);
       return;
     }
@@ -228,7 +269,7 @@ export class Reconciler {
     const desired = this.#opts.desired;
     const repair = (entry: Partial<KernelState>, why: string) => {
       this.#repairs++;
-      this.#fast(replaceOps({ routes: entry.routes ?? [], neighs: entry.neighs ?? [], fdb: entry.fdb ?? [] }), why);
+      this.#fast(replaceOps({ routes: entry.routes ?? [], neighs: entry.neighs ?? [], fdb: entry.fdb ?? [], nexthops: entry.nexthops ?? [] }), why);
     };
     for (const e of events) {
       switch (e.kind) {
@@ -263,6 +304,19 @@ export class Reconciler {
           if (e.action === 'del' && devices.has(e.fdb.linkIndex) && desired.wantsFdb(fdbKey(e.fdb))) {
             repair({ fdb: [e.fdb] }, `fdb entry ${e.fdb.mac} deleted`);
           }
+          break;
+        case 'nexthop': {
+          // Deleting a nexthop object deletes the IPv4 routes through it without a word: a full
+          // pass puts both back. One changed under our id is written back as it was.
+          const want = desired.nexthop(e.nexthop.id);
+          if (!want) break;
+          if (e.action === 'del') this.trigger(`nexthop ${e.nexthop.id} deleted`);
+          else if (!nexthopEqual(want, e.nexthop)) repair({ nexthops: [want] }, `nexthop ${e.nexthop.id} changed`);
+          break;
+        }
+        case 'l3miss':
+        case 'l2miss':
+          if (devices.has(e.linkIndex)) this.#opts.onMiss?.(e);
           break;
         default:
           break;

@@ -267,12 +267,14 @@ test('watch: broken watch, 410 Gone and a silent watch all end with the table eq
       await until('changes made while the watch was broken', () => subnets(w.table).join() === expect([3, 4, 5, 6, 7]).join());
 
       await until('a watch', () => api.watchCount === 1);
+      const unchanged = w.table.get('node-5');
       api.breakWatches();
       api.addNode(peerNode(8));
       api.deleteNode('node-3');
       api.compact();
       await until('a relist after 410', () => subnets(w.table).join() === expect([4, 5, 6, 7, 8]).join());
       assert.ok(log.records.some((r) => /relisting Nodes: .*410/.test(r.msg)), 'relisted on 410');
+      assert.ok(unchanged && w.table.get('node-5') === unchanged, 'an unchanged lease is held once: the relist kept the table\'s own');
       // The apiserver's load: the first list may be served from its cache (resourceVersion=0);
       // a relist asks for no older than what was seen (the cache again), never a quorum read.
       const lists = api.requests.filter((q) => q.verb === 'list').map((q) => new URL(q.path, api.url).searchParams);

@@ -360,7 +360,7 @@ export class KubeLeaseSource implements LeaseSource {
         if (node.metadata?.name === ownName) this.#onOwnNode(node);
         else {
           const lease = this.#remote(node, table.get(node.metadata?.name ?? ''));
-          if (lease) leases.push(lease);
+          if (lease) leases.push(table.held(lease));
         }
       }
       cont = page.metadata?.continue || undefined;

@@ -126,12 +126,20 @@ export class Api {
       }
       if (q.resourceVersionMatch === 'Exact') at = rv;
     }
-    const items = this.store.list(storeKey(t), at).filter((o) => objectKey(o) > after && match(o));
-    const page = limit > 0 ? items.slice(0, limit) : items;
+    const { objects, from } = this.store.listAfter(storeKey(t), at, after);
+    const page: Obj[] = [];
+    let i = from;
+    for (; i < objects.length && (limit === 0 || page.length < limit); i++) if (match(objects[i]!)) page.push(objects[i]!);
+    // What matches beyond the page: everything when nothing is filtered, else counted.
+    let rest = objects.length - i;
+    if (q.labelSelector || q.fieldSelector || namespace !== undefined) {
+      rest = 0;
+      for (let j = i; j < objects.length; j++) if (match(objects[j]!)) rest++;
+    }
     const listMeta: Obj = { resourceVersion: String(at) };
-    if (page.length < items.length) {
+    if (rest > 0) {
       listMeta.continue = Buffer.from(JSON.stringify({ rv: at, key: objectKey(page.at(-1)!) })).toString('base64url');
-      if (!q.labelSelector && !q.fieldSelector) listMeta.remainingItemCount = items.length - page.length;
+      if (!q.labelSelector && !q.fieldSelector) listMeta.remainingItemCount = rest;
     }
     // Typed lists carry kind and apiVersion only at the top; custom resources keep them per item.
     const item = !t.custom ? (o: Obj) => without(o, 'kind', 'apiVersion') : (o: Obj) => this.present(t, o);

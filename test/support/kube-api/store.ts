@@ -32,6 +32,8 @@ export class Store {
   readonly #objects = new Map<string, Map<string, Obj>>();
   #history: StoreEvent[] = [];
   readonly #listeners = new Set<(e: StoreEvent) => void>();
+  /** The last sorted listing of each resource: a listing as of one resourceVersion never changes. */
+  readonly #sorted = new Map<string, { at: number; objects: Obj[]; keys: string[] }>();
 
   /** The current resourceVersion. */
   get rv(): number {
@@ -61,6 +63,29 @@ export class Store {
       else state.delete(objectKey(e.object));
     }
     return [...state.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, o]) => o);
+  }
+
+  /**
+   * {@link list} as of `at`, and where the keys after `after` begin in it. The listing is kept
+   * per resource, so each page of a paged list costs a page, not a sort of every object (50,000
+   * Nodes in 200 pages took the benches' API server seconds).
+   */
+  listAfter(resource: string, at: number, after: string): { objects: Obj[]; from: number } {
+    let cached = this.#sorted.get(resource);
+    if (cached?.at !== at) {
+      const objects = this.list(resource, at);
+      cached = { at, objects, keys: objects.map(objectKey) };
+      this.#sorted.set(resource, cached);
+    }
+    const { keys } = cached;
+    let lo = 0;
+    let hi = keys.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (keys[mid]! > after) hi = mid;
+      else lo = mid + 1;
+    }
+    return { objects: cached.objects, from: lo };
   }
 
   /** Every change after `rv`, oldest first; 410 when history since then was compacted. */

@@ -95,3 +95,14 @@ test('an unsubscribed listener is not called', () => {
   t.apply([lease('b', '10.244.2.0/24')]);
   assert.equal(calls, 1);
 });
+
+test('held(): the table\'s own lease for an equal one, the given lease for a changed or unknown peer', () => {
+  const t = new LeaseTable();
+  const a = lease('a', '10.244.1.0/24');
+  t.replaceAll([a]);
+  assert.equal(t.held(lease('a', '10.244.1.0/24')), a);
+  const moved = lease('a', '10.244.9.0/24');
+  assert.equal(t.held(moved), moved);
+  const b = lease('b', '10.244.2.0/24');
+  assert.equal(t.held(b), b);
+});

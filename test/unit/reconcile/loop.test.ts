@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { NetlinkHandle, NetlinkEvent } from '../../../src/netlink/handle.ts';
 import { DesiredState } from '../../../src/reconcile/desired.ts';
-import { Reconciler } from '../../../src/reconcile/loop.ts';
+import { Reconciler, RESYNC_PERIOD_MAX_MS, resyncPeriodMs } from '../../../src/reconcile/loop.ts';
 import type { PassInfo } from '../../../src/reconcile/loop.ts';
 import { WEFT_RTPROT } from '../../../src/reconcile/state.ts';
 import { until } from '../../support/until.ts';
@@ -23,6 +23,7 @@ function fakeKernel() {
       },
       neighList: async () => [],
       fdbList: async () => [],
+      nexthopList: async () => [],
       batch: async (ops: unknown[]) => ops.map(() => null),
     } as unknown as NetlinkHandle,
   };
@@ -79,6 +80,26 @@ test('a device of ours deleted: no pass runs with its old index; resume() after 
     assert.equal(passes.length, before + 1);
     assert.equal(passes.at(-1)!.kind, 'full');
     assert.ok(passes.at(-1)!.reasons.includes('device recreated') && passes.at(-1)!.reasons.includes('a lease batch'));
+  } finally {
+    loop.stop();
+  }
+});
+
+test('the periodic pass adapts to what a full pass costs: the configured period at least, 100 times the last pass, 15 minutes at most', () => {
+  assert.equal(resyncPeriodMs(30_000, 12), 30_000, 'a cheap pass keeps --resync-period');
+  assert.equal(resyncPeriodMs(30_000, 2_200), 220_000);
+  assert.equal(resyncPeriodMs(30_000, 60_000), RESYNC_PERIOD_MAX_MS);
+  assert.equal(resyncPeriodMs(3_600_000, 60_000), 3_600_000, 'never below what was configured');
+});
+
+test('a full pass says when the next periodic one comes', async () => {
+  const k = fakeKernel();
+  const passes: PassInfo[] = [];
+  const loop = new Reconciler({ handle: k.handle, desired: new DesiredState(), ownership: () => ({ protocol: WEFT_RTPROT, devices: [] }), resyncPeriodMs: 45_000, onPass: (p) => passes.push(p) });
+  try {
+    await loop.start();
+    assert.equal(passes[0]!.kind, 'full');
+    assert.equal(passes[0]!.nextResyncMs, resyncPeriodMs(45_000, passes[0]!.durationMs));
   } finally {
     loop.stop();
   }

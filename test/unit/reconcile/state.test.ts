@@ -64,3 +64,17 @@ test('ours(): routes by protocol tag, neighbours and FDB by device and permanenc
   };
   assert.deepEqual(ours(merge(mine, foreign), { protocol: WEFT_RTPROT, devices: [VX] }), mine);
 });
+
+test('nexthop objects: missing ones written before the routes, stray ones of ours deleted after them, a classic route under a wanted key replaced', () => {
+  const nh = (id: number, gateway: string) => ({ id, family: 4 as const, gateway, linkIndex: VX, onlink: true, protocol: WEFT_RTPROT });
+  const viaNh = (n: number, id: number): Route => ({ ...peer(n).routes[0]!, nhid: id });
+  const desired: KernelState = { ...merge(peer(2), peer(3)), routes: [viaNh(2, 10), viaNh(3, 11)], nexthops: [nh(10, '10.244.2.0'), nh(11, '10.244.3.0')] };
+  // Held: nexthop 10 and its route as wanted, peer 3's route in its classic form (flanneld's or
+  // an older Weft's), and a nexthop 12 of ours nothing wants.
+  const observed: KernelState = { ...merge(peer(2), peer(3)), routes: [viaNh(2, 10), peer(3).routes[0]!], nexthops: [nh(10, '10.244.2.0'), nh(12, '10.244.9.0')] };
+  const ops = diff(desired, observed);
+  assert.deepEqual(ops.map((o) => o.op), ['nexthopReplace', 'routeReplace', 'nexthopDel']);
+  assert.deepEqual(ops.map((o) => ('nexthop' in o ? o.nexthop.id : 'route' in o ? o.route.nhid : undefined)), [11, 11, 12]);
+  assert.deepEqual(diff(desired, { ...observed, routes: desired.routes, nexthops: [nh(10, '10.244.2.0'), nh(11, '10.244.3.0')] }), []);
+  assert.deepEqual(diff(desired, { ...observed, routes: desired.routes, nexthops: [nh(10, '10.244.2.0'), nh(11, '10.244.7.0')] }).map((o) => o.op), ['nexthopReplace'], 'a nexthop of ours changed under its id is rewritten');
+});

@@ -1,0 +1,246 @@
+/**
+ * The harness the weftd benches share (bench-footprint, bench-scale): bin/weftd as a node runs it,
+ * in a network namespace of its own, against a real etcd holding N vxlan leases or the test API
+ * server (in a child process) holding N Nodes. A run is timed from exec to subnet.env written and
+ * to the first full reconcile done (weftd logs both the moment they happen); the kernel's entry
+ * count is checked afterwards, and /proc gives the memory and CPU figures.
+ */
+import { fork, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { Etcd3 } from 'etcd3';
+import { parseIP } from '../../src/ip/ip.ts';
+import { encodeLeaseValue } from '../../src/lease/etcd/codec.ts';
+import { createNetns, forwardIntoNetns } from '../../test/support/netns.ts';
+import type { Netns } from '../../test/support/netns.ts';
+import { spawnWeftd, stopDaemon } from '../../test/support/cluster.ts';
+import type { Daemon } from '../../test/support/cluster.ts';
+
+export const ETCD_PREFIX = '/coreos.com/network';
+export const NET_CONF = '{"Network":"10.0.0.0/8","Backend":{"Type":"vxlan"}}';
+const CLK_TCK = 100;
+const hex = (n: number) => n.toString(16).padStart(2, '0');
+
+/** The n-th peer's VTEP MAC, public address (198.18.0.0/15) and /24 of 10.0.0.0/8 (from 10.1.0.0 on). */
+export const peerMac = (n: number) => `6e:00:00:${hex((n >> 16) & 255)}:${hex((n >> 8) & 255)}:${hex(n & 255)}`;
+export const peerIp = (n: number) => `198.${18 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}`;
+export const peerSubnet = (n: number) => `10.${(n + 256) >> 8}.${(n + 256) & 255}.0`;
+/** The node's own underlay address (eth0 in {@link nodeNetns}). */
+export const OWN_IP = '198.51.100.1';
+
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+/** The `q` quantile (0..1) of `xs`, nearest rank. */
+export function quantile(xs: readonly number[], q: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
+}
+
+export async function procStatus(pid: number): Promise<{ hwmMb: number; anonMb: number }> {
+  const text = await readFile(`/proc/${pid}/status`, 'utf8');
+  const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? NaN);
+  return { hwmMb: kb('VmHWM') / 1024, anonMb: kb('RssAnon') / 1024 };
+}
+
+/** CPU time of `pid` and of the children it waited for (the nft and iptables it ran), in ms. */
+export async function cpuMs(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const [utime, stime, cutime, cstime] = [11, 12, 13, 14].map((i) => Number(fields[i]));
+  return ((utime! + stime! + cutime! + cstime!) * 1000) / CLK_TCK;
+}
+
+/** The node's external interface: eth0 with 198.51.100.1/24, up (its peer stays in the namespace). */
+export async function nodeNetns(prefix: string): Promise<Netns> {
+  const ns = await createNetns(prefix);
+  await ns.ip('link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0p');
+  await ns.ip('addr', 'add', `${OWN_IP}/24`, 'dev', 'eth0');
+  await ns.ip('link', 'set', 'eth0', 'up');
+  await ns.ip('link', 'set', 'eth0p', 'up');
+  return ns;
+}
+
+export interface Run {
+  startMs: number;
+  convergeMs: number;
+  /** CPU weftd used from exec to converged. */
+  cpuMs: number;
+  hwmMb: number;
+  anonMb: number;
+  /** weftd's log (stderr) until it was stopped. */
+  log: string;
+  /** VmHWM once converged (hwmMb is read after `converged` ran). */
+  convergedHwmMb: number;
+  /** VmRSS every 100 ms from exec on: [ms since exec, MB]. */
+  rss: [number, number][];
+}
+
+export interface RunOptions {
+  /** Namespace name prefix. */
+  prefix: string;
+  args: string[];
+  env?: Record<string, string>;
+  /** Remote leases the kernel must hold an entry of each kind for, once converged. */
+  peers: number;
+  /** Set up around the namespace before weftd starts (e.g. a forwarder); returns its undo. */
+  setup?: (ns: Netns) => Promise<() => Promise<void>>;
+  /** Runs once converged, before the memory is read and weftd stopped. */
+  converged?: (ns: Netns, d: Daemon) => Promise<void>;
+  deadlineMs?: number;
+}
+
+/** How many routes of Weft's, neighbours and FDB entries with a remote the node's kernel holds. */
+export async function kernelEntries(ns: Netns): Promise<{ routes: number; neighs: number; fdb: number }> {
+  const lines = async (...cmd: [string, ...string[]]) => (await ns.exec(...cmd)).split('\n').filter(Boolean);
+  const routes = (await lines('ip', 'route', 'show', 'proto', '201')).length;
+  const neighs = (await lines('ip', 'neigh', 'show', 'dev', 'flannel.1', 'nud', 'permanent')).length;
+  const fdb = (await lines('bridge', 'fdb', 'show', 'dev', 'flannel.1')).filter((l) => l.includes(' dst ')).length;
+  return { routes, neighs, fdb };
+}
+
+/** Starts weftd in a fresh namespace, times it to subnet.env and readiness, reads /proc, stops it. */
+export async function runWeftd(o: RunOptions): Promise<Run> {
+  const ns = await nodeNetns(o.prefix);
+  const undo = await o.setup?.(ns);
+  let d: Daemon | undefined;
+  try {
+    const marks = new Map<string, number>();
+    const t0 = performance.now();
+    d = spawnWeftd(ns, o.args, o.env ?? {});
+    const rss: [number, number][] = [];
+    const pid0 = d.proc.pid!;
+    const sampler = setInterval(() => void readFile(`/proc/${pid0}/status`, 'utf8').then((t) => {
+      rss.push([performance.now() - t0, Number(/^VmRSS:\s+(\d+)/m.exec(t)?.[1] ?? 0) / 1024]);
+    }, () => {}), 100);
+    d.proc.stderr!.on('data', () => {
+      const log = d!.log();
+      for (const [key, re] of [['env', /wrote the subnet file/], ['ready', /ready: the kernel holds every lease/]] as const) {
+        if (!marks.has(key) && re.test(log)) marks.set(key, performance.now() - t0);
+      }
+    });
+    const deadlineMs = o.deadlineMs ?? 120_000;
+    const deadline = Date.now() + deadlineMs;
+    while (!marks.has('ready')) {
+      if (d.proc.exitCode !== null) throw new Error(`weftd exited ${d.proc.exitCode}:\n${d.log()}`);
+      if (Date.now() > deadline) throw new Error(`weftd not ready after ${deadlineMs / 1000} s:\n${d.log().slice(-4000)}`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    const pid = d.proc.pid!;
+    // `ip netns exec` execs weftd in place, so the child's PID is weftd's.
+    const cpu = await cpuMs(pid);
+    const convergedHwmMb = (await procStatus(pid)).hwmMb;
+    const have = await kernelEntries(ns);
+    if (have.routes !== o.peers || have.neighs !== o.peers || have.fdb !== o.peers) {
+      throw new Error(`ready with ${have.routes} routes, ${have.neighs} neighbours and ${have.fdb} FDB entries, expected ${o.peers} of each`);
+    }
+    await o.converged?.(ns, d);
+    const mem = await procStatus(pid);
+    clearInterval(sampler);
+    return { startMs: marks.get('env')!, convergeMs: marks.get('ready')!, cpuMs: cpu, ...mem, log: d.log(), convergedHwmMb, rss };
+  } finally {
+    if (d) await stopDaemon(d);
+    await undo?.();
+    await ns.remove();
+  }
+}
+
+/** `bin/weftd --version`, exec to exit. */
+export async function versionMs(bin: string): Promise<number> {
+  const t0 = performance.now();
+  const p = spawn(bin, ['--version'], { stdio: 'ignore' });
+  const [code] = (await once(p, 'exit')) as [number];
+  if (code !== 0) throw new Error(`weftd --version exited ${code}`);
+  return performance.now() - t0;
+}
+
+/** The benches' own etcd client (etcd3), which reads a listing of 50,000 leases (~9 MB) in one answer. */
+export function adminClient(endpoint: string): Etcd3 {
+  return new Etcd3({ hosts: endpoint, grpcOptions: { 'grpc.max_receive_message_length': 64 << 20 } });
+}
+
+/** The etcd value of the n-th peer's vxlan lease. */
+export function peerLeaseValue(n: number): string {
+  return encodeLeaseValue({ publicIP: parseIP(peerIp(n), 'ip'), backendType: 'vxlan', backendData: { VNI: 1, VtepMAC: peerMac(n) } });
+}
+
+/** The etcd key of the n-th peer's lease. */
+export const peerLeaseKey = (n: number) => `${ETCD_PREFIX}/subnets/${peerSubnet(n)}-24`;
+
+/** Puts peers 0..leases-1 into etcd (those not there yet), 100 per transaction. */
+export async function seedLeases(admin: Etcd3, leases: number): Promise<void> {
+  const have = (await admin.getAll().prefix(`${ETCD_PREFIX}/subnets/`).keys()).length;
+  for (let i = have; i < leases; i += 100) {
+    const ops = [];
+    for (let j = i; j < Math.min(leases, i + 100); j++) ops.push(admin.put(peerLeaseKey(j)).value(peerLeaseValue(j)));
+    await admin.if(`${ETCD_PREFIX}/config`, 'Create', '>', 0).then(...ops).commit();
+  }
+}
+
+/** Removes the lease of the node that ran (so the next run is a new node joining, not a restart). */
+export async function removeOwnLease(admin: Etcd3): Promise<void> {
+  const all = await admin.getAll().prefix(`${ETCD_PREFIX}/subnets/`).strings();
+  for (const [k, v] of Object.entries(all)) if (v.includes(`"${OWN_IP}"`)) await admin.delete().key(k);
+}
+
+/** The n-th Node: node-0 is ours (no annotations yet), every other one an annotated vxlan peer. */
+export function kubeNode(n: number): Record<string, unknown> {
+  const own = n === 0;
+  const cidr = `${peerSubnet(n)}/24`;
+  const P = 'flannel.alpha.coreos.com';
+  return {
+    metadata: {
+      name: `node-${n}`,
+      labels: { 'kubernetes.io/hostname': `node-${n}`, 'kubernetes.io/os': 'linux' },
+      annotations: own ? {} : {
+        [`${P}/kube-subnet-manager`]: 'true', [`${P}/backend-type`]: 'vxlan', [`${P}/public-ip`]: peerIp(n),
+        [`${P}/backend-data`]: `{"VNI":1,"VtepMAC":"${peerMac(n)}"}`,
+      },
+    },
+    spec: { podCIDR: cidr, podCIDRs: [cidr] },
+    status: {
+      addresses: [{ type: 'InternalIP', address: own ? OWN_IP : peerIp(n) }, { type: 'Hostname', address: `node-${n}` }],
+      conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', lastHeartbeatTime: '2026-01-01T00:00:00Z', lastTransitionTime: '2026-01-01T00:00:00Z' }],
+      nodeInfo: { kubeletVersion: 'v1.33.1', containerRuntimeVersion: 'containerd://2.0.5', kernelVersion: '6.12.0', osImage: 'Debian GNU/Linux 13', architecture: 'amd64', operatingSystem: 'linux' },
+    },
+  };
+}
+
+/** The test API server holding `nodes` Nodes ({@link kubeNode}), in a child process of its own. */
+export async function startKubeChild(nodes: number): Promise<{ kubeconfig: string; socketPath: string; stop(): void }> {
+  const child = fork(new URL('./kube-child.ts', import.meta.url), [String(nodes)], { stdio: 'inherit' });
+  const [ready] = (await once(child, 'message')) as [{ kubeconfig: string; socketPath: string }];
+  return { ...ready, stop: () => child.disconnect() };
+}
+
+/**
+ * kube mode: `runs` runs of weftd as node-0 against the test API server holding node-0 and
+ * `peers` annotated peer Nodes.
+ */
+export async function kubeRuns(o: { peers: number; runs: number; prefix: string; env?: Record<string, string>; deadlineMs?: number }): Promise<Run[]> {
+  const api = await startKubeChild(o.peers + 1);
+  const dir = await mkdtemp(join(tmpdir(), `weft-bench-${o.prefix}-kube-`));
+  try {
+    const netConfigPath = join(dir, 'net-conf.json');
+    await writeFile(netConfigPath, NET_CONF);
+    const runs: Run[] = [];
+    for (let r = 0; r < o.runs; r++) {
+      runs.push(await runWeftd({
+        prefix: o.prefix, peers: o.peers, env: { NODE_NAME: 'node-0', ...o.env }, ...(o.deadlineMs ? { deadlineMs: o.deadlineMs } : {}),
+        args: ['--kube-subnet-mgr', '--kube-api-url=https://127.0.0.1:6443', `--kubeconfig-file=${api.kubeconfig}`,
+          `--net-config-path=${netConfigPath}`, '--iface=eth0', `--subnet-file=${join(dir, `subnet-${r}.env`)}`],
+        setup: (ns) => forwardIntoNetns(ns, 6443, api.socketPath),
+      }));
+    }
+    return runs;
+  } finally {
+    api.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
