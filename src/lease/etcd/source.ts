@@ -474,7 +474,8 @@ export class EtcdLeaseSource implements LeaseSource {
         continue;
       }
       const lease = this.#decode(key, value, table.get(key));
-      if (lease) leases.push(lease);
+      // An unchanged lease is the table's own object: the table is not held twice meanwhile.
+      if (lease) leases.push(table.held(lease));
     }
     const batch = table.replaceAll(leases);
     this.#log.info('listed leases', { count: leases.length, changed: batch.length, revision: res.revision });
