@@ -1,9 +1,10 @@
 /**
  * The egress controller, run by the weftd that holds the controller Lease (leases.ts): watches
- * EgressGateways, EgressPolicies, EgressClusterPolicies, Nodes, Pods, Namespaces and the
- * heartbeat Leases; places the policies (placement.ts, pure) and writes the result: each
- * policy's and gateway's status subresource, and one EgressEndpoints object per placed policy
- * (endpoints.ts) from which every node takes its part. Writes only what changed.
+ * EgressGateways, EgressPolicies, EgressClusterPolicies, FloatingIPs, PortForwards, Nodes, Pods,
+ * Namespaces and the heartbeat Leases; places the policies, floating IPs and forwards together
+ * (placement.ts and inbound.ts, pure) and writes the result: each one's and each gateway's status
+ * subresource, and one EgressEndpoints object per placed one (endpoints.ts) from which every node
+ * takes its part. Writes only what changed.
  *
  * A pass runs after any change (coalesced) and every `passMs`, since a heartbeat going quiet is
  * a change of time, not of any object. Placements are remembered between passes and, at start,
