@@ -14,11 +14,9 @@
  *
  * Needs root. Last line: fip_ready_ms=<> fip_failover_ms=<> fip_ratio=<>
  */
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { performance } from 'node:perf_hooks';
-import type { ClusterNode, Pod } from '../test/support/cluster.ts';
-import { EgressCluster, OUTSIDE, startSourceServer } from '../test/support/egress-cluster.ts';
+import type { ClusterNode } from '../test/support/cluster.ts';
+import { EgressCluster, OUTSIDE, iperf3, startSourceServer } from '../test/support/egress-cluster.ts';
 import { until } from '../test/support/until.ts';
 
 const EIP = '198.51.100.100';
@@ -31,20 +29,6 @@ const URL_ = `http://${EIP}:8080/`;
 async function timeUntil(e: EgressCluster, answer: string | undefined, t0: number): Promise<number> {
   await until(`the EIP answers ${answer}`, async () => (await e.fromOutside(URL_, 0.2)) === answer, 60_000);
   return performance.now() - t0;
-}
-
-/** iperf3 throughput in bits/s from the outside host to `to` (an iperf3 server in `server`). */
-async function throughput(e: EgressCluster, server: Pod, to: string): Promise<number> {
-  const child = spawn('ip', ['netns', 'exec', server.ns.name, 'iperf3', '-s', '-1', '-p', '5201'], { stdio: 'ignore' });
-  const exited = once(child, 'exit');
-  try {
-    await new Promise((r) => setTimeout(r, 300));
-    const out = await e.outside.exec('iperf3', '-c', to, '-p', '5201', '-t', '3', '-J');
-    return (JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } }).end.sum_received.bits_per_second;
-  } finally {
-    if (child.exitCode === null) child.kill();
-    await exited;
-  }
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -73,8 +57,8 @@ try {
   }
 
   await e.outside.ip('route', 'add', `${direct.ip.split('.').slice(0, 3).join('.')}.0/24`, 'via', podNode.address);
-  const viaEip = await throughput(e, pod, EIP);
-  const viaNode = await throughput(e, direct, direct.ip);
+  const viaEip = await iperf3(pod.ns, e.outside, EIP);
+  const viaNode = await iperf3(direct.ns, e.outside, direct.ip);
   console.log(`iperf3: ${(viaEip / 1e9).toFixed(2)} Gbit/s through the EIP, ${(viaNode / 1e9).toFixed(2)} Gbit/s to the pod's own address through its node`);
 
   const gateway = e.inboundStatus('FloatingIP', 'web').node === g1.name ? g1 : g2;

@@ -9,7 +9,7 @@ import { formatCIDR, formatIP, parseCIDR, tryParseIP } from '../ip/ip.ts';
 import type { CIDR } from '../ip/ip.ts';
 import { matchesLabels } from '../k8s/label-selector.ts';
 import type { Policy } from './api.ts';
-import { FORWARD_PROTOCOLS } from './inbound.ts';
+import { FORWARD_PROTOCOLS, parseEip } from './inbound.ts';
 import type { ForwardProtocol, InboundTarget } from './inbound.ts';
 import type { PolicyStatus } from './placement.ts';
 
@@ -119,17 +119,8 @@ export function parseEndpoints(o: unknown): NodeEndpoints | string {
   const spec = isJson(o) ? o.spec : undefined;
   if (!isJson(spec)) return bad('spec: required');
   if (typeof spec.policy !== 'string' || typeof spec.gateway !== 'string' || spec.gateway === '') return bad('spec.policy and spec.gateway: required');
-  const eip: { ipv4?: string; ipv6?: string } = {};
-  if (spec.eip !== undefined) {
-    if (!isJson(spec.eip)) return bad('spec.eip: must be an object');
-    for (const family of [4, 6] as const) {
-      const v = spec.eip[`ipv${family}`];
-      if (v === undefined) continue;
-      const ip = typeof v === 'string' ? tryParseIP(v) : undefined;
-      if (!ip || ip.family !== family) return bad(`spec.eip.ipv${family}: not an IPv${family} address`);
-      eip[`ipv${family}`] = formatIP(ip);
-    }
-  }
+  const eip = parseEip(spec.eip);
+  if (typeof eip === 'string') return bad(eip);
   const destinations: CIDR[] = [];
   for (const [i, d] of (Array.isArray(spec.destinations) ? spec.destinations : []).entries()) {
     try {

@@ -67,6 +67,21 @@ const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null &&
 const port = (v: unknown, field: string): number | string =>
   Number.isInteger(v) && (v as number) >= 1 && (v as number) <= 65535 ? (v as number) : `${field}: must be an integer 1-65535, not ${JSON.stringify(v)}`;
 
+/** Parses `spec.eip` ({ipv4?, ipv6?}, absent: {}), addresses normalised; a message naming the field when it is bad. */
+export function parseEip(v: unknown): EipAsked | string {
+  const eip: EipAsked = {};
+  if (v === undefined) return eip;
+  if (!isJson(v)) return 'spec.eip: must be an object';
+  for (const family of [4, 6] as const) {
+    const a = v[`ipv${family}`];
+    if (a === undefined) continue;
+    const ip = typeof a === 'string' ? tryParseIP(a) : undefined;
+    if (!ip || ip.family !== family) return `spec.eip.ipv${family}: not an IPv${family} address: ${JSON.stringify(a)}`;
+    eip[`ipv${family}`] = formatIP(ip);
+  }
+  return eip;
+}
+
 /** Parses a FloatingIP or PortForward object; a malformed one becomes an invalid value naming the field. */
 export function parseInbound(kind: Inbound['kind'], o: unknown): Inbound | InvalidInbound {
   const meta = isJson(o) && isJson(o.metadata) ? o.metadata : {};
@@ -79,17 +94,8 @@ export function parseInbound(kind: Inbound['kind'], o: unknown): Inbound | Inval
   for (const key of ['gateway', 'pod'] as const) {
     if (typeof spec[key] !== 'string' || spec[key] === '') return invalid(`spec.${key}: required`);
   }
-  const eip: EipAsked = {};
-  if (spec.eip !== undefined) {
-    if (!isJson(spec.eip)) return invalid('spec.eip: must be an object');
-    for (const family of [4, 6] as const) {
-      const v = spec.eip[`ipv${family}`];
-      if (v === undefined) continue;
-      const ip = typeof v === 'string' ? tryParseIP(v) : undefined;
-      if (!ip || ip.family !== family) return invalid(`spec.eip.ipv${family}: not an IPv${family} address: ${JSON.stringify(v)}`);
-      eip[`ipv${family}`] = formatIP(ip);
-    }
-  }
+  const eip = parseEip(spec.eip);
+  if (typeof eip === 'string') return invalid(eip);
   const base = { id, namespace, name, gateway: spec.gateway as string, pod: spec.pod as string, eip, created: typeof meta.creationTimestamp === 'string' ? meta.creationTimestamp : '' };
   if (kind === 'FloatingIP') return { kind, ...base };
   if (eip.ipv4 === undefined && eip.ipv6 === undefined) return invalid('spec.eip: a port forward needs its EIP (ipv4, ipv6 or both)');

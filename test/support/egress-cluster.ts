@@ -84,6 +84,20 @@ export async function egressLeftovers(n: ClusterNode, v6: boolean): Promise<stri
   return out;
 }
 
+/** iperf3 TCP throughput (3 s) in bits/s from `client` to `to`, an iperf3 server run in `server` for it. */
+export async function iperf3(server: Netns, client: Netns, to: string): Promise<number> {
+  const child = spawn('ip', ['netns', 'exec', server.name, 'iperf3', '-s', '-1', '-p', '5201'], { stdio: 'ignore' });
+  const exited = once(child, 'exit');
+  try {
+    await new Promise((r) => setTimeout(r, 300));
+    const out = await client.exec('iperf3', '-c', to, '-p', '5201', '-t', '3', '-J');
+    return (JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } }).end.sum_received.bits_per_second;
+  } finally {
+    if (child.exitCode === null) child.kill();
+    await exited;
+  }
+}
+
 export class EgressCluster {
   readonly c: Cluster;
   readonly outside: Netns;
