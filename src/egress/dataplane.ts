@@ -218,7 +218,8 @@ export function renderDataplane(input: DataplaneInput): DataplaneResult {
       }
     }
   }
-  const steering = [...connMarks, ...replyMarks, ...marks];
+  // Replies of inbound connections last: they go back to the gateway they came through, even from a pod an egress policy sends elsewhere.
+  const steering = [...connMarks, ...marks, ...replyMarks];
   if (steering.length === 0 && nat.length === 0 && dnat.length === 0) return { nft: undefined, rules, routes, eips, warnings };
   const identity = steering.length === 0 ? [] : input.families.map((f) => `meta mark & ${hex(EGRESS_MARK_MASK)} != 0 snat ${nfKeyword(f)} to ${nfKeyword(f)} saddr`);
   const chains = [

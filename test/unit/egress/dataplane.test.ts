@@ -122,3 +122,11 @@ test('inbound, IPv6: the port forward DNATs to a bracketed address', () => {
   assert.match(r.nft!, /ip6 daddr 2001:db8::101 meta l4proto tcp th dport 443 dnat ip6 to \[fd00:10:244:1::6\]:8080/);
   assert.match(r.nft!, /ct status dnat ct original ip6 daddr 2001:db8::101 snat ip6 to ip6 saddr/);
 });
+
+test('inbound replies go back to the gateway they came through, even from a pod an egress policy sends to another gateway', () => {
+  const viaB = { ...b, destinations: [], sources: [{ node: 'node-1', ips: ['10.244.1.6'] }] };
+  const nft = renderDataplane(input('node-1', [viaB, fwd(8081, '10.244.1.6', 'node-1')])).nft!;
+  const egress = nft.indexOf('ip saddr @p1_local4 ip daddr != @inside4 meta mark set meta mark & 0xff00ffff | 0x20000');
+  const reply = nft.indexOf('ct direction reply ct mark & 0xff0000 == 0x10000 meta mark set meta mark & 0xff00ffff | 0x10000');
+  assert.ok(egress > 0 && reply > egress, `the reply rule (${reply}) comes after the egress mark (${egress}), so it wins:\n${nft}`);
+});
