@@ -21,7 +21,7 @@ import type { Policy } from './api.ts';
 import { buildEndpoints, parseEgressNamespace, parseEgressPod } from './endpoints.ts';
 import type { EgressNamespace, EgressPod, EndpointsSpec } from './endpoints.ts';
 import { buildInbound, forwardConflicts, inboundPolicy, parseInbound } from './inbound.ts';
-import type { Inbound, InboundStatus, NamedPod, PortForward } from './inbound.ts';
+import type { Inbound, InboundStatus, PortForward } from './inbound.ts';
 import { HEARTBEAT_LABEL } from './leases.ts';
 import { PassLoop } from './pass-loop.ts';
 import { place } from './placement.ts';
@@ -47,6 +47,12 @@ function condition(ready: boolean, reason: string, message: string, previous: un
   const status = ready ? 'True' : 'False';
   const lastTransitionTime = old && old.status === status && typeof old.lastTransitionTime === 'string' ? old.lastTransitionTime : new Date().toISOString().replace(/\.\d+Z$/, 'Z');
   return { type: 'Ready', status, reason, message, lastTransitionTime };
+}
+
+/** A placement's EIP as the status writes it, or undefined when it has none. */
+function eipOf(p: Placement | undefined): { ipv4?: string; ipv6?: string } | undefined {
+  if (!p || (p.ipv4 === undefined && p.ipv6 === undefined)) return undefined;
+  return { ...(p.ipv4 !== undefined ? { ipv4: p.ipv4 } : {}), ...(p.ipv6 !== undefined ? { ipv6: p.ipv6 } : {}) };
 }
 
 function nodeReady(n: KubeObject): boolean {
@@ -150,14 +156,14 @@ export class EgressController {
       policies: [...policies, ...placeable.map(inboundPolicy)], nodes, previous: this.#previous, now, livenessTimeoutMs: this.#o.livenessTimeoutMs, random: Math.random,
     });
     this.#previous = new Map(result.policies.filter((s) => s.placement).map((s) => [s.id, s.placement!]));
-    const pods = [...this.#pods.objects.values()].map(parseEgressPod).filter((p): p is EgressPod => p !== undefined);
-    const namespaces = new Map([...this.#namespaces.objects.values()].map(parseEgressNamespace).filter((n): n is EgressNamespace => n !== undefined).map((n) => [n.name, n]));
-    const valid = policies.filter((p): p is Policy => !('invalid' in p));
-    const named = new Map<string, NamedPod>();
+    const named = new Map<string, EgressPod>();
     for (const [key, o] of this.#pods.objects) {
       const pod = parseEgressPod(o);
       if (pod) named.set(key, pod);
     }
+    const pods = [...named.values()];
+    const namespaces = new Map([...this.#namespaces.objects.values()].map(parseEgressNamespace).filter((n): n is EgressNamespace => n !== undefined).map((n) => [n.name, n]));
+    const valid = policies.filter((p): p is Policy => !('invalid' in p));
     const inboundIds = new Set(placeable.map((x) => x.id));
     const built = buildInbound(placeable, new Map(result.policies.filter((s) => inboundIds.has(s.id)).map((s) => [s.id, s])), named);
     // Endpoints first: a node moves its traffic when they change, and the status only reports it.
@@ -198,9 +204,7 @@ export class EgressController {
 
   async #policyStatus(s: PolicyStatus, o: KubeObject, signal: AbortSignal): Promise<void> {
     const old = isJson(o.status) ? o.status : {};
-    const eip = s.placement && (s.placement.ipv4 !== undefined || s.placement.ipv6 !== undefined)
-      ? { ...(s.placement.ipv4 !== undefined ? { ipv4: s.placement.ipv4 } : {}), ...(s.placement.ipv6 !== undefined ? { ipv6: s.placement.ipv6 } : {}) }
-      : undefined;
+    const eip = eipOf(s.placement);
     const status = { node: s.placement?.node, eip, conditions: [condition(s.ready, s.reason, s.message, old.conditions)] };
     if (isDeepStrictEqual({ node: old.node, eip: old.eip, conditions: old.conditions }, status)) return;
     const { namespace, name } = o.metadata ?? {};
@@ -211,7 +215,7 @@ export class EgressController {
 
   async #inboundStatus(id: string, s: InboundStatus, o: KubeObject, signal: AbortSignal): Promise<void> {
     const old = isJson(o.status) ? o.status : {};
-    const eip = s.placement ? { ...(s.placement.ipv4 !== undefined ? { ipv4: s.placement.ipv4 } : {}), ...(s.placement.ipv6 !== undefined ? { ipv6: s.placement.ipv6 } : {}) } : undefined;
+    const eip = eipOf(s.placement);
     const status = { node: s.placement?.node, eip, podIPs: s.podIPs, conditions: [condition(s.ready, s.reason, s.message, old.conditions)] };
     if (isDeepStrictEqual({ node: old.node, eip: old.eip, podIPs: old.podIPs ?? [], conditions: old.conditions }, status)) return;
     const { namespace, name } = o.metadata ?? {};

@@ -16,7 +16,7 @@
  */
 import { formatIP, tryParseIP } from '../ip/ip.ts';
 import type { Policy } from './api.ts';
-import type { EndpointsSpec } from './endpoints.ts';
+import type { EgressPod, EndpointsSpec } from './endpoints.ts';
 import type { Placement, PolicyStatus } from './placement.ts';
 
 export const FORWARD_PROTOCOLS = ['TCP', 'UDP', 'SCTP'] as const;
@@ -148,12 +148,6 @@ export function inboundPolicy(x: Inbound): Policy {
   };
 }
 
-/** A pod as inbound EIPs see it: by `namespace/name`. */
-export interface NamedPod {
-  node: string;
-  ips: readonly string[];
-}
-
 /** Where the gateway sends one of the EIP's connections, and the node of that pod. */
 export interface InboundTarget {
   node: string;
@@ -182,8 +176,9 @@ export interface InboundStatus {
 /**
  * Each inbound resource's status and, for the placed ones, its EgressEndpoints spec: a floating
  * IP's pod is also a source leaving from the EIP (one egress-like rule); a forward's is not.
+ * `statuses` are placement's, by id; `pods` by `namespace/name`.
  */
-export function buildInbound(items: readonly Inbound[], statuses: ReadonlyMap<string, PolicyStatus>, pods: ReadonlyMap<string, NamedPod>): {
+export function buildInbound(items: readonly Inbound[], statuses: ReadonlyMap<string, PolicyStatus>, pods: ReadonlyMap<string, Pick<EgressPod, 'node' | 'ips'>>): {
   statuses: Map<string, InboundStatus>;
   endpoints: Map<string, EndpointsSpec>;
 } {
