@@ -12,7 +12,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
-	bench-footprint bench-scale bench-faults bench-weftctl bench-netpol bench-egress demo clean
+	bench-footprint bench-scale bench-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean
 
 all: build
 
@@ -140,6 +140,10 @@ bench-netpol: deps build
 # Egress gateways on the cluster harness: policy to EIP, failover, throughput through a gateway.
 bench-egress: deps build
 	$(NODE) bench/egress.bench.ts
+
+# Inbound EIPs on the cluster harness: floating IP to first connection, failover, throughput via the EIP.
+bench-fip: deps build
+	$(NODE) bench/fip.bench.ts
 
 # A 3-node cluster with pods in namespaces on this machine; Ctrl-C removes it.
 demo: deps build

@@ -13,12 +13,9 @@
  *
  * Needs root. Last line: policy_ready_ms=<> failover_ms=<> egress_ratio=<>
  */
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import type { ClusterNode, Pod } from '../test/support/cluster.ts';
-import { EgressCluster, OUTSIDE } from '../test/support/egress-cluster.ts';
-import type { Netns } from '../test/support/netns.ts';
+import { EgressCluster, OUTSIDE, iperf3 } from '../test/support/egress-cluster.ts';
 import { until } from '../test/support/until.ts';
 
 const EIP = '198.51.100.100';
@@ -30,20 +27,6 @@ const EIP = '198.51.100.100';
 async function timeUntilSeen(e: EgressCluster, pod: Pod, source: string, t0: number): Promise<number> {
   await until(`${pod.id} seen as ${source}`, async () => (await e.seenFrom(pod, false, 0.2)) === source, 60_000);
   return performance.now() - t0;
-}
-
-/** iperf3 throughput in bits/s from `client` to the outside host. */
-async function throughput(outside: Netns, client: Pod): Promise<number> {
-  const server = spawn('ip', ['netns', 'exec', outside.name, 'iperf3', '-s', '-1', '-p', '5201'], { stdio: 'ignore' });
-  const exited = once(server, 'exit');
-  try {
-    await new Promise((r) => setTimeout(r, 300));
-    const out = await client.ns.exec('iperf3', '-c', OUTSIDE.ipv4, '-p', '5201', '-t', '3', '-J');
-    return (JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } }).end.sum_received.bits_per_second;
-  } finally {
-    if (server.exitCode === null) server.kill();
-    await exited;
-  }
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -70,8 +53,8 @@ try {
     }
   }
 
-  const viaGateway = await throughput(e.outside, pod);
-  const viaNode = await throughput(e.outside, direct);
+  const viaGateway = await iperf3(e.outside, pod.ns, OUTSIDE.ipv4);
+  const viaNode = await iperf3(e.outside, direct.ns, OUTSIDE.ipv4);
   console.log(`iperf3: ${(viaGateway / 1e9).toFixed(2)} Gbit/s through the gateway, ${(viaNode / 1e9).toFixed(2)} Gbit/s direct`);
 
   const gateway = e.policyStatus('a').node === g1.name ? g1 : g2;

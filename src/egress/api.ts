@@ -49,6 +49,8 @@ export interface Policy {
   /** EIP addresses asked for (source EIP); absent ones are allocated. */
   ipv4?: string;
   ipv6?: string;
+  /** A floating IP's (inbound.ts): its EIP has no other user. */
+  exclusive?: true;
 }
 
 export interface InvalidPolicy {

@@ -1,9 +1,10 @@
 /**
  * The egress controller, run by the weftd that holds the controller Lease (leases.ts): watches
- * EgressGateways, EgressPolicies, EgressClusterPolicies, Nodes, Pods, Namespaces and the
- * heartbeat Leases; places the policies (placement.ts, pure) and writes the result: each
- * policy's and gateway's status subresource, and one EgressEndpoints object per placed policy
- * (endpoints.ts) from which every node takes its part. Writes only what changed.
+ * EgressGateways, EgressPolicies, EgressClusterPolicies, FloatingIPs, PortForwards, Nodes, Pods,
+ * Namespaces and the heartbeat Leases; places the policies, floating IPs and forwards together
+ * (placement.ts and inbound.ts, pure) and writes the result: each one's and each gateway's status
+ * subresource, and one EgressEndpoints object per placed one (endpoints.ts) from which every node
+ * takes its part. Writes only what changed.
  *
  * A pass runs after any change (coalesced) and every `passMs`, since a heartbeat going quiet is
  * a change of time, not of any object. Placements are remembered between passes and, at start,
@@ -19,6 +20,8 @@ import { EGRESS_GROUP, EGRESS_VERSION, parseGateway, parsePolicy } from './api.t
 import type { Policy } from './api.ts';
 import { buildEndpoints, parseEgressNamespace, parseEgressPod } from './endpoints.ts';
 import type { EgressNamespace, EgressPod, EndpointsSpec } from './endpoints.ts';
+import { buildInbound, forwardConflicts, inboundPolicy, parseInbound } from './inbound.ts';
+import type { Inbound, InboundStatus, PortForward } from './inbound.ts';
 import { HEARTBEAT_LABEL } from './leases.ts';
 import { PassLoop } from './pass-loop.ts';
 import { place } from './placement.ts';
@@ -46,6 +49,12 @@ function condition(ready: boolean, reason: string, message: string, previous: un
   return { type: 'Ready', status, reason, message, lastTransitionTime };
 }
 
+/** A placement's EIP as the status writes it, or undefined when it has none. */
+function eipOf(p: Placement | undefined): { ipv4?: string; ipv6?: string } | undefined {
+  if (!p || (p.ipv4 === undefined && p.ipv6 === undefined)) return undefined;
+  return { ...(p.ipv4 !== undefined ? { ipv4: p.ipv4 } : {}), ...(p.ipv6 !== undefined ? { ipv6: p.ipv6 } : {}) };
+}
+
 function nodeReady(n: KubeObject): boolean {
   const conditions = isJson(n.status) && Array.isArray(n.status.conditions) ? (n.status.conditions as Json[]) : [];
   return conditions.some((c) => c.type === 'Ready' && c.status === 'True');
@@ -61,6 +70,8 @@ export class EgressController {
   readonly #pods: Informer;
   readonly #namespaces: Informer;
   readonly #heartbeats: Informer;
+  readonly #floatingIps: Informer;
+  readonly #portForwards: Informer;
   /** Heartbeats by node: the renewTime last seen and when (on this clock) it changed. */
   readonly #seen = new Map<string, { renewTime: unknown; at: number }>();
   #previous: Map<string, Placement> | undefined;
@@ -76,11 +87,13 @@ export class EgressController {
     this.#nodes = informer('/api/v1/nodes');
     this.#pods = informer('/api/v1/pods');
     this.#namespaces = informer('/api/v1/namespaces');
+    this.#floatingIps = informer(`${GROUP_PATH}/floatingips`);
+    this.#portForwards = informer(`${GROUP_PATH}/portforwards`);
     this.#heartbeats = informer(`/apis/coordination.k8s.io/v1/namespaces/${o.namespace}/leases`, { labelSelector: HEARTBEAT_LABEL });
   }
 
   get #all(): Informer[] {
-    return [this.#gateways, this.#policies, this.#clusterPolicies, this.#endpoints, this.#nodes, this.#pods, this.#namespaces, this.#heartbeats];
+    return [this.#gateways, this.#policies, this.#clusterPolicies, this.#endpoints, this.#nodes, this.#pods, this.#namespaces, this.#heartbeats, this.#floatingIps, this.#portForwards];
   }
 
   /** Runs until `signal` aborts. */
@@ -114,6 +127,9 @@ export class EgressController {
     const policyObjects = [...this.#policies.objects.values(), ...this.#clusterPolicies.objects.values()];
     const policies = policyObjects.map(parsePolicy);
     const objectsById = new Map(policyObjects.map((o, i) => [policies[i]!.id, o]));
+    const inboundObjects = [...this.#floatingIps.objects.values()].map((o) => [parseInbound('FloatingIP', o), o] as const)
+      .concat([...this.#portForwards.objects.values()].map((o) => [parseInbound('PortForward', o), o] as const));
+    for (const [x, o] of inboundObjects) objectsById.set(x.id, o);
     if (!this.#previous) {
       this.#previous = new Map();
       for (const [id, o] of objectsById) {
@@ -130,17 +146,30 @@ export class EgressController {
       ready: nodeReady(n),
       renewedAt: renewed.get(n.metadata?.name ?? ''),
     }));
+    const inbound = inboundObjects.map(([x]) => x).filter((x): x is Inbound => !('invalid' in x));
+    const conflicts = forwardConflicts(inbound.filter((x): x is PortForward => x.kind === 'PortForward'), this.#previous);
+    const refused = new Map<string, InboundStatus>(conflicts.map((c) => [c.id, { ready: false, reason: 'PortInUse', message: c.message, podIPs: [] }]));
+    for (const [x] of inboundObjects) if ('invalid' in x) refused.set(x.id, { ready: false, reason: 'Invalid', message: x.invalid, podIPs: [] });
+    const placeable = inbound.filter((x) => !refused.has(x.id));
     const result = place({
       gateways: [...this.#gateways.objects.values()].map(parseGateway),
-      policies, nodes, previous: this.#previous, now, livenessTimeoutMs: this.#o.livenessTimeoutMs, random: Math.random,
+      policies: [...policies, ...placeable.map(inboundPolicy)], nodes, previous: this.#previous, now, livenessTimeoutMs: this.#o.livenessTimeoutMs, random: Math.random,
     });
     this.#previous = new Map(result.policies.filter((s) => s.placement).map((s) => [s.id, s.placement!]));
-    const pods = [...this.#pods.objects.values()].map(parseEgressPod).filter((p): p is EgressPod => p !== undefined);
+    const named = new Map<string, EgressPod>();
+    for (const [key, o] of this.#pods.objects) {
+      const pod = parseEgressPod(o);
+      if (pod) named.set(key, pod);
+    }
+    const pods = [...named.values()];
     const namespaces = new Map([...this.#namespaces.objects.values()].map(parseEgressNamespace).filter((n): n is EgressNamespace => n !== undefined).map((n) => [n.name, n]));
     const valid = policies.filter((p): p is Policy => !('invalid' in p));
+    const inboundIds = new Set(placeable.map((x) => x.id));
+    const built = buildInbound(placeable, new Map(result.policies.filter((s) => inboundIds.has(s.id)).map((s) => [s.id, s])), named);
     // Endpoints first: a node moves its traffic when they change, and the status only reports it.
-    await this.#publish(buildEndpoints(valid, result.policies, pods, namespaces), signal);
-    for (const s of result.policies) await this.#policyStatus(s, objectsById.get(s.id)!, signal);
+    await this.#publish(new Map([...buildEndpoints(valid, result.policies, pods, namespaces), ...built.endpoints]), signal);
+    for (const s of result.policies) if (!inboundIds.has(s.id)) await this.#policyStatus(s, objectsById.get(s.id)!, signal);
+    for (const [id, s] of [...built.statuses, ...refused]) await this.#inboundStatus(id, s, objectsById.get(id)!, signal);
     for (const g of result.gateways) await this.#gatewayStatus(g, signal);
   }
 
@@ -175,15 +204,24 @@ export class EgressController {
 
   async #policyStatus(s: PolicyStatus, o: KubeObject, signal: AbortSignal): Promise<void> {
     const old = isJson(o.status) ? o.status : {};
-    const eip = s.placement && (s.placement.ipv4 !== undefined || s.placement.ipv6 !== undefined)
-      ? { ...(s.placement.ipv4 !== undefined ? { ipv4: s.placement.ipv4 } : {}), ...(s.placement.ipv6 !== undefined ? { ipv6: s.placement.ipv6 } : {}) }
-      : undefined;
+    const eip = eipOf(s.placement);
     const status = { node: s.placement?.node, eip, conditions: [condition(s.ready, s.reason, s.message, old.conditions)] };
     if (isDeepStrictEqual({ node: old.node, eip: old.eip, conditions: old.conditions }, status)) return;
     const { namespace, name } = o.metadata ?? {};
     const path = namespace ? `${GROUP_PATH}/namespaces/${namespace}/egresspolicies/${name}/status` : `${GROUP_PATH}/egressclusterpolicies/${name}/status`;
     if (old.node !== status.node || !isDeepStrictEqual(old.eip, eip)) this.#o.log.info('egress policy placed', { policy: s.id, node: s.placement?.node, eip, reason: s.reason });
     await this.#write(`the status of egress policy ${s.id}`, () => this.#o.http.mergePatch(path, { status: { node: status.node ?? null, eip: eip ?? null, conditions: status.conditions } }, { signal }));
+  }
+
+  async #inboundStatus(id: string, s: InboundStatus, o: KubeObject, signal: AbortSignal): Promise<void> {
+    const old = isJson(o.status) ? o.status : {};
+    const eip = eipOf(s.placement);
+    const status = { node: s.placement?.node, eip, podIPs: s.podIPs, conditions: [condition(s.ready, s.reason, s.message, old.conditions)] };
+    if (isDeepStrictEqual({ node: old.node, eip: old.eip, podIPs: old.podIPs ?? [], conditions: old.conditions }, status)) return;
+    const { namespace, name } = o.metadata ?? {};
+    const path = `${GROUP_PATH}/namespaces/${namespace}/${id.startsWith('FloatingIP') ? 'floatingips' : 'portforwards'}/${name}/status`;
+    if (old.node !== status.node || !isDeepStrictEqual(old.eip, eip) || old.conditions === undefined) this.#o.log.info('inbound EIP placed', { id, node: status.node, eip, reason: s.reason });
+    await this.#write(`the status of ${id}`, () => this.#o.http.mergePatch(path, { status: { node: status.node ?? null, eip: eip ?? null, podIPs: s.podIPs, conditions: status.conditions } }, { signal }));
   }
 
   async #gatewayStatus(g: GatewayStatus, signal: AbortSignal): Promise<void> {

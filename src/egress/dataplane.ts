@@ -24,6 +24,22 @@
  * - Inside the cluster, never steered nor SNATed here: the pod networks, the service CIDRs, every
  *   node's addresses (from the leases) and the custom list.
  * - Every address lives in sets: rules grow with policies, not pods.
+ * - Inbound (floating IPs and port forwards, inbound.ts; endpoints with `inbound` targets): the
+ *   gateway node DNATs its EIP (every port, or a protocol and port) to the pod's address in a nat
+ *   prerouting chain at dstnat-10, and routes it through the overlay the normal way (Weft's
+ *   forward rules accept it: its destination is in the pod network). The client's address is
+ *   kept: our srcnat-10 chain binds connections DNATed from the EIP to their own source, so
+ *   masquerade (flannel masquerades traffic from outside the pod network to another node's pods)
+ *   never rewrites them; the pod sees the outside client.
+ * - The pod's node sends replies back through the gateway, whose conntrack entry de-NATs them to
+ *   the EIP: a new connection from outside the cluster to the pod (its port, for a forward) gets
+ *   the gateway's mark in its conntrack mark, and packets of the reply direction carrying it get
+ *   it as their packet mark, which the gateway's ip rule and table route (as egress steering).
+ *   A floating IP's pod is also a source of the endpoints (destinations: all), so what it opens
+ *   leaves from the EIP as an egress policy's pods do.
+ * - So a floating IP's or forward's pod is reachable from outside through its gateway only:
+ *   connections from outside reaching it otherwise (a route to the pod network) would get their
+ *   replies sent to the gateway too.
  */
 import { formatCIDR } from '../ip/ip.ts';
 import type { CIDR, Family } from '../ip/ip.ts';
@@ -47,6 +63,8 @@ export const EGRESS_RTPROT = 202;
 export const EGRESS_RULE_PRIORITY = 1500;
 /** nat priority of our postrouting chain: before masquerade (srcnat). */
 const NAT_PRIORITY = 'srcnat - 10';
+/** nat priority of our prerouting chain (inbound DNAT): before kube-proxy's (dstnat). */
+const DNAT_PRIORITY = 'dstnat - 10';
 
 /** The next hop the backend uses towards a node, for one family. */
 export interface NextHop {
@@ -111,6 +129,12 @@ export function renderDataplane(input: DataplaneInput): DataplaneResult {
   const sets: string[] = [];
   const marks: string[] = [];
   const nat: string[] = [];
+  /** Inbound (floating IPs, port forwards): the gateway's DNATs and the rules keeping the client's address. */
+  const dnat: string[] = [];
+  const keepSource: string[] = [];
+  /** Inbound, on the pod's node: new connections from a gateway marked, their replies sent back to it. */
+  const connMarks: string[] = [];
+  const replyMarks: string[] = [];
   const eips: { family: Family; address: string }[] = [];
   const gatewayIndex = new Map<string, number>();
   const rules: EgressRule[] = [];
@@ -118,6 +142,32 @@ export function renderDataplane(input: DataplaneInput): DataplaneResult {
   for (const f of input.families) {
     sets.push(set(`inside${f}`, f, input.inside.filter((c) => c.ip.family === f).map(formatCIDR).sort()));
   }
+  /**
+   * The mark that routes this node's packets to `e`'s gateway node for `f`, adding its ip rule
+   * and route the first time; undefined (and a warning) when there is no way there.
+   */
+  const steer = (e: NodeEndpoints, f: Family, who: string, otherwise: string): number | undefined => {
+    const hop = input.nextHop(e.gateway, f);
+    if (!hop) {
+      warnings.push(`${who}: no IPv${f} route to gateway node ${e.gateway} (no lease of that family); ${otherwise}`);
+      return undefined;
+    }
+    let k = gatewayIndex.get(e.gateway);
+    if (k === undefined) {
+      k = gatewayIndex.size;
+      if (k >= MAX_GATEWAYS) {
+        warnings.push(`${who}: more than ${MAX_GATEWAYS} gateway nodes; ${otherwise}`);
+        return undefined;
+      }
+      gatewayIndex.set(e.gateway, k);
+    }
+    const mark = (k + 1) << MARK_SHIFT;
+    if (!rules.some((r) => r.family === f && r.table === EGRESS_TABLE_BASE + k)) {
+      rules.push({ family: f, fwmark: `${hex(mark)}/${hex(EGRESS_MARK_MASK)}`, table: EGRESS_TABLE_BASE + k });
+      routes.push({ family: f, table: EGRESS_TABLE_BASE + k, hop });
+    }
+    return mark;
+  };
   const policies = [...input.endpoints].sort((a, b) => (a.policy < b.policy ? -1 : a.policy > b.policy ? 1 : 0));
   for (const [i, e] of policies.entries()) {
     const local = e.sources.find((s) => s.node === input.node)?.ips ?? [];
@@ -129,24 +179,8 @@ export function renderDataplane(input: DataplaneInput): DataplaneResult {
       let wantsDst = false;
       const localIps = local.filter((ip) => familyOf(ip) === f);
       if (!isGateway && localIps.length > 0) {
-        const hop = input.nextHop(e.gateway, f);
-        if (!hop) {
-          warnings.push(`egress policy ${e.policy}: no IPv${f} route to gateway node ${e.gateway} (no lease of that family); its pods leave the normal way`);
-        } else {
-          let k = gatewayIndex.get(e.gateway);
-          if (k === undefined) {
-            k = gatewayIndex.size;
-            if (k >= MAX_GATEWAYS) {
-              warnings.push(`egress policy ${e.policy}: more than ${MAX_GATEWAYS} gateway nodes; its pods leave the normal way`);
-              continue;
-            }
-            gatewayIndex.set(e.gateway, k);
-          }
-          const mark = (k + 1) << MARK_SHIFT;
-          if (!rules.some((r) => r.family === f && r.table === EGRESS_TABLE_BASE + k)) {
-            rules.push({ family: f, fwmark: `${hex(mark)}/${hex(EGRESS_MARK_MASK)}`, table: EGRESS_TABLE_BASE + k });
-            routes.push({ family: f, table: EGRESS_TABLE_BASE + k, hop });
-          }
+        const mark = steer(e, f, `egress policy ${e.policy}`, 'its pods leave the normal way');
+        if (mark !== undefined) {
           sets.push(set(setName('local', i, f), f, localIps.sort()));
           marks.push(`${match(setName('local', i, f))} meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(mark)}`);
           wantsDst = true;
@@ -165,13 +199,34 @@ export function renderDataplane(input: DataplaneInput): DataplaneResult {
       }
       if (wantsDst && dst.length > 0) sets.push(set(setName('dst', i, f), f, dst));
     }
+    for (const t of e.inbound ?? []) {
+      const f = familyOf(t.ip);
+      const eip = f === 4 ? e.eip.ipv4 : e.eip.ipv6;
+      if (!eip || !input.families.includes(f)) continue;
+      const kw = nfKeyword(f);
+      const l4 = t.protocol ? ` meta l4proto ${t.protocol.toLowerCase()} th dport` : '';
+      if (isGateway) {
+        dnat.push(t.protocol ? `${kw} daddr ${eip}${l4} ${t.port} dnat ${kw} to ${f === 4 ? t.ip : `[${t.ip}]`}:${t.podPort}` : `${kw} daddr ${eip} dnat ${kw} to ${t.ip}`);
+        const keep = `ct status dnat ct original ${kw} daddr ${eip} snat ${kw} to ${kw} saddr`;
+        if (!keepSource.includes(keep)) keepSource.push(keep);
+      } else if (t.node === input.node) {
+        const mark = steer(e, f, e.policy, 'replies to its connections leave the normal way');
+        if (mark === undefined) continue;
+        connMarks.push(`ct state new ${kw} saddr != @inside${f} ${kw} daddr ${t.ip}${t.protocol ? `${l4} ${t.podPort}` : ''} ct mark set ct mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(mark)}`);
+        const reply = `ct direction reply ct mark & ${hex(EGRESS_MARK_MASK)} == ${hex(mark)} meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(mark)}`;
+        if (!replyMarks.includes(reply)) replyMarks.push(reply);
+      }
+    }
   }
-  if (marks.length === 0 && nat.length === 0) return { nft: undefined, rules, routes, eips, warnings };
-  const identity = marks.length === 0 ? [] : input.families.map((f) => `meta mark & ${hex(EGRESS_MARK_MASK)} != 0 snat ${nfKeyword(f)} to ${nfKeyword(f)} saddr`);
+  // Replies of inbound connections last: they go back to the gateway they came through, even from a pod an egress policy sends elsewhere.
+  const steering = [...connMarks, ...marks, ...replyMarks];
+  if (steering.length === 0 && nat.length === 0 && dnat.length === 0) return { nft: undefined, rules, routes, eips, warnings };
+  const identity = steering.length === 0 ? [] : input.families.map((f) => `meta mark & ${hex(EGRESS_MARK_MASK)} != 0 snat ${nfKeyword(f)} to ${nfKeyword(f)} saddr`);
   const chains = [
-    ...(marks.length > 0 ? [chain('prerouting', 'filter', 'prerouting', 'mangle', marks)] : []),
-    chain('postrouting', 'nat', 'postrouting', NAT_PRIORITY, [...identity, ...nat]),
-    ...(marks.length > 0 ? [chain('unmark', 'filter', 'postrouting', 'srcnat + 10', [`meta mark & ${hex(EGRESS_MARK_MASK)} != 0 meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)}`])] : []),
+    ...(steering.length > 0 ? [chain('prerouting', 'filter', 'prerouting', 'mangle', steering)] : []),
+    ...(dnat.length > 0 ? [chain('inbound', 'nat', 'prerouting', DNAT_PRIORITY, dnat)] : []),
+    chain('postrouting', 'nat', 'postrouting', NAT_PRIORITY, [...identity, ...keepSource, ...nat]),
+    ...(steering.length > 0 ? [chain('unmark', 'filter', 'postrouting', 'srcnat + 10', [`meta mark & ${hex(EGRESS_MARK_MASK)} != 0 meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)}`])] : []),
   ];
   const nft = `table inet ${NFT_EGRESS_TABLE} {\n${[...sets, ...chains].join('\n')}\n}\n`;
   return { nft, rules, routes, eips: dedupe(eips), warnings };

@@ -9,6 +9,8 @@ import { formatCIDR, formatIP, parseCIDR, tryParseIP } from '../ip/ip.ts';
 import type { CIDR } from '../ip/ip.ts';
 import { matchesLabels } from '../k8s/label-selector.ts';
 import type { Policy } from './api.ts';
+import { FORWARD_PROTOCOLS, parseEip } from './inbound.ts';
+import type { ForwardProtocol, InboundTarget } from './inbound.ts';
 import type { PolicyStatus } from './placement.ts';
 
 /** A pod as the controller sees it. */
@@ -33,6 +35,8 @@ export interface EndpointsSpec {
   destinations: string[];
   /** By node name, sorted; each node's addresses sorted. */
   sources: { node: string; ips: string[] }[];
+  /** A floating IP's or port forward's (inbound.ts): where the gateway sends what arrives at the EIP. */
+  inbound?: InboundTarget[];
 }
 
 /** The object name of a policy's endpoints: `ns-<namespace>.<name>` or `c.<name>` (never equal). */
@@ -105,6 +109,7 @@ export interface NodeEndpoints {
   eip: { ipv4?: string; ipv6?: string };
   destinations: CIDR[];
   sources: { node: string; ips: string[] }[];
+  inbound?: InboundTarget[];
 }
 
 /** Parses an EgressEndpoints object (peer data); a message naming the field when it is bad. */
@@ -114,17 +119,8 @@ export function parseEndpoints(o: unknown): NodeEndpoints | string {
   const spec = isJson(o) ? o.spec : undefined;
   if (!isJson(spec)) return bad('spec: required');
   if (typeof spec.policy !== 'string' || typeof spec.gateway !== 'string' || spec.gateway === '') return bad('spec.policy and spec.gateway: required');
-  const eip: { ipv4?: string; ipv6?: string } = {};
-  if (spec.eip !== undefined) {
-    if (!isJson(spec.eip)) return bad('spec.eip: must be an object');
-    for (const family of [4, 6] as const) {
-      const v = spec.eip[`ipv${family}`];
-      if (v === undefined) continue;
-      const ip = typeof v === 'string' ? tryParseIP(v) : undefined;
-      if (!ip || ip.family !== family) return bad(`spec.eip.ipv${family}: not an IPv${family} address`);
-      eip[`ipv${family}`] = formatIP(ip);
-    }
-  }
+  const eip = parseEip(spec.eip);
+  if (typeof eip === 'string') return bad(eip);
   const destinations: CIDR[] = [];
   for (const [i, d] of (Array.isArray(spec.destinations) ? spec.destinations : []).entries()) {
     try {
@@ -144,5 +140,21 @@ export function parseEndpoints(o: unknown): NodeEndpoints | string {
     }
     sources.push({ node: s.node, ips });
   }
-  return { policy: spec.policy, gateway: spec.gateway, eip, destinations, sources };
+  if (spec.inbound === undefined) return { policy: spec.policy, gateway: spec.gateway, eip, destinations, sources };
+  const inbound: InboundTarget[] = [];
+  for (const [i, t] of (Array.isArray(spec.inbound) ? spec.inbound : []).entries()) {
+    const field = `spec.inbound[${i}]`;
+    const ip = isJson(t) && typeof t.ip === 'string' ? tryParseIP(t.ip) : undefined;
+    if (!isJson(t) || typeof t.node !== 'string' || !ip) return bad(`${field}: needs node and ip (an address)`);
+    if (t.protocol === undefined) {
+      inbound.push({ node: t.node, ip: formatIP(ip) });
+      continue;
+    }
+    const ports = [t.port, t.podPort];
+    if (!FORWARD_PROTOCOLS.includes(t.protocol as ForwardProtocol) || ports.some((p) => !Number.isInteger(p) || (p as number) < 1 || (p as number) > 65535)) {
+      return bad(`${field}: a forward needs protocol (${FORWARD_PROTOCOLS.join(', ')}), port and podPort (1-65535)`);
+    }
+    inbound.push({ node: t.node, ip: formatIP(ip), protocol: t.protocol as ForwardProtocol, port: t.port as number, podPort: t.podPort as number });
+  }
+  return { policy: spec.policy, gateway: spec.gateway, eip, destinations, sources, inbound };
 }

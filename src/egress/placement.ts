@@ -23,6 +23,8 @@
  * - An EIP no policy uses is free: it appears nowhere in the result (reclaim).
  * - Policies asking for given EIPs are placed before those that let the pool choose, so an
  *   allocation never takes an EIP a policy asked for when another would do.
+ * - A floating IP's policy (`exclusive`, inbound.ts) takes an EIP no one else uses and keeps it
+ *   alone; whoever else asks for it fails with EIPTaken, and allocation passes it over.
  * - Nothing here throws on bad input: a problem is a policy's or gateway's reason and message.
  */
 import type { Gateway, InvalidGateway, InvalidPolicy, Policy } from './api.ts';
@@ -63,7 +65,7 @@ export interface PlacementInput {
 
 /** Why a policy is or is not placed (its status condition Ready's reason). */
 export type PolicyReason = 'Placed' | 'InvalidPolicy' | 'GatewayNotFound' | 'GatewayInvalid' | 'NoReadyGatewayNode' | 'GatewayFull'
-  | 'EIPNotInPool' | 'EIPUnavailable' | 'EIPPoolExhausted';
+  | 'EIPNotInPool' | 'EIPUnavailable' | 'EIPTaken' | 'EIPPoolExhausted';
 
 export type GatewayReason = 'Ready' | 'InvalidGateway' | 'NoReadyNodes' | 'PoolShrunk';
 
@@ -156,6 +158,8 @@ class GatewayRound {
   readonly #nodePolicies = new Map<string, string[]>();
   readonly #eipNode = new Map<bigint, string>();
   readonly #eipUsers = new Map<bigint, string[]>();
+  /** EIPs of floating IPs (exclusive policies), with the floating IP's id. */
+  readonly #exclusive = new Map<bigint, string>();
   readonly #nodeLimit: number;
   readonly #eipLimit: number;
   /** EIPs in use that left the pool, as `address (policy)`. */
@@ -208,7 +212,7 @@ class GatewayRound {
     }
     if (eip === undefined || (this.#asked(p) !== undefined && this.#asked(p) !== eip)) return false;
     const on = this.#eipNode.get(eip);
-    if ((on !== undefined && on !== prev.node) || this.#users(eip) >= this.#eipLimit) return false;
+    if ((on !== undefined && on !== prev.node) || this.#users(eip) >= this.#eipLimit || this.#taken(eip, p)) return false;
     this.#assign(p, prev.node, eip);
     return true;
   }
@@ -242,6 +246,11 @@ class GatewayRound {
       fail('EIPNotInPool', `${asked} of ${gw}`);
       return;
     } else if (asked !== undefined) {
+      const taken = this.#taken(asked, p);
+      if (taken) {
+        fail('EIPTaken', taken);
+        return;
+      }
       const why = this.#unusable(asked);
       if (why) {
         fail('EIPUnavailable', why);
@@ -249,9 +258,10 @@ class GatewayRound {
       }
       eip = asked;
     } else {
-      eip = previous !== undefined && !this.#unusable(previous) ? previous : this.#chooseEip();
+      eip = previous !== undefined && !this.#unusable(previous) && !this.#taken(previous, p) ? previous : this.#chooseEip(p);
       if (eip === undefined) {
         if (this.#chooseNode() === undefined) fail('GatewayFull', full);
+        else if (p.exclusive) fail('EIPPoolExhausted', `no EIP of ${gw} is free, and a floating IP's EIP has no other user`);
         else fail('EIPPoolExhausted', `every EIP of ${gw} has ${this.#eipLimit} policies (eipAllocation.limit)`);
         return;
       }
@@ -280,6 +290,19 @@ class GatewayRound {
     return undefined;
   }
 
+  /**
+   * Why `p` cannot share `eip` (an EIP is either one floating IP's alone, or shared by forwards
+   * and egress policies), or undefined if it can.
+   */
+  #taken(eip: bigint, p: Policy): string | undefined {
+    const e = this.#pool.eip(eip);
+    const name = [e.ipv4, e.ipv6].filter(Boolean).join('/');
+    const fip = this.#exclusive.get(eip);
+    if (fip !== undefined) return `EIP ${name} is taken by ${fip}`;
+    if (p.exclusive && this.#users(eip) > 0) return `EIP ${name} is used by ${this.#eipUsers.get(eip)!.join(', ')}, and a floating IP's EIP has no other user`;
+    return undefined;
+  }
+
   /** The serving node with room that the node-selection mode picks. */
   #chooseNode(): string | undefined {
     let best: string | undefined;
@@ -292,9 +315,9 @@ class GatewayRound {
   }
 
   /** The EIP the allocation mode picks for a policy asking for none. */
-  #chooseEip(): bigint | undefined {
+  #chooseEip(p: Policy): bigint | undefined {
     const used = [...this.#eipUsers.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-    const usable = used.filter((i) => !this.#unusable(i));
+    const usable = used.filter((i) => !this.#unusable(i) && !this.#taken(i, p));
     const unused = this.#chooseNode() === undefined ? 0n : this.#pool.size - BigInt(used.length);
     /** The k-th (from 0) EIP no policy uses. */
     const freeAt = (k: bigint): bigint => {
@@ -326,6 +349,7 @@ class GatewayRound {
     if (eip !== undefined) {
       this.#eipNode.set(eip, node);
       this.#eipUsers.set(eip, [...(this.#eipUsers.get(eip) ?? []), p.id]);
+      if (p.exclusive) this.#exclusive.set(eip, p.id);
       const { index: _, ...addrs } = this.#pool.eip(eip);
       Object.assign(placement, addrs);
     }

@@ -8,25 +8,11 @@ import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import type { ClusterNode } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
-import { EgressCluster, startSourceServer } from '../support/egress-cluster.ts';
+import { EgressCluster, egressLeftovers, startSourceServer } from '../support/egress-cluster.ts';
 import { needsRoot } from '../support/netns.ts';
 import { until } from '../support/until.ts';
 
 const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
-
-/** What egress left in a node's kernel: our nft table, fwmark rules, routes in our tables, EIP addresses. */
-async function leftovers(n: ClusterNode, v6: boolean): Promise<string[]> {
-  const out: string[] = [];
-  if (await n.ns.exec('nft', 'list', 'table', 'inet', 'weft-egress').then(() => true, () => false)) out.push('table inet weft-egress');
-  for (const f of v6 ? ['-4', '-6'] : ['-4']) {
-    for (const r of await n.ns.ipJson<{ priority: number }[]>(f, 'rule', 'show')) if (r.priority === 1500) out.push(`rule ${JSON.stringify(r)}`);
-    const routes = await n.ns.ipJson<{ table?: string }[]>(f, 'route', 'show', 'table', 'all', 'proto', '202');
-    out.push(...routes.filter((r) => Number(r.table) >= 7700 && Number(r.table) < 7955).map((r) => `route ${JSON.stringify(r)}`));
-  }
-  const addrs = await n.ns.ipJson<{ addr_info: { local: string; prefixlen: number }[] }[]>('addr', 'show', 'dev', 'eth0');
-  for (const a of addrs[0]?.addr_info ?? []) if (/^198\.51\.100\.1\d\d$|^2001:db8::1\d\d$/.test(a.local)) out.push(`address ${a.local}/${a.prefixlen}`);
-  return out;
-}
 
 for (const [backend, dualStack] of [['vxlan', false], ['vxlan', true], ['host-gw', false]] as const) {
   test(`egress, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}: selected pods leave as the EIP, others as their node; repair; two gateways; a deleted policy leaves nothing, even one deleted while the gateway's weftd was down`, { skip, timeout: 240_000 }, async () => {
@@ -95,7 +81,7 @@ for (const [backend, dualStack] of [['vxlan', false], ['vxlan', true], ['host-gw
       await e.waitSeenAs(b1, '198.51.100.110', false, 10_000);
       e.removePolicy('b');
       await e.waitSeenAs(b1, n1.address);
-      for (const n of e.c.nodes) await until(`nothing of egress left on ${n.name}`, async () => (await leftovers(n, dualStack)).length === 0, 20_000, () => `${n.name}: ${JSON.stringify(n.daemon.log().slice(-3000))}`);
+      for (const n of e.c.nodes) await until(`nothing of egress left on ${n.name}`, async () => (await egressLeftovers(n, dualStack)).length === 0, 20_000, () => `${n.name}: ${JSON.stringify(n.daemon.log().slice(-3000))}`);
     } finally {
       await e.stop();
     }

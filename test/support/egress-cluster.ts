@@ -21,10 +21,14 @@ import { until } from './until.ts';
 export const OUTSIDE = { ipv4: '198.51.100.200', ipv6: '2001:db8::200' };
 const PORT = 8080;
 const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
-/** Answers every request with the peer's address; prints `ready` once listening. */
+/**
+ * Answers every request with the peer's address (and, with a second argument, `>` and the
+ * address it was reached at); prints `ready` once listening.
+ */
 const SERVER = `
 const http = require('node:http');
-const s = http.createServer((req, res) => res.end(req.socket.remoteAddress.replace(/^::ffff:/, '')));
+const bare = (a) => a.replace(/^::ffff:/, '');
+const s = http.createServer((req, res) => res.end(bare(req.socket.remoteAddress) + (process.argv[2] ? '>' + bare(req.socket.localAddress) : '')));
 s.listen(Number(process.argv[1]), '::', () => process.stdout.write('ready\\n'));`;
 
 const API_VERSION = `${EGRESS_GROUP}/${EGRESS_VERSION}`;
@@ -49,9 +53,12 @@ export async function manifestGrant(): Promise<string[]> {
   })));
 }
 
-/** A server reporting source addresses, run in `ns`. */
-export async function startSourceServer(ns: Netns): Promise<() => Promise<void>> {
-  const child: ChildProcess = spawn('ip', ['netns', 'exec', ns.name, NODE, '-e', SERVER, String(PORT)], { stdio: ['ignore', 'pipe', 'inherit'] });
+/**
+ * A server reporting source addresses, run in `ns`; with `withLocal`, it answers
+ * `<source>><address it was reached at>`.
+ */
+export async function startSourceServer(ns: Netns, withLocal = false): Promise<() => Promise<void>> {
+  const child: ChildProcess = spawn('ip', ['netns', 'exec', ns.name, NODE, '-e', SERVER, String(PORT), ...(withLocal ? ['local'] : [])], { stdio: ['ignore', 'pipe', 'inherit'] });
   const exited = once(child, 'exit');
   const [first] = await Promise.race([once(child.stdout!, 'data'), exited.then(() => [undefined])]);
   if (String(first).trim() !== 'ready') throw new Error(`the source server in ${ns.name} did not start`);
@@ -61,6 +68,34 @@ export async function startSourceServer(ns: Netns): Promise<() => Promise<void>>
       await exited;
     }
   };
+}
+
+/** What egress left in a node's kernel: our nft table, fwmark rules, routes in our tables, EIP addresses. */
+export async function egressLeftovers(n: ClusterNode, v6: boolean): Promise<string[]> {
+  const out: string[] = [];
+  if (await n.ns.exec('nft', 'list', 'table', 'inet', 'weft-egress').then(() => true, () => false)) out.push('table inet weft-egress');
+  for (const f of v6 ? ['-4', '-6'] : ['-4']) {
+    for (const r of await n.ns.ipJson<{ priority: number }[]>(f, 'rule', 'show')) if (r.priority === 1500) out.push(`rule ${JSON.stringify(r)}`);
+    const routes = await n.ns.ipJson<{ table?: string }[]>(f, 'route', 'show', 'table', 'all', 'proto', '202');
+    out.push(...routes.filter((r) => Number(r.table) >= 7700 && Number(r.table) < 7955).map((r) => `route ${JSON.stringify(r)}`));
+  }
+  const addrs = await n.ns.ipJson<{ addr_info: { local: string; prefixlen: number }[] }[]>('addr', 'show', 'dev', 'eth0');
+  for (const a of addrs[0]?.addr_info ?? []) if (/^198\.51\.100\.1\d\d$|^2001:db8::1\d\d$/.test(a.local)) out.push(`address ${a.local}/${a.prefixlen}`);
+  return out;
+}
+
+/** iperf3 TCP throughput (3 s) in bits/s from `client` to `to`, an iperf3 server run in `server` for it. */
+export async function iperf3(server: Netns, client: Netns, to: string): Promise<number> {
+  const child = spawn('ip', ['netns', 'exec', server.name, 'iperf3', '-s', '-1', '-p', '5201'], { stdio: 'ignore' });
+  const exited = once(child, 'exit');
+  try {
+    await new Promise((r) => setTimeout(r, 300));
+    const out = await client.exec('iperf3', '-c', to, '-p', '5201', '-t', '3', '-J');
+    return (JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } }).end.sum_received.bits_per_second;
+  } finally {
+    if (child.exitCode === null) child.kill();
+    await exited;
+  }
 }
 
 export class EgressCluster {
@@ -121,12 +156,12 @@ export class EgressCluster {
     });
   }
 
-  /** A pod on `n` in namespace `default` with `labels`, wired and published as a Pod object. */
-  async addPod(n: ClusterNode, labels: Record<string, string>): Promise<Pod> {
+  /** A pod on `n` in namespace `default` with `labels` (and `name`), wired and published as a Pod object. */
+  async addPod(n: ClusterNode, labels: Record<string, string>, name = `p${++this.#pods}`): Promise<Pod> {
     const pod = await this.c.addPod(n);
     const ips = [pod.ip, ...(pod.ipv6 ? [pod.ipv6] : [])];
     this.c.api!.seed('pods', {
-      metadata: { namespace: 'default', name: `p${++this.#pods}`, labels },
+      metadata: { namespace: 'default', name, labels },
       spec: { nodeName: n.name, containers: [{ name: 'main', image: 'weft' }] },
       status: { phase: 'Running', podIP: ips[0], podIPs: ips.map((ip) => ({ ip })) },
     });
@@ -147,6 +182,34 @@ export class EgressCluster {
 
   policyStatus(name: string): Obj {
     return (this.c.api!.object(`egresspolicies.${EGRESS_GROUP}`, name, 'default')?.status ?? {}) as Obj;
+  }
+
+  /** Creates a FloatingIP or PortForward in namespace `default`. */
+  inbound(kind: 'FloatingIP' | 'PortForward', name: string, spec: Obj): void {
+    this.c.api!.seed(`${kind.toLowerCase()}s.${EGRESS_GROUP}`, { apiVersion: API_VERSION, kind, metadata: { namespace: 'default', name }, spec });
+  }
+
+  removeInbound(kind: 'FloatingIP' | 'PortForward', name: string): void {
+    this.c.api!.remove(`${kind.toLowerCase()}s.${EGRESS_GROUP}`, name, 'default');
+  }
+
+  /** A FloatingIP's or PortForward's status, and its Ready condition's status and reason. */
+  inboundStatus(kind: 'FloatingIP' | 'PortForward', name: string): Obj & { ready?: string; reason?: string } {
+    const status = (this.c.api!.object(`${kind.toLowerCase()}s.${EGRESS_GROUP}`, name, 'default')?.status ?? {}) as Obj;
+    const ready = ((status.conditions ?? []) as Obj[]).find((x) => x.type === 'Ready');
+    return { ...status, ready: ready?.status as string | undefined, reason: ready?.reason as string | undefined };
+  }
+
+  /** What a server at `url` answers the outside host (undefined: no answer within `maxTimeS`). */
+  fromOutside(url: string, maxTimeS = 2): Promise<string | undefined> {
+    return this.outside.exec('curl', '-s', '--max-time', String(maxTimeS), url).then((s) => s.trim(), () => undefined);
+  }
+
+  /** Waits until a server at `url` answers the outside host with `answer`. */
+  async waitOutside(url: string, answer: string, timeoutMs = 30_000): Promise<void> {
+    let last: string | undefined;
+    await until(`the outside host answered ${answer} by ${url}`, async () => (last = await this.fromOutside(url)) === answer, timeoutMs,
+      () => `last answer ${last}\n${this.c.nodes.map((n) => `--- ${n.name}\n${n.daemon.log().slice(-4000)}`).join('\n')}`);
   }
 
   /** What a source server at `url` answers `pod` (undefined: no answer within `maxTimeS`). */

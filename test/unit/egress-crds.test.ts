@@ -10,6 +10,7 @@ import { parseAllDocuments } from 'yaml';
 import {
   DEFAULT_LIMIT, EGRESS_GROUP, EGRESS_SOURCES, EGRESS_VERSION, EIP_ALLOCATION_MODES, NODE_SELECTION_MODES, parseGateway, parsePolicy,
 } from '../../src/egress/api.ts';
+import { FORWARD_PROTOCOLS, parseInbound } from '../../src/egress/inbound.ts';
 import { pruneAndDefault, validateSchema } from '../support/kube-api/schema.ts';
 import type { Obj } from '../support/kube-api/status.ts';
 
@@ -29,13 +30,15 @@ function admit(kind: string, o: Obj): { stored: Obj; errors: string[] } {
   return { stored, errors: validateSchema(schemaOf(kind), stored).map((e) => e.field).sort() };
 }
 
-test('four CRDs of egress.weft.dev/v1alpha1, scoped as the API says; the three users write with a status subresource', () => {
+test('six CRDs of egress.weft.dev/v1alpha1, scoped as the API says; the five users write with a status subresource', () => {
   assert.equal(EGRESS_GROUP, 'egress.weft.dev');
   assert.deepEqual(crds.map((c) => [c.kind, c.apiVersion, (c.metadata as Obj).name, spec(c).scope, (spec(c).names as Obj).kind]), [
     ['CustomResourceDefinition', 'apiextensions.k8s.io/v1', 'egressgateways.egress.weft.dev', 'Cluster', 'EgressGateway'],
     ['CustomResourceDefinition', 'apiextensions.k8s.io/v1', 'egresspolicies.egress.weft.dev', 'Namespaced', 'EgressPolicy'],
     ['CustomResourceDefinition', 'apiextensions.k8s.io/v1', 'egressclusterpolicies.egress.weft.dev', 'Cluster', 'EgressClusterPolicy'],
     ['CustomResourceDefinition', 'apiextensions.k8s.io/v1', 'egressendpoints.egress.weft.dev', 'Cluster', 'EgressEndpoints'],
+    ['CustomResourceDefinition', 'apiextensions.k8s.io/v1', 'floatingips.egress.weft.dev', 'Namespaced', 'FloatingIP'],
+    ['CustomResourceDefinition', 'apiextensions.k8s.io/v1', 'portforwards.egress.weft.dev', 'Namespaced', 'PortForward'],
   ]);
   for (const c of crds) {
     assert.equal(spec(c).group, EGRESS_GROUP);
@@ -56,13 +59,17 @@ test('the schemas are structural: every node typed, every object\'s fields liste
     }
     if (s.type === 'array') walk(s.items as Obj, `${path}[]`);
   };
-  for (const kind of ['EgressGateway', 'EgressPolicy', 'EgressClusterPolicy', 'EgressEndpoints']) walk(schemaOf(kind), kind);
+  for (const kind of ['EgressGateway', 'EgressPolicy', 'EgressClusterPolicy', 'EgressEndpoints', 'FloatingIP', 'PortForward']) walk(schemaOf(kind), kind);
   const gw = (schemaOf('EgressGateway').properties as Obj).spec as Obj;
   const props = (path: string[]) => path.reduce((s, k) => (s.properties as Obj)[k] as Obj, gw);
   assert.deepEqual(props(['nodeSelection', 'mode']).enum, [...NODE_SELECTION_MODES]);
   assert.deepEqual(props(['eipAllocation', 'mode']).enum, [...EIP_ALLOCATION_MODES]);
   assert.equal(props(['nodeSelection', 'limit']).default, DEFAULT_LIMIT);
   assert.equal(props(['eipAllocation', 'limit']).default, DEFAULT_LIMIT);
+  const forward = ((schemaOf('PortForward').properties as Obj).spec as Obj).properties as Obj;
+  assert.deepEqual((forward.protocol as Obj).enum, [...FORWARD_PROTOCOLS]);
+  const target = (((((schemaOf('EgressEndpoints').properties as Obj).spec as Obj).properties as Obj).inbound as Obj).items as Obj).properties as Obj;
+  assert.deepEqual((target.protocol as Obj).enum, [...FORWARD_PROTOCOLS]);
   for (const kind of ['EgressPolicy', 'EgressClusterPolicy']) {
     const source = ((((schemaOf(kind).properties as Obj).spec as Obj).properties as Obj).egressAddress as Obj).properties as Obj;
     assert.deepEqual((source.source as Obj).enum, [...EGRESS_SOURCES]);
@@ -97,4 +104,22 @@ test('sample objects: defaults filled as parseGateway and parsePolicy assume, un
   assert.ok(!('invalid' in parsePolicy(cluster.stored)));
   const status = admit('EgressPolicy', { spec: { gateway: 'gw', podSelector: {} }, status: { node: 'n1', eip: { ipv4: '198.51.100.10' }, conditions: [{ type: 'Ready', status: 'Maybe' }] } });
   assert.deepEqual(status.errors, ['status.conditions[0].status']);
+});
+
+test('sample floating IPs and port forwards: defaults filled as parseInbound assumes, bad fields rejected by field', () => {
+  const meta = { name: 'web', namespace: 'shop' };
+  const fip = admit('FloatingIP', { metadata: meta, spec: { gateway: 'gw', pod: 'web', extra: 1 } });
+  assert.deepEqual([fip.errors, spec(fip.stored)], [[], { gateway: 'gw', pod: 'web' }]);
+  assert.ok(!('invalid' in parseInbound('FloatingIP', fip.stored)));
+  assert.deepEqual(admit('FloatingIP', { spec: { gateway: '', eip: { ipv4: '2001:db8::1' } } }).errors, ['spec.eip.ipv4', 'spec.gateway', 'spec.pod']);
+  const pf = admit('PortForward', { metadata: meta, spec: { gateway: 'gw', pod: 'web', eip: { ipv4: '198.51.100.10' }, port: 80 } });
+  assert.deepEqual([pf.errors, spec(pf.stored).protocol], [[], 'TCP']);
+  const parsed = parseInbound('PortForward', pf.stored);
+  assert.ok(parsed.kind === 'PortForward' && !('invalid' in parsed), JSON.stringify(parsed));
+  assert.deepEqual([parsed.protocol, parsed.port, parsed.podPort], ['TCP', 80, 80]);
+  assert.deepEqual(admit('PortForward', { spec: { gateway: 'gw', pod: 'web', eip: {}, protocol: 'ICMP', port: 0, podPort: 65536 } }).errors,
+    ['spec.eip', 'spec.podPort', 'spec.port', 'spec.protocol']);
+  assert.deepEqual(admit('PortForward', { spec: { gateway: 'gw', pod: 'web' } }).errors, ['spec.eip', 'spec.port']);
+  const status = admit('FloatingIP', { spec: { gateway: 'gw', pod: 'web' }, status: { node: 'n1', eip: { ipv4: '198.51.100.10' }, podIPs: ['10.244.1.5'], conditions: [{ type: 'Ready', status: 'False', reason: 'PodNotFound' }] } });
+  assert.deepEqual([status.errors, (status.stored.status as Obj).podIPs], [[], ['10.244.1.5']]);
 });

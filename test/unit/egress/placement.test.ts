@@ -290,3 +290,24 @@ test('property: for any gateways, nodes, policies and history, placement never t
     },
   ), { numRuns: 400 });
 });
+
+test('a floating IP\'s EIP has no other user: it takes a free one, allocation passes it over, and whoever asks for it (or it for a used one) fails with EIPTaken', () => {
+  const fip = (id: string, over: Partial<Policy> = {}) => policy(id, { exclusive: true, ...over });
+  const limit = [gateway({ eipAllocation: { mode: 'Limit', limit: 5 } })];
+  const first = run({ gateways: limit, policies: [policy('default/p1'), fip('FloatingIP default/f1'), policy('default/p2')] });
+  assert.deepEqual(where(first), { 'FloatingIP default/f1': 'n1 198.51.100.10', 'default/p1': 'n2 198.51.100.11', 'default/p2': 'n2 198.51.100.11' });
+  const r = run({ gateways: limit, previous: previousOf(first), policies: [
+    policy('default/p1'), fip('FloatingIP default/f1'), policy('default/p2'), policy('default/p3', { ipv4: '198.51.100.10' }), fip('FloatingIP default/f2', { ipv4: '198.51.100.11' }),
+  ] });
+  assert.deepEqual(where(r), {
+    'FloatingIP default/f1': 'n1 198.51.100.10', 'default/p1': 'n2 198.51.100.11', 'default/p2': 'n2 198.51.100.11',
+    'default/p3': 'EIPTaken', 'FloatingIP default/f2': 'EIPTaken',
+  });
+  const byId = new Map(r.policies.map((s) => [s.id, s]));
+  assert.equal(byId.get('default/p3')!.message, 'EIP 198.51.100.10 is taken by FloatingIP default/f1');
+  assert.match(byId.get('FloatingIP default/f2')!.message, /^EIP 198\.51\.100\.11 is used by default\/p1, default\/p2, and a floating IP's EIP has no other user$/);
+  // Kept as placed in the next round, and a pool without a free EIP says so.
+  const again = run({ previous: previousOf(r), gateways: [gateway({ eipPool: { ipv4: ['198.51.100.10-198.51.100.11'], ipv6: [] } })], policies: [policy('default/p1'), fip('FloatingIP default/f1'), fip('FloatingIP default/f3')] });
+  assert.deepEqual(where(again), { 'default/p1': 'n2 198.51.100.11', 'FloatingIP default/f1': 'n1 198.51.100.10', 'FloatingIP default/f3': 'EIPPoolExhausted' });
+  assert.match(again.policies.find((s) => s.id === 'FloatingIP default/f3')!.message, /no EIP of EgressGateway "gw" is free, and a floating IP's EIP has no other user/);
+});
