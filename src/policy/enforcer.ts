@@ -15,13 +15,15 @@
  *   own. A Pod the watch has not shown yet is waited for (`podWaitMs`); if it never comes, the
  *   ADD fails and the runtime tries again: closed, never open.
  * - Apply: one render of the whole model per batch of changes, in one `nft -f` transaction that
- *   sends only the sets and chains that differ (render.ts, policyUpdate); the whole table after
- *   a failure or a drift. Changes arriving during an apply are taken by the next one. The table
+ *   sends only the sets, maps and chains that differ (render.ts, policyUpdate: a changed policy is
+ *   the few rules and the sets of the groups of pods it selects); the whole table after a failure
+ *   or a drift. Each apply logs (debug) its render and nft times. Changes arriving during an apply are taken by the next one. The table
  *   goes when no policy selects a pod of the node; it stays when weftd stops (the data plane
  *   outlives the agent).
  * - Repair, as the masquerade rules (masq/manager.ts): `nft monitor` reports every change to the
  *   ruleset; the table is then listed and compared with the listing taken right after our own
- *   apply, and loaded whole again when it differs. Every `resyncSeconds` the br_netfilter sysctls
+ *   apply (in the background, so the next change never waits for it), and loaded whole again
+ *   when it differs. Every `resyncSeconds` the br_netfilter sysctls
  *   are read (and set back to 1 with a warning), every 5 minutes the table is compared anyway.
  * - Requirements, checked at start with errors naming what is missing: `nft` working (the rules
  *   are nftables whatever --traffic-rules says: the table lives beside iptables' chains), and
@@ -117,6 +119,9 @@ export class PolicyEnforcer {
   #golden: string | undefined;
   /** Applies sent, so a listing taken across one is not mistaken for drift. */
   #applies = 0;
+  /** The apply {@link #golden} was listed after (-1: none yet, or being listed). */
+  #goldenOf = -1;
+  #goldenTask: Promise<void> | undefined;
   /** Bumped by every change; an apply covers the generation it started with. */
   #generation = 0;
   #appliedGeneration = -1;
@@ -186,6 +191,7 @@ export class PolicyEnforcer {
     this.#stop.abort();
     await Promise.all(this.#tasks);
     await this.#applying;
+    await this.#goldenTask;
   }
 
   /**
@@ -301,9 +307,7 @@ export class PolicyEnforcer {
         const waiting = this.#applyWaiters;
         this.#applyWaiters = waiting.filter((w) => w.generation > generation);
         for (const w of waiting) if (w.generation <= generation) w.resolve();
-        // What the repair compares with, taken after the waiters are answered (a large table takes
-        // hundreds of milliseconds to list).
-        if (loaded) this.#golden = this.#applied ? await this.#list() : undefined;
+        if (loaded) this.#takeGolden();
       } catch (e) {
         this.#appliedKnown = false;
         if (String(e) !== String(this.#failure)) this.#log.error('network policy: failed to apply the rules; trying again', { err: e });
@@ -316,16 +320,48 @@ export class PolicyEnforcer {
   }
 
   /**
+   * Lists what the repair compares with, in the background: a large table takes hundreds of
+   * milliseconds to list, and the next change must not wait for it. A listing that an apply
+   * overtook is dropped; until one stands, the repair compares nothing.
+   */
+  #takeGolden(): void {
+    const applies = this.#applies;
+    this.#goldenOf = -1;
+    if (!this.#applied) {
+      this.#golden = undefined;
+      this.#goldenOf = applies;
+      return;
+    }
+    const started = performance.now();
+    this.#goldenTask = this.#list().then((listing) => {
+      if (applies !== this.#applies) return;
+      this.#golden = listing;
+      this.#goldenOf = applies;
+      this.#log.debug('network policy: listed the applied rules for the repair', { list_ms: Math.round(performance.now() - started), bytes: listing?.length ?? 0 });
+    }, (e: unknown) => {
+      if (applies !== this.#applies) return;
+      // Without a listing the repair cannot tell drift: load everything again, and list that.
+      this.#log.error('network policy: failed to list the applied rules; loading them again', { err: e });
+      this.#appliedKnown = false;
+      this.#bump();
+      this.#kick();
+    });
+  }
+
+  /**
    * Renders the model and sends what differs from the loaded rules (all of it when unknown);
    * returns whether anything was sent.
    */
   async #apply(): Promise<boolean> {
+    const started = performance.now();
     const next = renderPolicy(this.#model(), this.#o.node);
     const script = this.#appliedKnown ? policyUpdate(this.#applied, next) : policyScript(next);
     if (script === '') return false;
     const had = this.#applied !== undefined;
     this.#applies++;
+    const rendered = performance.now();
     await mustRun(this.#run, `apply nftables table inet ${NFT_POLICY_TABLE}`, ['nft', '-f', '-'], script);
+    this.#log.debug('network policy: rules applied', { render_ms: Math.round(rendered - started), nft_ms: Math.round(performance.now() - rendered), bytes: script.length, whole: !this.#appliedKnown });
     this.#applied = next;
     this.#appliedKnown = true;
     if (!next && had) this.#log.info(`network policy: no policy selects a pod of this node; table inet ${NFT_POLICY_TABLE} removed`);
@@ -344,7 +380,7 @@ export class PolicyEnforcer {
 
   /** Compares the table with the listing of our last apply; loads it whole again when they differ. */
   async #checkTable(): Promise<void> {
-    if (!this.#appliedKnown || this.#applying) return;
+    if (!this.#appliedKnown || this.#applying || this.#goldenOf !== this.#applies) return;
     const applies = this.#applies;
     const listing = await this.#list();
     // An apply since (or still listing its own result) makes this listing no evidence of drift.

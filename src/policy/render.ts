@@ -229,24 +229,33 @@ function namedParts(model: PolicyModel, f: Family, policy: NetworkPolicy, rule: 
 
 const samePorts = (a: readonly Range[], b: readonly Range[]) => a.length === b.length && a.every((r, i) => r[0] === b[i]![0] && r[1] === b[i]![1]);
 
+const compareRanges = (a: Range, b: Range) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0);
+
 /**
  * The union of (address range × port range) boxes as disjoint address ranges, each with its
  * merged port ranges (neighbours with equal ports merged): elements of an interval set of
- * concatenations must not overlap. A sweep over the range boundaries.
+ * concatenations must not overlap. Boxes of one address range are taken together (policies of
+ * one group mostly share their peers), then a sweep over the range boundaries.
  */
 function disjointBoxes(boxes: readonly (readonly [Range, Range])[]): [Range, Range[]][] {
-  const cuts = [...new Set(boxes.flatMap(([r]) => [r[0], r[1] + 1n]))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-  const byStart = [...boxes].sort((a, b) => (a[0][0] < b[0][0] ? -1 : a[0][0] > b[0][0] ? 1 : 0));
+  const sorted = [...boxes].sort((a, b) => compareRanges(a[0], b[0]));
+  const byRange: [Range, Range[]][] = [];
+  for (const [r, p] of sorted) {
+    const last = byRange.at(-1);
+    if (last && compareRanges(last[0], r) === 0) last[1].push(p);
+    else byRange.push([r, [p]]);
+  }
+  const cuts = [...new Set(byRange.flatMap(([r]) => [r[0], r[1] + 1n]))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
   const out: [Range, Range[]][] = [];
-  let active: (readonly [Range, Range])[] = [];
+  let active: [Range, Range[]][] = [];
   let next = 0;
   for (let i = 0; i + 1 < cuts.length; i++) {
     const lo = cuts[i]!;
     const hi = cuts[i + 1]! - 1n;
-    while (next < byStart.length && byStart[next]![0][0] <= lo) active.push(byStart[next++]!);
+    while (next < byRange.length && byRange[next]![0][0] <= lo) active.push(byRange[next++]!);
     active = active.filter(([r]) => r[1] >= lo);
     if (active.length === 0) continue;
-    const ports = merge(active.map(([, p]) => p));
+    const ports = merge(active.flatMap(([, p]) => p));
     const last = out.at(-1);
     if (last && last[0][1] + 1n === lo && samePorts(last[1], ports)) last[0] = [last[0][0], hi];
     else out.push([[lo, hi], ports]);
