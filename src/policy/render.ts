@@ -34,22 +34,30 @@
  * of allowed connections), then IPv6 neighbour solicitations and advertisements (bridged between
  * pods, they cross the IPv6 hooks, and a dropped advertisement would break every allowed IPv6
  * connection of an isolated pod), then a pod's traffic to its own address through a Service
- * (hairpin: a pod cannot block itself; a set of `addr . addr` pairs), then sends a packet whose
- * source is a local pod isolated for egress to the `egress4`/`egress6` chain, then one whose
- * destination is a local pod isolated for ingress to `ingress4`/`ingress6`. Isolation is a set lookup, so pods selected by no policy of a
- * direction are untouched. A direction chain holds one rule per policy rule (two for an egress
- * rule with both numeric and named ports) that `return`s when the rule allows the packet, and a
- * final `drop`; a return from egress goes on to the ingress check, so pod to pod needs both.
- * Every address and port lives in named sets, keyed by concatenations (`ip daddr . meta l4proto
- * . th dport`) with intervals for ipBlock ranges and endPort ranges: the rule count grows with
- * the policies' rules, never with pods. Named ports are resolved per pod into those sets (on the
- * local target for ingress, on each peer pod for egress). ipBlock excepts are subtracted and
- * ranges merged before rendering, so every set holds disjoint elements, each once (pods sharing
- * an address, a terminating one and its successor, merged). A policy that selects no local pod
- * renders nothing on this node; no policy selecting one removes the table.
+ * (hairpin: a pod cannot block itself; a set of `addr . addr` pairs), then dispatches: a verdict
+ * map `egress4`/`egress6` from the source address of a local pod isolated for egress, then
+ * `ingress4`/`ingress6` from the destination address of one isolated for ingress, each jumping
+ * to the chain of that pod's group: the local addresses that exactly the same policies select in
+ * that direction (named after the policy when it is one, else a hash of their names). A pod no
+ * policy of a direction selects misses the map and is untouched; a `return` from the egress
+ * chain goes on to the ingress dispatch, so pod to pod needs both.
+ *
+ * A group chain judges a new connection by at most four lookups, however many policies and rules
+ * select its pods: every rule of every policy of the group is cut into parts (peers × ports) and
+ * the parts of one shape go into one set: `_peers` (the remote address, rules without ports),
+ * `_ports` (remote address . protocol . port, numeric ports, and egress named ports resolved on
+ * each peer pod), `_named` (local address . remote address . protocol . port, ingress named
+ * ports resolved on each local pod); a rule with neither peers nor ports makes the chain a bare
+ * `return`; the chain ends with `drop`. Sets are intervals of concatenations, whose elements
+ * must not overlap: ipBlock excepts are subtracted, and the union of the boxes of all rules is
+ * cut into disjoint address ranges, each with its merged ports (disjointBoxes). So the rule
+ * count grows with the groups (at most the local pods, in practice the distinct combinations of
+ * policies selecting them), never with pods × policies; set elements grow with peers × ports of
+ * the rules. A change to one policy rewrites the few rules and refills the sets of the groups
+ * of the pods it selects, and the maps' elements when pods change group; the rest stays.
  *
  * Determinism. Policies in namespace/name order, rules in API order, set elements sorted: equal
- * models give byte-equal scripts, so a diff of two scripts is the change. Set names carry the
+ * models give byte-equal scripts, so a diff of two scripts is the change. Chain names carry the
  * policy's namespace and name (`_` cannot occur in either), hashed when too long for the kernel.
  */
 import { createHash } from 'node:crypto';
