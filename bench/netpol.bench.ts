@@ -50,19 +50,23 @@ function median(xs: number[]): number {
 }
 
 /**
- * TCP connections per second from `client` to each of `ips`:80, 4 at a time to each, all at once,
- * for SECONDS. Each is reset once connected: closed, tens of thousands of them would hold every
- * ephemeral port of the client in TIME_WAIT, and the rate would measure the search for a port.
+ * TCP connections per second from `client` to each of `ips`:80, 4 at a time to each, all at once
+ * (one process per address, the same start and end), for SECONDS. Each is reset once connected:
+ * closed, tens of thousands of them would hold every ephemeral port of the client in TIME_WAIT,
+ * and the rate would measure the search for a port.
  */
 async function connRates(client: Netns, ips: readonly string[]): Promise<number[]> {
-  const script = `
+  const start = Date.now() + 2000;
+  return Promise.all(ips.map(async (ip) => {
+    const script = `
 const net = require('node:net');
-const ips = ${JSON.stringify(ips)};
-const end = Date.now() + ${SECONDS * 1000};
-const n = ips.map(() => 0);
-const one = (k) => new Promise((resolve) => { const c = net.connect({ host: ips[k], port: 80 }); c.on('connect', () => { n[k]++; c.resetAndDestroy(); resolve(); }); c.on('error', () => resolve()); });
-(async () => { await Promise.all(ips.flatMap((_, k) => Array.from({ length: 4 }, async () => { while (Date.now() < end) await one(k); }))); console.log(JSON.stringify(n.map((x) => x / ${SECONDS}))); })();`;
-  return JSON.parse(await client.exec(NODE, '-e', script)) as number[];
+const start = ${start};
+const end = start + ${SECONDS * 1000};
+let n = 0;
+const one = () => new Promise((resolve) => { const c = net.connect({ host: '${ip}', port: 80 }); c.on('connect', () => { n++; c.resetAndDestroy(); resolve(); }); c.on('error', () => resolve()); });
+setTimeout(async () => { await Promise.all(Array.from({ length: 4 }, async () => { while (Date.now() < end) await one(); })); console.log(n / ${SECONDS}); }, start - Date.now());`;
+    return Number((await client.exec(NODE, '-e', script)).trim());
+  }));
 }
 
 /** iperf3 (TCP) from `client` to `server` at `ip`, in Gbit/s received. */

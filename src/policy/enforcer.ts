@@ -14,17 +14,18 @@
  *   status.podIPs. Until the Pod's status lists them, the wired addresses are added to the Pod's
  *   own. A Pod the watch has not shown yet is waited for (`podWaitMs`); if it never comes, the
  *   ADD fails and the runtime tries again: closed, never open.
- * - Apply: one render of the whole model per batch of changes, in one `nft -f` transaction that
- *   sends only the sets, maps and chains that differ (render.ts, policyUpdate: a changed policy is
- *   the few rules and the sets of the groups of pods it selects); the whole table after a failure
- *   or a drift. Each apply logs (debug) its render and nft times. Changes arriving during an apply are taken by the next one. The table
- *   goes when no policy selects a pod of the node; it stays when weftd stops (the data plane
- *   outlives the agent).
+ * - Apply: one render of the whole model per batch of changes (by a PolicyRenderer, which works
+ *   out again only what the changed objects touch), in one `nft -f` transaction that sends only
+ *   the sets, maps and chains that differ (render.ts, policyUpdate: a changed policy is the few
+ *   rules and the sets of the groups of pods it selects); the whole table after a failure or a
+ *   drift. Each apply logs (debug) its render and nft times. Changes arriving during an apply are
+ *   taken by the next one. The table goes when no policy selects a pod of the node; it stays when
+ *   weftd stops (the data plane outlives the agent).
  * - Repair, as the masquerade rules (masq/manager.ts): `nft monitor` reports every change to the
  *   ruleset; the table is then listed and compared with the listing taken right after our own
  *   apply (in the background, so the next change never waits for it), and loaded whole again
- *   when it differs. Every `resyncSeconds` the br_netfilter sysctls
- *   are read (and set back to 1 with a warning), every 5 minutes the table is compared anyway.
+ *   when it differs. Every `resyncSeconds` the br_netfilter sysctls are read (and set back to 1
+ *   with a warning), every 5 minutes the table is compared anyway.
  * - Requirements, checked at start with errors naming what is missing: `nft` working (the rules
  *   are nftables whatever --traffic-rules says: the table lives beside iptables' chains), and
  *   br_netfilter with net.bridge.bridge-nf-call-iptables / -ip6tables at 1, without which traffic
@@ -41,7 +42,7 @@ import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { Backoff, sleep } from '../retry.ts';
 import { isInvalid, parseNamespace, parseNetworkPolicy, parsePod } from './model.ts';
 import type { Invalid, Namespace, NetworkPolicy, Pod, PolicyModel } from './model.ts';
-import { BRIDGE_NF_SYSCTLS, NFT_POLICY_TABLE, policyScript, policyUpdate, renderPolicy } from './render.ts';
+import { BRIDGE_NF_SYSCTLS, NFT_POLICY_TABLE, PolicyRenderer, policyScript, policyUpdate } from './render.ts';
 import type { PolicyRuleset } from './render.ts';
 
 /** The whole table is compared with the kernel's this often, whatever the monitor said. */
@@ -112,6 +113,8 @@ export class PolicyEnforcer {
   readonly #listed = new Set<string>();
   /** Waiters for the Pod of a wired container to appear. */
   readonly #podWaiters = new Set<() => void>();
+  /** Keeps what it worked out from one model for the next: a policy changed is rendered in milliseconds. */
+  readonly #renderer = new PolicyRenderer();
   /** What was last applied; undefined: no table, or unknown (the next apply loads it whole). */
   #applied: PolicyRuleset | undefined;
   #appliedKnown = false;
@@ -354,7 +357,7 @@ export class PolicyEnforcer {
    */
   async #apply(): Promise<boolean> {
     const started = performance.now();
-    const next = renderPolicy(this.#model(), this.#o.node);
+    const next = this.#renderer.render(this.#model(), this.#o.node);
     const script = this.#appliedKnown ? policyUpdate(this.#applied, next) : policyScript(next);
     if (script === '') return false;
     const had = this.#applied !== undefined;

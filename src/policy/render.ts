@@ -64,9 +64,9 @@ import { createHash } from 'node:crypto';
 import { bits, formatIP, lastIP } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
 import { matchesLabels } from '../k8s/label-selector.ts';
-import { byNamespace, podsMatching, policiesSelecting, resolvePort } from './evaluate.ts';
+import { byNamespace, podsMatching, resolvePort } from './evaluate.ts';
 import type { Direction } from './evaluate.ts';
-import type { NetworkPolicy, Pod, PolicyModel, PolicyPort, PolicyRule, Protocol } from './model.ts';
+import type { Namespace, NetworkPolicy, Pod, PolicyModel, PolicyPort, PolicyRule, Protocol } from './model.ts';
 
 /** Weft's network policy table (family `inet`). */
 export const NFT_POLICY_TABLE = 'weft-policy';
@@ -283,6 +283,11 @@ function remotePortElements(f: Family, parts: readonly Part[]): string[] {
 
 const policyKey = (p: NetworkPolicy) => `${p.namespace}/${p.name}`;
 
+/** The local pods `policy` selects. */
+function targetsOf(policy: NetworkPolicy, local: readonly Pod[]): Pod[] {
+  return (byNamespace(local).get(policy.namespace) ?? []).filter((p) => matchesLabels(policy.podSelector, p.labels));
+}
+
 /**
  * The name of the chain of the local addresses that exactly `policies` select in a direction and
  * family: the policy's namespace and name when it is one (`_` cannot occur in either), else a
@@ -329,72 +334,139 @@ function groupChain(model: PolicyModel, shared: (policy: NetworkPolicy, rule: Po
   return [...rules, 'drop'];
 }
 
+/** Whether two lists hold the same objects in the same order. */
+const sameObjects = (a: readonly object[], b: readonly object[]) => a.length === b.length && a.every((x, i) => x === b[i]);
+
+/** A group chain as last rendered, with what it was rendered from. */
+interface RenderedGroup {
+  policies: readonly NetworkPolicy[];
+  targets: readonly (readonly [Pod, IP])[];
+  rules: string[];
+  sets: NftSet[];
+}
+
+/**
+ * Renders models into rulesets ({@link renderPolicy}), keeping what it worked out from one model
+ * for the next: while the pods and namespaces are the same objects (a policy changed), each
+ * policy's local targets, each rule's peers and ports, and each group chain whose policies and
+ * pods are the same objects are taken again instead of worked out; any pod or namespace changed,
+ * everything is worked out again. The result is what a fresh render gives, always; only the time
+ * differs (weftd renders the whole model on every change).
+ */
+export class PolicyRenderer {
+  #node = '';
+  #pods: readonly Pod[] = [];
+  #namespaces: readonly Namespace[] = [];
+  #targets = new Map<NetworkPolicy, Pod[]>();
+  #parts = new Map<string, Map<PolicyRule, Part[]>>();
+  #groups = new Map<string, RenderedGroup>();
+
+  /** The sets and chains enforcing `model` on `node`'s pods; undefined when no policy selects one. */
+  render(model: PolicyModel, node: string): PolicyRuleset | undefined {
+    if (node !== this.#node || !sameObjects(model.pods, this.#pods) || !sameObjects(model.namespaces, this.#namespaces)) {
+      this.#node = node;
+      this.#pods = model.pods;
+      this.#namespaces = model.namespaces;
+      this.#targets.clear();
+      this.#parts.clear();
+      this.#groups.clear();
+    }
+    const local = model.pods.filter((p) => p.node === node && !p.hostNetwork && p.ips.length > 0);
+    const targets = new Map<NetworkPolicy, Pod[]>();
+    for (const policy of model.policies) targets.set(policy, this.#targets.get(policy) ?? targetsOf(policy, local));
+    this.#targets = targets;
+    const parts = new Map<string, Map<PolicyRule, Part[]>>();
+    const groups = new Map<string, RenderedGroup>();
+    const sets: NftSet[] = [];
+    const maps: NftSet[] = [];
+    const chains = new Map<string, string[]>();
+    const dispatch: string[] = [];
+    const isolated = new Map<Family, IP[]>(FAMILIES.map((f) => [f, []]));
+    for (const dir of ['egress', 'ingress'] as const) {
+      const selecting = new Map<Pod, NetworkPolicy[]>();
+      for (const [policy, pods] of targets) {
+        if (!policy[dir]) continue;
+        for (const pod of pods) selecting.set(pod, [...(selecting.get(pod) ?? []), policy]);
+      }
+      for (const f of FAMILIES) {
+        // Each local address, the policies selecting a pod holding it (pods sharing one, a
+        // terminating pod and its successor, add up) and those pods.
+        const byAddr = new Map<bigint, { ip: IP; policies: Set<NetworkPolicy>; pods: Pod[] }>();
+        for (const [pod, policies] of selecting) {
+          for (const ip of pod.ips) {
+            if (ip.family !== f) continue;
+            const entry = byAddr.get(ip.value) ?? { ip, policies: new Set(), pods: [] };
+            for (const p of policies) entry.policies.add(p);
+            entry.pods.push(pod);
+            byAddr.set(ip.value, entry);
+          }
+        }
+        if (byAddr.size === 0) continue;
+        const members = new Map<string, { policies: NetworkPolicy[]; targets: [Pod, IP][] }>();
+        const jumps: [IP, string][] = [];
+        for (const { ip, policies, pods } of byAddr.values()) {
+          const sorted = [...policies].sort((a, b) => (policyKey(a) < policyKey(b) ? -1 : policyKey(a) > policyKey(b) ? 1 : 0));
+          const name = groupName(dir, f, sorted);
+          const group = members.get(name) ?? { policies: sorted, targets: [] };
+          for (const pod of pods) group.targets.push([pod, ip]);
+          members.set(name, group);
+          jumps.push([ip, name]);
+        }
+        const key = `${dir}${f}`;
+        const known = this.#parts.get(key);
+        const cache = new Map<PolicyRule, Part[]>();
+        parts.set(key, cache);
+        const shared = (policy: NetworkPolicy, rule: PolicyRule) => {
+          let p = cache.get(rule);
+          if (!p) cache.set(rule, (p = known?.get(rule) ?? sharedParts(model, dir, f, policy, rule)));
+          return p;
+        };
+        for (const name of [...members.keys()].sort()) {
+          const { policies, targets: held } = members.get(name)!;
+          const was = this.#groups.get(name);
+          const same = was && sameObjects(was.policies, policies) && was.targets.length === held.length && was.targets.every(([p, a], i) => p === held[i]![0] && a === held[i]![1]);
+          let group: RenderedGroup;
+          if (same) {
+            group = was;
+            // The parts its policies' rules are made of stay known for the next render.
+            for (const policy of policies) for (const rule of policy[dir]!) shared(policy, rule);
+          } else {
+            const own: NftSet[] = [];
+            group = { policies, targets: held, rules: groupChain(model, shared, own, dir, f, name, policies, held), sets: own };
+          }
+          groups.set(name, group);
+          chains.set(name, group.rules);
+          sets.push(...group.sets);
+        }
+        jumps.sort(([a], [b]) => byValue(a, b));
+        isolated.get(f)!.push(...jumps.map(([ip]) => ip));
+        const elements = jumps.map(([ip, name]) => `${formatIP(ip)} : jump ${name}`);
+        maps.push({ kind: 'map', name: key, type: `${addrType(f)} : verdict`, interval: false, elements });
+        dispatch.push(`${l3(f)} ${dir === 'egress' ? 'saddr' : 'daddr'} vmap @${key}`);
+      }
+    }
+    this.#parts = parts;
+    this.#groups = groups;
+    if (dispatch.length === 0) return undefined;
+    // A pod reaching itself through a Service address (hairpin) is a pod reaching itself.
+    const loops: string[] = [];
+    const loopSets: NftSet[] = [];
+    for (const [f, addrs] of isolated) {
+      if (addrs.length === 0) continue;
+      const elements = uniqueAddrs(addrs).map((a) => `${a} . ${a}`);
+      loopSets.push({ kind: 'set', name: `self${f}`, type: `${addrType(f)} . ${addrType(f)}`, interval: false, elements });
+      loops.push(`${l3(f)} saddr . ${l3(f)} daddr @self${f} accept`);
+    }
+    // Neighbour discovery between two pods of the bridge passes the IPv6 hooks too (br_netfilter).
+    const nd = isolated.get(6)!.length > 0 ? ['icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept'] : [];
+    chains.set('forward', ['type filter hook forward priority filter; policy accept;', 'ct state established,related accept', ...nd, ...loops, ...dispatch]);
+    return { sets: [...loopSets, ...sets, ...maps], chains };
+  }
+}
+
 /** The sets and chains enforcing `model` on `node`'s pods; undefined when no policy selects one. */
 export function renderPolicy(model: PolicyModel, node: string): PolicyRuleset | undefined {
-  const local = model.pods.filter((p) => p.node === node && !p.hostNetwork && p.ips.length > 0);
-  const sets: NftSet[] = [];
-  const maps: NftSet[] = [];
-  const chains = new Map<string, string[]>();
-  const dispatch: string[] = [];
-  const isolated = new Map<Family, IP[]>(FAMILIES.map((f) => [f, []]));
-  for (const dir of ['egress', 'ingress'] as const) {
-    const selecting = new Map(local.map((p) => [p, policiesSelecting(model, p, dir)]));
-    for (const f of FAMILIES) {
-      // Each local address, the policies selecting a pod holding it (pods sharing one, a
-      // terminating pod and its successor, add up) and those pods.
-      const byAddr = new Map<bigint, { ip: IP; policies: Set<NetworkPolicy>; pods: Pod[] }>();
-      for (const [pod, policies] of selecting) {
-        if (policies.length === 0) continue;
-        for (const ip of pod.ips) {
-          if (ip.family !== f) continue;
-          const entry = byAddr.get(ip.value) ?? { ip, policies: new Set(), pods: [] };
-          for (const p of policies) entry.policies.add(p);
-          entry.pods.push(pod);
-          byAddr.set(ip.value, entry);
-        }
-      }
-      if (byAddr.size === 0) continue;
-      const groups = new Map<string, { policies: NetworkPolicy[]; targets: [Pod, IP][] }>();
-      const jumps: [IP, string][] = [];
-      for (const { ip, policies, pods } of byAddr.values()) {
-        const sorted = [...policies].sort((a, b) => (policyKey(a) < policyKey(b) ? -1 : policyKey(a) > policyKey(b) ? 1 : 0));
-        const name = groupName(dir, f, sorted);
-        const group = groups.get(name) ?? { policies: sorted, targets: [] };
-        for (const pod of pods) group.targets.push([pod, ip]);
-        groups.set(name, group);
-        jumps.push([ip, name]);
-      }
-      const cache = new Map<PolicyRule, Part[]>();
-      const shared = (policy: NetworkPolicy, rule: PolicyRule) => {
-        let parts = cache.get(rule);
-        if (!parts) cache.set(rule, (parts = sharedParts(model, dir, f, policy, rule)));
-        return parts;
-      };
-      for (const name of [...groups.keys()].sort()) {
-        const { policies, targets } = groups.get(name)!;
-        chains.set(name, groupChain(model, shared, sets, dir, f, name, policies, targets));
-      }
-      jumps.sort(([a], [b]) => byValue(a, b));
-      isolated.get(f)!.push(...jumps.map(([ip]) => ip));
-      const elements = jumps.map(([ip, name]) => `${formatIP(ip)} : jump ${name}`);
-      maps.push({ kind: 'map', name: `${dir}${f}`, type: `${addrType(f)} : verdict`, interval: false, elements });
-      dispatch.push(`${l3(f)} ${dir === 'egress' ? 'saddr' : 'daddr'} vmap @${dir}${f}`);
-    }
-  }
-  if (dispatch.length === 0) return undefined;
-  // A pod reaching itself through a Service address (hairpin) is a pod reaching itself.
-  const loops: string[] = [];
-  const loopSets: NftSet[] = [];
-  for (const [f, addrs] of isolated) {
-    if (addrs.length === 0) continue;
-    const elements = uniqueAddrs(addrs).map((a) => `${a} . ${a}`);
-    loopSets.push({ kind: 'set', name: `self${f}`, type: `${addrType(f)} . ${addrType(f)}`, interval: false, elements });
-    loops.push(`${l3(f)} saddr . ${l3(f)} daddr @self${f} accept`);
-  }
-  // Neighbour discovery between two pods of the bridge passes the IPv6 hooks too (br_netfilter).
-  const nd = isolated.get(6)!.length > 0 ? ['icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept'] : [];
-  chains.set('forward', ['type filter hook forward priority filter; policy accept;', 'ct state established,related accept', ...nd, ...loops, ...dispatch]);
-  return { sets: [...loopSets, ...sets, ...maps], chains };
+  return new PolicyRenderer().render(model, node);
 }
 
 /** `nft -f` lines deleting table `inet weft-policy` whether or not it exists. */
