@@ -42,9 +42,9 @@
  * policy of a direction selects misses the map and is untouched; a `return` from the egress
  * chain goes on to the ingress dispatch, so pod to pod needs both.
  *
- * A group chain judges a new connection by at most four lookups, however many policies and rules
- * select its pods: every rule of every policy of the group is cut into parts (peers × ports) and
- * the parts of one shape go into one set: `_peers` (the remote address, rules without ports),
+ * A group chain judges a new connection by at most three set lookups, however many policies and
+ * rules select its pods: every rule of every policy of the group is cut into parts (peers ×
+ * ports) and the parts of one shape go into one set: `_peers` (the remote address, rules without ports),
  * `_ports` (remote address . protocol . port, numeric ports, and egress named ports resolved on
  * each peer pod), `_named` (local address . remote address . protocol . port, ingress named
  * ports resolved on each local pod); a rule with neither peers nor ports makes the chain a bare
@@ -303,8 +303,8 @@ function groupName(dir: Direction, f: Family, policies: readonly NetworkPolicy[]
 /**
  * The chain (and its sets) of one group: the local addresses of family `f` that exactly
  * `policies` select in `dir`, held by `targets`. Every rule of every policy becomes parts, and the
- * parts of one shape go into one set, so the chain has at most four rules whatever the number of
- * policies: a packet is judged by at most four lookups.
+ * parts of one shape go into one set, so the chain has at most three lookups and a `drop`,
+ * whatever the number of policies.
  */
 function groupChain(model: PolicyModel, shared: (policy: NetworkPolicy, rule: PolicyRule) => Part[], sets: NftSet[], dir: Direction, f: Family, name: string, policies: readonly NetworkPolicy[], targets: readonly [Pod, IP][]): string[] {
   const parts: Part[] = [];
