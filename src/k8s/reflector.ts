@@ -35,6 +35,8 @@ export interface ReflectorOptions<T> {
   path: string;
   /** The resource as RBAC names it (`pods`, `networkpolicies`), for errors and logs. */
   resource: string;
+  /** Selectors (labelSelector, fieldSelector) of both the list and the watch. */
+  query?: Record<string, string>;
   log: Logger;
   /** The value kept for an object (its raw JSON is dropped). */
   parse: (o: unknown) => T;
@@ -128,7 +130,7 @@ export class Reflector<T> {
     let rv = '';
     for (;;) {
       signal.throwIfAborted();
-      const query: Record<string, string> = { limit };
+      const query: Record<string, string> = { ...this.#o.query, limit };
       if (cont !== undefined) query.continue = cont;
       else if (from !== '') {
         query.resourceVersion = from;
@@ -226,7 +228,7 @@ export class Reflector<T> {
         }
       };
       const timeoutSeconds = this.#o.watchTimeoutSeconds ?? Math.floor(300 + Math.random() * 300);
-      const query = { resourceVersion: rv, allowWatchBookmarks: 'true', timeoutSeconds: String(timeoutSeconds) };
+      const query = { ...this.#o.query, resourceVersion: rv, allowWatchBookmarks: 'true', timeoutSeconds: String(timeoutSeconds) };
       cancel = http.watch(path, query, onEvent, (err) => {
         if (err) finish({ error: kubeError('watch', resource, undefined, err) });
         else finish({ why: 'the API server closed the watch' });

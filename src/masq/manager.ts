@@ -32,18 +32,15 @@ import { ConfigError, WeftError } from '../errors.ts';
 import { formatCIDR } from '../ip/ip.ts';
 import type { Family } from '../ip/ip.ts';
 import type { Logger } from '../log.ts';
-import { sleep } from '../retry.ts';
 import { IptablesDriver, NftablesDriver } from './drivers.ts';
 import type { Driver, DriverName } from './drivers.ts';
 import { wantedRules } from './rules.ts';
 import type { TrafficNetworks, WantedRules } from './rules.ts';
-import { execRunner, nftMonitor, procSysctl } from './runner.ts';
-import type { Runner, RulesetWatch, RulesetWatcher, Sysctl } from './runner.ts';
+import { execRunner, nftMonitor, procSysctl, runWatchedChecks } from './runner.ts';
+import type { Runner, RulesetWatcher, Sysctl } from './runner.ts';
 
 /** With nftables watched, the whole resync still runs this often, for what no event reports. */
 export const WATCHED_RESYNC_MS = 5 * 60_000;
-/** Changes reported within this long of each other are checked once. */
-const SETTLE_MS = 100;
 
 export interface TrafficRulesOptions {
   /** Which rules engine: `auto` (default) prefers nftables when `nft` works here, else iptables. */
@@ -71,7 +68,7 @@ export interface TrafficRulesOptions {
   /** Reads and sets sysctls; default /proc/sys of this process's namespace. */
   sysctl?: Sysctl;
   log: Logger;
-  /** Waits between resyncs (injectable for tests); default {@link sleep}. */
+  /** Waits between resyncs (injectable for tests); default a timer. */
   delay?: (ms: number, signal: AbortSignal) => Promise<void>;
 }
 
@@ -259,56 +256,14 @@ export class TrafficRules {
   }
 
   async #resyncLoop(signal: AbortSignal): Promise<void> {
-    const delay = this.#opts.delay ?? sleep;
-    const ms = (this.#opts.resyncSeconds ?? 5) * 1000;
     const watcher = this.#driver?.name === 'nftables' ? (this.#opts.watch ?? (this.#opts.runner ? undefined : nftMonitor())) : undefined;
-    let changed = false;
-    let wake: (() => void) | undefined;
-    let watch: RulesetWatch | undefined;
-    let live = false;
-    if (watcher) {
-      watch = watcher(() => {
-        changed = true;
-        wake?.();
-      });
-      live = true;
-      void watch.ended.then(() => {
-        if (signal.aborted) return;
-        live = false;
-        this.#log.warn('nft monitor ended; checking the traffic rules every period instead', { periodSeconds: ms / 1000 });
-        wake?.();
-      });
-    }
-    let lastFull = Date.now();
-    try {
-      while (!signal.aborted) {
-        const woken = new Promise<void>((resolve) => (wake = resolve));
-        try {
-          // A change reported while the last check ran is checked at once.
-          if (!changed) await (live ? Promise.race([delay(ms, signal), woken]) : delay(ms, signal));
-          // Several changes in a row (one transaction prints a line per object) are checked once.
-          if (changed) await delay(SETTLE_MS, signal);
-        } catch {
-          return;
-        }
-        wake = undefined;
-        if (signal.aborted) return;
-        const full = !live || changed || Date.now() - lastFull >= WATCHED_RESYNC_MS;
-        changed = false;
-        try {
-          if (full) {
-            lastFull = Date.now();
-            await this.resync();
-          } else {
-            await this.#checkForwarding();
-          }
-        } catch (e) {
-          this.#log.error('failed to resync traffic rules; trying again next period', { err: e });
-        }
-      }
-    } finally {
-      watch?.stop();
-    }
+    await runWatchedChecks({
+      periodMs: (this.#opts.resyncSeconds ?? 5) * 1000, fullEveryMs: WATCHED_RESYNC_MS, what: 'the traffic rules', log: this.#log,
+      ...(watcher ? { watcher } : {}), ...(this.#opts.delay ? { delay: this.#opts.delay } : {}),
+    }, signal, async (full) => {
+      if (full) await this.resync();
+      else await this.#checkForwarding();
+    });
   }
 
   /**

@@ -6,6 +6,8 @@
 import { spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { WeftError } from '../errors.ts';
+import type { Logger } from '../log.ts';
+import { sleep } from '../retry.ts';
 
 export interface RunResult {
   /** Exit status; 127 when the program could not be started (e.g. not installed). */
@@ -107,4 +109,72 @@ export function nftMonitor(prefix: readonly string[] = []): RulesetWatcher {
     child.stdout.on('data', () => onChange());
     return { ended, stop: () => child.kill() };
   };
+}
+
+export interface WatchedChecksOptions {
+  /** Milliseconds between checks when nothing reports changes (no watcher, or it died). */
+  periodMs: number;
+  /** Reports changes to the ruleset; without one, every check is full. */
+  watcher?: RulesetWatcher;
+  /** With a live watcher, a full check at least this often anyway (a safety net). */
+  fullEveryMs: number;
+  /** What the checks are about, for the log. */
+  what: string;
+  log: Logger;
+  /** Waits (injectable for tests); default {@link sleep}. */
+  delay?: (ms: number, signal: AbortSignal) => Promise<void>;
+}
+
+/** Changes that arrive together (one transaction prints a line per object) are checked once. */
+const SETTLE_MS = 100;
+
+/**
+ * The loop that keeps rules repaired: `check(full)` every period, and at once when the watcher
+ * reports a change (a full check then). While the watcher lives, the periodic checks are light
+ * (`full` false) but for one every `fullEveryMs`; when it dies, every check is full again. A
+ * failed check is logged and tried again next period. Returns when `signal` aborts.
+ */
+export async function runWatchedChecks(o: WatchedChecksOptions, signal: AbortSignal, check: (full: boolean) => Promise<void>): Promise<void> {
+  const delay = o.delay ?? sleep;
+  let changed = false;
+  let wake: (() => void) | undefined;
+  let live = false;
+  const watch = o.watcher?.(() => {
+    changed = true;
+    wake?.();
+  });
+  if (watch) {
+    live = true;
+    void watch.ended.then(() => {
+      if (signal.aborted) return;
+      live = false;
+      o.log.warn(`nft monitor ended; checking ${o.what} every period instead`, { periodSeconds: o.periodMs / 1000 });
+      wake?.();
+    });
+  }
+  let lastFull = Date.now();
+  try {
+    while (!signal.aborted) {
+      const woken = new Promise<void>((resolve) => (wake = resolve));
+      try {
+        // A change reported while the last check ran is checked at once.
+        if (!changed) await (live ? Promise.race([delay(o.periodMs, signal), woken]) : delay(o.periodMs, signal));
+        if (changed) await delay(SETTLE_MS, signal);
+      } catch {
+        return;
+      }
+      wake = undefined;
+      if (signal.aborted) return;
+      const full = !live || changed || Date.now() - lastFull >= o.fullEveryMs;
+      changed = false;
+      try {
+        if (full) lastFull = Date.now();
+        await check(full);
+      } catch (e) {
+        o.log.error(`failed to check ${o.what}; trying again next period`, { err: e });
+      }
+    }
+  } finally {
+    watch?.stop();
+  }
 }

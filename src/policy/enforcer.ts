@@ -37,7 +37,7 @@ import { Reflector } from '../k8s/reflector.ts';
 import type { Changes } from '../k8s/reflector.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
-import { execRunner, mustRun, nftMonitor, procSysctl } from '../masq/runner.ts';
+import { execRunner, mustRun, nftMonitor, procSysctl, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { Backoff, sleep } from '../retry.ts';
 import { isInvalid, parseNamespace, parseNetworkPolicy, parsePod } from './model.ts';
@@ -47,8 +47,6 @@ import type { PolicyRuleset } from './render.ts';
 
 /** The whole table is compared with the kernel's this often, whatever the monitor said. */
 const FULL_CHECK_MS = 5 * 60_000;
-/** Ruleset changes reported within this long of each other are checked once. */
-const SETTLE_MS = 100;
 
 /** A pod the CNI server wired: its Pod's `namespace/name` and the addresses it was given. */
 export interface WiredPod {
@@ -398,39 +396,14 @@ export class PolicyEnforcer {
   }
 
   async #repairLoop(signal: AbortSignal): Promise<void> {
-    const ms = (this.#o.resyncSeconds ?? 5) * 1000;
     const watcher = this.#o.watch ?? (this.#o.runner ? undefined : nftMonitor());
-    let changed = false;
-    let wake: (() => void) | undefined;
-    const watch = watcher?.(() => {
-      changed = true;
-      wake?.();
+    await runWatchedChecks({
+      periodMs: (this.#o.resyncSeconds ?? 5) * 1000, fullEveryMs: FULL_CHECK_MS, what: 'the network policy rules', log: this.#log,
+      ...(watcher ? { watcher } : {}),
+    }, signal, async (full) => {
+      await this.#ensureBridgeNetfilter(false);
+      if (full) await this.#checkTable();
     });
-    let lastFull = Date.now();
-    try {
-      while (!signal.aborted) {
-        const woken = new Promise<void>((resolve) => (wake = resolve));
-        try {
-          if (!changed) await Promise.race([sleep(ms, signal), woken]);
-          if (changed) await sleep(SETTLE_MS, signal);
-        } catch {
-          return;
-        }
-        const full = !watch || changed || Date.now() - lastFull >= FULL_CHECK_MS;
-        changed = false;
-        try {
-          await this.#ensureBridgeNetfilter(false);
-          if (full) {
-            lastFull = Date.now();
-            await this.#checkTable();
-          }
-        } catch (e) {
-          this.#log.error('network policy: failed to check the rules; trying again next period', { err: e });
-        }
-      }
-    } finally {
-      watch?.stop();
-    }
   }
 
   async #checkNft(): Promise<void> {

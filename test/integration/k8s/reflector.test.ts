@@ -1,9 +1,10 @@
 /**
  * The generic reflector against the test API server: paged lists, watch batches, a relist after
- * 410 Gone (history compacted, watches broken), and 403 naming the RBAC rule.
+ * 410 Gone (history compacted, watches broken), and 403 naming the RBAC rule; the informer over it.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { Informer } from '../../../src/k8s/informer.ts';
 import { Reflector } from '../../../src/k8s/reflector.ts';
 import type { Changes } from '../../../src/k8s/reflector.ts';
 import { KubeApiError, kubeConfigFromFlags } from '../../../src/lease/kube/client.ts';
@@ -76,6 +77,34 @@ test('a reflector refused by RBAC stops with the verb and resource named', async
       return true;
     });
   } finally {
+    await api.stop();
+  }
+});
+
+test('an informer keeps the objects its selector picks; refused by RBAC, it says so and lists again once allowed', async () => {
+  const grant = { user: 'system:serviceaccount:kube-flannel:flannel', allow: ['list nodes'] };
+  const api = await KubeApiServer.start({ tokens: { admin: { user: 'admin', allow: '*' }, weft: grant } });
+  const stop = new AbortController();
+  try {
+    for (const [name, team] of [['ns-a', 'a'], ['ns-b', 'b'], ['ns-a2', 'a']] as const) api.seed('namespaces', ns(name, team));
+    const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: await api.kubeconfig('weft') }));
+    const log = memoryLogger();
+    let changes = 0;
+    const informer = new Informer({ http, path: '/api/v1/namespaces', query: { labelSelector: 'team=a' }, log, onChange: () => changes++, refusedRetryMs: 200 });
+    const running = informer.run(stop.signal);
+    await until('the refusal to be logged', () => log.records.some((r) => r.level === 'error' && /RBAC must allow verb "list" on resource "namespaces"/.test(String((r.fields.err as Error | undefined)?.message))));
+    assert.equal(informer.hasSynced, false);
+    grant.allow.push('list namespaces', 'watch namespaces');
+    await informer.synced;
+    assert.deepEqual([...informer.objects.keys()].sort(), ['ns-a', 'ns-a2']);
+    api.modify('namespaces', 'ns-b', (o) => void ((o.metadata as { labels: object }).labels = { team: 'a' }));
+    api.remove('namespaces', 'ns-a');
+    await until('the watch to move ns-b in and ns-a out', () => informer.objects.has('ns-b') && !informer.objects.has('ns-a'));
+    assert.ok(changes >= 2, 'onChange after the list and the watch');
+    stop.abort();
+    await running;
+  } finally {
+    stop.abort();
     await api.stop();
   }
 });
