@@ -341,11 +341,10 @@ export class PolicyEnforcer {
       this.#log.debug('network policy: listed the applied rules for the repair', { list_ms: Math.round(performance.now() - started), bytes: listing?.length ?? 0 });
     }, (e: unknown) => {
       if (applies !== this.#applies) return;
-      // Without a listing the repair cannot tell drift: load everything again, and list that.
-      this.#log.error('network policy: failed to list the applied rules; loading them again', { err: e });
+      // Without a listing the repair cannot tell drift until the next change, which then loads
+      // the table whole (and lists it again); reloading now could loop while nft cannot list.
+      this.#log.error('network policy: failed to list the applied rules; the repair is blind until the next change', { err: e });
       this.#appliedKnown = false;
-      this.#bump();
-      this.#kick();
     });
   }
 

@@ -53,7 +53,7 @@
  * cut into disjoint address ranges, each with its merged ports (disjointBoxes). So the rule
  * count grows with the groups (at most the local pods, in practice the distinct combinations of
  * policies selecting them), never with pods × policies; set elements grow with peers × ports of
- * the rules. A change to one policy rewrites the few rules and refills the sets of the groups
+ * the rules, once in each group a rule's policy selects. A change to one policy rewrites the few rules and refills the sets of the groups
  * of the pods it selects, and the maps' elements when pods change group; the rest stays.
  *
  * Determinism. Policies in namespace/name order, rules in API order, set elements sorted: equal
