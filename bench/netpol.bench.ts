@@ -7,7 +7,7 @@
  *   and a client pod on node-2; 100 policies select one server (the one allowing the client
  *   sorting last), none the other. The client measures both servers at the same time, so the load
  *   of this shared machine, which swings the rates of one round tenfold, weighs on both alike:
- *   TCP connection setup rate (connect and close, 4 at a time to each, WEFT_BENCH_SECONDS) and
+ *   TCP connection setup rate (connect and reset, 4 at a time to each, WEFT_BENCH_SECONDS) and
  *   iperf3 bulk throughput (one stream to each); a ratio is the median of the rounds' ratios
  *   (WEFT_BENCH_ROUNDS). The server no policy selects still has its new connections pass the
  *   table's base chain (established, hairpin, two map lookups that miss).
@@ -18,7 +18,8 @@
  *   sees Pods, not veths); only the server and client pods carry traffic.
  *   - netpol_apply_p99_ms: a policy allowing the client is created (SAMPLES times, deleted in
  *     between) and the client tries a new connection every 10 ms; the time from the API write to
- *     the first connection that succeeds. p99 of the samples (the maximum when fewer than 100).
+ *     the first connection that succeeds, once weftd has settled after the scale-up. p99 of the
+ *     samples (the maximum when fewer than 100).
  *     Where the time goes: weftd (at --log-level=debug) logs the render and nft times of each
  *     apply; their medians are printed beside.
  *   - netpol_start_ms: weftd on node-1 stopped, its table deleted, started again: the time from
