@@ -81,7 +81,7 @@ test('every rendered script is accepted by the kernel, loads, replaces itself an
   });
 });
 
-/** `nft list table` of ours with its sets and chains in name order (their listed order is the order they were made in). */
+/** `nft list table` of ours with its sets, maps and chains in name order (their listed order is the order they were made in). */
 async function listing(ns: Netns): Promise<string> {
   const text = await nft(ns, ['list', 'table', 'inet', NFT_POLICY_TABLE]);
   const blocks = text.split(/\n(?=\t(?:set|map|chain) )/).slice(1).map((b) => b.replace(/\n}\n?$/, '').trim());
