@@ -14,15 +14,18 @@
  *   status.podIPs. Until the Pod's status lists them, the wired addresses are added to the Pod's
  *   own. A Pod the watch has not shown yet is waited for (`podWaitMs`); if it never comes, the
  *   ADD fails and the runtime tries again: closed, never open.
- * - Apply: one render of the whole model per batch of changes, in one `nft -f` transaction that
- *   sends only the sets and chains that differ (render.ts, policyUpdate); the whole table after
- *   a failure or a drift. Changes arriving during an apply are taken by the next one. The table
- *   goes when no policy selects a pod of the node; it stays when weftd stops (the data plane
- *   outlives the agent).
+ * - Apply: one render of the whole model per batch of changes (by a PolicyRenderer, which works
+ *   out again only what the changed objects touch), in one `nft -f` transaction that sends only
+ *   the sets, maps and chains that differ (render.ts, policyUpdate: a changed policy is the few
+ *   rules and the sets of the groups of pods it selects); the whole table after a failure or a
+ *   drift. Each apply logs (debug) its render and nft times. Changes arriving during an apply are
+ *   taken by the next one. The table goes when no policy selects a pod of the node; it stays when
+ *   weftd stops (the data plane outlives the agent).
  * - Repair, as the masquerade rules (masq/manager.ts): `nft monitor` reports every change to the
  *   ruleset; the table is then listed and compared with the listing taken right after our own
- *   apply, and loaded whole again when it differs. Every `resyncSeconds` the br_netfilter sysctls
- *   are read (and set back to 1 with a warning), every 5 minutes the table is compared anyway.
+ *   apply (in the background, so the next change never waits for it), and loaded whole again
+ *   when it differs. Every `resyncSeconds` the br_netfilter sysctls are read (and set back to 1
+ *   with a warning), every 5 minutes the table is compared anyway.
  * - Requirements, checked at start with errors naming what is missing: `nft` working (the rules
  *   are nftables whatever --traffic-rules says: the table lives beside iptables' chains), and
  *   br_netfilter with net.bridge.bridge-nf-call-iptables / -ip6tables at 1, without which traffic
@@ -39,7 +42,7 @@ import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { Backoff, sleep } from '../retry.ts';
 import { isInvalid, parseNamespace, parseNetworkPolicy, parsePod } from './model.ts';
 import type { Invalid, Namespace, NetworkPolicy, Pod, PolicyModel } from './model.ts';
-import { BRIDGE_NF_SYSCTLS, NFT_POLICY_TABLE, policyScript, policyUpdate, renderPolicy } from './render.ts';
+import { BRIDGE_NF_SYSCTLS, NFT_POLICY_TABLE, PolicyRenderer, policyScript, policyUpdate } from './render.ts';
 import type { PolicyRuleset } from './render.ts';
 
 /** The whole table is compared with the kernel's this often, whatever the monitor said. */
@@ -108,6 +111,8 @@ export class PolicyEnforcer {
   readonly #listed = new Set<string>();
   /** Waiters for the Pod of a wired container to appear. */
   readonly #podWaiters = new Set<() => void>();
+  /** Keeps what it worked out from one model for the next: a policy changed is rendered in milliseconds. */
+  readonly #renderer = new PolicyRenderer();
   /** What was last applied; undefined: no table, or unknown (the next apply loads it whole). */
   #applied: PolicyRuleset | undefined;
   #appliedKnown = false;
@@ -115,6 +120,9 @@ export class PolicyEnforcer {
   #golden: string | undefined;
   /** Applies sent, so a listing taken across one is not mistaken for drift. */
   #applies = 0;
+  /** The apply {@link #golden} was listed after (-1: none yet, or being listed). */
+  #goldenOf = -1;
+  #goldenTask: Promise<void> | undefined;
   /** Bumped by every change; an apply covers the generation it started with. */
   #generation = 0;
   #appliedGeneration = -1;
@@ -184,6 +192,7 @@ export class PolicyEnforcer {
     this.#stop.abort();
     await Promise.all(this.#tasks);
     await this.#applying;
+    await this.#goldenTask;
   }
 
   /**
@@ -299,9 +308,7 @@ export class PolicyEnforcer {
         const waiting = this.#applyWaiters;
         this.#applyWaiters = waiting.filter((w) => w.generation > generation);
         for (const w of waiting) if (w.generation <= generation) w.resolve();
-        // What the repair compares with, taken after the waiters are answered (a large table takes
-        // hundreds of milliseconds to list).
-        if (loaded) this.#golden = this.#applied ? await this.#list() : undefined;
+        if (loaded) this.#takeGolden();
       } catch (e) {
         this.#appliedKnown = false;
         if (String(e) !== String(this.#failure)) this.#log.error('network policy: failed to apply the rules; trying again', { err: e });
@@ -314,16 +321,47 @@ export class PolicyEnforcer {
   }
 
   /**
+   * Lists what the repair compares with, in the background: a large table takes hundreds of
+   * milliseconds to list, and the next change must not wait for it. A listing that an apply
+   * overtook is dropped; until one stands, the repair compares nothing.
+   */
+  #takeGolden(): void {
+    const applies = this.#applies;
+    this.#goldenOf = -1;
+    if (!this.#applied) {
+      this.#golden = undefined;
+      this.#goldenOf = applies;
+      return;
+    }
+    const started = performance.now();
+    this.#goldenTask = this.#list().then((listing) => {
+      if (applies !== this.#applies) return;
+      this.#golden = listing;
+      this.#goldenOf = applies;
+      this.#log.debug('network policy: listed the applied rules for the repair', { list_ms: Math.round(performance.now() - started), bytes: listing?.length ?? 0 });
+    }, (e: unknown) => {
+      if (applies !== this.#applies) return;
+      // Without a listing the repair cannot tell drift until the next change, which then loads
+      // the table whole (and lists it again); reloading now could loop while nft cannot list.
+      this.#log.error('network policy: failed to list the applied rules; the repair is blind until the next change', { err: e });
+      this.#appliedKnown = false;
+    });
+  }
+
+  /**
    * Renders the model and sends what differs from the loaded rules (all of it when unknown);
    * returns whether anything was sent.
    */
   async #apply(): Promise<boolean> {
-    const next = renderPolicy(this.#model(), this.#o.node);
+    const started = performance.now();
+    const next = this.#renderer.render(this.#model(), this.#o.node);
     const script = this.#appliedKnown ? policyUpdate(this.#applied, next) : policyScript(next);
     if (script === '') return false;
     const had = this.#applied !== undefined;
     this.#applies++;
+    const rendered = performance.now();
     await mustRun(this.#run, `apply nftables table inet ${NFT_POLICY_TABLE}`, ['nft', '-f', '-'], script);
+    this.#log.debug('network policy: rules applied', { render_ms: Math.round(rendered - started), nft_ms: Math.round(performance.now() - rendered), bytes: script.length, whole: !this.#appliedKnown });
     this.#applied = next;
     this.#appliedKnown = true;
     if (!next && had) this.#log.info(`network policy: no policy selects a pod of this node; table inet ${NFT_POLICY_TABLE} removed`);
@@ -342,7 +380,7 @@ export class PolicyEnforcer {
 
   /** Compares the table with the listing of our last apply; loads it whole again when they differ. */
   async #checkTable(): Promise<void> {
-    if (!this.#appliedKnown || this.#applying) return;
+    if (!this.#appliedKnown || this.#applying || this.#goldenOf !== this.#applies) return;
     const applies = this.#applies;
     const listing = await this.#list();
     // An apply since (or still listing its own result) makes this listing no evidence of drift.

@@ -34,31 +34,39 @@
  * of allowed connections), then IPv6 neighbour solicitations and advertisements (bridged between
  * pods, they cross the IPv6 hooks, and a dropped advertisement would break every allowed IPv6
  * connection of an isolated pod), then a pod's traffic to its own address through a Service
- * (hairpin: a pod cannot block itself; a set of `addr . addr` pairs), then sends a packet whose
- * source is a local pod isolated for egress to the `egress4`/`egress6` chain, then one whose
- * destination is a local pod isolated for ingress to `ingress4`/`ingress6`. Isolation is a set lookup, so pods selected by no policy of a
- * direction are untouched. A direction chain holds one rule per policy rule (two for an egress
- * rule with both numeric and named ports) that `return`s when the rule allows the packet, and a
- * final `drop`; a return from egress goes on to the ingress check, so pod to pod needs both.
- * Every address and port lives in named sets, keyed by concatenations (`ip daddr . meta l4proto
- * . th dport`) with intervals for ipBlock ranges and endPort ranges: the rule count grows with
- * the policies' rules, never with pods. Named ports are resolved per pod into those sets (on the
- * local target for ingress, on each peer pod for egress). ipBlock excepts are subtracted and
- * ranges merged before rendering, so every set holds disjoint elements, each once (pods sharing
- * an address, a terminating one and its successor, merged). A policy that selects no local pod
- * renders nothing on this node; no policy selecting one removes the table.
+ * (hairpin: a pod cannot block itself; a set of `addr . addr` pairs), then dispatches: a verdict
+ * map `egress4`/`egress6` from the source address of a local pod isolated for egress, then
+ * `ingress4`/`ingress6` from the destination address of one isolated for ingress, each jumping
+ * to the chain of that pod's group: the local addresses that exactly the same policies select in
+ * that direction (named after the policy when it is one, else a hash of their names). A pod no
+ * policy of a direction selects misses the map and is untouched; a `return` from the egress
+ * chain goes on to the ingress dispatch, so pod to pod needs both.
+ *
+ * A group chain judges a new connection by at most three set lookups, however many policies and
+ * rules select its pods: every rule of every policy of the group is cut into parts (peers ×
+ * ports) and the parts of one shape go into one set: `_peers` (the remote address, rules without ports),
+ * `_ports` (remote address . protocol . port, numeric ports, and egress named ports resolved on
+ * each peer pod), `_named` (local address . remote address . protocol . port, ingress named
+ * ports resolved on each local pod); a rule with neither peers nor ports makes the chain a bare
+ * `return`; the chain ends with `drop`. Sets are intervals of concatenations, whose elements
+ * must not overlap: ipBlock excepts are subtracted, and the union of the boxes of all rules is
+ * cut into disjoint address ranges, each with its merged ports (disjointBoxes). So the rule
+ * count grows with the groups (at most the local pods, in practice the distinct combinations of
+ * policies selecting them), never with pods × policies; set elements grow with peers × ports of
+ * the rules, once in each group a rule's policy selects. A change to one policy rewrites the few rules and refills the sets of the groups
+ * of the pods it selects, and the maps' elements when pods change group; the rest stays.
  *
  * Determinism. Policies in namespace/name order, rules in API order, set elements sorted: equal
- * models give byte-equal scripts, so a diff of two scripts is the change. Set names carry the
+ * models give byte-equal scripts, so a diff of two scripts is the change. Chain names carry the
  * policy's namespace and name (`_` cannot occur in either), hashed when too long for the kernel.
  */
 import { createHash } from 'node:crypto';
 import { bits, formatIP, lastIP } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
 import { matchesLabels } from '../k8s/label-selector.ts';
-import { byNamespace, podsMatching, policiesSelecting, resolvePort } from './evaluate.ts';
+import { byNamespace, podsMatching, resolvePort } from './evaluate.ts';
 import type { Direction } from './evaluate.ts';
-import type { NetworkPolicy, Pod, PolicyModel, PolicyPort, PolicyRule, Protocol } from './model.ts';
+import type { Namespace, NetworkPolicy, Pod, PolicyModel, PolicyPort, PolicyRule, Protocol } from './model.ts';
 
 /** Weft's network policy table (family `inet`). */
 export const NFT_POLICY_TABLE = 'weft-policy';
@@ -72,8 +80,9 @@ const MAX_SET_NAME = 240;
 /** An inclusive range of addresses of one family, or of ports. */
 type Range = readonly [bigint, bigint];
 
-/** A named set of the table. */
+/** A named set or verdict map of the table. */
 export interface NftSet {
+  kind: 'set' | 'map';
   name: string;
   type: string;
   interval: boolean;
@@ -151,33 +160,6 @@ function portRanges(ports: readonly PolicyPort[], dst: Pod | undefined, named: b
   return out;
 }
 
-/** `<proto> . <ports>` elements, sorted by protocol then port. */
-function portElements(ports: Map<Protocol, Range[]>): string[] {
-  return [...ports.keys()].sort().flatMap((proto) => ports.get(proto)!.map((r) => `${protoName(proto)} . ${formatPorts(r)}`));
-}
-
-/** `<addr> . <proto> . <ports>` elements. */
-function addrPortElements(addr: string, ports: Map<Protocol, Range[]>): string[] {
-  return portElements(ports).map((e) => `${addr} . ${e}`);
-}
-
-/**
- * `<addr> . <proto> . <ports>` elements of pod addresses, in address order, the ports of pods
- * sharing one address (a terminating pod and its successor) merged, as interval sets need.
- */
-function podPortElements(entries: [IP, Map<Protocol, Range[]>][]): string[] {
-  const byAddr = new Map<bigint, [IP, Map<Protocol, Range[]>]>();
-  for (const [ip, ports] of entries) {
-    const have = byAddr.get(ip.value);
-    if (!have) {
-      byAddr.set(ip.value, [ip, ports]);
-      continue;
-    }
-    for (const [proto, rs] of ports) have[1].set(proto, merge([...(have[1].get(proto) ?? []), ...rs]));
-  }
-  return [...byAddr.values()].sort((a, b) => byValue(a[0], b[0])).flatMap(([ip, ports]) => addrPortElements(formatIP(ip), ports));
-}
-
 /** Addresses in order, each once. */
 function uniqueAddrs(ips: IP[]): string[] {
   return [...new Set([...ips].sort(byValue).map(formatIP))];
@@ -211,111 +193,280 @@ function podsIn(model: PolicyModel, f: Family, ranges: Range[] | undefined): [Po
   return out;
 }
 
-function setName(dir: Direction, f: Family, policy: NetworkPolicy, part: string): string {
-  const name = `${dir === 'ingress' ? 'in' : 'eg'}${f}_${policy.namespace}_${policy.name}_${part}`;
-  if (name.length <= MAX_SET_NAME) return name;
-  const hash = createHash('sha256').update(name).digest('hex').slice(0, 16);
-  return `${name.slice(0, MAX_SET_NAME - 17)}_${hash}`;
+/**
+ * What one rule allows, as parts each allowing every combination of its fields: the remote end's
+ * addresses (the source for ingress, the destination for egress; undefined: any) and ports per
+ * protocol (undefined: any traffic, ports or not). `local` is the local pod's address a named port
+ * was resolved on (ingress only).
+ */
+interface Part {
+  local?: IP;
+  remote?: Range[];
+  ports?: Map<Protocol, Range[]>;
 }
 
-/**
- * The rules (and their sets) of one policy for one direction and family: one per rule, two for
- * an egress rule with numeric and named ports. `targets` are the local pods it selects.
- */
-function policyRules(model: PolicyModel, sets: NftSet[], dir: Direction, f: Family, policy: NetworkPolicy, targets: Pod[]): string[] {
-  const ip = l3(f);
-  const set = (part: string, type: string, interval: boolean, elements: string[]) => {
-    const s: NftSet = { name: setName(dir, f, policy, part), type, interval, elements };
-    sets.push(s);
-    return `@${s.name}`;
-  };
-  const concat = `${addrType(f)} . inet_proto . inet_service`;
-  const local = targets.flatMap((pod) => pod.ips.filter((a) => a.family === f).map((a): [Pod, IP] => [pod, a]));
-  let podsSet: string | undefined;
-  const pods = () => (podsSet ??= set('pods', addrType(f), false, uniqueAddrs(local.map(([, a]) => a))));
-  const lines: string[] = [];
-  for (const [r, rule] of policy[dir]!.entries()) {
-    const peers = peerRanges(model, policy, rule, f);
-    const peerElements = (peers ?? []).map((x) => formatRange(f, x));
-    if (dir === 'ingress') {
-      const from = peers ? ` ${ip} saddr ${set(`${r}_from`, addrType(f), true, peerElements)}` : '';
-      if (rule.ports.length === 0) {
-        lines.push(`${ip} daddr ${pods()}${from} return`);
-        continue;
-      }
-      const elements = podPortElements(local.map(([pod, a]) => {
-        const ports = portRanges(rule.ports, pod, false);
-        for (const [proto, rs] of portRanges(rule.ports, pod, true)) ports.set(proto, merge([...(ports.get(proto) ?? []), ...rs]));
-        return [a, ports];
-      }));
-      lines.push(`${ip} daddr . meta l4proto . th dport ${set(`${r}_to`, concat, true, elements)}${from} return`);
-      continue;
-    }
-    const from = `${ip} saddr ${pods()}`;
-    if (rule.ports.length === 0) {
-      lines.push(peers ? `${from} ${ip} daddr ${set(`${r}_to`, addrType(f), true, peerElements)} return` : `${from} return`);
-      continue;
-    }
-    if (rule.ports.some((p) => typeof p.port !== 'string')) {
-      const ports = portRanges(rule.ports, undefined, false);
-      lines.push(peers
-        ? `${from} ${ip} daddr . meta l4proto . th dport ${set(`${r}_to`, concat, true, peerElements.flatMap((a) => addrPortElements(a, ports)))} return`
-        : `${from} meta l4proto . th dport ${set(`${r}_to`, 'inet_proto . inet_service', true, portElements(ports))} return`);
-    }
-    if (rule.ports.some((p) => typeof p.port === 'string')) {
-      const elements = podPortElements(podsIn(model, f, peers).map(([pod, a]) => [a, portRanges(rule.ports, pod, true)]));
-      lines.push(`${from} ${ip} daddr . meta l4proto . th dport ${set(`${r}_to_named`, concat, true, elements)} return`);
+/** The parts of a rule that are the same for every local pod: peers, numeric ports, and egress named ports (resolved on the peers). */
+function sharedParts(model: PolicyModel, dir: Direction, f: Family, policy: NetworkPolicy, rule: PolicyRule): Part[] {
+  const remote = peerRanges(model, policy, rule, f);
+  if (remote?.length === 0) return [];
+  if (rule.ports.length === 0) return [remote ? { remote } : {}];
+  const parts: Part[] = [];
+  const numeric = portRanges(rule.ports, undefined, false);
+  if (numeric.size > 0) parts.push(remote ? { remote, ports: numeric } : { ports: numeric });
+  if (dir === 'egress' && rule.ports.some((p) => typeof p.port === 'string')) {
+    for (const [pod, a] of podsIn(model, f, remote)) {
+      const ports = portRanges(rule.ports, pod, true);
+      if (ports.size > 0) parts.push({ remote: [ipRange(a)], ports });
     }
   }
-  return lines;
+  return parts;
 }
+
+/** The ingress parts of a rule's named ports, resolved on each local target. */
+function namedParts(model: PolicyModel, f: Family, policy: NetworkPolicy, rule: PolicyRule, targets: [Pod, IP][]): Part[] {
+  if (!rule.ports.some((p) => typeof p.port === 'string')) return [];
+  const remote = peerRanges(model, policy, rule, f);
+  if (remote?.length === 0) return [];
+  const parts: Part[] = [];
+  for (const [pod, local] of targets) {
+    const ports = portRanges(rule.ports, pod, true);
+    if (ports.size > 0) parts.push(remote ? { local, remote, ports } : { local, ports });
+  }
+  return parts;
+}
+
+const samePorts = (a: readonly Range[], b: readonly Range[]) => a.length === b.length && a.every((r, i) => r[0] === b[i]![0] && r[1] === b[i]![1]);
+
+const compareRanges = (a: Range, b: Range) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0);
+
+/**
+ * The union of (address range × port range) boxes as disjoint address ranges, each with its
+ * merged port ranges (neighbours with equal ports merged): elements of an interval set of
+ * concatenations must not overlap. Boxes of one address range are taken together (policies of
+ * one group mostly share their peers), then a sweep over the range boundaries.
+ */
+function disjointBoxes(boxes: readonly (readonly [Range, Range])[]): [Range, Range[]][] {
+  const sorted = [...boxes].sort((a, b) => compareRanges(a[0], b[0]));
+  const byRange: [Range, Range[]][] = [];
+  for (const [r, p] of sorted) {
+    const last = byRange.at(-1);
+    if (last && compareRanges(last[0], r) === 0) last[1].push(p);
+    else byRange.push([r, [p]]);
+  }
+  const cuts = [...new Set(byRange.flatMap(([r]) => [r[0], r[1] + 1n]))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  const out: [Range, Range[]][] = [];
+  let active: [Range, Range[]][] = [];
+  let next = 0;
+  for (let i = 0; i + 1 < cuts.length; i++) {
+    const lo = cuts[i]!;
+    const hi = cuts[i + 1]! - 1n;
+    while (next < byRange.length && byRange[next]![0][0] <= lo) active.push(byRange[next++]!);
+    active = active.filter(([r]) => r[1] >= lo);
+    if (active.length === 0) continue;
+    const ports = merge(active.flatMap(([, p]) => p));
+    const last = out.at(-1);
+    if (last && last[0][1] + 1n === lo && samePorts(last[1], ports)) last[0] = [last[0][0], hi];
+    else out.push([[lo, hi], ports]);
+  }
+  return out;
+}
+
+/** `<remote> . <proto> . <ports>` elements of `parts` (all with ports), disjoint; `any` stands for an absent remote. */
+function remotePortElements(f: Family, parts: readonly Part[]): string[] {
+  const any: Range = [0n, (1n << BigInt(bits(f))) - 1n];
+  const protos = [...new Set(parts.flatMap((p) => [...p.ports!.keys()]))].sort();
+  return protos.flatMap((proto) => {
+    const boxes = parts.flatMap((p) => (p.remote ?? [any]).flatMap((r) => (p.ports!.get(proto) ?? []).map((ports): [Range, Range] => [r, ports])));
+    return disjointBoxes(boxes).flatMap(([r, ports]) => ports.map((x) => `${formatRange(f, r)} . ${protoName(proto)} . ${formatPorts(x)}`));
+  });
+}
+
+const policyKey = (p: NetworkPolicy) => `${p.namespace}/${p.name}`;
 
 /** The local pods `policy` selects. */
 function targetsOf(policy: NetworkPolicy, local: readonly Pod[]): Pod[] {
   return (byNamespace(local).get(policy.namespace) ?? []).filter((p) => matchesLabels(policy.podSelector, p.labels));
 }
 
-/** The sets and chains enforcing `model` on `node`'s pods; undefined when no policy selects one. */
-export function renderPolicy(model: PolicyModel, node: string): PolicyRuleset | undefined {
-  const local = model.pods.filter((p) => p.node === node && !p.hostNetwork && p.ips.length > 0);
-  const key = (p: NetworkPolicy) => `${p.namespace}/${p.name}`;
-  const policies = [...model.policies].sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
-  const sets: NftSet[] = [];
-  const chains = new Map<string, string[]>();
-  const jumps: string[] = [];
-  const isolated = new Map<Family, IP[]>(FAMILIES.map((f) => [f, []]));
-  for (const dir of ['egress', 'ingress'] as const) {
-    const pods = local.filter((p) => policiesSelecting(model, p, dir).length > 0);
-    for (const f of FAMILIES) {
-      const addrs = pods.flatMap((p) => p.ips.filter((a) => a.family === f));
-      if (addrs.length === 0) continue;
-      const name = `${dir}${f}`;
-      sets.push({ name, type: addrType(f), interval: false, elements: uniqueAddrs(addrs) });
-      for (const a of addrs) isolated.get(f)!.push(a);
-      const rules: string[] = [];
-      for (const policy of policies) {
-        const targets = policy[dir] ? targetsOf(policy, local) : [];
-        if (targets.length > 0) rules.push(...policyRules(model, sets, dir, f, policy, targets));
-      }
-      chains.set(name, [...rules, 'drop']);
-      jumps.push(`${l3(f)} ${dir === 'egress' ? 'saddr' : 'daddr'} @${name} jump ${name}`);
+/**
+ * The name of the chain of the local addresses that exactly `policies` select in a direction and
+ * family: the policy's namespace and name when it is one (`_` cannot occur in either), else a
+ * hash of their names; cut and made unique by a hash when too long for the kernel.
+ */
+function groupName(dir: Direction, f: Family, policies: readonly NetworkPolicy[]): string {
+  const hash = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 16);
+  const prefix = `${dir === 'ingress' ? 'in' : 'eg'}${f}_`;
+  const name = policies.length === 1 ? `${prefix}${policies[0]!.namespace}_${policies[0]!.name}` : `${prefix}g${hash(policies.map(policyKey).join('\n'))}`;
+  return name.length <= MAX_SET_NAME ? name : `${name.slice(0, MAX_SET_NAME - 17)}_${hash(name)}`;
+}
+
+/**
+ * The chain (and its sets) of one group: the local addresses of family `f` that exactly
+ * `policies` select in `dir`, held by `targets`. Every rule of every policy becomes parts, and the
+ * parts of one shape go into one set, so the chain has at most three lookups and a `drop`,
+ * whatever the number of policies.
+ */
+function groupChain(model: PolicyModel, shared: (policy: NetworkPolicy, rule: PolicyRule) => Part[], sets: NftSet[], dir: Direction, f: Family, name: string, policies: readonly NetworkPolicy[], targets: readonly [Pod, IP][]): string[] {
+  const parts: Part[] = [];
+  for (const policy of policies) {
+    const own = targets.filter(([pod]) => pod.namespace === policy.namespace && matchesLabels(policy.podSelector, pod.labels));
+    for (const rule of policy[dir]!) {
+      parts.push(...shared(policy, rule));
+      if (dir === 'ingress') parts.push(...namedParts(model, f, policy, rule, own));
     }
   }
-  if (jumps.length === 0) return undefined;
-  // A pod reaching itself through a Service address (hairpin) is a pod reaching itself.
-  const loops: string[] = [];
-  const loopSets: NftSet[] = [];
-  for (const [f, addrs] of isolated) {
-    if (addrs.length === 0) continue;
-    const elements = uniqueAddrs(addrs).map((a) => `${a} . ${a}`);
-    loopSets.push({ name: `self${f}`, type: `${addrType(f)} . ${addrType(f)}`, interval: false, elements });
-    loops.push(`${l3(f)} saddr . ${l3(f)} daddr @self${f} accept`);
+  if (parts.some((p) => !p.remote && !p.ports)) return ['return'];
+  const ip = l3(f);
+  const remote = dir === 'ingress' ? 'saddr' : 'daddr';
+  const rules: string[] = [];
+  const set = (suffix: string, type: string, elements: string[], match: string) => {
+    if (elements.length === 0) return;
+    sets.push({ kind: 'set', name: `${name}_${suffix}`, type, interval: true, elements });
+    rules.push(`${match} @${name}_${suffix} return`);
+  };
+  const peers = merge(parts.filter((p) => !p.ports).flatMap((p) => p.remote!));
+  set('peers', addrType(f), peers.map((r) => formatRange(f, r)), `${ip} ${remote}`);
+  set('ports', `${addrType(f)} . inet_proto . inet_service`, remotePortElements(f, parts.filter((p) => p.ports && !p.local)), `${ip} ${remote} . meta l4proto . th dport`);
+  const named = parts.filter((p) => p.local);
+  const locals = [...new Map(named.map((p) => [p.local!.value, p.local!])).values()].sort(byValue);
+  const namedElements = locals.flatMap((a) => remotePortElements(f, named.filter((p) => p.local!.value === a.value)).map((e) => `${formatIP(a)} . ${e}`));
+  set('named', `${addrType(f)} . ${addrType(f)} . inet_proto . inet_service`, namedElements, `${ip} daddr . ${ip} saddr . meta l4proto . th dport`);
+  return [...rules, 'drop'];
+}
+
+/** Whether two lists hold the same objects in the same order. */
+const sameObjects = (a: readonly object[], b: readonly object[]) => a.length === b.length && a.every((x, i) => x === b[i]);
+
+/** A group chain as last rendered, with what it was rendered from. */
+interface RenderedGroup {
+  policies: readonly NetworkPolicy[];
+  targets: readonly (readonly [Pod, IP])[];
+  rules: string[];
+  sets: NftSet[];
+}
+
+/**
+ * Renders models into rulesets ({@link renderPolicy}), keeping what it worked out from one model
+ * for the next: while the pods and namespaces are the same objects (a policy changed), each
+ * policy's local targets, each rule's peers and ports, and each group chain whose policies and
+ * pods are the same objects are taken again instead of worked out; any pod or namespace changed,
+ * everything is worked out again. The result is what a fresh render gives, always; only the time
+ * differs (weftd renders the whole model on every change).
+ */
+export class PolicyRenderer {
+  #node = '';
+  #pods: readonly Pod[] = [];
+  #namespaces: readonly Namespace[] = [];
+  #targets = new Map<NetworkPolicy, Pod[]>();
+  #parts = new Map<string, Map<PolicyRule, Part[]>>();
+  #groups = new Map<string, RenderedGroup>();
+
+  /** The sets and chains enforcing `model` on `node`'s pods; undefined when no policy selects one. */
+  render(model: PolicyModel, node: string): PolicyRuleset | undefined {
+    if (node !== this.#node || !sameObjects(model.pods, this.#pods) || !sameObjects(model.namespaces, this.#namespaces)) {
+      this.#node = node;
+      this.#pods = model.pods;
+      this.#namespaces = model.namespaces;
+      this.#targets.clear();
+      this.#parts.clear();
+      this.#groups.clear();
+    }
+    const local = model.pods.filter((p) => p.node === node && !p.hostNetwork && p.ips.length > 0);
+    const targets = new Map<NetworkPolicy, Pod[]>();
+    for (const policy of model.policies) targets.set(policy, this.#targets.get(policy) ?? targetsOf(policy, local));
+    this.#targets = targets;
+    const parts = new Map<string, Map<PolicyRule, Part[]>>();
+    const groups = new Map<string, RenderedGroup>();
+    const sets: NftSet[] = [];
+    const maps: NftSet[] = [];
+    const chains = new Map<string, string[]>();
+    const dispatch: string[] = [];
+    const isolated = new Map<Family, IP[]>(FAMILIES.map((f) => [f, []]));
+    for (const dir of ['egress', 'ingress'] as const) {
+      const selecting = new Map<Pod, NetworkPolicy[]>();
+      for (const [policy, pods] of targets) {
+        if (!policy[dir]) continue;
+        for (const pod of pods) selecting.set(pod, [...(selecting.get(pod) ?? []), policy]);
+      }
+      for (const f of FAMILIES) {
+        // Each local address, the policies selecting a pod holding it (pods sharing one, a
+        // terminating pod and its successor, add up) and those pods.
+        const byAddr = new Map<bigint, { ip: IP; policies: Set<NetworkPolicy>; pods: Pod[] }>();
+        for (const [pod, policies] of selecting) {
+          for (const ip of pod.ips) {
+            if (ip.family !== f) continue;
+            const entry = byAddr.get(ip.value) ?? { ip, policies: new Set(), pods: [] };
+            for (const p of policies) entry.policies.add(p);
+            entry.pods.push(pod);
+            byAddr.set(ip.value, entry);
+          }
+        }
+        if (byAddr.size === 0) continue;
+        const members = new Map<string, { policies: NetworkPolicy[]; targets: [Pod, IP][] }>();
+        const jumps: [IP, string][] = [];
+        for (const { ip, policies, pods } of byAddr.values()) {
+          const sorted = [...policies].sort((a, b) => (policyKey(a) < policyKey(b) ? -1 : policyKey(a) > policyKey(b) ? 1 : 0));
+          const name = groupName(dir, f, sorted);
+          const group = members.get(name) ?? { policies: sorted, targets: [] };
+          for (const pod of pods) group.targets.push([pod, ip]);
+          members.set(name, group);
+          jumps.push([ip, name]);
+        }
+        const key = `${dir}${f}`;
+        const known = this.#parts.get(key);
+        const cache = new Map<PolicyRule, Part[]>();
+        parts.set(key, cache);
+        const shared = (policy: NetworkPolicy, rule: PolicyRule) => {
+          let p = cache.get(rule);
+          if (!p) cache.set(rule, (p = known?.get(rule) ?? sharedParts(model, dir, f, policy, rule)));
+          return p;
+        };
+        for (const name of [...members.keys()].sort()) {
+          const { policies, targets: held } = members.get(name)!;
+          const was = this.#groups.get(name);
+          const same = was && sameObjects(was.policies, policies) && was.targets.length === held.length && was.targets.every(([p, a], i) => p === held[i]![0] && a === held[i]![1]);
+          let group: RenderedGroup;
+          if (same) {
+            group = was;
+            // The parts its policies' rules are made of stay known for the next render.
+            for (const policy of policies) for (const rule of policy[dir]!) shared(policy, rule);
+          } else {
+            const own: NftSet[] = [];
+            group = { policies, targets: held, rules: groupChain(model, shared, own, dir, f, name, policies, held), sets: own };
+          }
+          groups.set(name, group);
+          chains.set(name, group.rules);
+          sets.push(...group.sets);
+        }
+        jumps.sort(([a], [b]) => byValue(a, b));
+        isolated.get(f)!.push(...jumps.map(([ip]) => ip));
+        const elements = jumps.map(([ip, name]) => `${formatIP(ip)} : jump ${name}`);
+        maps.push({ kind: 'map', name: key, type: `${addrType(f)} : verdict`, interval: false, elements });
+        dispatch.push(`${l3(f)} ${dir === 'egress' ? 'saddr' : 'daddr'} vmap @${key}`);
+      }
+    }
+    this.#parts = parts;
+    this.#groups = groups;
+    if (dispatch.length === 0) return undefined;
+    // A pod reaching itself through a Service address (hairpin) is a pod reaching itself.
+    const loops: string[] = [];
+    const loopSets: NftSet[] = [];
+    for (const [f, addrs] of isolated) {
+      if (addrs.length === 0) continue;
+      const elements = uniqueAddrs(addrs).map((a) => `${a} . ${a}`);
+      loopSets.push({ kind: 'set', name: `self${f}`, type: `${addrType(f)} . ${addrType(f)}`, interval: false, elements });
+      loops.push(`${l3(f)} saddr . ${l3(f)} daddr @self${f} accept`);
+    }
+    // Neighbour discovery between two pods of the bridge passes the IPv6 hooks too (br_netfilter).
+    const nd = isolated.get(6)!.length > 0 ? ['icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept'] : [];
+    chains.set('forward', ['type filter hook forward priority filter; policy accept;', 'ct state established,related accept', ...nd, ...loops, ...dispatch]);
+    return { sets: [...loopSets, ...sets, ...maps], chains };
   }
-  sets.unshift(...loopSets);
-  // Neighbour discovery between two pods of the bridge passes the IPv6 hooks too (br_netfilter).
-  const nd = chains.has('egress6') || chains.has('ingress6') ? ['icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept'] : [];
-  chains.set('forward', ['type filter hook forward priority filter; policy accept;', 'ct state established,related accept', ...nd, ...loops, ...jumps]);
-  return { sets, chains };
+}
+
+/** The sets and chains enforcing `model` on `node`'s pods; undefined when no policy selects one. */
+export function renderPolicy(model: PolicyModel, node: string): PolicyRuleset | undefined {
+  return new PolicyRenderer().render(model, node);
 }
 
 /** `nft -f` lines deleting table `inet weft-policy` whether or not it exists. */
@@ -328,14 +479,19 @@ function setBody(s: NftSet): string[] {
 
 /**
  * The `nft -f` script that, in one transaction, replaces table `inet weft-policy` with
- * `ruleset`, or only removes it when there is none. Equal inputs give byte-equal scripts.
+ * `ruleset`, or only removes it when there is none. Equal inputs give byte-equal scripts. The
+ * sets come first, then the group chains, then the maps jumping to them, then the base chain.
  */
 export function policyScript(ruleset: PolicyRuleset | undefined): string {
   const lines = [...DELETE_TABLE];
   if (ruleset) {
     lines.push(`table inet ${NFT_POLICY_TABLE} {`);
-    for (const s of ruleset.sets) lines.push(`\tset ${s.name} {`, ...setBody(s).map((l) => `\t\t${l}`), '\t}');
-    for (const [name, rules] of ruleset.chains) lines.push(`\tchain ${name} {`, ...rules.map((l) => `\t\t${l}`), '\t}');
+    const declare = (s: NftSet) => lines.push(`\t${s.kind} ${s.name} {`, ...setBody(s).map((l) => `\t\t${l}`), '\t}');
+    const chain = (name: string, rules: readonly string[]) => lines.push(`\tchain ${name} {`, ...rules.map((l) => `\t\t${l}`), '\t}');
+    for (const s of ruleset.sets) if (s.kind === 'set') declare(s);
+    for (const [name, rules] of ruleset.chains) if (name !== 'forward') chain(name, rules);
+    for (const s of ruleset.sets) if (s.kind === 'map') declare(s);
+    chain('forward', ruleset.chains.get('forward')!);
     lines.push('}');
   }
   return `${lines.join('\n')}\n`;
@@ -343,39 +499,41 @@ export function policyScript(ruleset: PolicyRuleset | undefined): string {
 
 /**
  * The `nft -f` script that, in one transaction, turns the loaded `from` into `to` touching only
- * what differs: a pod coming or going changes the elements of a few sets (flushed and filled
- * again), a policy changed rewrites the chains holding its rules, and the rest of the table, with
- * its thousands of elements, is not sent again. In order: the chains that change or go are
- * flushed (so nothing refers to what is deleted next), chains and sets that go (or change type)
- * are deleted, new ones added, changed sets refilled, and the changed chains' rules added. The
- * whole script when either side has no table. Empty when nothing differs.
+ * what differs: a pod coming or going changes the elements of a few sets and maps (flushed and
+ * filled again), a policy changed rewrites the chains of the groups it selects (a few rules each)
+ * and their sets, and the rest of the table, with its thousands of elements, is not sent again.
+ * In order: new chains are added (so map elements can jump to them), changed and gone chains
+ * flushed (so nothing refers to what is deleted next), sets and maps that go (or change type)
+ * deleted, new ones added, changed ones refilled, gone chains deleted (no map jumps to them any
+ * more), and the changed chains' rules added. The whole script when either side has no table.
+ * Empty when nothing differs.
  */
 export function policyUpdate(from: PolicyRuleset | undefined, to: PolicyRuleset | undefined): string {
   if (!from || !to) return from === to ? '' : policyScript(to);
   const t = `inet ${NFT_POLICY_TABLE}`;
   const oldSets = new Map(from.sets.map((s) => [s.name, s]));
   const newSets = new Map(to.sets.map((s) => [s.name, s]));
-  const sameType = (a: NftSet, b: NftSet) => a.type === b.type && a.interval === b.interval;
+  const sameType = (a: NftSet, b: NftSet) => a.kind === b.kind && a.type === b.type && a.interval === b.interval;
   const sameRules = (a: readonly string[] | undefined, b: readonly string[]) => a !== undefined && a.length === b.length && a.every((l, i) => l === b[i]);
   const changedChains = [...to.chains].filter(([name, rules]) => !sameRules(from.chains.get(name), rules));
   const goneChains = [...from.chains.keys()].filter((name) => !to.chains.has(name));
   const lines: string[] = [];
+  for (const [name] of changedChains) if (!from.chains.has(name)) lines.push(`add chain ${t} ${name}`);
   for (const [name] of changedChains) if (from.chains.has(name)) lines.push(`flush chain ${t} ${name}`);
   for (const name of goneChains) lines.push(`flush chain ${t} ${name}`);
-  for (const name of goneChains) lines.push(`delete chain ${t} ${name}`);
   for (const [name, s] of oldSets) {
     const next = newSets.get(name);
-    if (!next || !sameType(s, next)) lines.push(`delete set ${t} ${name}`);
+    if (!next || !sameType(s, next)) lines.push(`delete ${s.kind} ${t} ${name}`);
   }
   for (const [name, s] of newSets) {
     const was = oldSets.get(name);
-    if (!was || !sameType(was, s)) lines.push(`add set ${t} ${name} { ${setBody(s).join('; ')}; }`);
+    if (!was || !sameType(was, s)) lines.push(`add ${s.kind} ${t} ${name} { ${setBody(s).join('; ')}; }`);
     else if (was.elements.join() !== s.elements.join()) {
-      lines.push(`flush set ${t} ${name}`);
+      lines.push(`flush ${s.kind} ${t} ${name}`);
       if (s.elements.length > 0) lines.push(`add element ${t} ${name} { ${s.elements.join(', ')} }`);
     }
   }
-  for (const [name] of changedChains) if (!from.chains.has(name)) lines.push(`add chain ${t} ${name}`);
+  for (const name of goneChains) lines.push(`delete chain ${t} ${name}`);
   for (const [name, rules] of changedChains) {
     // The base chain's first line is its declaration: kept by the flush, never a rule.
     for (const rule of name === 'forward' ? rules.slice(1) : rules) lines.push(`add rule ${t} ${name} ${rule}`);
