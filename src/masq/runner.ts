@@ -5,7 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
-import { WeftError } from '../errors.ts';
+import { ConfigError, WeftError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { sleep } from '../retry.ts';
 
@@ -176,5 +176,17 @@ export async function runWatchedChecks(o: WatchedChecksOptions, signal: AbortSig
     }
   } finally {
     watch?.stop();
+  }
+}
+
+/**
+ * For a part applied with nftables whatever --traffic-rules says (network policy, egress
+ * gateways): a ConfigError naming `flag` when `nft list tables` does not work here, so weftd
+ * stops at start instead of failing every pass.
+ */
+export async function requireNft(run: Runner, flag: string, what: string): Promise<void> {
+  const r = await run(['nft', 'list', 'tables']);
+  if (r.code !== 0) {
+    throw new ConfigError(flag, `${what} is applied with nftables (whatever --traffic-rules says), and nft does not work here: nft list tables: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`);
   }
 }

@@ -37,7 +37,7 @@ import { Reflector } from '../k8s/reflector.ts';
 import type { Changes } from '../k8s/reflector.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
-import { execRunner, mustRun, nftMonitor, procSysctl, runWatchedChecks } from '../masq/runner.ts';
+import { execRunner, mustRun, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { Backoff, sleep } from '../retry.ts';
 import { isInvalid, parseNamespace, parseNetworkPolicy, parsePod } from './model.ts';
@@ -149,7 +149,7 @@ export class PolicyEnforcer {
    * says when the first rules are in place. `signal` (or {@link stop}) ends everything.
    */
   async start(signal: AbortSignal): Promise<void> {
-    await this.#checkNft();
+    await requireNft(this.#run, '--network-policy', 'network policy');
     await this.#ensureBridgeNetfilter(true);
     const stop = AbortSignal.any([signal, this.#stop.signal]);
     const reflect = <T>(path: string, resource: string, store: Map<string, Stored<T>>, parse: (o: unknown) => Stored<T>) => new Reflector<Stored<T>>({
@@ -403,13 +403,6 @@ export class PolicyEnforcer {
       await this.#ensureBridgeNetfilter(false);
       if (full) await this.#checkTable();
     });
-  }
-
-  async #checkNft(): Promise<void> {
-    const r = await this.#run(['nft', 'list', 'tables']);
-    if (r.code !== 0) {
-      throw new ConfigError('--network-policy', `network policy is enforced with nftables (whatever --traffic-rules says), and nft does not work here: nft list tables: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`);
-    }
   }
 
   /**
