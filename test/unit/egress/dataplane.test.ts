@@ -49,7 +49,7 @@ test('source NodeIP SNATs to the gateway node\'s own address', () => {
 });
 
 test('nothing concerns a node without selected pods that is no gateway: no table, no rule, no route', () => {
-  assert.deepEqual(renderDataplane(input('node-4', [a, b])), { nft: undefined, rules: [], routes: [], eips: [], warnings: [] });
+  assert.deepEqual(renderDataplane(input('node-4', [a, b])), { nft: undefined, plan: undefined, rules: [], routes: [], eips: [], warnings: [] });
   assert.deepEqual(renderDataplane(input('node-1', [])).nft, undefined);
 });
 
