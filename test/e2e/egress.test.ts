@@ -14,7 +14,7 @@ import { until } from '../support/until.ts';
 
 const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
 
-for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['vxlan', true, 'nftables'], ['host-gw', false, 'nftables'], ['vxlan', false, 'iptables']] as const) {
+for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['vxlan', true, 'nftables'], ['host-gw', false, 'nftables'], ['vxlan', false, 'iptables'], ['vxlan', true, 'iptables']] as const) {
   test(`egress, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}, ${engine}: selected pods leave as the EIP, others as their node; repair; two gateways; a deleted policy leaves nothing, even one deleted while the gateway's weftd was down`, { skip, timeout: 240_000 }, async () => {
     const e = await EgressCluster.start({ nodes: 3, backend, dualStack, weftdArgs: ['--resync-period=2', `--traffic-rules=${engine}`] });
     try {
@@ -78,11 +78,13 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['vxla
       assert.equal(e.policyStatus('b').node, n2.name);
 
       // Deleted policies: back to the node's address, and nothing of egress left in any kernel,
-      // also on the gateway whose weftd was down when its policy went.
+      // also on the gateway whose weftd was down when its policy went (with iptables, restarted
+      // with nftables: it removes the chains the iptables engine left).
       assert.equal(await e.c.stopWeftd(n3), 0);
       e.removePolicy('a');
       await e.waitSeenAs(a1, n1.address);
-      await e.c.restartWeftd(n3);
+      await e.c.restartWeftd(n3, engine === 'iptables' ? ['--traffic-rules=nftables'] : []);
+      assert.match(n3.daemon.log(), /traffic rules installed with nftables/);
       await e.waitSeenAs(a3, n3.address);
       await e.waitSeenAs(b1, '198.51.100.110', false, 10_000);
       e.removePolicy('b');

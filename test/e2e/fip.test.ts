@@ -21,7 +21,7 @@ const url = (eip: string, port = 8080) => (eip.includes(':') ? `http://[${eip}]:
 const seen = (pod: Pod, v6 = false) => (v6 ? `${OUTSIDE.ipv6}>${pod.ipv6}` : `${OUTSIDE.ipv4}>${pod.ip}`);
 const ipsOf = (pod: Pod) => [pod.ip, ...(pod.ipv6 ? [pod.ipv6] : [])].sort();
 
-for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host-gw', true, 'nftables'], ['vxlan', false, 'iptables']] as const) {
+for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host-gw', true, 'nftables'], ['vxlan', false, 'iptables'], ['host-gw', true, 'iptables']] as const) {
   test(`inbound EIPs, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}, ${engine}: a floating IP and two port forwards reach their pods with the client\'s address; the pod re-created elsewhere keeps its EIP; conflicts change nothing; the gateway cut moves them; deleting leaves nothing`, { skip, timeout: 300_000 }, async () => {
     const e = await EgressCluster.start({ nodes: 4, backend, dualStack, weftdArgs: ['--resync-period=2', `--traffic-rules=${engine}`] });
     const v6 = (addr: string) => (dualStack ? { ipv6: addr } : {});

@@ -4,20 +4,13 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseCIDR } from '../../../src/ip/ip.ts';
+import type { Family } from '../../../src/ip/ip.ts';
 import { renderDataplane } from '../../../src/egress/dataplane.ts';
 import type { DataplaneInput, NextHop } from '../../../src/egress/dataplane.ts';
 import type { NodeEndpoints } from '../../../src/egress/endpoints.ts';
 import { iptablesEgressRestore, iptablesEgressState, renderIptables } from '../../../src/egress/iptables.ts';
 import type { IptablesEgressTable } from '../../../src/egress/iptables.ts';
-import type { Family } from '../../../src/ip/ip.ts';
-
-const inside = ['10.244.0.0/16', '10.96.0.0/12', '198.51.100.1/32', 'fd00:10:244::/56'].map((c) => parseCIDR(c, 'test'));
-const hops: Record<string, NextHop> = { 'node-3 4': { gateway: '10.244.3.0', linkIndex: 7, onlink: true }, 'node-2 4': { gateway: '10.244.2.0', linkIndex: 7, onlink: true } };
-
-function input(node: string, endpoints: NodeEndpoints[], over: Partial<DataplaneInput> = {}): DataplaneInput {
-  return { node, endpoints, families: [4], inside, nextHop: (n, f) => hops[`${n} ${f}`], ownAddress: { 4: '198.51.100.3' }, ...over };
-}
+import { a, b, fip, fwd, hops, input } from '../../support/egress-endpoints.ts';
 
 /** The tables family `f` wants, keyed by table name. */
 function ipt(i: DataplaneInput, f: Family = 4): Record<string, IptablesEgressTable> {
@@ -28,8 +21,6 @@ function ipt(i: DataplaneInput, f: Family = 4): Record<string, IptablesEgressTab
 /** The rules of `chain`, without their `-A <chain> ` prefix. */
 const rulesOf = (t: IptablesEgressTable | undefined, chain: string) => (t?.rules ?? []).filter((r) => r.startsWith(`-A ${chain} `)).map((r) => r.slice(`-A ${chain} `.length));
 
-const a: NodeEndpoints = { policy: 'default/a', gateway: 'node-3', eip: { ipv4: '198.51.100.100' }, destinations: [], sources: [{ node: 'node-1', ips: ['10.244.1.5'] }, { node: 'node-3', ips: ['10.244.3.7'] }] };
-const b: NodeEndpoints = { policy: 'default/b', gateway: 'node-2', eip: {}, destinations: [parseCIDR('203.0.113.0/24', 'test')], sources: [{ node: 'node-1', ips: ['10.244.1.6'] }] };
 const insideReturns = (dir: '-s' | '-d') => [`${dir} 10.244.0.0/16 -j RETURN`, `${dir} 10.96.0.0/12 -j RETURN`, `${dir} 198.51.100.1/32 -j RETURN`];
 
 test('iptables, a node with selected pods: marks their outside traffic per gateway in mangle, accepts it in nat before masquerade, clears the mark after routing', () => {
@@ -80,15 +71,6 @@ test('iptables, dual stack: each family its own chains, with its own inside list
 
 test('iptables, equal inputs render equal rules whatever the order of the endpoints', () => {
   assert.deepEqual(ipt(input('node-1', [a, b])), ipt(input('node-1', [b, a])));
-});
-
-const fip: NodeEndpoints = {
-  policy: 'FloatingIP default/web', gateway: 'node-3', eip: { ipv4: '198.51.100.100' }, destinations: [],
-  sources: [{ node: 'node-1', ips: ['10.244.1.5'] }], inbound: [{ node: 'node-1', ip: '10.244.1.5' }],
-};
-const fwd = (port: number, ip: string, node: string): NodeEndpoints => ({
-  policy: `PortForward default/p${port}`, gateway: 'node-3', eip: { ipv4: '198.51.100.101' }, destinations: [], sources: [],
-  inbound: [{ node, ip, protocol: 'TCP', port, podPort: 8080 }],
 });
 
 test('iptables, inbound on the gateway: the EIP (or its port) DNATed to the pod first in PREROUTING, DNATed connections accepted before the SNAT to the EIP', () => {
