@@ -28,7 +28,7 @@
 import type { Family } from '../ip/ip.ts';
 import { parseIptablesSave } from '../masq/rules.ts';
 import { EGRESS_MARK_MASK, hex } from './dataplane.ts';
-import type { DataplanePlan } from './dataplane.ts';
+import type { DataplanePlan, PolicyRules } from './dataplane.ts';
 
 /** Every chain of ours starts with this. */
 export const IPT_EGRESS_PREFIX = 'WEFT-EGRESS-';
@@ -59,7 +59,7 @@ export function renderIptables(plan: DataplanePlan, f: Family): IptablesEgressTa
   const inside = plan.inside[f];
   const out: IptablesEgressTable[] = [];
   /** `out` chain: inside destinations return, each pod jumps to its policy's chain, which ends with `target`. */
-  const perPolicy = (t: IptablesEgressTable, chain: string, prefix: string, ps: typeof policies, pods: (p: (typeof policies)[number]) => string[], target: (p: (typeof policies)[number]) => string) => {
+  const perPolicy = (t: IptablesEgressTable, chain: string, prefix: string, ps: PolicyRules[], pods: (p: PolicyRules) => string[], target: (p: PolicyRules) => string) => {
     t.chains.push(chain);
     t.rules.push(...inside.map((c) => `-A ${chain} -d ${c} -j RETURN`));
     for (const p of ps) {
@@ -71,9 +71,7 @@ export function renderIptables(plan: DataplanePlan, f: Family): IptablesEgressTa
   };
   if (steered.length > 0 || connMarks.length > 0) {
     const t: IptablesEgressTable = { table: 'mangle', chains: [C('PRE')], jumps: [{ hook: 'PREROUTING', chain: C('PRE') }, { hook: 'POSTROUTING', chain: C('POST') }], rules: [] };
-    if (connMarks.length > 0) {
-      t.rules.push(`-A ${C('PRE')} -m conntrack --ctstate NEW -j ${C('INB')}`);
-    }
+    if (connMarks.length > 0) t.rules.push(`-A ${C('PRE')} -m conntrack --ctstate NEW -j ${C('INB')}`);
     if (steered.length > 0) t.rules.push(`-A ${C('PRE')} -j ${C('OUT')}`);
     // Replies of inbound connections last: they go back to the gateway they came through.
     for (const m of new Set(connMarks.map((c) => c.mark))) t.rules.push(`-A ${C('PRE')} -m conntrack --ctdir REPLY -m connmark --mark ${xmark(m)} -j MARK --set-xmark ${xmark(m)}`);
@@ -132,8 +130,8 @@ export function iptablesEgressState(save: string): Map<string, IptablesEgressSta
  * The `iptables-restore --noflush` input making one family hold exactly `want` of ours, given
  * what it holds (`have`, {@link iptablesEgressState}): per table, every chain of ours wanted or
  * present is declared (created or flushed), every jump to ours deleted, the chains no longer
- * wanted deleted, the jumps inserted first in their built-in chains and the rules appended. One
- * transaction per table. Undefined when there is nothing to write.
+ * wanted deleted, the jumps inserted first in their built-in chains and the rules appended; each
+ * table is committed whole. Undefined when there is nothing to write.
  */
 export function iptablesEgressRestore(want: readonly IptablesEgressTable[], have: Map<string, IptablesEgressState>): string | undefined {
   const out: string[] = [];

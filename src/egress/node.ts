@@ -70,6 +70,8 @@ export interface EgressNodeOptions extends AgentParts {
   resyncMs: number;
 }
 
+const NOTHING_WANTED = 'no egress policy concerns this node';
+const OTHER_ENGINE = 'this node\'s traffic rules engine is the other one';
 const DEFAULT_DST: Record<Family, string> = { 4: '0.0.0.0/0', 6: '::/0' };
 const hostCidr = (ip: string) => parseCIDR(`${ip}/${ip.includes(':') ? 128 : 32}`, 'address');
 
@@ -149,17 +151,17 @@ export class EgressNode {
       for (const f of [4, 6] as const) {
         if (this.#families.includes(f) || !this.#otherChecked) await this.#iptables(f, result.plan && this.#families.includes(f) ? renderIptables(result.plan, f) : []);
       }
-      if (!this.#otherChecked) await this.#nft(undefined);
+      if (!this.#otherChecked) await this.#nft(undefined, OTHER_ENGINE);
     } else {
       await this.#nft(result.nft);
-      if (!this.#otherChecked) for (const f of [4, 6] as const) await this.#iptables(f, []);
+      if (!this.#otherChecked) for (const f of [4, 6] as const) await this.#iptables(f, [], OTHER_ENGINE);
     }
     this.#otherChecked = true;
     return result;
   }
 
   /** Makes family `f`'s iptables hold exactly `want` of ours (nothing: removes our chains). */
-  async #iptables(f: Family, want: readonly IptablesEgressTable[]): Promise<void> {
+  async #iptables(f: Family, want: readonly IptablesEgressTable[], why = NOTHING_WANTED): Promise<void> {
     const { run } = this.#o;
     const [save, restore] = f === 4 ? ['iptables-save', 'iptables-restore'] : ['ip6tables-save', 'ip6tables-restore'];
     const saved = await run([save]);
@@ -176,7 +178,7 @@ export class EgressNode {
     await mustRun(run, `apply the IPv${f} egress rules`, [restore, '--noflush', '--wait'], script);
     if (want.length === 0) {
       this.#iptApplied.delete(f);
-      this.#o.log.info('removed the egress rules: no egress policy concerns this node', { iptables: save.replace('-save', '') });
+      this.#o.log.info(`removed the egress rules: ${why}`, { iptables: save.replace('-save', '') });
       return;
     }
     this.#iptApplied.set(f, { want: key, listing: JSON.stringify([...iptablesEgressState(await mustRun(run, `read the IPv${f} iptables rules`, [save]))]) });
@@ -188,14 +190,14 @@ export class EgressNode {
     this.#o.log.warn(w);
   }
 
-  async #nft(script: string | undefined): Promise<void> {
+  async #nft(script: string | undefined, why = NOTHING_WANTED): Promise<void> {
     const { run } = this.#o;
     const listed = await run(['nft', 'list', 'table', 'inet', NFT_EGRESS_TABLE]);
     const listing = listed.code === 0 ? listed.stdout : undefined;
     if (script === undefined) {
       if (listing !== undefined) {
         await mustRun(run, `delete table inet ${NFT_EGRESS_TABLE}`, ['nft', 'delete', 'table', 'inet', NFT_EGRESS_TABLE]);
-        this.#o.log.info('removed the egress rules: no egress policy concerns this node');
+        this.#o.log.info(`removed the egress rules: ${why}`, { table: `inet ${NFT_EGRESS_TABLE}` });
       }
       this.#applied = undefined;
       return;
