@@ -19,7 +19,6 @@ import { LeaseTable } from '../lease/table.ts';
 import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
 import { TrafficRules } from '../masq/manager.ts';
-import { execRunner, requireNft } from '../masq/runner.ts';
 import type { Metrics } from '../server/metrics.ts';
 import { readSubnetEnv, writeSubnetEnv } from '../subnetenv/subnetenv.ts';
 import type { AgentView } from './view.ts';
@@ -70,7 +69,6 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   // Egress gateways: loaded only when asked for, their settings checked before anything starts.
   const egressModule = flags.egressGateways ? await import('../egress/run.ts') : undefined;
   const egressSettings = egressModule?.egressSettings(flags);
-  if (egressModule) await requireNft(execRunner(), '--egress-gateways', 'egress gateways (with floating IPs and port forwards)');
   const config = await source.networkConfig(signal);
   const rules = d.trafficRules ?? new TrafficRules({
     driver: config.enableNFTables && flags.trafficRules === 'auto' ? 'nftables' : flags.trafficRules,
@@ -156,7 +154,8 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
     log.info('ready: the kernel holds every lease', { peers: table.size });
     onReady?.();
     if (egressModule && egressSettings) {
-      egress = egressModule.runEgress({ settings: egressSettings, flags, handle, ext, backend, config, table, own: () => current, log }, running);
+      // Applied with the traffic rules' engine, which start() found working.
+      egress = egressModule.runEgress({ settings: egressSettings, flags, handle, ext, backend, config, table, own: () => current, engine: rules.driver ?? 'nftables', log }, running);
     }
     await Promise.all([watching, egress]);
   } finally {

@@ -3,6 +3,9 @@
  * the way to each gateway node (from the backend's plan) and what counts as inside the cluster.
  *
  * DESIGN NOTES
+ * - The rules are first a plan ({@link DataplanePlan}), rendered here for nftables and in
+ *   iptables.ts for iptables (the node's traffic rules engine decides); the notes below speak
+ *   of nftables, iptables.ts says what it does otherwise.
  * - Steering (a node with selected pods whose gateway is another node): nftables table
  *   `inet weft-egress`, chain `prerouting` (filter, priority mangle) marks packets from the
  *   policy's local pods to destinations outside the cluster (and in its list, if it has one)
@@ -101,6 +104,8 @@ export interface EgressRoute {
 export interface DataplaneResult {
   /** The `nft -f` script that replaces our table, or undefined: no table wanted. */
   nft: string | undefined;
+  /** What the rules do, for the iptables rendering (iptables.ts), or undefined: no rules wanted. */
+  plan: DataplanePlan | undefined;
   rules: EgressRule[];
   routes: EgressRoute[];
   /** Addresses wanted on the external interface. */
@@ -109,7 +114,7 @@ export interface DataplaneResult {
   warnings: string[];
 }
 
-const hex = (n: number) => `0x${n.toString(16)}`;
+export const hex = (n: number) => `0x${n.toString(16)}`;
 const familyOf = (ip: string): Family => (ip.includes(':') ? 6 : 4);
 const nfKeyword = (f: Family) => (f === 4 ? 'ip' : 'ip6');
 const setType = (f: Family) => (f === 4 ? 'ipv4_addr' : 'ipv6_addr');
@@ -123,25 +128,59 @@ function set(name: string, f: Family, elements: readonly string[]): string {
   return `\tset ${name} {\n\t\ttype ${setType(f)}; flags interval; auto-merge;\n${elements.length > 0 ? `\t\telements = { ${elements.join(', ')} }\n` : ''}\t}`;
 }
 
+/** One policy's rules for one family: steering of this node's pods, SNAT on its gateway. */
+export interface PolicyRules {
+  /** The policy's place in the sorted endpoints (names its sets and chains). */
+  index: number;
+  family: Family;
+  /** Its destinations (all outside ones when empty). */
+  dst: string[];
+  /** This node's selected pods and the mark of their gateway. */
+  steer?: { local: string[]; mark: number };
+  /** On the gateway: every node's selected pods and the address they leave as. */
+  snat?: { all: string[]; to: string };
+}
+
+/** An inbound target on its gateway: the EIP (or its protocol and port) DNATed to the pod. */
+export interface InboundDnat {
+  family: Family;
+  eip: string;
+  ip: string;
+  protocol?: string;
+  port?: number;
+  podPort?: number;
+}
+
+/** An inbound target on its pod's node: new connections from outside to the pod get the gateway's mark. */
+export interface InboundMark {
+  family: Family;
+  ip: string;
+  protocol?: string;
+  podPort?: number;
+  mark: number;
+}
+
+/** What the node's rules do, whichever engine applies them (nftables or iptables). */
+export interface DataplanePlan {
+  families: readonly Family[];
+  /** Per family, the destinations never steered nor SNATed. */
+  inside: Record<Family, string[]>;
+  policies: PolicyRules[];
+  dnat: InboundDnat[];
+  /** EIPs whose DNATed connections keep the client's address. */
+  keepSource: { family: Family; eip: string }[];
+  connMarks: InboundMark[];
+}
+
 /** Renders the node's egress data plane; see the design notes. */
 export function renderDataplane(input: DataplaneInput): DataplaneResult {
   const warnings: string[] = [];
-  const sets: string[] = [];
-  const marks: string[] = [];
-  const nat: string[] = [];
-  /** Inbound (floating IPs, port forwards): the gateway's DNATs and the rules keeping the client's address. */
-  const dnat: string[] = [];
-  const keepSource: string[] = [];
-  /** Inbound, on the pod's node: new connections from a gateway marked, their replies sent back to it. */
-  const connMarks: string[] = [];
-  const replyMarks: string[] = [];
+  const plan: DataplanePlan = { families: input.families, inside: { 4: [], 6: [] }, policies: [], dnat: [], keepSource: [], connMarks: [] };
   const eips: { family: Family; address: string }[] = [];
   const gatewayIndex = new Map<string, number>();
   const rules: EgressRule[] = [];
   const routes: EgressRoute[] = [];
-  for (const f of input.families) {
-    sets.push(set(`inside${f}`, f, input.inside.filter((c) => c.ip.family === f).map(formatCIDR).sort()));
-  }
+  for (const f of input.families) plan.inside[f] = input.inside.filter((c) => c.ip.family === f).map(formatCIDR).sort();
   /**
    * The mark that routes this node's packets to `e`'s gateway node for `f`, adding its ip rule
    * and route the first time; undefined (and a warning) when there is no way there.
@@ -175,61 +214,81 @@ export function renderDataplane(input: DataplaneInput): DataplaneResult {
     for (const f of input.families) {
       const dst = e.destinations.filter((d) => d.ip.family === f).map(formatCIDR).sort();
       if (e.destinations.length > 0 && dst.length === 0) continue;
-      const match = (src: string) => `${nfKeyword(f)} saddr @${src} ${nfKeyword(f)} daddr != @inside${f}${dst.length > 0 ? ` ${nfKeyword(f)} daddr @${setName('dst', i, f)}` : ''}`;
-      let wantsDst = false;
+      const p: PolicyRules = { index: i, family: f, dst };
       const localIps = local.filter((ip) => familyOf(ip) === f);
       if (!isGateway && localIps.length > 0) {
         const mark = steer(e, f, `egress policy ${e.policy}`, 'its pods leave the normal way');
-        if (mark !== undefined) {
-          sets.push(set(setName('local', i, f), f, localIps.sort()));
-          marks.push(`${match(setName('local', i, f))} meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(mark)}`);
-          wantsDst = true;
-        }
+        if (mark !== undefined) p.steer = { local: localIps.sort(), mark };
       }
       if (isGateway) {
         const all = e.sources.flatMap((s) => s.ips).filter((ip) => familyOf(ip) === f);
         const to = f === 4 ? e.eip.ipv4 : e.eip.ipv6;
         const source = to ?? input.ownAddress[f];
         if (to) eips.push({ family: f, address: to });
-        if (all.length > 0 && source) {
-          sets.push(set(setName('all', i, f), f, [...new Set(all)].sort()));
-          nat.push(`${match(setName('all', i, f))} snat ${nfKeyword(f)} to ${source}`);
-          wantsDst = true;
-        }
+        if (all.length > 0 && source) p.snat = { all: [...new Set(all)].sort(), to: source };
       }
-      if (wantsDst && dst.length > 0) sets.push(set(setName('dst', i, f), f, dst));
+      if (p.steer || p.snat) plan.policies.push(p);
     }
     for (const t of e.inbound ?? []) {
       const f = familyOf(t.ip);
       const eip = f === 4 ? e.eip.ipv4 : e.eip.ipv6;
       if (!eip || !input.families.includes(f)) continue;
-      const kw = nfKeyword(f);
-      const l4 = t.protocol ? ` meta l4proto ${t.protocol.toLowerCase()} th dport` : '';
+      const l4 = t.protocol ? { protocol: t.protocol.toLowerCase() } : {};
       if (isGateway) {
-        dnat.push(t.protocol ? `${kw} daddr ${eip}${l4} ${t.port} dnat ${kw} to ${f === 4 ? t.ip : `[${t.ip}]`}:${t.podPort}` : `${kw} daddr ${eip} dnat ${kw} to ${t.ip}`);
-        const keep = `ct status dnat ct original ${kw} daddr ${eip} snat ${kw} to ${kw} saddr`;
-        if (!keepSource.includes(keep)) keepSource.push(keep);
+        plan.dnat.push({ family: f, eip, ip: t.ip, ...l4, ...(t.protocol ? { port: t.port, podPort: t.podPort } : {}) });
+        if (!plan.keepSource.some((k) => k.eip === eip)) plan.keepSource.push({ family: f, eip });
       } else if (t.node === input.node) {
         const mark = steer(e, f, e.policy, 'replies to its connections leave the normal way');
         if (mark === undefined) continue;
-        connMarks.push(`ct state new ${kw} saddr != @inside${f} ${kw} daddr ${t.ip}${t.protocol ? `${l4} ${t.podPort}` : ''} ct mark set ct mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(mark)}`);
-        const reply = `ct direction reply ct mark & ${hex(EGRESS_MARK_MASK)} == ${hex(mark)} meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(mark)}`;
-        if (!replyMarks.includes(reply)) replyMarks.push(reply);
+        plan.connMarks.push({ family: f, ip: t.ip, ...l4, ...(t.protocol ? { podPort: t.podPort } : {}), mark });
       }
     }
   }
+  const wanted = plan.policies.length > 0 || plan.dnat.length > 0 || plan.connMarks.length > 0;
+  return { nft: wanted ? renderNft(plan) : undefined, plan: wanted ? plan : undefined, rules, routes, eips: dedupe(eips), warnings };
+}
+
+/** The `nft -f` script of the plan: table `inet weft-egress`. */
+function renderNft(plan: DataplanePlan): string {
+  const sets: string[] = [];
+  const marks: string[] = [];
+  const nat: string[] = [];
+  for (const f of plan.families) sets.push(set(`inside${f}`, f, plan.inside[f]));
+  for (const p of plan.policies) {
+    const kw = nfKeyword(p.family);
+    const match = (src: string) => `${kw} saddr @${src} ${kw} daddr != @inside${p.family}${p.dst.length > 0 ? ` ${kw} daddr @${setName('dst', p.index, p.family)}` : ''}`;
+    if (p.steer) {
+      sets.push(set(setName('local', p.index, p.family), p.family, p.steer.local));
+      marks.push(`${match(setName('local', p.index, p.family))} meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(p.steer.mark)}`);
+    }
+    if (p.snat) {
+      sets.push(set(setName('all', p.index, p.family), p.family, p.snat.all));
+      nat.push(`${match(setName('all', p.index, p.family))} snat ${kw} to ${p.snat.to}`);
+    }
+    if (p.dst.length > 0) sets.push(set(setName('dst', p.index, p.family), p.family, p.dst));
+  }
+  const dnat = plan.dnat.map((d) => {
+    const kw = nfKeyword(d.family);
+    return d.protocol
+      ? `${kw} daddr ${d.eip} meta l4proto ${d.protocol} th dport ${d.port} dnat ${kw} to ${d.family === 4 ? d.ip : `[${d.ip}]`}:${d.podPort}`
+      : `${kw} daddr ${d.eip} dnat ${kw} to ${d.ip}`;
+  });
+  const keepSource = plan.keepSource.map(({ family, eip }) => `ct status dnat ct original ${nfKeyword(family)} daddr ${eip} snat ${nfKeyword(family)} to ${nfKeyword(family)} saddr`);
+  const connMarks = plan.connMarks.map((c) => {
+    const kw = nfKeyword(c.family);
+    return `ct state new ${kw} saddr != @inside${c.family} ${kw} daddr ${c.ip}${c.protocol ? ` meta l4proto ${c.protocol} th dport ${c.podPort}` : ''} ct mark set ct mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(c.mark)}`;
+  });
+  const replyMarks = [...new Set(plan.connMarks.map((c) => c.mark))].map((m) => `ct direction reply ct mark & ${hex(EGRESS_MARK_MASK)} == ${hex(m)} meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(m)}`);
   // Replies of inbound connections last: they go back to the gateway they came through, even from a pod an egress policy sends elsewhere.
   const steering = [...connMarks, ...marks, ...replyMarks];
-  if (steering.length === 0 && nat.length === 0 && dnat.length === 0) return { nft: undefined, rules, routes, eips, warnings };
-  const identity = steering.length === 0 ? [] : input.families.map((f) => `meta mark & ${hex(EGRESS_MARK_MASK)} != 0 snat ${nfKeyword(f)} to ${nfKeyword(f)} saddr`);
+  const identity = steering.length === 0 ? [] : plan.families.map((f) => `meta mark & ${hex(EGRESS_MARK_MASK)} != 0 snat ${nfKeyword(f)} to ${nfKeyword(f)} saddr`);
   const chains = [
     ...(steering.length > 0 ? [chain('prerouting', 'filter', 'prerouting', 'mangle', steering)] : []),
     ...(dnat.length > 0 ? [chain('inbound', 'nat', 'prerouting', DNAT_PRIORITY, dnat)] : []),
     chain('postrouting', 'nat', 'postrouting', NAT_PRIORITY, [...identity, ...keepSource, ...nat]),
     ...(steering.length > 0 ? [chain('unmark', 'filter', 'postrouting', 'srcnat + 10', [`meta mark & ${hex(EGRESS_MARK_MASK)} != 0 meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)}`])] : []),
   ];
-  const nft = `table inet ${NFT_EGRESS_TABLE} {\n${[...sets, ...chains].join('\n')}\n}\n`;
-  return { nft, rules, routes, eips: dedupe(eips), warnings };
+  return `table inet ${NFT_EGRESS_TABLE} {\n${[...sets, ...chains].join('\n')}\n}\n`;
 }
 
 function chain(name: string, type: string, hook: string, priority: string, lines: readonly string[]): string {

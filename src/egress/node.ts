@@ -3,7 +3,11 @@
  * EgressEndpoints the controller publishes, renders this node's data plane (dataplane.ts, pure)
  * and keeps the kernel in line with it, level-triggered: after any change of the endpoints or
  * the lease table, and every `resyncMs` (repair: someone flushed our table, deleted a rule, a
- * route or an EIP). What is ours: table `inet weft-egress`; `ip rule`s at priority
+ * route or an EIP). The rules are applied with the node's traffic rules engine: nftables (table
+ * `inet weft-egress`, replaced whole with `nft -f`) or iptables (iptables.ts: chains
+ * WEFT-EGRESS-* per family, one `iptables-restore --noflush` per family); the first pass removes
+ * what the other engine holds of ours (a node that changed engines). What is ours: table
+ * `inet weft-egress`; chains WEFT-EGRESS-* and the jumps to them; `ip rule`s at priority
  * {@link EGRESS_RULE_PRIORITY}; routes with protocol {@link EGRESS_RTPROT} in tables
  * EGRESS_TABLE_BASE..+254;
  * the EIPs recorded in `<subnet.env's directory>/weft-egress.json` (an address carries no owner,
@@ -29,6 +33,7 @@ import type { LeaseTable } from '../lease/table.ts';
 import type { Logger } from '../log.ts';
 import { mustRun } from '../masq/runner.ts';
 import type { Runner, Sysctl } from '../masq/runner.ts';
+import type { DriverName } from '../masq/drivers.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
 import { IFA_F_NODAD } from '../netlink/records.ts';
 import { EGRESS_GROUP, EGRESS_VERSION } from './api.ts';
@@ -36,6 +41,8 @@ import { EGRESS_RTPROT, EGRESS_RULE_PRIORITY, EGRESS_TABLE_BASE, MAX_GATEWAYS, N
 import type { DataplaneResult, NextHop } from './dataplane.ts';
 import { parseEndpoints } from './endpoints.ts';
 import type { NodeEndpoints } from './endpoints.ts';
+import { iptablesEgressRestore, iptablesEgressState, renderIptables } from './iptables.ts';
+import type { IptablesEgressTable } from './iptables.ts';
 import { PassLoop } from './pass-loop.ts';
 
 /** What the agent has built that the egress data plane works with. */
@@ -47,6 +54,8 @@ export interface AgentParts {
   table: LeaseTable;
   /** The current own lease. */
   own: () => Lease;
+  /** The traffic rules engine in use: the egress rules are applied with it. */
+  engine: DriverName;
   log: Logger;
 }
 
@@ -61,6 +70,8 @@ export interface EgressNodeOptions extends AgentParts {
   resyncMs: number;
 }
 
+const NOTHING_WANTED = 'no egress policy concerns this node';
+const OTHER_ENGINE = 'this node\'s traffic rules engine is the other one';
 const DEFAULT_DST: Record<Family, string> = { 4: '0.0.0.0/0', 6: '::/0' };
 const hostCidr = (ip: string) => parseCIDR(`${ip}/${ip.includes(':') ? 128 : 32}`, 'address');
 
@@ -71,6 +82,10 @@ export class EgressNode {
   readonly #loop = new PassLoop();
   /** The script last applied and the table as nft listed it right after. */
   #applied: { script: string; listing: string } | undefined;
+  /** Per family, the iptables tables last applied and our part of iptables-save right after. */
+  readonly #iptApplied = new Map<Family, { want: string; listing: string }>();
+  /** Whether a pass has looked for the other engine's rules of ours. */
+  #otherChecked = false;
   #warned = new Set<string>();
 
   constructor(o: EgressNodeOptions) {
@@ -132,8 +147,41 @@ export class EgressNode {
     await this.#eips(result.eips);
     await this.#routes(result);
     await this.#rules(result);
-    await this.#nft(result.nft);
+    if (this.#o.engine === 'iptables') {
+      for (const f of [4, 6] as const) {
+        if (this.#families.includes(f) || !this.#otherChecked) await this.#iptables(f, result.plan && this.#families.includes(f) ? renderIptables(result.plan, f) : []);
+      }
+      if (!this.#otherChecked) await this.#nft(undefined, OTHER_ENGINE);
+    } else {
+      await this.#nft(result.nft);
+      if (!this.#otherChecked) for (const f of [4, 6] as const) await this.#iptables(f, [], OTHER_ENGINE);
+    }
+    this.#otherChecked = true;
     return result;
+  }
+
+  /** Makes family `f`'s iptables hold exactly `want` of ours (nothing: removes our chains). */
+  async #iptables(f: Family, want: readonly IptablesEgressTable[], why = NOTHING_WANTED): Promise<void> {
+    const { run } = this.#o;
+    const [save, restore] = f === 4 ? ['iptables-save', 'iptables-restore'] : ['ip6tables-save', 'ip6tables-restore'];
+    const saved = await run([save]);
+    // Missing tools (or a kernel without the family) hold nothing of ours.
+    if (saved.code !== 0 && want.length === 0) return;
+    const have = iptablesEgressState(saved.code === 0 ? saved.stdout : await mustRun(run, `read the IPv${f} iptables rules`, [save]));
+    const listing = JSON.stringify([...have]);
+    const key = JSON.stringify(want);
+    const applied = this.#iptApplied.get(f);
+    if (applied?.want === key && applied.listing === listing) return;
+    const script = iptablesEgressRestore(want, have);
+    if (script === undefined) return;
+    if (applied?.want === key) this.#o.log.warn('the egress rules drifted; putting them back', { iptables: save.replace('-save', '') });
+    await mustRun(run, `apply the IPv${f} egress rules`, [restore, '--noflush', '--wait'], script);
+    if (want.length === 0) {
+      this.#iptApplied.delete(f);
+      this.#o.log.info(`removed the egress rules: ${why}`, { iptables: save.replace('-save', '') });
+      return;
+    }
+    this.#iptApplied.set(f, { want: key, listing: JSON.stringify([...iptablesEgressState(await mustRun(run, `read the IPv${f} iptables rules`, [save]))]) });
   }
 
   #warnOnce(w: string): void {
@@ -142,14 +190,14 @@ export class EgressNode {
     this.#o.log.warn(w);
   }
 
-  async #nft(script: string | undefined): Promise<void> {
+  async #nft(script: string | undefined, why = NOTHING_WANTED): Promise<void> {
     const { run } = this.#o;
     const listed = await run(['nft', 'list', 'table', 'inet', NFT_EGRESS_TABLE]);
     const listing = listed.code === 0 ? listed.stdout : undefined;
     if (script === undefined) {
       if (listing !== undefined) {
         await mustRun(run, `delete table inet ${NFT_EGRESS_TABLE}`, ['nft', 'delete', 'table', 'inet', NFT_EGRESS_TABLE]);
-        this.#o.log.info('removed the egress rules: no egress policy concerns this node');
+        this.#o.log.info(`removed the egress rules: ${why}`, { table: `inet ${NFT_EGRESS_TABLE}` });
       }
       this.#applied = undefined;
       return;

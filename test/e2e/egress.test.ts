@@ -14,9 +14,9 @@ import { until } from '../support/until.ts';
 
 const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
 
-for (const [backend, dualStack] of [['vxlan', false], ['vxlan', true], ['host-gw', false]] as const) {
-  test(`egress, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}: selected pods leave as the EIP, others as their node; repair; two gateways; a deleted policy leaves nothing, even one deleted while the gateway's weftd was down`, { skip, timeout: 240_000 }, async () => {
-    const e = await EgressCluster.start({ nodes: 3, backend, dualStack, weftdArgs: ['--resync-period=2'] });
+for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['vxlan', true, 'nftables'], ['host-gw', false, 'nftables'], ['vxlan', false, 'iptables'], ['vxlan', true, 'iptables']] as const) {
+  test(`egress, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}, ${engine}: selected pods leave as the EIP, others as their node; repair; two gateways; a deleted policy leaves nothing, even one deleted while the gateway's weftd was down`, { skip, timeout: 240_000 }, async () => {
+    const e = await EgressCluster.start({ nodes: 3, backend, dualStack, weftdArgs: ['--resync-period=2', `--traffic-rules=${engine}`] });
     try {
       const [n1, n2, n3] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode];
       e.label(n3, { 'egress.weft.dev/gateway': 'a' });
@@ -58,7 +58,13 @@ for (const [backend, dualStack] of [['vxlan', false], ['vxlan', true], ['host-gw
       }
 
       // Repair: what someone removes comes back with the next resync.
-      await n1.ns.exec('nft', 'delete', 'table', 'inet', 'weft-egress');
+      if (engine === 'nftables') await n1.ns.exec('nft', 'delete', 'table', 'inet', 'weft-egress');
+      else {
+        await assert.rejects(n1.ns.exec('nft', 'list', 'table', 'inet', 'weft-egress'), 'the iptables engine applies no nftables table');
+        await n1.ns.exec('iptables', '-t', 'mangle', '-D', 'PREROUTING', '-j', 'WEFT-EGRESS-PRE');
+        await n3.ns.exec('iptables', '-t', 'nat', '-F', 'WEFT-EGRESS-GW');
+        await until('the jump to WEFT-EGRESS-PRE back on node-1', async () => (await n1.ns.exec('iptables-save', '-t', 'mangle')).includes('-A PREROUTING -j WEFT-EGRESS-PRE'), 20_000);
+      }
       await n1.ns.ip('rule', 'del', 'priority', '1500');
       await n3.ns.ip('addr', 'del', '198.51.100.100/32', 'dev', 'eth0');
       await e.waitSeenAs(a1, '198.51.100.100');
@@ -72,11 +78,13 @@ for (const [backend, dualStack] of [['vxlan', false], ['vxlan', true], ['host-gw
       assert.equal(e.policyStatus('b').node, n2.name);
 
       // Deleted policies: back to the node's address, and nothing of egress left in any kernel,
-      // also on the gateway whose weftd was down when its policy went.
+      // also on the gateway whose weftd was down when its policy went (with iptables, restarted
+      // with nftables: it removes the chains the iptables engine left).
       assert.equal(await e.c.stopWeftd(n3), 0);
       e.removePolicy('a');
       await e.waitSeenAs(a1, n1.address);
-      await e.c.restartWeftd(n3);
+      await e.c.restartWeftd(n3, engine === 'iptables' ? ['--traffic-rules=nftables'] : []);
+      assert.match(n3.daemon.log(), /traffic rules installed with nftables/);
       await e.waitSeenAs(a3, n3.address);
       await e.waitSeenAs(b1, '198.51.100.110', false, 10_000);
       e.removePolicy('b');

@@ -21,9 +21,9 @@ const url = (eip: string, port = 8080) => (eip.includes(':') ? `http://[${eip}]:
 const seen = (pod: Pod, v6 = false) => (v6 ? `${OUTSIDE.ipv6}>${pod.ipv6}` : `${OUTSIDE.ipv4}>${pod.ip}`);
 const ipsOf = (pod: Pod) => [pod.ip, ...(pod.ipv6 ? [pod.ipv6] : [])].sort();
 
-for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as const) {
-  test(`inbound EIPs, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}: a floating IP and two port forwards reach their pods with the client\'s address; the pod re-created elsewhere keeps its EIP; conflicts change nothing; the gateway cut moves them; deleting leaves nothing`, { skip, timeout: 300_000 }, async () => {
-    const e = await EgressCluster.start({ nodes: 4, backend, dualStack, weftdArgs: ['--resync-period=2'] });
+for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host-gw', true, 'nftables'], ['vxlan', false, 'iptables'], ['host-gw', true, 'iptables']] as const) {
+  test(`inbound EIPs, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}, ${engine}: a floating IP and two port forwards reach their pods with the client\'s address; the pod re-created elsewhere keeps its EIP; conflicts change nothing; the gateway cut moves them; deleting leaves nothing`, { skip, timeout: 300_000 }, async () => {
+    const e = await EgressCluster.start({ nodes: 4, backend, dualStack, weftdArgs: ['--resync-period=2', `--traffic-rules=${engine}`] });
     const v6 = (addr: string) => (dualStack ? { ipv6: addr } : {});
     const servers: (() => Promise<void>)[] = [];
     const serve = async (pod: Pod) => servers.push(await startSourceServer(pod.ns, true));
@@ -74,8 +74,10 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
       assert.equal(await e.fromOutside(url('198.51.100.101', 8080), 1), undefined, 'a port not forwarded is not');
 
       // Conflicts: a reason in the status, and nothing else changes.
-      // Rules as listed, set names aside (they number the endpoints in order, which the new ones shift).
-      const rules = async () => (await g1.ns.exec('nft', 'list', 'table', 'inet', 'weft-egress')).replace(/\bp\d+_/g, 'p_');
+      // Rules as listed, set and chain names aside (they number the endpoints in order, which the new ones shift).
+      const rules = async () => (engine === 'nftables'
+        ? (await g1.ns.exec('nft', 'list', 'table', 'inet', 'weft-egress')).replace(/\bp\d+_/g, 'p_')
+        : (await g1.ns.exec('iptables-save')).split('\n').filter((l) => l.includes('WEFT-EGRESS-')).join('\n').replace(/\bWEFT-EGRESS-([MG])\d+\b/g, 'WEFT-EGRESS-$1'));
       const before = await rules();
       e.inbound('PortForward', 'again', { gateway: 'gw', eip: { ipv4: '198.51.100.101' }, port: 8081, pod: 'b', podPort: 8080 });
       e.inbound('FloatingIP', 'shared', { gateway: 'gw', pod: 'b', eip: { ipv4: '198.51.100.101' } });

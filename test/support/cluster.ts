@@ -196,8 +196,8 @@ export class Cluster {
     return [...source, '--iface=eth0', `--subnet-file=${join(node.dir, 'subnet.env')}`, ...(this.o.weftdArgs ?? [])];
   }
 
-  #weftd(node: ClusterNode): Daemon {
-    const args = [...this.args(node)];
+  #weftd(node: ClusterNode, extra: readonly string[] = []): Daemon {
+    const args = [...this.args(node), ...extra];
     if (this.api) args.push(`--kubeconfig-file=${this.#kubeconfig}`);
     return spawnWeftd(node.ns, args, { NODE_NAME: node.name });
   }
@@ -219,9 +219,9 @@ export class Cluster {
     return stopDaemon(node.daemon, signal);
   }
 
-  /** Starts `node`'s weftd again (after stopWeftd) and waits until it is ready. */
-  async restartWeftd(node: ClusterNode): Promise<void> {
-    node.daemon = this.#weftd(node);
+  /** Starts `node`'s weftd again (after stopWeftd), with `extra` flags after the others, and waits until it is ready. */
+  async restartWeftd(node: ClusterNode, extra: readonly string[] = []): Promise<void> {
+    node.daemon = this.#weftd(node, extra);
     await this.waitReady(node);
   }
 

@@ -74,6 +74,9 @@ export async function startSourceServer(ns: Netns, withLocal = false): Promise<(
 export async function egressLeftovers(n: ClusterNode, v6: boolean): Promise<string[]> {
   const out: string[] = [];
   if (await n.ns.exec('nft', 'list', 'table', 'inet', 'weft-egress').then(() => true, () => false)) out.push('table inet weft-egress');
+  for (const save of v6 ? ['iptables-save', 'ip6tables-save'] : ['iptables-save']) {
+    out.push(...(await n.ns.exec(save)).split('\n').filter((l) => l.includes('WEFT-EGRESS-')).map((l) => `${save}: ${l}`));
+  }
   for (const f of v6 ? ['-4', '-6'] : ['-4']) {
     for (const r of await n.ns.ipJson<{ priority: number }[]>(f, 'rule', 'show')) if (r.priority === 1500) out.push(`rule ${JSON.stringify(r)}`);
     const routes = await n.ns.ipJson<{ table?: string }[]>(f, 'route', 'show', 'table', 'all', 'proto', '202');

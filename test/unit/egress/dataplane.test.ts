@@ -1,19 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseCIDR } from '../../../src/ip/ip.ts';
 import { EGRESS_TABLE_BASE, renderDataplane } from '../../../src/egress/dataplane.ts';
-import type { DataplaneInput, NextHop } from '../../../src/egress/dataplane.ts';
+import type { NextHop } from '../../../src/egress/dataplane.ts';
 import type { NodeEndpoints } from '../../../src/egress/endpoints.ts';
-
-const inside = ['10.244.0.0/16', '10.96.0.0/12', '198.51.100.1/32', 'fd00:10:244::/56'].map((c) => parseCIDR(c, 'test'));
-const hops: Record<string, NextHop> = { 'node-3 4': { gateway: '10.244.3.0', linkIndex: 7, onlink: true }, 'node-2 4': { gateway: '10.244.2.0', linkIndex: 7, onlink: true } };
-
-function input(node: string, endpoints: NodeEndpoints[], over: Partial<DataplaneInput> = {}): DataplaneInput {
-  return { node, endpoints, families: [4], inside, nextHop: (n, f) => hops[`${n} ${f}`], ownAddress: { 4: '198.51.100.3' }, ...over };
-}
-
-const a: NodeEndpoints = { policy: 'default/a', gateway: 'node-3', eip: { ipv4: '198.51.100.100' }, destinations: [], sources: [{ node: 'node-1', ips: ['10.244.1.5'] }, { node: 'node-3', ips: ['10.244.3.7'] }] };
-const b: NodeEndpoints = { policy: 'default/b', gateway: 'node-2', eip: {}, destinations: [parseCIDR('203.0.113.0/24', 'test')], sources: [{ node: 'node-1', ips: ['10.244.1.6'] }] };
+import { a, b, fip, fwd, hops, input } from '../../support/egress-endpoints.ts';
 
 test('a node with selected pods marks their outside traffic per gateway, routes it in a table of its own, and keeps their source from masquerade', () => {
   const r = renderDataplane(input('node-1', [a, b]));
@@ -49,7 +39,7 @@ test('source NodeIP SNATs to the gateway node\'s own address', () => {
 });
 
 test('nothing concerns a node without selected pods that is no gateway: no table, no rule, no route', () => {
-  assert.deepEqual(renderDataplane(input('node-4', [a, b])), { nft: undefined, rules: [], routes: [], eips: [], warnings: [] });
+  assert.deepEqual(renderDataplane(input('node-4', [a, b])), { nft: undefined, plan: undefined, rules: [], routes: [], eips: [], warnings: [] });
   assert.deepEqual(renderDataplane(input('node-1', [])).nft, undefined);
 });
 
@@ -73,15 +63,6 @@ test('dual stack: one rule and route per family, sets per family, IPv6 SNAT to t
 
 test('equal inputs render equal scripts whatever the order of the endpoints', () => {
   assert.equal(renderDataplane(input('node-1', [a, b])).nft, renderDataplane(input('node-1', [b, a])).nft);
-});
-
-const fip: NodeEndpoints = {
-  policy: 'FloatingIP default/web', gateway: 'node-3', eip: { ipv4: '198.51.100.100' }, destinations: [],
-  sources: [{ node: 'node-1', ips: ['10.244.1.5'] }], inbound: [{ node: 'node-1', ip: '10.244.1.5' }],
-};
-const fwd = (port: number, ip: string, node: string): NodeEndpoints => ({
-  policy: `PortForward default/p${port}`, gateway: 'node-3', eip: { ipv4: '198.51.100.101' }, destinations: [], sources: [],
-  inbound: [{ node, ip, protocol: 'TCP', port, podPort: 8080 }],
 });
 
 test('inbound, on the gateway node: the EIP (or its port) DNATed to the pod, the client\'s address kept from masquerade, one EIP address for all its forwards', () => {
