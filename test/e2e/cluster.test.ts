@@ -91,7 +91,8 @@ test('a node leaves (its lease deleted): its routes disappear on the others; a S
     const [n1, n2, n3] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0], typeof c.nodes[0]];
     const env3 = await c.subnetEnv(n3!);
     const subnet3 = env3.FLANNEL_SUBNET!.replace(/\.1\/24$/, '.0/24');
-    assert.ok((await podRoutes(c, 0)).includes(subnet3));
+    // node-1 may have been ready before node-3 took its lease: the route comes with the watch event.
+    await until(`the route to ${subnet3} on node 1`, async () => (await podRoutes(c, 0)).includes(subnet3), 20_000);
 
     // n3 leaves: its weftd stops and its lease is deleted (what an operator or the TTL does).
     await c.stopWeftd(n3!);
