@@ -180,9 +180,9 @@ export async function runWatchedChecks(o: WatchedChecksOptions, signal: AbortSig
 }
 
 /**
- * For a part applied with nftables whatever --traffic-rules says (network policy, egress
- * gateways): a ConfigError naming `flag` when `nft list tables` does not work here, so weftd
- * stops at start instead of failing every pass.
+ * For a part applied with nftables whatever --traffic-rules says (network policy): a
+ * ConfigError naming `flag` when `nft list tables` does not work here, so weftd stops at start
+ * instead of failing every pass.
  */
 export async function requireNft(run: Runner, flag: string, what: string): Promise<void> {
   const r = await run(['nft', 'list', 'tables']);
