@@ -86,21 +86,19 @@ struct DumpJob : Job {
   // dropped as they come; a smaller one is one array, as without `chunk`.
   static constexpr size_t kChunkedAbove = 4096;
   size_t chunk = 0;
-  std::vector<Record> records;
+  Records records;
   using Job::Job;
   void run(Worker& w) override { failure = w.dump(kind, filter, records); }
   Napi::Value result(Napi::Env env) override {
     if (chunk == 0 || records.size() <= kChunkedAbove) return recordsToJs(env, records);
-    auto held = std::make_shared<std::vector<Record>>(std::move(records));
+    auto held = std::make_shared<Records>(std::move(records));
     auto next = std::make_shared<size_t>(0);
     size_t n = chunk;
     return Napi::Function::New(env, [held, next, n](const Napi::CallbackInfo& info) -> Napi::Value {
       Napi::Array arr = recordsToJs(info.Env(), *held, *next, n);
       *next += arr.Length();
-      if (*next >= held->size()) {
-        held->clear();
-        held->shrink_to_fit();
-      }
+      if (*next >= held->size()) held->clear();
+      else held->releaseBefore(*next);
       return arr;
     });
   }
@@ -109,7 +107,7 @@ struct DumpJob : Job {
 // A request answered by exactly one record (link get, route get).
 struct GetJob : Job {
   std::function<struct nl_msg*(Failure&)> build;
-  std::vector<Record> records;
+  Records records;
   using Job::Job;
   void run(Worker& w) override {
     struct nl_msg* msg = build(failure);
@@ -117,7 +115,7 @@ struct GetJob : Job {
     failure = w.get(msg, records);
     if (!failure && records.empty()) failure = {ENOENT, "the kernel sent no answer"};
   }
-  Napi::Value result(Napi::Env env) override { return recordToJs(env, records.front()); }
+  Napi::Value result(Napi::Env env) override { return recordToJs(env, records[0]); }
 };
 
 struct MonitorJob : Job {

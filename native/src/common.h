@@ -105,6 +105,37 @@ struct NeighRec {
 
 using Record = std::variant<LinkRec, AddrRec, RouteRec, NeighRec, NexthopRec>;
 
+// Records as a dump reads them, in blocks of kBlock: a dump of 50,000 routes (~10 MB) is never
+// copied to grow (a vector's doubling held up to three times that at its last step), and its
+// blocks can be freed as JS takes them (releaseBefore).
+class Records {
+ public:
+  static constexpr size_t kBlock = 1024;
+  void push_back(Record&& r) {
+    if (size_ % kBlock == 0) {
+      blocks_.emplace_back();
+      blocks_.back().reserve(kBlock);
+    }
+    blocks_.back().push_back(std::move(r));
+    size_++;
+  }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  void clear() {
+    blocks_.clear();
+    size_ = 0;
+  }
+  const Record& operator[](size_t i) const { return blocks_[i / kBlock][i % kBlock]; }
+  // Frees every block wholly before record `i`; those records must not be read again.
+  void releaseBefore(size_t i) {
+    for (size_t b = 0; b < i / kBlock && b < blocks_.size(); b++) std::vector<Record>().swap(blocks_[b]);
+  }
+
+ private:
+  std::vector<std::vector<Record>> blocks_;
+  size_t size_ = 0;
+};
+
 // What a monitor saw: a record with the message type that carried it, or a receive overrun.
 struct Event {
   enum class Action { New, Del, Get, Overrun } action = Action::New;
@@ -119,7 +150,7 @@ std::optional<Record> recordFromObject(struct nl_object* obj);
 std::optional<Record> routeFromMessage(struct nlmsghdr* hdr);
 std::optional<Record> nexthopFromMessage(const struct nlmsghdr* hdr);
 Napi::Value recordToJs(Napi::Env env, const Record& rec);
-Napi::Array recordsToJs(Napi::Env env, const std::vector<Record>& recs, size_t from = 0, size_t count = SIZE_MAX);
+Napi::Array recordsToJs(Napi::Env env, const Records& recs, size_t from = 0, size_t count = SIZE_MAX);
 Napi::Array eventsToJs(Napi::Env env, const std::vector<Event>& events);
 
 // ---- failures ------------------------------------------------------------------------------------

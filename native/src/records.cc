@@ -302,7 +302,7 @@ const char* actionName(Event::Action a) {
 
 }  // namespace
 
-Napi::Array recordsToJs(Napi::Env env, const std::vector<Record>& recs, size_t from, size_t count) {
+Napi::Array recordsToJs(Napi::Env env, const Records& recs, size_t from, size_t count) {
   JsKeys k(env);
   size_t end = from + std::min(count, recs.size() - std::min(from, recs.size()));
   Napi::Array arr = Napi::Array::New(env, end - from);

@@ -207,7 +207,7 @@ int Worker::onValid(struct nl_msg* msg, void* arg) {
   }
 }
 
-Failure Worker::receive(std::vector<Record>* out, const DumpFilter* filter) {
+Failure Worker::receive(Records* out, const DumpFilter* filter) {
   ParseTarget target{out, filter};
   struct nl_cb* cb = nl_cb_clone(cb_);
   if (!cb) return {ENOMEM, "out of memory"};
@@ -229,7 +229,7 @@ Failure Worker::ack(struct nl_msg* msg) {
   return {};
 }
 
-Failure Worker::get(struct nl_msg* msg, std::vector<Record>& out) {
+Failure Worker::get(struct nl_msg* msg, Records& out) {
   int rc = nl_send_auto(sk_, msg);
   nlmsg_free(msg);
   if (rc < 0) return nlFailure(rc);
@@ -240,7 +240,7 @@ Failure Worker::get(struct nl_msg* msg, std::vector<Record>& out) {
   return {};
 }
 
-Failure Worker::dump(int kind, const DumpFilter& filter, std::vector<Record>& out) {
+Failure Worker::dump(int kind, const DumpFilter& filter, Records& out) {
   // A dump that races with changes is flagged NLM_F_DUMP_INTR by the kernel: read it again.
   for (int attempt = 0; attempt < 5; attempt++) {
     out.clear();

@@ -42,8 +42,8 @@ class Worker {
 
   // ---- worker-thread only ----
   Failure ack(struct nl_msg* msg);
-  Failure dump(int kind, const DumpFilter& filter, std::vector<Record>& out);
-  Failure get(struct nl_msg* msg, std::vector<Record>& out);
+  Failure dump(int kind, const DumpFilter& filter, Records& out);
+  Failure get(struct nl_msg* msg, Records& out);
   // A new non-blocking socket in this namespace, joined to the given rtnetlink groups.
   Failure openMonitorSocket(const std::vector<int>& groups, int rcvbuf, struct nl_sock** out);
   // The port ID of the request socket: the kernel stamps it on notifications of our own changes.
@@ -53,7 +53,7 @@ class Worker {
   Worker() = default;
   void enter(const std::string& netnsPath);
   void loop();
-  Failure receive(std::vector<Record>* out, const DumpFilter* filter);
+  Failure receive(Records* out, const DumpFilter* filter);
   static int onError(struct sockaddr_nl*, struct nlmsgerr* e, void* arg);
   static int onValid(struct nl_msg* msg, void* arg);
 
@@ -69,7 +69,7 @@ class Worker {
   Failure kernelError_;
 
   struct ParseTarget {
-    std::vector<Record>* out;
+    Records* out;
     const DumpFilter* filter;
   };
 };

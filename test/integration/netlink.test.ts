@@ -547,6 +547,22 @@ test('close() does not wait for the work in flight on the JS thread; that work s
   });
 });
 
+test('a dump of more than 4,096 records arrives whole and in order, chunk by chunk, listed or streamed', { skip: needsRoot }, async () => {
+  await withHandle(['bigdump'], async (h) => {
+    const eth0 = await h.linkByName('eth0');
+    // 10,000: past the addon's chunked hand-over (4,096), its blocks (1,024) and JS's chunks (256), none a multiple of the other's end.
+    const dsts = Array.from({ length: 10_000 }, (_, i) => `10.${100 + (i >> 8)}.${i & 255}.0/24`);
+    const results = await h.batch(dsts.map((dst) => ({ op: 'routeReplace' as const, route: { dst, linkIndex: eth0.index, protocol: WEFT_PROTO } })));
+    assert.ok(results.every((r) => r === null));
+    const listed = await h.routeList({ protocol: WEFT_PROTO });
+    assert.deepEqual(listed.map((r) => r.dst), dsts, 'every route, in the kernel\'s order (by prefix)');
+    assert.ok(listed.every((r) => r.linkIndex === eth0.index && r.protocol === WEFT_PROTO));
+    const streamed: string[] = [];
+    await h.routeEach({ protocol: WEFT_PROTO }, (r) => streamed.push(r.dst));
+    assert.deepEqual(streamed, dsts);
+  });
+});
+
 test('no leak over 100,000 operations: RSS stays flat', { skip: needsRoot }, async () => {
   await withHandle(['leak'], async (h) => {
     const vx = await vxlan(h);
