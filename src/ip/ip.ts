@@ -86,12 +86,17 @@ export function parseIP(text: string, field: string): IP {
   return ip;
 }
 
+/**
+ * Text of an address. Built with join(), which makes one flat string: a template's pieces stay
+ * linked as a tree of V8 cons strings once the text is 13 characters or more (~200 bytes more for
+ * every held address like `198.18.100.200`).
+ */
 export function formatIP(ip: IP): string {
   if (ip.family === 4) {
     const v = Number(ip.value);
-    return `${v >>> 24}.${(v >>> 16) & 255}.${(v >>> 8) & 255}.${v & 255}`;
+    return [v >>> 24, (v >>> 16) & 255, (v >>> 8) & 255, v & 255].join('.');
   }
-  if (ip.value >> 32n === 0xffffn) return `::ffff:${formatIP({ family: 4, value: ip.value & 0xffffffffn })}`;
+  if (ip.value >> 32n === 0xffffn) return ['::ffff', formatIP({ family: 4, value: ip.value & 0xffffffffn })].join(':');
   const groups: number[] = [];
   for (let i = 7; i >= 0; i--) groups.push(Number((ip.value >> BigInt(i * 16)) & 0xffffn));
   // RFC 5952: compress the longest run of two or more zero groups, the first on ties.
@@ -112,7 +117,7 @@ export function formatIP(ip: IP): string {
   }
   const hex = (g: number[]) => g.map((x) => x.toString(16)).join(':');
   if (bestStart < 0) return hex(groups);
-  return `${hex(groups.slice(0, bestStart))}::${hex(groups.slice(bestStart + bestLen))}`;
+  return [hex(groups.slice(0, bestStart)), hex(groups.slice(bestStart + bestLen))].join('::');
 }
 
 function mask(family: Family, prefix: number): bigint {
@@ -137,8 +142,9 @@ export function parseCIDR(text: string, field: string): CIDR {
   return cidrOf(ip, Number(len));
 }
 
+/** Text of a CIDR, one flat string (see {@link formatIP}). */
 export function formatCIDR(c: CIDR): string {
-  return `${formatIP(c.ip)}/${c.prefix}`;
+  return [formatIP(c.ip), c.prefix].join('/');
 }
 
 export function compareIP(a: IP, b: IP): number {

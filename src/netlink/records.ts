@@ -218,9 +218,14 @@ export function fdbFromRaw(r: RawNeigh): Fdb {
   return { linkIndex: r.index, mac: r.mac ?? '', dst: r.ip ?? '', state: r.state, flags: r.flags };
 }
 
+/*
+ * The keys below are held for every desired entry: join() builds each as one flat string, where a
+ * template would leave a tree of V8 cons strings behind (see formatIP).
+ */
+
 /** What identifies a route in a table: the kernel replaces on this key. */
 export function routeKey(r: Pick<Route, 'table' | 'dst' | 'metric'>): string {
-  return `${r.table}|${r.dst}|${r.metric}`;
+  return [r.table, r.dst, r.metric].join('|');
 }
 
 /** Equal as the kernel holds them: routes through nexthop objects by the id, others by their next hop. */
@@ -243,15 +248,15 @@ export function routeEqual(a: Route, b: Route): boolean {
 
 /** What makes a nexthop object the same next hop: its gateway, device and onlink flag. */
 export function nexthopKey(n: Pick<Nexthop, 'gateway' | 'linkIndex' | 'onlink'>): string {
-  return `${n.gateway}|${n.linkIndex}|${n.onlink ? 1 : 0}`;
+  return [n.gateway, n.linkIndex, n.onlink ? 1 : 0].join('|');
 }
 
 export function nexthopEqual(a: Nexthop, b: Nexthop): boolean {
-  return a.id === b.id && a.family === b.family && nexthopKey(a) === nexthopKey(b) && a.protocol === b.protocol;
+  return a.id === b.id && a.family === b.family && a.gateway === b.gateway && a.linkIndex === b.linkIndex && a.onlink === b.onlink && a.protocol === b.protocol;
 }
 
 export function neighKey(n: Pick<Neigh, 'linkIndex' | 'ip'>): string {
-  return `${n.linkIndex}|${n.ip}`;
+  return [n.linkIndex, n.ip].join('|');
 }
 
 export function neighEqual(a: Neigh, b: Neigh): boolean {
@@ -259,7 +264,7 @@ export function neighEqual(a: Neigh, b: Neigh): boolean {
 }
 
 export function fdbKey(f: Pick<Fdb, 'linkIndex' | 'mac' | 'dst'>): string {
-  return `${f.linkIndex}|${f.mac}|${f.dst}`;
+  return [f.linkIndex, f.mac, f.dst].join('|');
 }
 
 export function fdbEqual(a: Fdb, b: Fdb): boolean {
