@@ -21,7 +21,7 @@ import { DesiredState } from '../src/reconcile/desired.ts';
 import { Reconciler } from '../src/reconcile/loop.ts';
 import type { PassInfo } from '../src/reconcile/loop.ts';
 import { reconcileOnce } from '../src/reconcile/reconcile.ts';
-import { WEFT_RTPROT } from '../src/reconcile/state.ts';
+import { wantedState, WEFT_RTPROT } from '../src/reconcile/state.ts';
 import type { KernelState, Ownership } from '../src/reconcile/state.ts';
 import { isRoot, vxlanNode, withNetns } from '../test/support/netns.ts';
 import type { Netns } from '../test/support/netns.ts';
@@ -71,7 +71,7 @@ async function weftCold(type: 'vxlan' | 'host-gw'): Promise<number> {
     const ctx = await context(ns!, type, LEASES);
     try {
       const t0 = performance.now();
-      const pass = await reconcileOnce(ctx.h, plan(type, ctx.input), ctx.own);
+      const pass = await reconcileOnce(ctx.h, wantedState(plan(type, ctx.input)), ctx.own);
       const ms = performance.now() - t0;
       if (pass.failures.length > 0) throw pass.failures[0];
       return ms;
@@ -173,7 +173,7 @@ async function loopFigures(): Promise<{ eventP99: number; repairP99: number; res
       const resyncs: number[] = [];
       for (let i = 0; i < 5; i++) {
         const t0 = performance.now();
-        const pass = await reconcileOnce(ctx.h, desired.all(), ctx.own);
+        const pass = await reconcileOnce(ctx.h, desired.wanted(), ctx.own);
         resyncs.push(performance.now() - t0);
         if (pass.ops.length > 0) throw new Error(`idle resync found ${pass.ops.length} operations`);
       }

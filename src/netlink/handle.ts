@@ -184,9 +184,11 @@ const BATCH_SLICE = 1024;
  */
 const DUMP_CHUNK = 256;
 
-/** Every record of a chunked dump through `from` (undefined: left out). */
-function collect<R, T>(dump: RawChunks<R>, from: (r: R) => T | undefined): T[] {
-  const out: T[] = [];
+/**
+ * Hands every record of a chunked dump through `from` (undefined: left out) to `sink`, a chunk at
+ * a time: a caller that does not keep them lets each chunk's objects die young.
+ */
+function drain<R, T>(dump: RawChunks<R>, from: (r: R) => T | undefined, sink: (t: T) => void): void {
   let whole: R[] | undefined = Array.isArray(dump) ? dump : undefined;
   const next = () => {
     if (!whole) return (dump as () => R[])();
@@ -195,11 +197,18 @@ function collect<R, T>(dump: RawChunks<R>, from: (r: R) => T | undefined): T[] {
     return all;
   };
   for (let chunk = next(); chunk.length > 0; chunk = next()) {
-    for (const r of chunk) {
-      const t = from(r);
-      if (t !== undefined) out.push(t);
+    // Indexed: weftd's interpreted code would allocate an iterator result per record.
+    for (let i = 0; i < chunk.length; i++) {
+      const t = from(chunk[i]!);
+      if (t !== undefined) sink(t);
     }
   }
+}
+
+/** The records `each` hands over, in one array. */
+async function collect<T>(each: (sink: (t: T) => void) => Promise<void>): Promise<T[]> {
+  const out: T[] = [];
+  await each((t) => out.push(t));
   return out;
 }
 
@@ -587,19 +596,25 @@ export class NetlinkHandle {
    * `ip route show table all`, as a raw dump: routes that differ only in next hop stay
    * separate records (libnl's cache would merge them). Filtering happens before JS sees them.
    */
-  async routeList(filter: RouteFilter = {}): Promise<Route[]> {
+  routeList(filter: RouteFilter = {}): Promise<Route[]> {
+    return collect((sink) => this.routeEach(filter, sink));
+  }
+
+  /** {@link routeList}, each route handed to `sink` as it is read instead of kept in an array. */
+  async routeEach(filter: RouteFilter, sink: (r: Route) => void): Promise<void> {
+    let dump;
     try {
-      const next = await this.#raw.dump('route', {
+      dump = await this.#raw.dump('route', {
         family: filter.family ? afOf(filter.family) : 0,
         table: filter.table ?? 0,
         protocol: filter.protocol ?? -1,
         index: filter.linkIndex ?? 0,
         chunk: DUMP_CHUNK,
       });
-      return collect(next, routeFromRaw);
     } catch (e) {
       throw rejected('list', 'routes', e);
     }
+    drain(dump, routeFromRaw, sink);
   }
 
   /** `ip route add ...`; fails with `exists` if the route is there. */
@@ -632,12 +647,19 @@ export class NetlinkHandle {
    * `ip nexthop show`: single-gateway nexthop objects (groups and blackholes left out). Rejects
    * on a kernel without nexthop objects (before Linux 5.3), typically with EINVAL or EOPNOTSUPP.
    */
-  async nexthopList(): Promise<Nexthop[]> {
+  nexthopList(): Promise<Nexthop[]> {
+    return collect((sink) => this.nexthopEach(sink));
+  }
+
+  /** {@link nexthopList}, each object handed to `sink` as it is read. */
+  async nexthopEach(sink: (n: Nexthop) => void): Promise<void> {
+    let dump;
     try {
-      return collect(await this.#raw.dump('nexthop', { chunk: DUMP_CHUNK }), nexthopFromRaw);
+      dump = await this.#raw.dump('nexthop', { chunk: DUMP_CHUNK });
     } catch (e) {
       throw rejected('list', 'nexthops', e);
     }
+    drain(dump, nexthopFromRaw, sink);
   }
 
   /** `ip nexthop replace id <id> via <gateway> dev <#linkIndex> [onlink] proto <protocol>`; idempotent. */
@@ -653,17 +675,23 @@ export class NetlinkHandle {
   // ---- neighbours ----
 
   /** `ip neigh show [dev <#linkIndex>]` for one family or both (bridge FDB entries excluded). */
-  async neighList(filter: { family?: Family; linkIndex?: number } = {}): Promise<Neigh[]> {
+  neighList(filter: { family?: Family; linkIndex?: number } = {}): Promise<Neigh[]> {
+    return collect((sink) => this.neighEach(filter, sink));
+  }
+
+  /** {@link neighList}, each neighbour handed to `sink` as it is read. */
+  async neighEach(filter: { family?: Family; linkIndex?: number }, sink: (n: Neigh) => void): Promise<void> {
+    let dump;
     try {
-      const next = await this.#raw.dump('neigh', {
+      dump = await this.#raw.dump('neigh', {
         family: filter.family ? afOf(filter.family) : 0,
         index: filter.linkIndex ?? 0,
         chunk: DUMP_CHUNK,
       });
-      return collect(next, (r) => (r.family === AF_BRIDGE ? undefined : neighFromRaw(r)));
     } catch (e) {
       throw rejected('list', 'neighbours', e);
     }
+    drain(dump, (r) => (r.family === AF_BRIDGE ? undefined : neighFromRaw(r)), sink);
   }
 
   /** `ip neigh add <ip> lladdr <mac> dev <#linkIndex> nud permanent`; fails if present. */
@@ -684,12 +712,19 @@ export class NetlinkHandle {
   // ---- bridge FDB ----
 
   /** `bridge fdb show [dev <#linkIndex>]`. */
-  async fdbList(filter: { linkIndex?: number } = {}): Promise<Fdb[]> {
+  fdbList(filter: { linkIndex?: number } = {}): Promise<Fdb[]> {
+    return collect((sink) => this.fdbEach(filter, sink));
+  }
+
+  /** {@link fdbList}, each entry handed to `sink` as it is read. */
+  async fdbEach(filter: { linkIndex?: number }, sink: (f: Fdb) => void): Promise<void> {
+    let dump;
     try {
-      return collect(await this.#raw.dump('neigh', { family: AF_BRIDGE, index: filter.linkIndex ?? 0, chunk: DUMP_CHUNK }), fdbFromRaw);
+      dump = await this.#raw.dump('neigh', { family: AF_BRIDGE, index: filter.linkIndex ?? 0, chunk: DUMP_CHUNK });
     } catch (e) {
       throw rejected('list', 'fdb entries', e);
     }
+    drain(dump, fdbFromRaw, sink);
   }
 
   /** `bridge fdb append <mac> dev <#linkIndex> dst <dst> self permanent`: adds a remote for the MAC. */

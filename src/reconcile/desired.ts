@@ -19,8 +19,8 @@
 import type { Operation } from '../netlink/handle.ts';
 import { fdbKey, neighKey, nexthopKey, NUD_PERMANENT, routeKey, RTN_UNICAST } from '../netlink/records.ts';
 import type { Fdb, Neigh, Nexthop, Route } from '../netlink/records.ts';
-import { nexthopSpec, routeSpec } from './state.ts';
-import type { KernelState } from './state.ts';
+import { nexthopIdKey, nexthopSpec, routeSpec } from './state.ts';
+import type { KernelState, Wanted, WantedState } from './state.ts';
 
 const EMPTY: KernelState = { routes: [], neighs: [], fdb: [] };
 
@@ -40,7 +40,7 @@ class Shared<T> {
  * objects of its own); only when a second owner wants the key is the first one looked up
  * (`ownerOf`, a walk over the owners: two leases claiming one subnet are a misconfiguration).
  */
-class Index<T extends object> {
+class Index<T extends object> implements Wanted<T> {
   readonly #byKey = new Map<string, T | Shared<T>>();
   readonly #key: (e: T) => string;
   readonly #ownerOf: (held: T) => string | undefined;
@@ -52,10 +52,14 @@ class Index<T extends object> {
 
   get(key: string): T | undefined {
     const held = this.#byKey.get(key);
-    if (!(held instanceof Shared)) return held;
+    return held instanceof Shared ? Index.#last(held) : held;
+  }
+
+  /** The winner of a key several owners want: the last to set it. */
+  static #last<T>(held: Shared<T>): T {
     let last: T | undefined;
     for (const e of held.byOwner.values()) last = e;
-    return last;
+    return last!;
   }
 
   /**
@@ -97,8 +101,12 @@ class Index<T extends object> {
 
   values(): T[] {
     const out: T[] = [];
-    for (const k of this.#byKey.keys()) out.push(this.get(k)!);
+    this.forEach((e) => out.push(e));
     return out;
+  }
+
+  forEach(fn: (e: T) => void): void {
+    this.#byKey.forEach((held) => fn(held instanceof Shared ? Index.#last(held) : held));
   }
 
   some(pred: (e: T) => boolean): boolean {
@@ -134,8 +142,6 @@ function exact<T>(list: T[]): T[] {
 /** The first id handed out when the kernel holds none of ours ("WEFT" in ASCII, far from small ids other tools count from). */
 export const NEXTHOP_ID_BASE = 0x57454654;
 const NEXTHOP_ID_MAX = 0xffffffff;
-
-const nexthopIdKey = (n: Pick<Nexthop, 'id'>) => String(n.id);
 
 /** Nexthop ids by next hop, for {@link DesiredState}. */
 class NexthopIds {
@@ -291,6 +297,11 @@ export class DesiredState {
   /** The whole desired state, one entry per key. */
   all(): KernelState {
     return { routes: this.#routes.values(), neighs: this.#neighs.values(), fdb: this.#fdb.values(), ...(this.#ids ? { nexthops: this.#nexthops.values() } : {}) };
+  }
+
+  /** The whole desired state by key, for a full pass to stream a dump against (no copy of it is made). */
+  wanted(): WantedState {
+    return { routes: this.#routes, neighs: this.#neighs, fdb: this.#fdb, ...(this.#ids ? { nexthops: this.#nexthops } : {}) };
   }
 
   /** What `owner` wants, as last set. */

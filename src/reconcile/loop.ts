@@ -214,7 +214,7 @@ export class Reconciler {
       try {
         let report: PassReport;
         if (full) {
-          report = await reconcileOnce(this.#opts.handle, this.#opts.desired.all(), this.#opts.ownership());
+          report = await reconcileOnce(this.#opts.handle, this.#opts.desired.wanted(), this.#opts.ownership());
         } else {
           const ops = this.#fastOps;
           this.#fastOps = [];

@@ -5,9 +5,8 @@
 import type { NetlinkError } from '../errors.ts';
 import type { NetlinkHandle, Operation } from '../netlink/handle.ts';
 import type { Nexthop } from '../netlink/records.ts';
-import { diffFdb, diffNeighs, diffNexthops, diffRoutes, isOurFdb, isOurNeigh, ordered, ours } from './state.ts';
-import type { KindDiff } from './state.ts';
-import type { KernelState, Ownership } from './state.ts';
+import { isOurFdb, isOurNeigh, ordered, ours, scanFdb, scanNeighs, scanNexthops, scanRoutes } from './state.ts';
+import type { KernelState, KindDiff, KindScan, Ownership, WantedState } from './state.ts';
 
 /**
  * Reads Weft's own routes, nexthop objects, neighbours and FDB entries (raw dumps, filtered in
@@ -43,8 +42,8 @@ export interface PassReport {
   observed?: number;
 }
 
-function entries(s: KernelState): number {
-  return s.routes.length + s.neighs.length + s.fdb.length + (s.nexthops?.length ?? 0);
+function entries(s: WantedState): number {
+  return s.routes.size + s.neighs.size + s.fdb.size + (s.nexthops?.size ?? 0);
 }
 
 function isDelete(o: Operation): boolean {
@@ -70,22 +69,29 @@ export function failureCounts(failures: readonly NetlinkError[]): string {
 }
 
 /**
- * observe → diff → apply, one kind of entry at a time: each kind's dump is diffed and dropped
- * before the next is read, so a pass at 50,000 leases never holds its 200,000 records at once.
+ * observe → diff → apply, one kind of entry at a time, each dump streamed against the wanted
+ * entries as it is read: a pass at 50,000 leases never holds its 200,000 records, nor a map of
+ * them, and what it reads dies young.
  */
-export async function reconcileOnce(h: NetlinkHandle, desired: KernelState, own: Ownership): Promise<PassReport> {
+export async function reconcileOnce(h: NetlinkHandle, desired: WantedState, own: Ownership): Promise<PassReport> {
   const devices = new Set(own.devices);
   let observed = 0;
-  const kind = async <T>(list: () => Promise<T[]>, keep: (e: T) => boolean, diffKind: (held: T[]) => KindDiff): Promise<KindDiff> => {
-    const held = (await list()).filter(keep);
-    observed += held.length;
-    return diffKind(held);
+  const kind = async <T>(each: (sink: (e: T) => void) => Promise<void>, keep: (e: T) => boolean, scan: KindScan<T>): Promise<KindDiff> => {
+    await each((e) => {
+      if (!keep(e)) return;
+      observed++;
+      scan.see(e);
+    });
+    return scan.done();
   };
-  const perDevice = async <T>(list: (linkIndex: number) => Promise<T[]>) => (await Promise.all(own.devices.map(list))).flat();
-  const routes = await kind(() => h.routeList({ protocol: own.protocol }), (r) => r.protocol === own.protocol, (held) => diffRoutes(desired.routes, held));
-  const nexthops = await kind(() => h.nexthopList().catch((): Nexthop[] => []), (n) => n.protocol === own.protocol, (held) => diffNexthops(desired.nexthops ?? [], held));
-  const neighs = await kind(() => perDevice((linkIndex) => h.neighList({ linkIndex })), (n) => isOurNeigh(n, devices), (held) => diffNeighs(desired.neighs, held));
-  const fdb = await kind(() => perDevice((linkIndex) => h.fdbList({ linkIndex })), (f) => isOurFdb(f, devices), (held) => diffFdb(desired.fdb, held));
+  const perDevice = <T>(each: (linkIndex: number, sink: (e: T) => void) => Promise<void>) => async (sink: (e: T) => void) => {
+    for (const linkIndex of own.devices) await each(linkIndex, sink);
+  };
+  const routes = await kind((sink) => h.routeEach({ protocol: own.protocol }, sink), (r) => r.protocol === own.protocol, scanRoutes(desired.routes));
+  // A kernel without nexthop objects (before Linux 5.3) refuses the dump: it holds none of ours.
+  const nexthops = await kind((sink) => h.nexthopEach(sink).catch(() => {}), (n) => n.protocol === own.protocol, scanNexthops(desired.nexthops ?? new Map<string, Nexthop>()));
+  const neighs = await kind(perDevice((linkIndex, sink) => h.neighEach({ linkIndex }, sink)), (n) => isOurNeigh(n, devices), scanNeighs(desired.neighs));
+  const fdb = await kind(perDevice((linkIndex, sink) => h.fdbEach({ linkIndex }, sink)), (f) => isOurFdb(f, devices), scanFdb(desired.fdb));
   const ops = ordered({ routes, nexthops, neighs, fdb });
   return { ops, failures: await apply(h, ops), desired: entries(desired), observed };
 }

@@ -113,72 +113,118 @@ export interface KindDiff {
   deletes: Operation[];
 }
 
+/** Wanted entries of one kind by key, one per key: {@link DesiredState}'s indexes, or a Map. */
+export interface Wanted<T> {
+  get(key: string): T | undefined;
+  /** Every entry, without building a list of them. */
+  forEach(fn: (e: T) => void): void;
+  readonly size: number;
+}
+
+/** The wanted state a full pass diffs against, kind by kind. */
+export interface WantedState {
+  routes: Wanted<Route>;
+  neighs: Wanted<Neigh>;
+  fdb: Wanted<Fdb>;
+  nexthops?: Wanted<Nexthop>;
+}
+
+/** How a nexthop object of the wanted state is looked up: by its id. */
+export const nexthopIdKey = (n: Pick<Nexthop, 'id'>): string => String(n.id);
+
+/**
+ * One kind's diff, fed the kernel's entries of ours one at a time as a dump is read, so that a
+ * full pass never holds a whole dump (at 50,000 leases, four of 50,000 records) nor a map of it.
+ */
+export interface KindScan<T> {
+  see(held: T): void;
+  /** The difference, once every held entry was seen. */
+  done(): KindDiff;
+}
+
 /**
  * Routes: a wanted route the kernel lacks (or holds otherwise) is replaced; of Weft's routes, those
- * under a key nobody wants and extra ones under a wanted key are deleted. The observed routes are
- * looked up by key as the wanted ones are walked, so no set of wanted keys is built.
+ * under a key nobody wants and extra ones under a wanted key are deleted. A single route otherwise
+ * under a wanted key is left to the replace, which overwrites it in place.
  */
-export function diffRoutes(want: readonly Route[], held: readonly Route[]): KindDiff {
+export function scanRoutes(want: Wanted<Route>): KindScan<Route> {
   const out: KindDiff = { replaces: [], deletes: [] };
   const del = (h: Route) => out.deletes.push({ op: 'routeDel', route: routeSpec(h).route });
-  // A key almost always holds one route: an array only for the second one.
-  const have = new Map<string, Route | Route[]>();
-  for (const r of held) {
-    const k = routeKey(r);
-    const had = have.get(k);
-    have.set(k, had === undefined ? r : Array.isArray(had) ? [...had, r] : [had, r]);
-  }
-  for (const r of want) {
-    const k = routeKey(r);
-    const had = have.get(k);
-    have.delete(k);
-    const list = had === undefined ? [] : Array.isArray(had) ? had : [had];
-    if (!list.some((h) => routeEqual(h, r))) out.replaces.push(routeSpec(r));
-    // Extra routes under the same key (appended by someone, or a next hop we no longer want).
-    if (list.length > 1) for (const h of list) if (!routeEqual(h, r)) del(h);
-  }
-  for (const had of have.values()) for (const h of Array.isArray(had) ? had : [had]) del(h);
-  return out;
+  const matched = new Set<Route>();
+  const otherwise = new Map<string, Route[]>();
+  return {
+    see(h) {
+      const k = routeKey(h);
+      const w = want.get(k);
+      if (!w) del(h);
+      else if (routeEqual(h, w)) matched.add(w);
+      else otherwise.set(k, [...(otherwise.get(k) ?? []), h]);
+    },
+    done() {
+      want.forEach((w) => {
+        if (!matched.has(w)) out.replaces.push(routeSpec(w));
+      });
+      for (const [k, list] of otherwise) if (list.length > 1 || matched.has(want.get(k)!)) list.forEach(del);
+      return out;
+    },
+  };
 }
 
 /** Nexthop objects of ours, by id. */
-export function diffNexthops(want: readonly Nexthop[], held: readonly Nexthop[]): KindDiff {
+export function scanNexthops(want: Wanted<Nexthop>): KindScan<Nexthop> {
   const out: KindDiff = { replaces: [], deletes: [] };
-  const have = new Map(held.map((n) => [n.id, n]));
-  for (const n of want) {
-    const h = have.get(n.id);
-    have.delete(n.id);
-    if (!h || !nexthopEqual(h, n)) out.replaces.push(nexthopSpec(n));
-  }
-  for (const h of have.values()) out.deletes.push({ op: 'nexthopDel', nexthop: { id: h.id } });
-  return out;
+  const matched = new Set<Nexthop>();
+  return {
+    see(h) {
+      const w = want.get(nexthopIdKey(h));
+      if (!w) out.deletes.push({ op: 'nexthopDel', nexthop: { id: h.id } });
+      else if (nexthopEqual(h, w)) matched.add(w);
+    },
+    done() {
+      want.forEach((w) => {
+        if (!matched.has(w)) out.replaces.push(nexthopSpec(w));
+      });
+      return out;
+    },
+  };
 }
 
 /** Neighbours: a wanted one missing, with another MAC or not permanent is replaced. */
-export function diffNeighs(want: readonly Neigh[], held: readonly Neigh[]): KindDiff {
+export function scanNeighs(want: Wanted<Neigh>): KindScan<Neigh> {
   const out: KindDiff = { replaces: [], deletes: [] };
-  const have = new Map(held.map((n) => [neighKey(n), n]));
-  for (const n of want) {
-    const k = neighKey(n);
-    const h = have.get(k);
-    have.delete(k);
-    if (!h || h.mac !== n.mac || (h.state & NUD_PERMANENT) === 0) {
-      out.replaces.push({ op: 'neighReplace', neigh: { linkIndex: n.linkIndex, ip: n.ip, mac: n.mac, state: NUD_PERMANENT } });
-    }
-  }
-  for (const h of have.values()) out.deletes.push({ op: 'neighDel', neigh: { linkIndex: h.linkIndex, ip: h.ip } });
-  return out;
+  const matched = new Set<Neigh>();
+  return {
+    see(h) {
+      const w = want.get(neighKey(h));
+      if (!w) out.deletes.push({ op: 'neighDel', neigh: { linkIndex: h.linkIndex, ip: h.ip } });
+      else if (h.mac === w.mac && (h.state & NUD_PERMANENT) !== 0) matched.add(w);
+    },
+    done() {
+      want.forEach((w) => {
+        if (!matched.has(w)) out.replaces.push({ op: 'neighReplace', neigh: { linkIndex: w.linkIndex, ip: w.ip, mac: w.mac, state: NUD_PERMANENT } });
+      });
+      return out;
+    },
+  };
 }
 
 /** FDB entries, by device, MAC and remote. */
-export function diffFdb(want: readonly Fdb[], held: readonly Fdb[]): KindDiff {
+export function scanFdb(want: Wanted<Fdb>): KindScan<Fdb> {
   const out: KindDiff = { replaces: [], deletes: [] };
-  const have = new Map(held.map((f) => [fdbKey(f), f]));
-  for (const f of want) {
-    if (!have.delete(fdbKey(f))) out.replaces.push({ op: 'fdbReplace', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } });
-  }
-  for (const f of have.values()) out.deletes.push({ op: 'fdbDel', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } });
-  return out;
+  const matched = new Set<Fdb>();
+  return {
+    see(h) {
+      const w = want.get(fdbKey(h));
+      if (!w) out.deletes.push({ op: 'fdbDel', fdb: { linkIndex: h.linkIndex, mac: h.mac, dst: h.dst } });
+      else matched.add(w);
+    },
+    done() {
+      want.forEach((w) => {
+        if (!matched.has(w)) out.replaces.push({ op: 'fdbReplace', fdb: { linkIndex: w.linkIndex, mac: w.mac, dst: w.dst } });
+      });
+      return out;
+    },
+  };
 }
 
 /** The kinds' differences in the order of the design notes: L2, nexthop and route replaces, then route, nexthop and L2 deletes. */
@@ -189,15 +235,38 @@ export function ordered(d: { routes: KindDiff; nexthops: KindDiff; neighs: KindD
   ];
 }
 
+/** `list` as {@link Wanted}, by `key` (one entry per key: the last wins). */
+export function wantedOf<T>(list: readonly T[], key: (e: T) => string): Wanted<T> {
+  return new Map(list.map((e) => [key(e), e]));
+}
+
+/** `state` (one entry per key) as {@link WantedState}. */
+export function wantedState(state: KernelState): WantedState {
+  return {
+    routes: wantedOf(state.routes, routeKey),
+    neighs: wantedOf(state.neighs, neighKey),
+    fdb: wantedOf(state.fdb, fdbKey),
+    ...(state.nexthops ? { nexthops: wantedOf(state.nexthops, nexthopIdKey) } : {}),
+  };
+}
+
+/** Every entry of `held` through `scan`. */
+function scanned<T>(scan: KindScan<T>, held: readonly T[]): KindDiff {
+  for (const h of held) scan.see(h);
+  return scan.done();
+}
+
 /**
- * The operations that turn `observed` (already filtered to Weft's own entries) into `desired`:
- * replaces first, then deletes. Pure; an empty result means the kernel is in line.
+ * The operations that turn `observed` (already filtered to Weft's own entries) into `desired`
+ * (one entry per key): replaces first, then deletes. Pure; an empty result means the kernel is in
+ * line.
  */
 export function diff(desired: KernelState, observed: KernelState): Operation[] {
+  const want = wantedState(desired);
   return ordered({
-    routes: diffRoutes(desired.routes, observed.routes),
-    nexthops: diffNexthops(desired.nexthops ?? [], observed.nexthops ?? []),
-    neighs: diffNeighs(desired.neighs, observed.neighs),
-    fdb: diffFdb(desired.fdb, observed.fdb),
+    routes: scanned(scanRoutes(want.routes), observed.routes),
+    nexthops: scanned(scanNexthops(want.nexthops ?? new Map()), observed.nexthops ?? []),
+    neighs: scanned(scanNeighs(want.neighs), observed.neighs),
+    fdb: scanned(scanFdb(want.fdb), observed.fdb),
   });
 }

@@ -6,7 +6,7 @@ import { parseCIDR, parseIP } from '../../src/ip/ip.ts';
 import type { Lease } from '../../src/lease/lease.ts';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
 import { reconcileOnce } from '../../src/reconcile/reconcile.ts';
-import { WEFT_RTPROT } from '../../src/reconcile/state.ts';
+import { wantedState, WEFT_RTPROT } from '../../src/reconcile/state.ts';
 import { joinUnderlay, needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
@@ -75,9 +75,9 @@ async function program(type: 'vxlan' | 'host-gw', node: Node, remotes: Lease[]):
       devices = [v4.index, v6.index];
     }
     const plan = type === 'vxlan' ? planVxlan(input) : planHostGw(input);
-    const pass = await reconcileOnce(h, plan.state, { protocol: WEFT_RTPROT, devices });
+    const pass = await reconcileOnce(h, wantedState(plan.state), { protocol: WEFT_RTPROT, devices });
     assert.deepEqual(pass.failures, []);
-    assert.deepEqual((await reconcileOnce(h, plan.state, { protocol: WEFT_RTPROT, devices })).ops, [], 'the kernel holds exactly the plan');
+    assert.deepEqual((await reconcileOnce(h, wantedState(plan.state), { protocol: WEFT_RTPROT, devices })).ops, [], 'the kernel holds exactly the plan');
     return plan;
   } finally {
     h.close();

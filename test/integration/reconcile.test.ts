@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
 import type { Fdb, Neigh, Route } from '../../src/netlink/index.ts';
 import { reconcileOnce } from '../../src/reconcile/reconcile.ts';
-import { WEFT_RTPROT } from '../../src/reconcile/state.ts';
+import { wantedState, WEFT_RTPROT } from '../../src/reconcile/state.ts';
 import type { KernelState, Ownership } from '../../src/reconcile/state.ts';
 import { needsRoot, vxlanNode, withNetns } from '../support/netns.ts';
 
@@ -31,22 +31,22 @@ test('a reconcile pass programs the flannel entries, repairs tampering, removes 
     try {
       const vx = (await h.linkByName('flannel.1')).index;
       const own: Ownership = { protocol: WEFT_RTPROT, devices: [vx] };
-      const first = await reconcileOnce(h, peers(vx, [2, 3, 4]), own);
+      const first = await reconcileOnce(h, wantedState(peers(vx, [2, 3, 4])), own);
       assert.equal(first.ops.length, 9);
       assert.deepEqual(first.failures, []);
       assert.match(await ns!.ip('route'), /^10\.244\.3\.0\/24 via 10\.244\.3\.0 dev flannel\.1 proto 201 onlink $/m);
       assert.match(await ns!.ip('neigh', 'show', 'dev', 'flannel.1'), /^10\.244\.3\.0 lladdr 6e:00:00:00:00:03 PERMANENT $/m);
       assert.match(await ns!.exec('bridge', 'fdb', 'show', 'dev', 'flannel.1'), /^6e:00:00:00:00:03 dst 198\.51\.100\.3 self permanent$/m);
-      assert.deepEqual((await reconcileOnce(h, peers(vx, [2, 3, 4]), own)).ops, [], 'a second pass finds nothing to do');
+      assert.deepEqual((await reconcileOnce(h, wantedState(peers(vx, [2, 3, 4])), own)).ops, [], 'a second pass finds nothing to do');
 
       await ns!.ip('route', 'del', '10.244.2.0/24');
       await ns!.ip('neigh', 'del', '10.244.3.0', 'dev', 'flannel.1');
       await ns!.exec('bridge', 'fdb', 'del', '6e:00:00:00:00:04', 'dev', 'flannel.1', 'dst', '198.51.100.4', 'self');
-      const repair = await reconcileOnce(h, peers(vx, [2, 3, 4]), own);
+      const repair = await reconcileOnce(h, wantedState(peers(vx, [2, 3, 4])), own);
       assert.deepEqual(repair.ops.map((o) => o.op).sort(), ['fdbReplace', 'neighReplace', 'routeReplace']);
       assert.match(await ns!.ip('route'), /^10\.244\.2\.0\/24 via 10\.244\.2\.0 dev flannel\.1/m);
 
-      const shrink = await reconcileOnce(h, peers(vx, [2]), own);
+      const shrink = await reconcileOnce(h, wantedState(peers(vx, [2])), own);
       assert.deepEqual(shrink.failures, []);
       assert.deepEqual(shrink.ops.map((o) => o.op), ['routeDel', 'routeDel', 'neighDel', 'neighDel', 'fdbDel', 'fdbDel']);
       assert.doesNotMatch(await ns!.ip('route'), /10\.244\.[34]\.0/);

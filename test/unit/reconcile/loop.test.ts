@@ -17,13 +17,12 @@ function fakeKernel() {
         k.listener = listener;
         return { stop: () => {} };
       },
-      routeList: async () => {
+      routeEach: async () => {
         if (k.failDumps) throw new Error('dump failed');
-        return [];
       },
-      neighList: async () => [],
-      fdbList: async () => [],
-      nexthopList: async () => [],
+      neighEach: async () => {},
+      fdbEach: async () => {},
+      nexthopEach: async () => {},
       batch: async (ops: unknown[]) => ops.map(() => null),
     } as unknown as NetlinkHandle,
   };

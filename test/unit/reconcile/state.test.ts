@@ -78,3 +78,16 @@ test('nexthop objects: missing ones written before the routes, stray ones of our
   assert.deepEqual(diff(desired, { ...observed, routes: desired.routes, nexthops: [nh(10, '10.244.2.0'), nh(11, '10.244.3.0')] }), []);
   assert.deepEqual(diff(desired, { ...observed, routes: desired.routes, nexthops: [nh(10, '10.244.2.0'), nh(11, '10.244.7.0')] }).map((o) => o.op), ['nexthopReplace'], 'a nexthop of ours changed under its id is rewritten');
 });
+
+test('more routes under a wanted key (appended by someone): those not as wanted are deleted, a lone one is only overwritten', () => {
+  const want = peer(2);
+  const other = (gateway: string): Route => ({ ...want.routes[0]!, gateway });
+  const dels = (ops: ReturnType<typeof diff>) => ops.flatMap((o) => (o.op === 'routeDel' ? [o.route.gateway] : []));
+  const withWanted = diff(want, { ...want, routes: [other('10.244.9.1'), want.routes[0]!, other('10.244.9.2')] });
+  assert.deepEqual(withWanted.map((o) => o.op), ['routeDel', 'routeDel'], 'the wanted one is held: nothing replaced');
+  assert.deepEqual(dels(withWanted), ['10.244.9.1', '10.244.9.2']);
+  const without = diff(want, { ...want, routes: [other('10.244.9.1'), other('10.244.9.2')] });
+  assert.deepEqual(without.map((o) => o.op), ['routeReplace', 'routeDel', 'routeDel']);
+  assert.deepEqual(dels(without), ['10.244.9.1', '10.244.9.2']);
+  assert.deepEqual(diff(want, { ...want, routes: [other('10.244.9.1')] }).map((o) => o.op), ['routeReplace']);
+});
