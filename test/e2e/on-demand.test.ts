@@ -41,3 +41,29 @@ test('vxlan on demand: pods reach each other; a node holds entries only for the 
     await c.stop();
   }
 });
+
+test('vxlan on demand, dual stack: IPv6 misses are answered from the lease table too', { skip, timeout: 180_000 }, async () => {
+  const c = await Cluster.start({ nodes: 3, backend: 'vxlan', mode: 'etcd', dualStack: true, weftdArgs: ['--vxlan-on-demand'] });
+  try {
+    const [a, b, cc] = c.nodes as [ClusterNode, ClusterNode, ClusterNode];
+    const pods = [await c.addPod(a), await c.addPod(b), await c.addPod(cc)];
+    const v6 = async (n: ClusterNode) => ({
+      neighs: (await n.ns.ipJson<{ dst: string }[]>('-6', 'neigh', 'show', 'dev', 'flannel-v6.1')).map((e) => e.dst).sort(),
+      fdb: (await n.ns.bridgeJson<{ dst?: string }[]>('fdb', 'show', 'dev', 'flannel-v6.1')).flatMap((e) => (e.dst ? [e.dst] : [])),
+    });
+    const underlay6 = async (n: ClusterNode) => (await n.ns.ipJson<{ addr_info: { local: string; scope: string }[] }[]>('-6', 'addr', 'show', 'dev', 'eth0'))[0]!.addr_info.find((i) => i.scope === 'global')!.local;
+    assert.deepEqual(await v6(a), { neighs: [], fdb: [] }, 'nothing on flannel-v6.1 before any traffic');
+
+    await c.waitPing(pods[0]!, pods[1]!, true);
+    const after = await v6(a);
+    assert.deepEqual(after.neighs, [pods[1]!.ipv6], 'a neighbour entry for the one pod node 1 sent to over IPv6');
+    assert.deepEqual(after.fdb, [await underlay6(b)], 'node 2\'s IPv6 VTEP only');
+    assert.deepEqual((await entries(a)).neighs, [], 'no IPv4 entry: nothing was sent over IPv4');
+
+    for (const x of pods) for (const y of pods) if (x !== y) await c.waitPing(x, y, true);
+    for (const x of pods) for (const y of pods) if (x !== y) await c.waitPing(x, y);
+    assert.deepEqual((await v6(a)).fdb.sort(), [await underlay6(b), await underlay6(cc)].sort());
+  } finally {
+    await c.stop();
+  }
+});
