@@ -12,6 +12,10 @@
  * - resync CPU: a stray route carrying weftd's protocol tag makes it run a full pass (dump, diff,
  *   delete the stray); weftd's CPU from before the route is added until it is gone, median of 3.
  *
+ * Then host-gw and dual-stack vxlan (SCALE_VARIANTS, default `host-gw,vxlan-dual`) at 5,000 and
+ * 50,000 leases (SCALE_VARIANT_N), one run each: exec → converged, CPU and VmHWM, and their
+ * linearity. They are printed, not in the last line (its figures are vxlan IPv4's).
+ *
  * Every figure is the median of the runs. SCALE_N (comma-separated etcd Ns), SCALE_KUBE_N,
  * SCALE_RUNS (runs per N; default 1) and
  * SCALE_PROF (a directory: weftd writes a --cpu-prof profile per run there) change what runs;
@@ -33,13 +37,15 @@ import { EtcdServer } from '../test/support/etcd.ts';
 import type { Netns } from '../test/support/netns.ts';
 import { Cluster } from '../test/support/cluster.ts';
 import type { ClusterNode } from '../test/support/cluster.ts';
-import { adminClient, cpuMs, ETCD_PREFIX, median, NET_CONF, peerLeaseKey, peerLeaseValue, peerSubnet, kubeRuns, quantile, removeOwnLease, runWeftd, seedLeases } from './support/weftd.ts';
-import type { Run } from './support/weftd.ts';
+import { adminClient, cpuMs, ETCD_PREFIX, expectedEntries, median, NET_CONF, NET_CONFS, peerLeaseKey, peerLeaseValue, peerSubnet, kubeRuns, quantile, removeOwnLease, runWeftd, seedLeases, underlayFor } from './support/weftd.ts';
+import type { LeaseKind, Run } from './support/weftd.ts';
 
 const list = (v: string | undefined, d: number[]) => (v === undefined ? d : v.split(',').filter(Boolean).map(Number));
 const ETCD_N = list(process.env.SCALE_N, [5000, 20_000, 50_000]);
 const KUBE_N = list(process.env.SCALE_KUBE_N, [20_000, 50_000]);
 const RUNS = Number(process.env.SCALE_RUNS ?? 1);
+const VARIANTS = (process.env.SCALE_VARIANTS ?? 'host-gw,vxlan-dual').split(',').filter(Boolean) as LeaseKind[];
+const VARIANT_N = list(process.env.SCALE_VARIANT_N, [5000, 50_000]);
 const PROF = process.env.SCALE_PROF;
 const EVENTS = 100;
 const DEADLINE_MS = 600_000;
@@ -178,6 +184,35 @@ async function ondemand(): Promise<{ entries: number; firstPacketMs: number; lat
   }
 }
 
+/** {@link VARIANTS}: `kind` at each of {@link VARIANT_N} leases, against an etcd of its own. */
+async function variant(kind: LeaseKind): Promise<void> {
+  const etcd = await EtcdServer.start({ unixSocket: true });
+  const admin = adminClient(etcd.endpoint);
+  const dir = await mkdtemp(join(tmpdir(), 'weft-bench-scale-'));
+  try {
+    await admin.put(`${ETCD_PREFIX}/config`).value(NET_CONFS[kind]);
+    for (const n of [...VARIANT_N].sort((a, b) => a - b)) {
+      await seedLeases(admin, n, kind);
+      const run = await runWeftd({
+        prefix: 'sc', peers: n, expect: expectedEntries(kind, n), env: profEnv(), deadlineMs: DEADLINE_MS,
+        args: [`--etcd-endpoints=${etcd.endpoint}`, '--iface=eth0', `--subnet-file=${join(dir, `subnet-${kind}-${n}.env`)}`],
+        setup: async (ns) => {
+          await underlayFor(ns, kind);
+          return async () => {};
+        },
+      });
+      await removeOwnLease(admin);
+      show(`${kind} ${n}`, [run]);
+    }
+    const [lo, hi] = [Math.min(...VARIANT_N), Math.max(...VARIANT_N)];
+    console.log(`${kind}: ${hi / lo}x the leases took ${(converge.get(`${kind} ${hi}`)! / converge.get(`${kind} ${lo}`)!).toFixed(1)}x the time`);
+  } finally {
+    admin.close();
+    await etcd.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
 const converge = new Map<string, number>();
 const hwm = new Map<string, number>();
 const show = (name: string, runs: Run[]) => {
@@ -215,6 +250,7 @@ if (ETCD_N.length > 0) {
     await etcd.stop();
   }
 }
+for (const kind of VARIANTS) await variant(kind);
 let od: { entries: number; firstPacketMs: number; laterMs: number } | undefined;
 if (process.env.SCALE_ONDEMAND !== '0') {
   od = await ondemand();

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Etcd3 } from 'etcd3';
-import { parseIP } from '../../src/ip/ip.ts';
+import { formatIP, parseIP } from '../../src/ip/ip.ts';
 import { encodeLeaseValue } from '../../src/lease/etcd/codec.ts';
 import { createNetns, forwardIntoNetns } from '../../test/support/netns.ts';
 import type { Netns } from '../../test/support/netns.ts';
@@ -30,6 +30,34 @@ export const peerIp = (n: number) => `198.${18 + (n >> 16)}.${(n >> 8) & 255}.${
 export const peerSubnet = (n: number) => `10.${(n + 256) >> 8}.${(n + 256) & 255}.0`;
 /** The node's own underlay address (eth0 in {@link nodeNetns}). */
 export const OWN_IP = '198.51.100.1';
+
+/**
+ * What the peers' leases are: vxlan over IPv4 (the benches' default), host-gw over IPv4, or vxlan
+ * in dual stack. host-gw needs its peers on the node's own link, and dual stack an IPv6 address of
+ * the node's: {@link underlayFor} adds them.
+ */
+export type LeaseKind = 'vxlan' | 'host-gw' | 'vxlan-dual';
+export const NET_CONFS: Record<LeaseKind, string> = {
+  vxlan: NET_CONF,
+  'host-gw': '{"Network":"10.0.0.0/8","Backend":{"Type":"host-gw"}}',
+  'vxlan-dual': '{"Network":"10.0.0.0/8","EnableIPv6":true,"IPv6Network":"fd00::/32","Backend":{"Type":"vxlan"}}',
+};
+/** The n-th peer's IPv6 /64 of fd00::/32 (from the 256th on, like {@link peerSubnet}) and its public IPv6 address. */
+export const peerSubnet6 = (n: number) => formatIP({ family: 6, value: (0xfd00n << 112n) | (BigInt(n + 256) << 64n) });
+export const peerIp6 = (n: number) => `2001:db8:2::${(n + 1).toString(16)}`;
+
+/** What the node's underlay needs for `kind`: its peers' addresses on-link (host-gw), an IPv6 address (dual stack). */
+export async function underlayFor(ns: Netns, kind: LeaseKind): Promise<void> {
+  if (kind === 'host-gw') await ns.ip('addr', 'add', '198.18.255.254/15', 'dev', 'eth0');
+  if (kind === 'vxlan-dual') await ns.ip('-6', 'addr', 'add', '2001:db8:1::1/64', 'dev', 'eth0', 'nodad');
+}
+
+/** The kernel entries of Weft's a node holds once converged with `peers` leases of `kind`. */
+export function expectedEntries(kind: LeaseKind, peers: number): { routes: number; neighs: number; fdb: number } {
+  if (kind === 'host-gw') return { routes: peers, neighs: 0, fdb: 0 };
+  const families = kind === 'vxlan-dual' ? 2 : 1;
+  return { routes: families * peers, neighs: families * peers, fdb: families * peers };
+}
 
 export function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -89,6 +117,8 @@ export interface RunOptions {
   env?: Record<string, string>;
   /** Remote leases the kernel must hold an entry of each kind for, once converged. */
   peers: number;
+  /** The entries it must hold instead, when not one route, neighbour and FDB entry per peer. */
+  expect?: { routes: number; neighs: number; fdb: number };
   /** Set up around the namespace before weftd starts (e.g. a forwarder); returns its undo. */
   setup?: (ns: Netns) => Promise<() => Promise<void>>;
   /** Runs once converged, before the memory is read and weftd stopped. */
@@ -96,12 +126,16 @@ export interface RunOptions {
   deadlineMs?: number;
 }
 
-/** How many routes of Weft's, neighbours and FDB entries with a remote the node's kernel holds. */
+/** How many routes of Weft's (both families), neighbours and FDB entries with a remote on its vxlan devices the node's kernel holds. */
 export async function kernelEntries(ns: Netns): Promise<{ routes: number; neighs: number; fdb: number }> {
-  const lines = async (...cmd: [string, ...string[]]) => (await ns.exec(...cmd)).split('\n').filter(Boolean);
-  const routes = (await lines('ip', 'route', 'show', 'proto', '201')).length;
-  const neighs = (await lines('ip', 'neigh', 'show', 'dev', 'flannel.1', 'nud', 'permanent')).length;
-  const fdb = (await lines('bridge', 'fdb', 'show', 'dev', 'flannel.1')).filter((l) => l.includes(' dst ')).length;
+  const lines = async (...cmd: [string, ...string[]]) => (await ns.exec(...cmd).catch(() => '')).split('\n').filter(Boolean);
+  const routes = (await lines('ip', '-4', 'route', 'show', 'proto', '201')).length + (await lines('ip', '-6', 'route', 'show', 'proto', '201')).length;
+  let neighs = 0;
+  let fdb = 0;
+  for (const dev of ['flannel.1', 'flannel-v6.1']) {
+    neighs += (await lines('ip', 'neigh', 'show', 'dev', dev, 'nud', 'permanent')).length;
+    fdb += (await lines('bridge', 'fdb', 'show', 'dev', dev)).filter((l) => l.includes(' dst ')).length;
+  }
   return { routes, neighs, fdb };
 }
 
@@ -137,8 +171,9 @@ export async function runWeftd(o: RunOptions): Promise<Run> {
     const cpu = await cpuMs(pid);
     const convergedHwmMb = (await procStatus(pid)).hwmMb;
     const have = await kernelEntries(ns);
-    if (have.routes !== o.peers || have.neighs !== o.peers || have.fdb !== o.peers) {
-      throw new Error(`ready with ${have.routes} routes, ${have.neighs} neighbours and ${have.fdb} FDB entries, expected ${o.peers} of each`);
+    const want = o.expect ?? { routes: o.peers, neighs: o.peers, fdb: o.peers };
+    if (have.routes !== want.routes || have.neighs !== want.neighs || have.fdb !== want.fdb) {
+      throw new Error(`ready with ${have.routes} routes, ${have.neighs} neighbours and ${have.fdb} FDB entries, expected ${want.routes}, ${want.neighs} and ${want.fdb}`);
     }
     await o.converged?.(ns, d);
     const mem = await procStatus(pid);
@@ -165,20 +200,24 @@ export function adminClient(endpoint: string): Etcd3 {
   return new Etcd3({ hosts: endpoint, grpcOptions: { 'grpc.max_receive_message_length': 64 << 20 } });
 }
 
-/** The etcd value of the n-th peer's vxlan lease. */
-export function peerLeaseValue(n: number): string {
-  return encodeLeaseValue({ publicIP: parseIP(peerIp(n), 'ip'), backendType: 'vxlan', backendData: { VNI: 1, VtepMAC: peerMac(n) } });
+/** The etcd value of the n-th peer's lease. */
+export function peerLeaseValue(n: number, kind: LeaseKind = 'vxlan'): string {
+  const publicIP = parseIP(peerIp(n), 'ip');
+  if (kind === 'host-gw') return encodeLeaseValue({ publicIP, backendType: 'host-gw' });
+  const data = { VNI: 1, VtepMAC: peerMac(n) };
+  if (kind === 'vxlan') return encodeLeaseValue({ publicIP, backendType: 'vxlan', backendData: data });
+  return encodeLeaseValue({ publicIP, publicIPv6: parseIP(peerIp6(n), 'ip'), backendType: 'vxlan', backendData: data, backendV6Data: { VNI: 1, VtepMAC: peerMac(n + 0x800000) } });
 }
 
 /** The etcd key of the n-th peer's lease. */
-export const peerLeaseKey = (n: number) => `${ETCD_PREFIX}/subnets/${peerSubnet(n)}-24`;
+export const peerLeaseKey = (n: number, kind: LeaseKind = 'vxlan') => `${ETCD_PREFIX}/subnets/${peerSubnet(n)}-24${kind === 'vxlan-dual' ? `&${peerSubnet6(n)}-64` : ''}`;
 
 /** Puts peers 0..leases-1 into etcd (those not there yet), 100 per transaction. */
-export async function seedLeases(admin: Etcd3, leases: number): Promise<void> {
+export async function seedLeases(admin: Etcd3, leases: number, kind: LeaseKind = 'vxlan'): Promise<void> {
   const have = (await admin.getAll().prefix(`${ETCD_PREFIX}/subnets/`).keys()).length;
   for (let i = have; i < leases; i += 100) {
     const ops = [];
-    for (let j = i; j < Math.min(leases, i + 100); j++) ops.push(admin.put(peerLeaseKey(j)).value(peerLeaseValue(j)));
+    for (let j = i; j < Math.min(leases, i + 100); j++) ops.push(admin.put(peerLeaseKey(j, kind)).value(peerLeaseValue(j, kind)));
     await admin.if(`${ETCD_PREFIX}/config`, 'Create', '>', 0).then(...ops).commit();
   }
 }
