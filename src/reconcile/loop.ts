@@ -19,7 +19,7 @@
  * Reconciler.resume}). Work queued meanwhile is kept and folded into that pass.
  *
  * The periodic pass is a safety net (kernel events cover drift), and at 50,000 leases one costs
- * ~2 s of CPU. So its period adapts: at least --resync-period, and at least {@link
+ * ~1 s of CPU. So its period adapts: at least --resync-period, and at least {@link
  * RESYNC_COST_FACTOR} times the last full pass took, so the net never costs more than ~1% of a
  * core ({@link resyncPeriodMs}). Any full pass restarts the countdown.
  */
