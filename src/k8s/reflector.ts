@@ -1,8 +1,8 @@
 /**
  * A reflector: one resource of the API server kept in memory by list and watch, over node:https
- * (KubeHttp) and as plain JSON, for the watches weftd needs beyond its Nodes (network policy's
- * Pods, Namespaces and NetworkPolicies). It behaves as the Node watch of lease/kube/source.ts,
- * whose DESIGN NOTES give the reasons:
+ * (KubeHttp) and as plain JSON: the Nodes of the kube lease source (lease/kube/source.ts, whose
+ * DESIGN NOTES give the reasons), network policy's Pods, Namespaces and NetworkPolicies, and
+ * egress's resources (k8s/informer.ts). It does as client-go's reflector:
  * - paged lists (`limit`/`continue`); the first asks for resourceVersion=0 (the apiserver's watch
  *   cache), a relist for no older than the version last seen, and only a 410 falls back to a
  *   consistent list (from etcd), as client-go's reflector does;
@@ -35,6 +35,8 @@ export interface ReflectorOptions<T> {
   path: string;
   /** The resource as RBAC names it (`pods`, `networkpolicies`), for errors and logs. */
   resource: string;
+  /** The resource as logs name it (`Nodes`); default {@link resource}. */
+  name?: string;
   /** Selectors (labelSelector, fieldSelector) of both the list and the watch. */
   query?: Record<string, string>;
   log: Logger;
@@ -46,12 +48,20 @@ export interface ReflectorOptions<T> {
   onChanges: (changes: Changes<T>) => void;
   /** Objects per list page; default 500. */
   listPageSize?: number;
+  /** Deadline of one list page; default KubeHttp's. */
+  listTimeoutMs?: number;
+  /** Backoff of a failing list, first and longest wait; default 1 s → 30 s (a watch's: 500 ms → 2 s). */
+  listRetryMs?: [first: number, max: number];
+  /** Called each time the watch starts over: resumed after it ended, relisted, or retried after a failure. */
+  onRestart?: () => void;
   /** A watch delivering nothing (not even a bookmark) this long is started again; default 60 s. */
   watchSilenceMs?: number;
   /** Server-side timeout of each watch; default random in [5, 10) min. */
   watchTimeoutSeconds?: number;
   /** Waits (injectable for tests); default {@link sleep}. */
   delay?: (ms: number, signal: AbortSignal) => Promise<void>;
+  /** Milliseconds of a clock, for the watch's silence (injectable for tests); default Date.now. */
+  now?: () => number;
 }
 
 /** How one watch ended. */
@@ -73,11 +83,15 @@ const keyOf = (o: Meta): string | undefined => {
 export class Reflector<T> {
   readonly #o: ReflectorOptions<T>;
   readonly #delay: (ms: number, signal: AbortSignal) => Promise<void>;
+  readonly #now: () => number;
+  readonly #name: string;
   #seen: string | undefined;
 
   constructor(o: ReflectorOptions<T>) {
     this.#o = o;
     this.#delay = o.delay ?? sleep;
+    this.#now = o.now ?? Date.now;
+    this.#name = o.name ?? o.resource;
   }
 
   /**
@@ -86,8 +100,9 @@ export class Reflector<T> {
    */
   async run(signal: AbortSignal): Promise<void> {
     const watchBackoff = new Backoff(500, 2000);
-    const listBackoff = new Backoff(1000, 30_000);
-    const { resource, log } = this.#o;
+    const listBackoff = new Backoff(...(this.#o.listRetryMs ?? [1000, 30_000]));
+    const { log } = this.#o;
+    const name = this.#name;
     let rv: string | undefined;
     while (!signal.aborted) {
       let backoff = watchBackoff;
@@ -101,7 +116,10 @@ export class Reflector<T> {
         const end = await this.#watchFrom(rv, signal);
         rv = end.rv;
         if (end.error) throw end.error;
-        if (end.why) log.info(`${rv === undefined ? 'relisting' : 'resuming the watch of'} ${resource}: ${end.why}`);
+        if (end.why) {
+          log.info(`${rv === undefined ? 'relisting' : 'resuming the watch of'} ${name}: ${end.why}`);
+          this.#o.onRestart?.();
+        }
         if (end.progressed) {
           watchBackoff.reset();
           continue;
@@ -110,11 +128,13 @@ export class Reflector<T> {
         if (signal.aborted) break;
         if (e instanceof KubeApiError && e.status === 410) {
           rv = undefined;
-          log.info(`relisting ${resource}: 410 Gone`);
+          log.info(`relisting ${name}: 410 Gone`);
+          this.#o.onRestart?.();
           continue;
         }
         if (!isRetryable(e)) throw e;
-        log.warn(`watching ${resource} failed; retrying`, { err: e });
+        log.warn(`watching ${name} failed; retrying`, { err: e });
+        this.#o.onRestart?.();
       }
       await this.#delay(backoff.next(), signal).catch(() => {});
     }
@@ -128,6 +148,7 @@ export class Reflector<T> {
     let cont: string | undefined;
     let from = this.#seen ?? '0';
     let rv = '';
+    let pages = 0;
     for (;;) {
       signal.throwIfAborted();
       const query: Record<string, string> = { ...this.#o.query, limit };
@@ -138,12 +159,13 @@ export class Reflector<T> {
       }
       let page: { items?: Meta[]; metadata?: { resourceVersion?: string; continue?: string } };
       try {
-        page = await http.get(path, { query, signal });
+        page = await http.get(path, { query, signal, ...(this.#o.listTimeoutMs ? { timeoutMs: this.#o.listTimeoutMs } : {}) });
       } catch (e) {
         const err = kubeError('list', resource, undefined, e);
         if (err instanceof KubeApiError && err.status === 410 && (cont !== undefined || from !== '')) {
           // The snapshot behind the continue token was compacted, or the cache cannot serve the
           // version asked for: start over with a consistent list.
+          log.info(cont !== undefined ? `the ${this.#name} list expired between pages; listing again` : `the API server cannot list ${this.#name} from its cache; listing from etcd`);
           items = new Map();
           cont = undefined;
           from = '';
@@ -151,6 +173,7 @@ export class Reflector<T> {
         }
         throw err;
       }
+      pages++;
       rv = page.metadata?.resourceVersion ?? '';
       for (const o of page.items ?? []) {
         const key = keyOf(o);
@@ -160,7 +183,7 @@ export class Reflector<T> {
       if (cont === undefined) break;
     }
     this.#seen = rv;
-    log.info(`listed ${resource}`, { count: items.size, resourceVersion: rv });
+    log.info(`listed ${this.#name}`, { count: items.size, pages, resourceVersion: rv });
     this.#o.onList(items);
     return rv;
   }
@@ -182,7 +205,7 @@ export class Reflector<T> {
     return new Promise<WatchEnd>((resolve) => {
       let last = rv;
       let progressed = false;
-      let lastActivity = Date.now();
+      let lastActivity = this.#now();
       const ended = new AbortController();
       let cancel: (() => void) | undefined;
       const finish = (end: { relist?: boolean; why?: string; error?: WeftError }) => {
@@ -203,7 +226,7 @@ export class Reflector<T> {
       const onEvent = ({ type, object }: WatchEvent) => {
         if (ended.signal.aborted) return;
         const obj = object as Meta & { code?: number; message?: string };
-        lastActivity = Date.now();
+        lastActivity = this.#now();
         progressed = true;
         switch (type) {
           case 'ADDED':
@@ -241,7 +264,7 @@ export class Reflector<T> {
           } catch {
             return;
           }
-          if (Date.now() - lastActivity > silenceMs) finish({ why: `the watch was silent for more than ${silenceMs} ms` });
+          if (this.#now() - lastActivity > silenceMs) finish({ why: `the watch was silent for more than ${silenceMs} ms` });
         }
       })();
     });

@@ -13,8 +13,9 @@
  * API calls go over node:https with client-node's credentials (http.ts says why not its API
  * classes and Watch).
  *
- * Watch: one list (250 Nodes a page, read as plain JSON) replaces the LeaseTable, then one watch
- * from the list's resourceVersion with bookmarks. Lists go easy on the API server, as client-go's reflector does: the first asks for
+ * Watch (k8s/reflector.ts, which the other watches share): one list (250 Nodes a page, read as
+ * plain JSON, each Node turned into its lease as it arrives) replaces the LeaseTable, then one
+ * watch from the list's resourceVersion with bookmarks. Lists go easy on the API server, as client-go's reflector does: the first asks for
  * resourceVersion=0 (any version, served from the apiserver's watch cache), a relist for no
  * older than the resourceVersion last seen (the cache again); only when that is refused (410) is
  * a consistent list read from etcd: every node relisting after an outage must not be a quorum
@@ -40,7 +41,8 @@ import { readFile } from 'node:fs/promises';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { parseNetConfig } from '../../config/netconf.ts';
 import type { NetConfig } from '../../config/netconf.ts';
-import { ConfigError, DatastoreUnavailableError, PeerDataError, WeftError, isRetryable } from '../../errors.ts';
+import { Reflector } from '../../k8s/reflector.ts';
+import { ConfigError, PeerDataError, WeftError, isRetryable } from '../../errors.ts';
 import { equalCIDR, formatCIDR, tryParseIP } from '../../ip/ip.ts';
 import type { CIDR } from '../../ip/ip.ts';
 import type { Logger } from '../../log.ts';
@@ -53,7 +55,6 @@ import type { AnnotationKeys, NodeLike } from './annotations.ts';
 import { KubeApiError, kubeConfigFromFlags, kubeError } from './client.ts';
 import type { ClientFlags } from './client.ts';
 import { KubeHttp } from './http.ts';
-import type { WatchEvent } from './http.ts';
 import { resolveNodeName } from './identity.ts';
 
 /** The NetworkUnavailable condition flanneld sets once up (reason and message as flanneld's). */
@@ -90,16 +91,8 @@ export interface KubeSourceOptions extends ClientFlags {
   now?: () => number;
 }
 
-interface WatchEnd {
-  /** Where to resume; undefined: relist first. */
-  rv: string | undefined;
-  why?: string;
-  error?: WeftError;
-  /** The watch delivered at least one event or bookmark. */
-  progressed: boolean;
-  /** The newest resourceVersion seen. */
-  seen: string;
-}
+/** A Node as the watch keeps it: our own Node, or a remote one's lease (undefined: none usable). */
+type Watched = { own: NodeLike } | Lease | undefined;
 
 /** What weftd reads of its own Node: NodeLike and the conditions. */
 type OwnNode = NodeLike & { status?: { conditions?: { type?: string; status?: string; reason?: string; message?: string }[] } };
@@ -287,104 +280,47 @@ export class KubeLeaseSource implements LeaseSource {
     this.#onOwnLease = onOwnLease;
     if (!this.#config) throw new WeftError('ESTATE', 'networkConfig() must succeed before watch()');
     const stop = AbortSignal.any([signal, this.#closed.signal]);
-    const backoff = new Backoff(500, 2000);
-    let rv: string | undefined;
-    let seen: string | undefined;
-    while (!stop.aborted) {
-      try {
-        const own = await this.nodeName(stop);
-        if (rv === undefined) {
-          rv = await this.#relist(table, own, seen, stop);
-          backoff.reset();
+    const own = await this.nodeName(stop);
+    const nodes = new Reflector<Watched>({
+      http: this.#http, path: '/api/v1/nodes', resource: 'nodes', name: 'Nodes', log: this.#log,
+      listPageSize: this.#o.listPageSize ?? 250, listTimeoutMs: this.#o.listTimeoutMs ?? 60_000,
+      // Without a Node list a node cannot follow the cluster: retried as fast as a watch.
+      listRetryMs: [500, 2000],
+      ...(this.#o.watchSilenceMs !== undefined ? { watchSilenceMs: this.#o.watchSilenceMs } : {}),
+      ...(this.#o.watchTimeoutSeconds !== undefined ? { watchTimeoutSeconds: this.#o.watchTimeoutSeconds } : {}),
+      delay: this.#delay, now: this.#now,
+      onRestart: () => this.#o.observer?.watchRestarted?.(),
+      // Each Node is turned into its lease as it arrives: no Node object outlives its page or event.
+      parse: (o) => {
+        const node = o as NodeLike;
+        const name = node.metadata?.name ?? '';
+        return name === own ? { own: node } : this.#remote(node, table.get(name));
+      },
+      onList: (items) => {
+        const leases: Lease[] = [];
+        for (const v of items.values()) {
+          if (v && 'own' in v) this.#onOwnNode(v.own);
+          // An unchanged lease is the table's own object: the table is not held twice meanwhile.
+          else if (v) leases.push(table.held(v));
         }
-        const end = await this.#watchFrom(table, own, rv, stop);
-        rv = end.rv;
-        seen = end.seen;
-        if (end.error) throw end.error;
-        if (end.why) {
-          this.#log.info(`${rv === undefined ? 'relisting' : 'resuming the watch of'} Nodes: ${end.why}`);
-          this.#o.observer?.watchRestarted?.();
+        const batch = table.replaceAll(leases);
+        this.#log.info('replaced the leases with the Node list', { leases: leases.length, changed: batch.length });
+      },
+      onChanges: (changes) => {
+        const upserts: Lease[] = [];
+        const removals: string[] = [];
+        for (const [name, v] of changes) {
+          if (name === own) this.#onOwnNode(v && 'own' in v ? v.own : null);
+          else if (v && !('own' in v)) upserts.push(v);
+          else {
+            removals.push(name);
+            if (v === null) this.#warned.delete(name);
+          }
         }
-        if (end.progressed) {
-          backoff.reset();
-          continue;
-        }
-      } catch (e) {
-        if (stop.aborted) break;
-        if (e instanceof KubeApiError && e.status === 410) {
-          rv = undefined;
-          this.#log.info('relisting Nodes: 410 Gone');
-          this.#o.observer?.watchRestarted?.();
-          continue;
-        }
-        if (!isRetryable(e)) throw e;
-        this.#log.warn('watching Nodes failed; retrying', { err: e });
-        this.#o.observer?.watchRestarted?.();
-      }
-      await this.#delay(backoff.next(), stop).catch(() => {});
-    }
-  }
-
-  /**
-   * Lists every Node (paged) into `table`; returns the list's resourceVersion. `seen`: the newest
-   * resourceVersion known, the list may be no older (undefined: any, as at start-up).
-   */
-  async #relist(table: LeaseTable, ownName: string, seen: string | undefined, signal: AbortSignal): Promise<string> {
-    const limit = this.#o.listPageSize ?? 250;
-    let leases: Lease[] = [];
-    let cont: string | undefined;
-    let from = seen ?? '0';
-    let rv = '';
-    let pages = 0;
-    for (;;) {
-      signal.throwIfAborted();
-      let page;
-      try {
-        page = await this.#listPage(limit, cont ?? from, cont !== undefined, signal);
-      } catch (e) {
-        const err = kubeError('list', 'nodes', undefined, e);
-        if (err instanceof KubeApiError && err.status === 410 && (cont || from !== '')) {
-          // The snapshot a continue token points at was compacted, or the cache cannot serve
-          // the version asked for: start over with a consistent list.
-          this.#log.info(cont ? 'the Node list expired between pages; listing again' : 'the API server cannot list Nodes from its cache; listing from etcd');
-          leases = [];
-          cont = undefined;
-          from = '';
-          continue;
-        }
-        throw err;
-      }
-      pages++;
-      rv = page.metadata?.resourceVersion ?? '';
-      for (const node of page.items) {
-        if (node.metadata?.name === ownName) this.#onOwnNode(node);
-        else {
-          const lease = this.#remote(node, table.get(node.metadata?.name ?? ''));
-          if (lease) leases.push(table.held(lease));
-        }
-      }
-      cont = page.metadata?.continue || undefined;
-      if (!cont) break;
-    }
-    const batch = table.replaceAll(leases);
-    this.#log.info('listed Nodes', { leases: leases.length, changed: batch.length, pages, resourceVersion: rv });
-    return rv;
-  }
-
-  /**
-   * One page of `GET /api/v1/nodes` as plain JSON. `at` is a continue token when `continued`,
-   * else the resourceVersion wanted: `0` any, empty the latest (consistent), else no older than
-   * it.
-   */
-  async #listPage(limit: number, at: string, continued: boolean, signal: AbortSignal): Promise<{ items: NodeLike[]; metadata?: { resourceVersion?: string; continue?: string } }> {
-    const query: Record<string, string> = { limit: String(limit) };
-    if (continued) {
-      query.continue = at;
-    } else if (at !== '') {
-      query.resourceVersion = at;
-      if (at !== '0') query.resourceVersionMatch = 'NotOlderThan';
-    }
-    return this.#http.get('/api/v1/nodes', { query, timeoutMs: this.#o.listTimeoutMs ?? 60_000, signal });
+        table.apply(upserts, removals);
+      },
+    });
+    await nodes.run(stop);
   }
 
   skipped(): { peer: string; reason: string }[] {
@@ -410,106 +346,6 @@ export class KubeLeaseSource implements LeaseSource {
       }
       return last;
     }
-  }
-
-  /**
-   * Watches Nodes from `rv` until the watch ends (resume from `rv` of the result), needs a relist
-   * (`rv` undefined), fails (`error`) or `stop` aborts. Events of one tick go to `table` as one
-   * batch, the last event of each Node winning.
-   */
-  #watchFrom(table: LeaseTable, ownName: string, rv: string, stop: AbortSignal): Promise<WatchEnd> {
-    const silenceMs = this.#o.watchSilenceMs ?? 60_000;
-    const pending = new Map<string, NodeLike | null>();
-    let flushing: NodeJS.Immediate | undefined;
-    const flush = () => {
-      clearImmediate(flushing);
-      flushing = undefined;
-      if (pending.size === 0) return;
-      const upserts: Lease[] = [];
-      const removals: string[] = [];
-      for (const [name, node] of pending) {
-        if (name === ownName) {
-          this.#onOwnNode(node);
-          continue;
-        }
-        const lease = node ? this.#remote(node, table.get(name)) : undefined;
-        if (lease) upserts.push(lease);
-        else {
-          removals.push(name);
-          if (!node) this.#warned.delete(name);
-        }
-      }
-      pending.clear();
-      table.apply(upserts, removals);
-    };
-
-    return new Promise<WatchEnd>((resolve) => {
-      let last = rv;
-      let progressed = false;
-      let lastActivity = this.#now();
-      const ended = new AbortController();
-      let cancel: (() => void) | undefined;
-      const finish = (end: { relist?: boolean; why?: string; error?: WeftError }) => {
-        if (ended.signal.aborted) return;
-        flush();
-        ended.abort();
-        cancel?.();
-        stop.removeEventListener('abort', onStop);
-        resolve({ rv: end.relist ? undefined : last, seen: last, progressed, ...(end.why ? { why: end.why } : {}), ...(end.error ? { error: end.error } : {}) });
-      };
-      const onStop = () => finish({});
-      if (stop.aborted) {
-        finish({});
-        return;
-      }
-      stop.addEventListener('abort', onStop, { once: true });
-
-      const onEvent = ({ type, object }: WatchEvent) => {
-        const obj = object as NodeLike & { code?: number; message?: string };
-        if (ended.signal.aborted) return;
-        lastActivity = this.#now();
-        progressed = true;
-        switch (type) {
-          case 'ADDED':
-          case 'MODIFIED':
-          case 'DELETED': {
-            const name = obj.metadata?.name;
-            if (!name) return;
-            pending.set(name, type === 'DELETED' ? null : obj);
-            last = obj.metadata?.resourceVersion ?? last;
-            flushing ??= setImmediate(flush);
-            return;
-          }
-          case 'BOOKMARK':
-            last = obj.metadata?.resourceVersion ?? last;
-            return;
-          case 'ERROR':
-            if (obj.code === 410) finish({ relist: true, why: `410 Gone (${obj.message ?? 'resource version too old'})` });
-            else finish({ error: new DatastoreUnavailableError(`failed to watch nodes: ${obj.message ?? 'ERROR event'} (code ${obj.code})`) });
-            return;
-          default:
-            this.#log.debug('ignoring a watch event of unknown type', { type });
-        }
-      };
-      const timeoutSeconds = this.#o.watchTimeoutSeconds ?? Math.floor(300 + Math.random() * 300);
-      const query = { resourceVersion: rv, allowWatchBookmarks: 'true', timeoutSeconds: String(timeoutSeconds) };
-      cancel = this.#http.watch('/api/v1/nodes', query, onEvent, (err) => {
-        if (err) finish({ error: kubeError('watch', 'nodes', undefined, err) });
-        else finish({ why: 'the API server closed the watch' });
-      });
-
-      void (async () => {
-        const period = Math.max(Math.floor(silenceMs / 4), 10);
-        while (!ended.signal.aborted) {
-          try {
-            await this.#delay(period, ended.signal);
-          } catch {
-            return;
-          }
-          if (this.#now() - lastActivity > silenceMs) finish({ why: `the watch was silent for more than ${silenceMs} ms` });
-        }
-      })();
-    });
   }
 
   /** Our own Node changed (or was deleted: null): keep our annotations and lease current. */
