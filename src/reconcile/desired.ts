@@ -17,9 +17,9 @@
  * count wraps, so a delete of an old object can never hit a new one of the same batch.
  */
 import type { Operation } from '../netlink/handle.ts';
-import { fdbKey, neighKey, nexthopKey, NUD_PERMANENT, routeKey, RTN_UNICAST } from '../netlink/records.ts';
+import { fdbKey, neighKey, nexthopKey, routeKey, RTN_UNICAST } from '../netlink/records.ts';
 import type { Fdb, Neigh, Nexthop, Route } from '../netlink/records.ts';
-import { nexthopIdKey, nexthopSpec, routeSpec } from './state.ts';
+import { fdbReplace, neighReplace, nexthopIdKey, nexthopSpec, routeSpec } from './state.ts';
 import type { KernelState, Wanted, WantedState } from './state.ts';
 
 const EMPTY: KernelState = { routes: [], neighs: [], fdb: [] };
@@ -117,14 +117,6 @@ class Index<T extends object> implements Wanted<T> {
   get size(): number {
     return this.#byKey.size;
   }
-}
-
-function neighReplace(n: Neigh): Operation {
-  return { op: 'neighReplace', neigh: { linkIndex: n.linkIndex, ip: n.ip, mac: n.mac, state: NUD_PERMANENT } };
-}
-
-function fdbReplace(f: Fdb): Operation {
-  return { op: 'fdbReplace', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } };
 }
 
 /** The operations that (re)write `state`: L2 entries and nexthops before the routes that need them. */

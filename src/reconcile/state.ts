@@ -107,6 +107,16 @@ export function nexthopSpec(n: Nexthop): Operation & { op: 'nexthopReplace' } {
   return { op: 'nexthopReplace', nexthop: { id: n.id, gateway: n.gateway, linkIndex: n.linkIndex, onlink: n.onlink, protocol: n.protocol } };
 }
 
+/** The replace operation that writes neighbour `n`, permanent. */
+export function neighReplace(n: Neigh): Operation {
+  return { op: 'neighReplace', neigh: { linkIndex: n.linkIndex, ip: n.ip, mac: n.mac, state: NUD_PERMANENT } };
+}
+
+/** The replace operation that writes FDB entry `f`. */
+export function fdbReplace(f: Fdb): Operation {
+  return { op: 'fdbReplace', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } };
+}
+
 /** One kind's difference: what to write and what to delete. */
 export interface KindDiff {
   replaces: Operation[];
@@ -201,7 +211,7 @@ export function scanNeighs(want: Wanted<Neigh>): KindScan<Neigh> {
     },
     done() {
       want.forEach((w) => {
-        if (!matched.has(w)) out.replaces.push({ op: 'neighReplace', neigh: { linkIndex: w.linkIndex, ip: w.ip, mac: w.mac, state: NUD_PERMANENT } });
+        if (!matched.has(w)) out.replaces.push(neighReplace(w));
       });
       return out;
     },
@@ -220,7 +230,7 @@ export function scanFdb(want: Wanted<Fdb>): KindScan<Fdb> {
     },
     done() {
       want.forEach((w) => {
-        if (!matched.has(w)) out.replaces.push({ op: 'fdbReplace', fdb: { linkIndex: w.linkIndex, mac: w.mac, dst: w.dst } });
+        if (!matched.has(w)) out.replaces.push(fdbReplace(w));
       });
       return out;
     },
