@@ -112,10 +112,8 @@ class Records {
  public:
   static constexpr size_t kBlock = 1024;
   void push_back(Record&& r) {
-    if (size_ % kBlock == 0) {
-      blocks_.emplace_back();
-      blocks_.back().reserve(kBlock);
-    }
+    // A block grows as a vector does, up to kBlock: a small dump costs no more than before.
+    if (size_ % kBlock == 0) blocks_.emplace_back();
     blocks_.back().push_back(std::move(r));
     size_++;
   }
