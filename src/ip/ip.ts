@@ -25,18 +25,33 @@ export function bits(family: Family): number {
   return family === 4 ? 32 : 128;
 }
 
+/**
+ * Dotted-quad text as Go's net.ParseIP reads it: four decimal octets of at most three digits, no
+ * leading zeros (they would be octal elsewhere), nothing else. Read character by character into
+ * a number, made a bigint once: it runs for every address of every lease.
+ */
 function v4(text: string): bigint | undefined {
-  const parts = text.split('.');
-  if (parts.length !== 4) return undefined;
-  let value = 0n;
-  for (const p of parts) {
-    // Go rejects leading zeros (they would be octal elsewhere) and anything but digits.
-    if (!/^(0|[1-9]\d{0,2})$/.test(p)) return undefined;
-    const n = Number(p);
-    if (n > 255) return undefined;
-    value = (value << 8n) | BigInt(n);
+  let value = 0;
+  let octet = 0;
+  let digits = 0;
+  let dots = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 46) {
+      if (digits === 0 || ++dots > 3) return undefined;
+      value = value * 256 + octet;
+      octet = 0;
+      digits = 0;
+    } else if (c >= 48 && c <= 57) {
+      if (digits > 0 && octet === 0) return undefined;
+      octet = octet * 10 + (c - 48);
+      if (++digits > 3 || octet > 255) return undefined;
+    } else {
+      return undefined;
+    }
   }
-  return value;
+  if (dots !== 3 || digits === 0) return undefined;
+  return BigInt(value * 256 + octet);
 }
 
 function v6(text: string): bigint | undefined {
@@ -120,9 +135,14 @@ export function formatIP(ip: IP): string {
   return [hex(groups.slice(0, bestStart)), hex(groups.slice(bestStart + bestLen))].join('::');
 }
 
+/** The network masks by family and prefix length, made once. */
+const MASKS: Record<Family, bigint[]> = { 4: [], 6: [] };
+
 function mask(family: Family, prefix: number): bigint {
+  const known = MASKS[family][prefix];
+  if (known !== undefined) return known;
   const n = BigInt(bits(family));
-  return ((1n << n) - 1n) ^ ((1n << (n - BigInt(prefix))) - 1n);
+  return (MASKS[family][prefix] = ((1n << n) - 1n) ^ ((1n << (n - BigInt(prefix))) - 1n));
 }
 
 /** The CIDR of `ip`/`prefix` with host bits cleared. */

@@ -71,3 +71,23 @@ test('firstFreeSubnets against 5,000 leases stays linear: each lease is read a c
   assert.equal(formatCIDR(free[0]!), '10.19.136.0/24');
   assert.ok(reads <= 8 * taken.length, `${reads} reads of ${taken.length} leases`);
 });
+
+test('IPv4 text is read as Go reads it, whatever the characters (checked against a reference reader)', () => {
+  // Go's rules: four decimal octets, each 0 or 1-3 digits without a leading zero, at most 255.
+  const reference = (t: string) => {
+    const parts = t.split('.');
+    if (parts.length !== 4 || !parts.every((p) => /^(0|[1-9]\d{0,2})$/.test(p) && Number(p) <= 255)) return undefined;
+    return parts.reduce((v, p) => v * 256 + Number(p), 0);
+  };
+  const alphabet = '0123456789..a ';
+  let state = 7;
+  const rand = (n: number) => (state = (state * 1103515245 + 12345) % 2 ** 31) % n;
+  const cases = ['0.0.0.0', '255.255.255.255', '10.244.1.0', '1.2.3.4', '01.2.3.4', '1.2.3.04', '1.2.3.256', '1.2.3', '1.2.3.4.5', '1..2.3', '.1.2.3', '1.2.3.', '1.2.3.4 ', '1000.1.1.1'];
+  for (let i = 0; i < 20_000; i++) cases.push(Array.from({ length: 1 + rand(16) }, () => alphabet[rand(alphabet.length)]).join(''));
+  for (const t of cases) {
+    const ip = tryParseIP(t);
+    const want = reference(t);
+    assert.equal(ip === undefined ? undefined : Number(ip.value), want, JSON.stringify(t));
+    if (ip) assert.equal(ip.family, 4);
+  }
+});
