@@ -149,8 +149,11 @@ export class EtcdLeaseSource implements LeaseSource {
   #closed = new AbortController();
   /** The listing networkConfig() started, until acquire() takes it. */
   #prefetched: Promise<Listing> | undefined;
-  /** acquire()'s listing, until the watch's first relist takes it. */
-  #listing: Listing | undefined;
+  /**
+   * acquire()'s listing, with each value as it decoded there (a lease, or why it is unusable),
+   * until the watch's first relist takes it: the relist does not decode every lease again.
+   */
+  #listing: { listing: Listing; decoded: Map<string, Lease | PeerDataError> } | undefined;
   #watchStarted = false;
 
   private constructor(o: EtcdSourceOptions, client: EtcdClient) {
@@ -266,22 +269,28 @@ export class EtcdLeaseSource implements LeaseSource {
     const prefetched = this.#prefetched;
     this.#prefetched = undefined;
     const res = (await prefetched?.catch(() => undefined)) ?? (await this.#list());
-    // The watch, when it has not started yet, starts from this listing rather than asking etcd
-    // for the same again.
-    if (!this.#watchStarted) this.#listing = res;
+    const decoded = new Map<string, Lease | PeerDataError>();
     const entries: RegistryEntry[] = [];
     for (const { key, value, modRevision } of res.kvs) {
-      const subnets = parseLeaseKey(key);
-      if (!subnets) continue;
-      const entry: RegistryEntry = { key, ...subnets, modRevision };
+      let lease: Lease | PeerDataError;
       try {
-        const ip = decodeLeaseValue(key, value).publicIP;
-        if (ip) entry.publicIP = ip;
-      } catch {
-        // Still occupies its subnet; the watcher warns about the value.
+        lease = decodeLease(key, value);
+      } catch (e) {
+        if (!(e instanceof PeerDataError)) throw e;
+        lease = e;
       }
+      decoded.set(key, lease);
+      // A value that does not decode still occupies its subnet; the watcher warns about it.
+      const subnets = lease instanceof PeerDataError ? parseLeaseKey(key) : lease;
+      if (!subnets?.subnet) continue;
+      const entry: RegistryEntry = { key, subnet: subnets.subnet, modRevision };
+      if (subnets.ipv6Subnet) entry.ipv6Subnet = subnets.ipv6Subnet;
+      if (!(lease instanceof PeerDataError) && lease.attrs.publicIP) entry.publicIP = lease.attrs.publicIP;
       entries.push(entry);
     }
+    // The watch, when it has not started yet, starts from this listing rather than asking etcd
+    // for the same again.
+    if (!this.#watchStarted) this.#listing = { listing: res, decoded };
     return { entries, revision: res.revision };
   }
 
@@ -464,7 +473,7 @@ export class EtcdLeaseSource implements LeaseSource {
   async #relist(table: LeaseTable): Promise<bigint> {
     // acquire()'s listing predates the write of our own key: its absence there means nothing.
     const fromAcquire = this.#listing;
-    const res = fromAcquire ?? (await this.#list());
+    const res = fromAcquire?.listing ?? (await this.#list());
     this.#listing = undefined;
     const leases: Lease[] = [];
     let ownSeen = false;
@@ -473,7 +482,7 @@ export class EtcdLeaseSource implements LeaseSource {
         ownSeen = true;
         continue;
       }
-      const lease = this.#decode(key, value, table.get(key));
+      const lease = this.#decode(key, value, table.get(key), fromAcquire?.decoded.get(key));
       // An unchanged lease is the table's own object: the table is not held twice meanwhile.
       if (lease) leases.push(table.held(lease));
     }
@@ -488,9 +497,10 @@ export class EtcdLeaseSource implements LeaseSource {
    * that was valid keeps its last good lease until it is valid again or deleted, so garbage from
    * it never removes its routes.
    */
-  #decode(key: string, value: string, last: Lease | undefined): Lease | undefined {
+  #decode(key: string, value: string, last: Lease | undefined, decoded?: Lease | PeerDataError): Lease | undefined {
     try {
-      const lease = decodeLease(key, value);
+      if (decoded instanceof PeerDataError) throw decoded;
+      const lease = decoded ?? decodeLease(key, value);
       const own = this.#own?.lease;
       if (own?.subnet && lease.subnet && overlaps(own.subnet, lease.subnet)) {
         throw new PeerDataError(key, `subnet overlaps our own lease ${formatCIDR(own.subnet)}`);
