@@ -290,18 +290,21 @@ export class KubeLeaseSource implements LeaseSource {
       ...(this.#o.watchTimeoutSeconds !== undefined ? { watchTimeoutSeconds: this.#o.watchTimeoutSeconds } : {}),
       delay: this.#delay, now: this.#now,
       onRestart: () => this.#o.observer?.watchRestarted?.(),
-      // Each Node is turned into its lease as it arrives: no Node object outlives its page or event.
+      // Each Node is turned into its lease as it arrives: no Node object outlives its page or
+      // event. An unchanged lease is the table's own object, so a relist does not hold the table
+      // twice while its pages come in.
       parse: (o) => {
         const node = o as NodeLike;
         const name = node.metadata?.name ?? '';
-        return name === own ? { own: node } : this.#remote(node, table.get(name));
+        if (name === own) return { own: node };
+        const lease = this.#remote(node, table.get(name));
+        return lease && table.held(lease);
       },
       onList: (items) => {
         const leases: Lease[] = [];
         for (const v of items.values()) {
           if (v && 'own' in v) this.#onOwnNode(v.own);
-          // An unchanged lease is the table's own object: the table is not held twice meanwhile.
-          else if (v) leases.push(table.held(v));
+          else if (v) leases.push(v);
         }
         const batch = table.replaceAll(leases);
         this.#log.info('replaced the leases with the Node list', { leases: leases.length, changed: batch.length });
