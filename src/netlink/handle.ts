@@ -601,20 +601,26 @@ export class NetlinkHandle {
   }
 
   /** {@link routeList}, each route handed to `sink` as it is read instead of kept in an array. */
-  async routeEach(filter: RouteFilter, sink: (r: Route) => void): Promise<void> {
-    let dump;
+  routeEach(filter: RouteFilter, sink: (r: Route) => void): Promise<void> {
+    const dump = () => this.#raw.dump('route', {
+      family: filter.family ? afOf(filter.family) : 0,
+      table: filter.table ?? 0,
+      protocol: filter.protocol ?? -1,
+      index: filter.linkIndex ?? 0,
+      chunk: DUMP_CHUNK,
+    });
+    return this.#each('routes', dump, routeFromRaw, sink);
+  }
+
+  /** Reads a chunked dump (a refusal is rejected naming `what`) and hands its records to `sink` through `from`. */
+  async #each<R, T>(what: string, dump: () => Promise<RawChunks<R>>, from: (r: R) => T | undefined, sink: (t: T) => void): Promise<void> {
+    let chunks;
     try {
-      dump = await this.#raw.dump('route', {
-        family: filter.family ? afOf(filter.family) : 0,
-        table: filter.table ?? 0,
-        protocol: filter.protocol ?? -1,
-        index: filter.linkIndex ?? 0,
-        chunk: DUMP_CHUNK,
-      });
+      chunks = await dump();
     } catch (e) {
-      throw rejected('list', 'routes', e);
+      throw rejected('list', what, e);
     }
-    drain(dump, routeFromRaw, sink);
+    drain(chunks, from, sink);
   }
 
   /** `ip route add ...`; fails with `exists` if the route is there. */
@@ -652,14 +658,8 @@ export class NetlinkHandle {
   }
 
   /** {@link nexthopList}, each object handed to `sink` as it is read. */
-  async nexthopEach(sink: (n: Nexthop) => void): Promise<void> {
-    let dump;
-    try {
-      dump = await this.#raw.dump('nexthop', { chunk: DUMP_CHUNK });
-    } catch (e) {
-      throw rejected('list', 'nexthops', e);
-    }
-    drain(dump, nexthopFromRaw, sink);
+  nexthopEach(sink: (n: Nexthop) => void): Promise<void> {
+    return this.#each('nexthops', () => this.#raw.dump('nexthop', { chunk: DUMP_CHUNK }), nexthopFromRaw, sink);
   }
 
   /** `ip nexthop replace id <id> via <gateway> dev <#linkIndex> [onlink] proto <protocol>`; idempotent. */
@@ -680,18 +680,9 @@ export class NetlinkHandle {
   }
 
   /** {@link neighList}, each neighbour handed to `sink` as it is read. */
-  async neighEach(filter: { family?: Family; linkIndex?: number }, sink: (n: Neigh) => void): Promise<void> {
-    let dump;
-    try {
-      dump = await this.#raw.dump('neigh', {
-        family: filter.family ? afOf(filter.family) : 0,
-        index: filter.linkIndex ?? 0,
-        chunk: DUMP_CHUNK,
-      });
-    } catch (e) {
-      throw rejected('list', 'neighbours', e);
-    }
-    drain(dump, (r) => (r.family === AF_BRIDGE ? undefined : neighFromRaw(r)), sink);
+  neighEach(filter: { family?: Family; linkIndex?: number }, sink: (n: Neigh) => void): Promise<void> {
+    const dump = () => this.#raw.dump('neigh', { family: filter.family ? afOf(filter.family) : 0, index: filter.linkIndex ?? 0, chunk: DUMP_CHUNK });
+    return this.#each('neighbours', dump, (r) => (r.family === AF_BRIDGE ? undefined : neighFromRaw(r)), sink);
   }
 
   /** `ip neigh add <ip> lladdr <mac> dev <#linkIndex> nud permanent`; fails if present. */
@@ -717,14 +708,9 @@ export class NetlinkHandle {
   }
 
   /** {@link fdbList}, each entry handed to `sink` as it is read. */
-  async fdbEach(filter: { linkIndex?: number }, sink: (f: Fdb) => void): Promise<void> {
-    let dump;
-    try {
-      dump = await this.#raw.dump('neigh', { family: AF_BRIDGE, index: filter.linkIndex ?? 0, chunk: DUMP_CHUNK });
-    } catch (e) {
-      throw rejected('list', 'fdb entries', e);
-    }
-    drain(dump, fdbFromRaw, sink);
+  fdbEach(filter: { linkIndex?: number }, sink: (f: Fdb) => void): Promise<void> {
+    const dump = () => this.#raw.dump('neigh', { family: AF_BRIDGE, index: filter.linkIndex ?? 0, chunk: DUMP_CHUNK });
+    return this.#each('fdb entries', dump, fdbFromRaw, sink);
   }
 
   /** `bridge fdb append <mac> dev <#linkIndex> dst <dst> self permanent`: adds a remote for the MAC. */

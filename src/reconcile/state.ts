@@ -180,61 +180,42 @@ export function scanRoutes(want: Wanted<Route>): KindScan<Route> {
   };
 }
 
-/** Nexthop objects of ours, by id. */
-export function scanNexthops(want: Wanted<Nexthop>): KindScan<Nexthop> {
+/**
+ * A kind with one entry per key: a held entry under no wanted key is deleted, and a wanted one the
+ * kernel lacks or holds otherwise (`same` false) is replaced.
+ */
+function scanByKey<T>(want: Wanted<T>, key: (e: T) => string, same: (held: T, wanted: T) => boolean, replace: (w: T) => Operation, del: (h: T) => Operation): KindScan<T> {
   const out: KindDiff = { replaces: [], deletes: [] };
-  const matched = new Set<Nexthop>();
+  const matched = new Set<T>();
   return {
     see(h) {
-      const w = want.get(nexthopIdKey(h));
-      if (!w) out.deletes.push({ op: 'nexthopDel', nexthop: { id: h.id } });
-      else if (nexthopEqual(h, w)) matched.add(w);
+      const w = want.get(key(h));
+      if (!w) out.deletes.push(del(h));
+      else if (same(h, w)) matched.add(w);
     },
     done() {
       want.forEach((w) => {
-        if (!matched.has(w)) out.replaces.push(nexthopSpec(w));
+        if (!matched.has(w)) out.replaces.push(replace(w));
       });
       return out;
     },
   };
+}
+
+/** Nexthop objects of ours, by id. */
+export function scanNexthops(want: Wanted<Nexthop>): KindScan<Nexthop> {
+  return scanByKey(want, nexthopIdKey, nexthopEqual, nexthopSpec, (h) => ({ op: 'nexthopDel', nexthop: { id: h.id } }));
 }
 
 /** Neighbours: a wanted one missing, with another MAC or not permanent is replaced. */
 export function scanNeighs(want: Wanted<Neigh>): KindScan<Neigh> {
-  const out: KindDiff = { replaces: [], deletes: [] };
-  const matched = new Set<Neigh>();
-  return {
-    see(h) {
-      const w = want.get(neighKey(h));
-      if (!w) out.deletes.push({ op: 'neighDel', neigh: { linkIndex: h.linkIndex, ip: h.ip } });
-      else if (h.mac === w.mac && (h.state & NUD_PERMANENT) !== 0) matched.add(w);
-    },
-    done() {
-      want.forEach((w) => {
-        if (!matched.has(w)) out.replaces.push(neighReplace(w));
-      });
-      return out;
-    },
-  };
+  const same = (h: Neigh, w: Neigh) => h.mac === w.mac && (h.state & NUD_PERMANENT) !== 0;
+  return scanByKey(want, neighKey, same, neighReplace, (h) => ({ op: 'neighDel', neigh: { linkIndex: h.linkIndex, ip: h.ip } }));
 }
 
-/** FDB entries, by device, MAC and remote. */
+/** FDB entries, by device, MAC and remote (the key is the whole entry). */
 export function scanFdb(want: Wanted<Fdb>): KindScan<Fdb> {
-  const out: KindDiff = { replaces: [], deletes: [] };
-  const matched = new Set<Fdb>();
-  return {
-    see(h) {
-      const w = want.get(fdbKey(h));
-      if (!w) out.deletes.push({ op: 'fdbDel', fdb: { linkIndex: h.linkIndex, mac: h.mac, dst: h.dst } });
-      else matched.add(w);
-    },
-    done() {
-      want.forEach((w) => {
-        if (!matched.has(w)) out.replaces.push(fdbReplace(w));
-      });
-      return out;
-    },
-  };
+  return scanByKey(want, fdbKey, () => true, fdbReplace, (h) => ({ op: 'fdbDel', fdb: { linkIndex: h.linkIndex, mac: h.mac, dst: h.dst } }));
 }
 
 /** The kinds' differences in the order of the design notes: L2, nexthop and route replaces, then route, nexthop and L2 deletes. */
