@@ -20,10 +20,11 @@ import type { Skipped } from './inspect.ts';
 import { linkNamer, subnetEnvStatus } from './node.ts';
 import type { NodeStatus } from './status.ts';
 
+import type { EtcdRegistryOptions } from './registry-etcd.ts';
 import type { KubeRegistryOptions } from './registry-kube.ts';
 
 /** Where weftctl reads the leases from while weftd is down: etcd, or Kubernetes Nodes. */
-export type RegistryOptions = { etcdEndpoints: string[]; etcdPrefix: string } | ({ kube: true } & KubeRegistryOptions);
+export type RegistryOptions = EtcdRegistryOptions | ({ kube: true } & KubeRegistryOptions);
 
 /** Weft's (or flannel's) IPv4 vxlan device: `flannel.<VNI>`. */
 function vxlanDevice(links: readonly Link[]): Link | undefined {

@@ -20,13 +20,22 @@ import type { RegistryOptions } from '../admin/offline.ts';
 function registry(g: Globals): RegistryOptions | undefined {
   if (g.kubeSubnetMgr) return { kube: true, kubeconfigFile: g.kubeconfigFile, apiUrl: g.kubeApiUrl, netConfigPath: g.netConfigPath, annotationPrefix: g.kubeAnnotationPrefix };
   const endpoints = g.etcdEndpoints.split(',').map((s) => s.trim()).filter(Boolean);
-  return endpoints.length > 0 ? { etcdEndpoints: endpoints, etcdPrefix: g.etcdPrefix } : undefined;
+  if (endpoints.length === 0) return undefined;
+  return {
+    etcd: { endpoints, keyFile: g.etcdKeyfile, certFile: g.etcdCertfile, caFile: g.etcdCafile, username: g.etcdUsername, password: g.etcdPassword },
+    etcdPrefix: g.etcdPrefix,
+  };
 }
 
 interface Globals {
   subnetFile: string;
   etcdEndpoints: string;
   etcdPrefix: string;
+  etcdKeyfile: string;
+  etcdCertfile: string;
+  etcdCafile: string;
+  etcdUsername: string;
+  etcdPassword: string;
   kubeSubnetMgr: boolean;
   kubeconfigFile: string;
   kubeApiUrl: string;
@@ -64,6 +73,11 @@ async function main(argv: string[]): Promise<number> {
     .addOption(new Option('--subnet-file <path>', 'weftd\'s subnet.env; its admin socket is beside it').default('/run/flannel/subnet.env').env('FLANNELD_SUBNET_FILE'))
     .addOption(new Option('--etcd-endpoints <list>', 'etcd to read the leases from when weftd is down (comma-separated)').default('').env('FLANNELD_ETCD_ENDPOINTS'))
     .addOption(new Option('--etcd-prefix <prefix>', 'etcd key prefix').default('/coreos.com/network').env('FLANNELD_ETCD_PREFIX'))
+    .addOption(new Option('--etcd-keyfile <path>', 'TLS key file for etcd').default('').env('FLANNELD_ETCD_KEYFILE'))
+    .addOption(new Option('--etcd-certfile <path>', 'TLS certificate file for etcd').default('').env('FLANNELD_ETCD_CERTFILE'))
+    .addOption(new Option('--etcd-cafile <path>', 'TLS CA file for etcd').default('').env('FLANNELD_ETCD_CAFILE'))
+    .addOption(new Option('--etcd-username <name>', 'username for etcd authentication').default('').env('FLANNELD_ETCD_USERNAME'))
+    .addOption(new Option('--etcd-password <password>', 'password for etcd authentication').default('').env('FLANNELD_ETCD_PASSWORD'))
     .addOption(new Option('--kube-subnet-mgr', 'read the leases from Node annotations when weftd is down').default(false))
     .addOption(new Option('--kubeconfig-file <path>', 'kubeconfig (default: the pod\'s service account)').default('').env('FLANNELD_KUBECONFIG_FILE'))
     .addOption(new Option('--kube-api-url <url>', 'API server URL').default('').env('FLANNELD_KUBE_API_URL'))

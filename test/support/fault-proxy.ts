@@ -33,9 +33,10 @@ export class FaultProxy {
       const upstream = connect(targetPort, '127.0.0.1');
       const pair: [Socket, Socket] = [client, upstream];
       proxy!.#pairs.add(pair);
-      if (proxy!.#suspended) for (const s of pair) s.pause();
       client.pipe(upstream);
       upstream.pipe(client);
+      // After pipe(), which resumes its source.
+      if (proxy!.#suspended) for (const s of pair) s.pause();
       const close = () => {
         proxy!.#pairs.delete(pair);
         client.destroy();

@@ -1,34 +1,46 @@
 /**
  * DESIGN NOTES
  *
- * An etcd v3 client of exactly what the registry needs (Range, Txn, LeaseGrant, LeaseRevoke,
- * Authenticate, and the Watch stream), speaking gRPC over node:http2 with the messages of
- * proto.ts. It replaces the etcd3 package in weftd and weftctl: etcd3, @grpc/grpc-js and
- * protobufjs held ~20 MB of weftd's 47 MB of anonymous memory at 5,000 leases and cost ~60 ms of
- * start, for six calls; HTTP/2, TLS and the PING frame are in Node already. etcd's JSON gateway
- * was the other way out, but over HTTP/1.1 a watch cannot be pinged, so a stalled connection
- * would go unnoticed (see the etcd source's notes on liveness).
+ * The calls the registry needs (Range, Txn, LeaseGrant, LeaseRevoke and the Watch stream), made
+ * through the etcd3 package: its connection pool, its gRPC stack (@grpc/grpc-js) and its
+ * generated messages. What weftd needs beyond etcd3's defaults is had from what etcd3 exposes,
+ * without patching it:
  *
- * Connections: one HTTP/2 session at a time, opened on first use, to the endpoints in turn (the
- * next one after a session fails). While a stream is open on it, a PING goes out every
- * `keepaliveMs` and the session is destroyed when one is not answered within half of that, as
- * gRPC's keepalive did: a half-dead connection breaks the watch, which then reconnects. No PING
- * when nothing is open (etcd counts those as abuse, and an idle weftctl has nothing to check).
+ * - **Deadline**: etcd3's `defaultCallOptions` gives every unary call a gRPC `deadline`; a stream
+ *   gets none (the watch has its own creation timeout, below).
+ * - **`hasleader`**: the same call options carry a grpc-js client interceptor that adds the
+ *   `hasleader: true` metadata (clientv3.WithRequireLeader, as flanneld asks) to every call. A
+ *   member that lost quorum then refuses unary calls with "no leader" and cancels its watches,
+ *   instead of keeping a watch open and silent.
+ * - **Keepalive**: grpc-js channel options through etcd3's `grpcOptions`: a PING every
+ *   `keepaliveMs` while a call or a watch is open (none when idle: etcd counts those as abuse),
+ *   the connection dropped when one is not answered within half of that. Reconnection backoff
+ *   of a channel is capped at 5 s (grpc-js would wait up to 120 s after a long outage).
+ * - **Endpoints in turn**: etcd3 walks its hosts in a shuffled cycle. A call that fails in a way
+ *   etcd3 calls recoverable (unavailable, deadline, no leader) is retried at once on the next
+ *   host, once per other endpoint; a host that failed is skipped for 5 s (a circuit breaker of
+ *   one failure), so a dead or leaderless member costs one deadline, not one per call.
+ * - **Connect timeout**: grpc-js has none, and a PING cannot go out on a connection still
+ *   opening, so with an endpoint that drops SYNs a call waits for the kernel (~2 min). A unary
+ *   call ends at its deadline and its host is skipped; a watch not created within the call
+ *   timeout is cancelled, its host marked failed, and the next one tried.
+ * - **Auth**: etcd3's `auth` option fetches the token and fetches it again when a unary call is
+ *   told it is invalid. A watch is told in-band (a creation cancelled with a reason; etcd 3.4
+ *   says "permission denied"), which etcd3's private token cache cannot hear of: the client's
+ *   pool is replaced (new connections, new token; the old one closes once its calls are past
+ *   their deadline) and the watch resumes from its revision.
  *
- * Unary calls carry a deadline (`grpc-timeout`, and a local timer that cancels the stream).
  * The watch resumes by itself after a broken stream, from the revision after the last event it
- * delivered, with jittered backoff; it ends only when etcd cancels it (a compacted revision),
- * and says why. With a username, the token from Authenticate rides on every call as etcd's
- * `token` metadata, and is fetched again once when etcd says it is no longer valid.
+ * delivered, with jittered backoff; it ends only when etcd cancels it for good (a compacted
+ * revision), and says why.
  */
-import { connect as http2Connect, constants } from 'node:http2';
-import type { ClientHttp2Session, ClientHttp2Stream, IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http2';
-import { connect as netConnect } from 'node:net';
+import { InterceptingCall } from '@grpc/grpc-js';
+import type { Interceptor } from '@grpc/grpc-js';
+import { ConsecutiveBreaker, circuitBreaker, handleWhen, noop, retry } from 'cockatiel';
+import { CompareResult, CompareTarget, Etcd3, isRecoverableError } from 'etcd3';
+import type { ICompare, IKeyValue, IOptions, IRequestOp, IWatchResponse } from 'etcd3';
+import { rootCertificates } from 'node:tls';
 import { Backoff, sleep } from '../../retry.ts';
-import { Reader, Writer, readLeaseGrant, readRangeResponse, readToken, readTxnSucceeded, readWatchResponse } from './proto.ts';
-import type { KeyValue, RangeResponse, WatchResponse } from './proto.ts';
-
-export type { KeyValue, WatchEvent, WatchResponse } from './proto.ts';
 
 export interface EtcdClientOptions {
   /** `http://host:port`, `https://host:port` or `unix://<socket path>`. */
@@ -37,25 +49,30 @@ export interface EtcdClientOptions {
   tls?: { ca?: Buffer; key?: Buffer; cert?: Buffer };
   username?: string;
   password?: string;
-  /** PING period while a stream is open; an unanswered PING drops the session after half of it. Default 10 s. */
+  /** PING period while a call or watch is open; an unanswered PING drops the connection after half of it. Default 10 s. */
   keepaliveMs?: number;
-  /** Deadline of every unary call; default 10 s. */
+  /** Deadline of every unary call, and how long a watch may take to be created; default 10 s. */
   callTimeoutMs?: number;
 }
 
-/** A call etcd answered with a gRPC status other than OK. */
-export class EtcdCallError extends Error {
-  /** The gRPC status code (4 deadline exceeded, 14 unavailable, 16 unauthenticated, ...). */
-  readonly code: number;
-  constructor(code: number, message: string) {
-    super(message);
-    this.name = 'EtcdCallError';
-    this.code = code;
-  }
+/** One key as the registry reads it. */
+export interface KeyValue {
+  key: string;
+  value: string;
+  modRevision: string;
+  /** The etcd lease the key is attached to; '0' for none. */
+  lease: string;
 }
 
-const UNAUTHENTICATED = 16;
-const DEADLINE_EXCEEDED = 4;
+export interface WatchEvent {
+  type: 'put' | 'delete';
+  kv: KeyValue;
+}
+
+export interface WatchResponse {
+  revision: string;
+  events: WatchEvent[];
+}
 
 /** A guard of a transaction: `target` of `key` (or of every key in [key, rangeEnd)) compared to `operand`. */
 export interface Compare {
@@ -84,184 +101,113 @@ export function prefixEnd(prefix: string): Buffer {
   return end;
 }
 
-/** gRPC's length-prefixed message framing. */
-function frame(msg: Buffer): Buffer {
-  const head = Buffer.alloc(5);
-  head.writeUInt32BE(msg.length, 1);
-  return Buffer.concat([head, msg]);
-}
+/** How long a host that failed is skipped. */
+const HOST_BACKOFF_MS = 5000;
 
-/** Splits a stream of gRPC frames into messages, whatever the chunking. */
-class Deframer {
-  #pending: Buffer = Buffer.alloc(0);
+/** Adds `hasleader: true` to every call: a member without a leader refuses it. */
+const requireLeader: Interceptor = (options, nextCall) =>
+  new InterceptingCall(nextCall(options), {
+    start(metadata, listener, next) {
+      metadata.set('hasleader', 'true');
+      next(metadata, listener);
+    },
+  });
 
-  push(chunk: Buffer, each: (msg: Buffer) => void): void {
-    this.#pending = this.#pending.length === 0 ? chunk : Buffer.concat([this.#pending, chunk]);
-    while (this.#pending.length >= 5) {
-      if (this.#pending[0] !== 0) throw new Error('etcd sent a compressed gRPC message, which was not asked for');
-      const len = this.#pending.readUInt32BE(1);
-      if (this.#pending.length < 5 + len) return;
-      each(this.#pending.subarray(5, 5 + len));
-      this.#pending = this.#pending.subarray(5 + len);
-    }
+/** etcd3's options for the client options: TLS, auth, deadlines, keepalive and fault handling. */
+export function etcd3Options(o: EtcdClientOptions): IOptions {
+  const callTimeoutMs = o.callTimeoutMs ?? 10_000;
+  const keepaliveMs = o.keepaliveMs ?? 10_000;
+  const hosts = o.endpoints.map((e) => (e.startsWith('unix://') ? `unix:${e.slice('unix://'.length)}` : e));
+  const options: IOptions = {
+    hosts,
+    defaultCallOptions: (context) => (context.isStream
+      ? { interceptors: [requireLeader] }
+      : { deadline: Date.now() + callTimeoutMs, interceptors: [requireLeader] }),
+    grpcOptions: {
+      'grpc.keepalive_time_ms': keepaliveMs,
+      'grpc.keepalive_timeout_ms': Math.ceil(keepaliveMs / 2),
+      'grpc.keepalive_permit_without_calls': 0,
+      'grpc.initial_reconnect_backoff_ms': 500,
+      'grpc.max_reconnect_backoff_ms': 5000,
+      // A 50,000-lease page limit is the caller's; etcd's own answer limit is 2 MiB by default.
+      'grpc.max_receive_message_length': 64 * 1024 * 1024,
+    },
+    // With one endpoint there is nowhere else to go: no breaker, no retry (the callers retry).
+    faultHandling: hosts.length > 1
+      ? {
+        host: () => circuitBreaker(handleWhen(isRecoverableError), { halfOpenAfter: HOST_BACKOFF_MS, breaker: new ConsecutiveBreaker(1) }),
+        global: retry(handleWhen(isRecoverableError), { maxAttempts: hosts.length - 1 }),
+      }
+      : { host: () => noop, global: noop },
+  };
+  if (o.tls) {
+    options.credentials = {
+      // etcd3 takes no "system roots" option: without a CA file, Node's roots are given.
+      rootCertificate: o.tls.ca ?? Buffer.from(rootCertificates.join('\n')),
+      ...(o.tls.key ? { privateKey: o.tls.key } : {}),
+      ...(o.tls.cert ? { certChain: o.tls.cert } : {}),
+    };
   }
+  if (o.username) options.auth = { username: o.username, password: o.password ?? '' };
+  return options;
 }
 
-interface Session {
-  h2: ClientHttp2Session;
-  /** Open streams; PINGs run while there is one. */
-  open: number;
-  pinger: NodeJS.Timeout | undefined;
+function keyValue(kv: IKeyValue): KeyValue {
+  return { key: kv.key.toString(), value: kv.value.toString(), modRevision: kv.mod_revision, lease: kv.lease };
 }
 
-function grpcStatus(h: IncomingHttpHeaders): { code: number; message: string } | undefined {
-  const code = h['grpc-status'];
-  if (code === undefined) return undefined;
-  const raw = h['grpc-message'];
-  return { code: Number(code), message: typeof raw === 'string' ? decodeURIComponent(raw) : '' };
+function compare(c: Compare): ICompare {
+  const out: ICompare = {
+    key: Buffer.from(c.key),
+    result: c.result === 'equal' ? CompareResult.Equal : CompareResult.Less,
+    target: { version: CompareTarget.Version, mod: CompareTarget.Mod, value: CompareTarget.Value }[c.target],
+  };
+  if (c.rangeEnd) out.range_end = c.rangeEnd;
+  if (c.target === 'value') out.value = Buffer.from(c.operand);
+  else if (c.target === 'mod') out.mod_revision = c.operand;
+  else out.version = c.operand;
+  return out;
+}
+
+function requestOp(op: TxnOp): IRequestOp {
+  if ('put' in op) {
+    return { request_put: { key: Buffer.from(op.put.key), value: Buffer.from(op.put.value), ...(op.put.lease ? { lease: op.put.lease } : {}) } };
+  }
+  return { request_delete_range: { key: Buffer.from(op.delete.key) } };
+}
+
+/** Why etcd cancelled a watch: a compacted revision, or its reason. */
+function cancelled(res: IWatchResponse, from: string): string {
+  return res.compact_revision !== '0' ? `revision ${from} compacted (oldest kept: ${res.compact_revision})` : res.cancel_reason || 'cancelled by etcd';
+}
+
+/** A watch creation etcd refused for the token it carried (etcd 3.4 says "permission denied", 3.5 "invalid auth token"). */
+function refusedToken(reason: string): boolean {
+  return /permission denied|invalid auth token|user name is empty/.test(reason);
 }
 
 export class EtcdClient {
-  readonly #o: EtcdClientOptions;
-  #session: Session | undefined;
-  #next = 0;
-  #token: Promise<string> | undefined;
+  readonly #options: EtcdClientOptions;
+  #etcd: Etcd3;
   #closed = false;
+  /** Pools replaced for a new auth token, closed once their calls are past their deadline. */
+  readonly #retiring = new Map<Etcd3, NodeJS.Timeout>();
 
-  constructor(o: EtcdClientOptions) {
-    if (o.endpoints.length === 0) throw new Error('etcd client: no endpoint');
-    this.#o = o;
-  }
-
-  /** The current session, or a new one to the next endpoint. */
-  #connect(): Session {
-    const current = this.#session;
-    if (current && !current.h2.closed && !current.h2.destroyed) return current;
-    if (this.#closed) throw new Error('etcd client closed');
-    const ep = this.#o.endpoints[this.#next % this.#o.endpoints.length]!;
-    const h2 = ep.startsWith('unix://')
-      ? http2Connect('http://localhost', { createConnection: () => netConnect(ep.slice('unix://'.length)) })
-      : http2Connect(ep, ep.startsWith('https:') ? { ...this.#o.tls } : {});
-    const s: Session = { h2, open: 0, pinger: undefined };
-    const drop = () => {
-      clearInterval(s.pinger);
-      if (this.#session === s) {
-        this.#session = undefined;
-        this.#next++;
-      }
-    };
-    h2.on('error', drop).on('close', drop).on('goaway', drop);
-    this.#session = s;
-    return s;
-  }
-
-  #opened(s: Session): void {
-    if (s.open++ > 0) return;
-    const ms = this.#o.keepaliveMs ?? 10_000;
-    s.pinger = setInterval(() => {
-      const timer = setTimeout(() => s.h2.destroy(new Error(`etcd did not answer a keepalive ping within ${Math.ceil(ms / 2)} ms`)), Math.ceil(ms / 2));
-      try {
-        s.h2.ping(() => clearTimeout(timer));
-      } catch {
-        clearTimeout(timer);
-      }
-    }, ms);
-    s.pinger.unref();
-  }
-
-  #ended(s: Session): void {
-    if (--s.open === 0) clearInterval(s.pinger);
-  }
-
-  #headers(path: string, token: string | undefined, timeoutMs?: number): OutgoingHttpHeaders {
-    const h: OutgoingHttpHeaders = { ':method': 'POST', ':path': path, 'content-type': 'application/grpc', te: 'trailers' };
-    if (timeoutMs !== undefined) h['grpc-timeout'] = `${timeoutMs}m`;
-    if (token) h.token = token;
-    return h;
-  }
-
-  /** The auth token, when a username is configured. */
-  async #auth(): Promise<string | undefined> {
-    if (!this.#o.username) return undefined;
-    this.#token ??= this.#call('/etcdserverpb.Auth/Authenticate', new Writer().bytes(1, this.#o.username).bytes(2, this.#o.password ?? '').finish(), undefined).then(
-      (b) => readToken(new Reader(b)),
-    );
-    try {
-      return await this.#token;
-    } catch (e) {
-      this.#token = undefined;
-      throw e;
-    }
-  }
-
-  /** One unary call, authenticated, re-authenticating once on an expired token. */
-  async #unary(path: string, body: Buffer): Promise<Buffer> {
-    const token = await this.#auth();
-    try {
-      return await this.#call(path, body, token);
-    } catch (e) {
-      if (!(e instanceof EtcdCallError && e.code === UNAUTHENTICATED && token)) throw e;
-      this.#token = undefined;
-      return this.#call(path, body, await this.#auth());
-    }
-  }
-
-  #call(path: string, body: Buffer, token: string | undefined): Promise<Buffer> {
-    const timeoutMs = this.#o.callTimeoutMs ?? 10_000;
-    return new Promise((resolve, reject) => {
-      let s: Session;
-      let stream: ClientHttp2Stream;
-      try {
-        s = this.#connect();
-        stream = s.h2.request(this.#headers(path, token, timeoutMs));
-      } catch (e) {
-        reject(e as Error);
-        return;
-      }
-      this.#opened(s);
-      let status: { code: number; message: string } | undefined;
-      let failure: Error | undefined;
-      const messages: Buffer[] = [];
-      const deframer = new Deframer();
-      const timer = setTimeout(() => {
-        failure = new EtcdCallError(DEADLINE_EXCEEDED, `etcd did not answer ${path} within ${timeoutMs} ms`);
-        stream.close(constants.NGHTTP2_CANCEL);
-      }, timeoutMs);
-      stream.on('response', (h) => {
-        status = grpcStatus(h);
-        if (h[':status'] !== 200) failure = new Error(`etcd answered ${path} with HTTP status ${h[':status']}`);
-      });
-      stream.on('trailers', (h) => {
-        status = grpcStatus(h);
-      });
-      stream.on('data', (chunk: Buffer) => {
-        try {
-          deframer.push(chunk, (m) => messages.push(Buffer.from(m)));
-        } catch (e) {
-          failure = e as Error;
-          stream.close(constants.NGHTTP2_PROTOCOL_ERROR);
-        }
-      });
-      stream.on('error', (e) => {
-        failure ??= e;
-      });
-      stream.on('close', () => {
-        clearTimeout(timer);
-        this.#ended(s);
-        if (failure) reject(failure);
-        else if (!status) reject(new Error(`etcd closed ${path} without a gRPC status`));
-        else if (status.code !== 0) reject(new EtcdCallError(status.code, status.message || `gRPC status ${status.code}`));
-        else if (messages.length !== 1) reject(new Error(`etcd answered ${path} with ${messages.length} messages`));
-        else resolve(messages[0]!);
-      });
-      stream.end(frame(body));
-    });
+  constructor(options: EtcdClientOptions) {
+    if (options.endpoints.length === 0) throw new Error('etcd client: no endpoint');
+    this.#options = options;
+    this.#etcd = new Etcd3(etcd3Options(options));
   }
 
   /** Keys in [key, rangeEnd), or `key` alone; `limit` 0 is no limit; `revision` 0 is the latest. */
-  async range(key: string, o: { rangeEnd?: Buffer; limit?: number; revision?: string } = {}): Promise<RangeResponse> {
-    const req = new Writer().bytes(1, key).bytes(2, o.rangeEnd).int(3, o.limit).int(4, o.revision);
-    return readRangeResponse(new Reader(await this.#unary('/etcdserverpb.KV/Range', req.finish())));
+  async range(key: string, o: { rangeEnd?: Buffer; limit?: number; revision?: string } = {}): Promise<{ revision: string; kvs: KeyValue[]; more: boolean }> {
+    const res = await this.#etcd.kv.range({
+      key: Buffer.from(key),
+      ...(o.rangeEnd ? { range_end: o.rangeEnd } : {}),
+      ...(o.limit ? { limit: o.limit } : {}),
+      ...(o.revision ? { revision: o.revision } : {}),
+    });
+    return { revision: res.header.revision, kvs: res.kvs.map(keyValue), more: res.more };
   }
 
   /**
@@ -283,31 +229,19 @@ export class EtcdClient {
   }
 
   /** Whether the compares held (then `success` was applied, all of it). */
-  async txn(compare: Compare[], success: TxnOp[]): Promise<boolean> {
-    const req = new Writer();
-    for (const c of compare) {
-      const w = new Writer().int(1, { equal: 0, less: 2 }[c.result]).int(2, { version: 0, mod: 2, value: 3 }[c.target]).bytes(3, c.key);
-      if (c.target === 'value') w.bytes(7, c.operand);
-      else w.int(c.target === 'version' ? 4 : 6, c.operand);
-      req.bytes(1, w.bytes(64, c.rangeEnd));
-    }
-    for (const op of success) {
-      req.bytes(2, 'put' in op
-        ? new Writer().bytes(2, new Writer().bytes(1, op.put.key).bytes(2, op.put.value).int(3, op.put.lease))
-        : new Writer().bytes(3, new Writer().bytes(1, op.delete.key)));
-    }
-    return readTxnSucceeded(new Reader(await this.#unary('/etcdserverpb.KV/Txn', req.finish())));
+  async txn(compares: Compare[], success: TxnOp[]): Promise<boolean> {
+    return (await this.#etcd.kv.txn({ compare: compares.map(compare), success: success.map(requestOp), failure: [] })).succeeded;
   }
 
   /** A new etcd lease of `ttlSeconds`; its ID. */
   async leaseGrant(ttlSeconds: number): Promise<string> {
-    const res = readLeaseGrant(new Reader(await this.#unary('/etcdserverpb.Lease/LeaseGrant', new Writer().int(1, ttlSeconds).finish())));
+    const res = await this.#etcd.leaseClient.leaseGrant({ TTL: ttlSeconds, ID: 0 });
     if (res.error) throw new Error(`etcd refused a lease: ${res.error}`);
-    return res.id;
+    return res.ID;
   }
 
   async leaseRevoke(id: string): Promise<void> {
-    await this.#unary('/etcdserverpb.Lease/LeaseRevoke', new Writer().int(1, id).finish());
+    await this.#etcd.leaseClient.leaseRevoke({ ID: id });
   }
 
   /**
@@ -317,12 +251,14 @@ export class EtcdClient {
   async watch(key: string, rangeEnd: Buffer, startRevision: string, h: WatchHandlers, signal: AbortSignal): Promise<string | undefined> {
     let from = startRevision;
     let broken = false;
+    let renewedToken = false;
     const backoff = new Backoff(100, 5000);
     while (!signal.aborted && !this.#closed) {
       try {
-        const why = await this.#watchOnce(key, rangeEnd, from, signal, (res) => {
-          if (res.created) {
+        const end = await this.#watchOnce(key, rangeEnd, from, signal, (res) => {
+          if (!res) {
             backoff.reset();
+            renewedToken = false;
             if (broken) h.onReconnected(from);
             broken = false;
             return;
@@ -331,11 +267,18 @@ export class EtcdClient {
           from = (BigInt(last ? last.kv.modRevision : res.revision) + 1n).toString();
           h.onResponse(res);
         });
-        return why;
+        if (end?.refusedToken && this.#options.username && !renewedToken) {
+          // The token died with the member that issued it: a new pool authenticates afresh.
+          renewedToken = true;
+          this.#renewPool();
+          broken = true;
+          h.onDisconnected(new Error(`etcd refused the watch's auth token (${end.why}); authenticating again`));
+          continue;
+        }
+        return end?.why;
       } catch (e) {
         if (signal.aborted) break;
         if (e instanceof HandlerError) throw e.cause;
-        if (e instanceof EtcdCallError && e.code === UNAUTHENTICATED) this.#token = undefined;
         broken = true;
         h.onDisconnected(e as Error);
         await sleep(backoff.next(), signal).catch(() => {});
@@ -344,68 +287,78 @@ export class EtcdClient {
     return undefined;
   }
 
-  /** One watch stream: resolves when etcd cancels the watch or `signal` aborts; rejects when the stream breaks. */
-  async #watchOnce(key: string, rangeEnd: Buffer, from: string, signal: AbortSignal, each: (res: WatchResponse) => void): Promise<string | undefined> {
-    const token = await this.#auth();
-    const s = this.#connect();
-    const stream = s.h2.request(this.#headers('/etcdserverpb.Watch/Watch', token));
-    this.#opened(s);
+  /**
+   * One watch stream: resolves when etcd cancels the watch or `signal` aborts; rejects when the
+   * stream breaks or is not created within the call timeout. `each` gets undefined once created.
+   */
+  async #watchOnce(key: string, rangeEnd: Buffer, from: string, signal: AbortSignal, each: (res: WatchResponse | undefined) => void): Promise<{ why: string; refusedToken: boolean } | undefined> {
+    const stream = await this.#etcd.watchClient.watch();
+    const createMs = this.#options.callTimeoutMs ?? 10_000;
     return new Promise((resolve, reject) => {
-      let outcome: { why: string | undefined } | { err: Error } | undefined;
-      const settle = (o: { why: string | undefined } | { err: Error }) => {
-        outcome ??= o;
-        if (!stream.closed) stream.close(constants.NGHTTP2_CANCEL);
+      let settled = false;
+      const settle = (outcome: { ok: { why: string; refusedToken: boolean } | undefined } | { err: Error }) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(createTimer);
+        signal.removeEventListener('abort', onAbort);
+        // Ending our side first tells etcd3 the cancellation is ours, not the host's failure;
+        // a failure leaves it writable, so etcd3 marks the host failed and resets its channels.
+        if ('ok' in outcome) stream.end();
+        stream.cancel();
+        if ('ok' in outcome) resolve(outcome.ok);
+        else reject(outcome.err);
       };
-      const onAbort = () => settle({ why: undefined });
+      const onAbort = () => settle({ ok: undefined });
+      const createTimer = setTimeout(() => settle({ err: new Error(`etcd did not create the watch within ${createMs} ms`) }), createMs);
       signal.addEventListener('abort', onAbort, { once: true });
-      const deframer = new Deframer();
-      stream.on('data', (chunk: Buffer) => {
+      stream.on('data', (res: IWatchResponse) => {
+        if (settled) return;
+        if (res.canceled) {
+          settle({ ok: { why: cancelled(res, from), refusedToken: refusedToken(res.cancel_reason) } });
+          return;
+        }
         try {
-          deframer.push(chunk, (m) => {
-            if (outcome) return;
-            const res = readWatchResponse(new Reader(m));
-            if (res.canceled) {
-              settle({ why: res.compactRevision !== '0' ? `revision ${from} compacted (oldest kept: ${res.compactRevision})` : res.cancelReason || 'cancelled by etcd' });
-              return;
-            }
-            try {
-              each(res);
-            } catch (e) {
-              settle({ err: new HandlerError(e) });
-            }
+          if (res.created) {
+            clearTimeout(createTimer);
+            each(undefined);
+            return;
+          }
+          each({
+            revision: res.header.revision,
+            events: res.events.map((ev) => ({ type: String(ev.type).toLowerCase() === 'delete' ? 'delete' : 'put', kv: keyValue(ev.kv) })),
           });
         } catch (e) {
-          settle({ err: e as Error });
+          settle({ err: new HandlerError(e) });
         }
       });
-      let status: { code: number; message: string } | undefined;
-      stream.on('response', (h) => (status = grpcStatus(h)));
-      stream.on('trailers', (h) => (status = grpcStatus(h)));
-      stream.on('error', (e) => {
-        outcome ??= { err: e };
-      });
-      stream.on('close', () => {
-        signal.removeEventListener('abort', onAbort);
-        this.#ended(s);
-        if (!outcome) outcome = { err: status && status.code !== 0 ? new EtcdCallError(status.code, status.message) : new Error('etcd closed the watch stream') };
-        if ('err' in outcome) reject(outcome.err);
-        else resolve(outcome.why);
-      });
-      const create = new Writer().bytes(1, key).bytes(2, rangeEnd).int(3, from);
-      stream.write(frame(new Writer().bytes(1, create).finish()));
+      stream.on('error', (e: Error) => settle({ err: e }));
+      stream.on('end', () => settle({ err: new Error('etcd closed the watch stream') }));
+      stream.write({ create_request: { key: Buffer.from(key), range_end: rangeEnd, start_revision: from } });
       if (signal.aborted) onAbort();
     });
   }
 
-  /** Closes the session; calls in flight fail. */
+  /** A new pool (connections, auth token) for the calls to come; the old one closes after the deadline of its calls. */
+  #renewPool(): void {
+    const old = this.#etcd;
+    this.#etcd = new Etcd3(etcd3Options(this.#options));
+    const timer = setTimeout(() => {
+      this.#retiring.delete(old);
+      old.close();
+    }, this.#options.callTimeoutMs ?? 10_000);
+    timer.unref();
+    this.#retiring.set(old, timer);
+  }
+
+  /** Closes the connections; calls in flight fail. */
   close(): void {
     this.#closed = true;
-    const s = this.#session;
-    this.#session = undefined;
-    if (s) {
-      clearInterval(s.pinger);
-      s.h2.destroy();
+    for (const [old, timer] of this.#retiring) {
+      clearTimeout(timer);
+      old.close();
     }
+    this.#retiring.clear();
+    this.#etcd.close();
   }
 }
 

@@ -19,6 +19,8 @@ test('weftctl loads no netlink, etcd client, Kubernetes client or winston up fro
   for (const file of [ETCD_CLIENT, 'src/netlink/native.ts', 'src/admin/facts.ts', 'src/admin/offline.ts', 'src/admin/doctor.ts']) assert.ok(!start.has(file), `${file} loaded at start`);
   const offline = loadedWith(meta, outputOf(meta, 'src/admin/offline.ts'));
   assert.ok(!offline.has(ETCD_CLIENT), 'reading the kernel while weftd is down loads the etcd client');
-  assert.ok(loadedWith(meta, outputOf(meta, 'src/admin/registry-etcd.ts')).has(ETCD_CLIENT), 'the etcd registry is read with the etcd client');
+  const registry = loadedWith(meta, outputOf(meta, 'src/admin/registry-etcd.ts'));
+  assert.ok(registry.has(ETCD_CLIENT) && has(registry, 'etcd3'), 'the etcd registry is read with the etcd client, through etcd3');
+  assert.ok(!has(start, 'etcd3') && !has(offline, 'etcd3'), 'etcd3 loaded before the registry is read');
   assert.ok(!loadedWith(meta, outputOf(meta, 'src/admin/registry-kube.ts')).has(ETCD_CLIENT), 'reading Nodes loads the etcd client');
 });

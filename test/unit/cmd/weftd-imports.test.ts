@@ -12,10 +12,16 @@ const ENTRY = 'src/cmd/weftd.ts';
 const ETCD_CLIENT = 'src/lease/etcd/client.ts';
 const metafile = () => bundle(ENTRY);
 
-test('weftd holds neither etcd3, gRPC nor protobufjs: etcd is spoken to with its own small client', async () => {
+test('etcd3 and its gRPC stack come with etcd mode only: not at start, not in kube mode, not with --version', async () => {
   const meta = await metafile();
-  const all = new Set(Object.values(meta.outputs).flatMap((o) => Object.keys(o.inputs)));
-  for (const pkg of ['etcd3', '@grpc/grpc-js', '@grpc/proto-loader', 'protobufjs']) assert.ok(!has(all, pkg), `${pkg} is in weftd's bundle`);
+  const start = loadedWith(meta, outputOf(meta, ENTRY));
+  const etcd = loadedWith(meta, outputOf(meta, 'src/lease/etcd/source.ts'));
+  const kube = loadedWith(meta, outputOf(meta, 'src/lease/kube/source.ts'));
+  for (const pkg of ['etcd3', '@grpc/grpc-js', '@grpc/proto-loader', 'protobufjs', 'cockatiel']) {
+    assert.ok(has(etcd, pkg), `etcd mode has ${pkg}`);
+    assert.ok(!has(start, pkg), `${pkg} loaded at start (and so by --version)`);
+    assert.ok(!has(kube, pkg), `kube mode loads ${pkg}`);
+  }
 });
 
 test('before the mode is known, weftd loads no datastore client, winston, metrics, netlink or admin socket', async () => {
