@@ -12,7 +12,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
-	bench-footprint bench-scale bench-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean
+	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean
 
 all: build
 
@@ -136,6 +136,11 @@ bench-weftctl: deps build
 # Faults injected one at a time into clusters of the e2e harness; about 3 minutes (two 60 s outages).
 bench-faults: deps build
 	$(NODE) bench/faults.bench.ts
+
+# etcd's faults (partition, dead endpoint, auth restart, hostile endpoint, 50,000 leases over a
+# slow link) on three-member etcd clusters in namespaces; a few minutes.
+bench-etcd-faults: deps build
+	$(NODE) bench/etcd-faults.bench.ts
 
 # NetworkPolicy on a two-node cluster: apply latency and start at 1,000 policies over 2,000 pods,
 # connection rate and throughput with 100 policies against none; a few minutes.
