@@ -26,7 +26,7 @@ import { EtcdLeaseSource } from '../../src/lease/etcd/source.ts';
 import type { LeaseAttrs } from '../../src/lease/lease.ts';
 import { LeaseTable } from '../../src/lease/table.ts';
 import { memoryLogger } from '../../src/log.ts';
-import { ETCD_PREFIX, NET_CONF, peerLeaseKey, peerLeaseValue, peerSubnet, seedLeases } from '../../bench/support/weftd.ts';
+import { adminClient, ETCD_PREFIX, NET_CONF, nodeNetns, peerLeaseKey, peerLeaseValue, peerSubnet, seedLeases } from '../../bench/support/weftd.ts';
 import { spawnWeftd, stopDaemon } from './cluster.ts';
 import type { Daemon } from './cluster.ts';
 import { DelayProxy } from './delay-proxy.ts';
@@ -63,12 +63,35 @@ async function routed(ns: Netns, n: number): Promise<boolean> {
   return routes.split('\n').some((l) => l.startsWith(`${peerSubnet(n)}/24 `));
 }
 
-/** A node namespace on the cluster's underlay (198.51.100.1) and a directory for its files. */
-async function clusterNode(cluster: EtcdCluster): Promise<{ ns: Netns; dir: string; args: (endpoints: string[]) => string[] }> {
-  const ns = await createNetns('node');
-  await attachToUnderlay(cluster.underlay, ns, 1);
-  const dir = await mkdtemp(join(tmpdir(), 'weft-etcd-faults-'));
-  return { ns, dir, args: (endpoints) => [`--etcd-endpoints=${endpoints.join(',')}`, '--iface=eth0', `--subnet-file=${join(dir, 'subnet.env')}`] };
+/** A node namespace on a cluster's underlay (198.51.100.1), a directory for its files, and the weftd started there. */
+interface ClusterNode {
+  ns: Netns;
+  dir: string;
+  /** Starts bin/weftd on the node with `endpoints`. */
+  weftd(endpoints: string[]): Daemon;
+}
+
+/** Runs `fn` on a fresh three-member cluster and a node on its underlay; removes everything after. */
+async function onCluster<T>(fn: (cluster: EtcdCluster, node: ClusterNode) => Promise<T>): Promise<T> {
+  const cluster = await EtcdCluster.start();
+  const daemons: Daemon[] = [];
+  let node: ClusterNode | undefined;
+  try {
+    const ns = await createNetns('node');
+    const dir = await mkdtemp(join(tmpdir(), 'weft-etcd-faults-'));
+    node = { ns, dir, weftd: (endpoints) => {
+      const d = spawnWeftd(ns, [`--etcd-endpoints=${endpoints.join(',')}`, '--iface=eth0', `--subnet-file=${join(dir, 'subnet.env')}`]);
+      daemons.push(d);
+      return d;
+    } };
+    await attachToUnderlay(cluster.underlay, ns, 1);
+    return await fn(cluster, node);
+  } finally {
+    for (const d of daemons) await stopDaemon(d);
+    await node?.ns.remove();
+    if (node) await rm(node.dir, { recursive: true, force: true });
+    await cluster.close();
+  }
 }
 
 /** A metric of member `m`, read over its unix socket. */
@@ -109,16 +132,11 @@ export interface PartitionResult {
 
 /** Partition: weftd's watched member cut from its peers. */
 export async function partition(): Promise<PartitionResult> {
-  const cluster = await EtcdCluster.start();
-  const node = await clusterNode(cluster);
-  let d: Daemon | undefined;
-  let source: EtcdLeaseSource | undefined;
-  const ctl = new AbortController();
-  try {
+  return onCluster(async (cluster, node) => {
     const admin0 = cluster.admin(cluster.members[0]!);
     await admin0.put(`${ETCD_PREFIX}/config`).value(NET_CONF);
     admin0.close();
-    d = spawnWeftd(node.ns, node.args(cluster.endpoints));
+    const d = node.weftd(cluster.endpoints);
     await logged(d, READY);
     const cut = await watchedMember(cluster);
     const healthy = cluster.members.find((m) => m !== cut)!;
@@ -126,36 +144,31 @@ export async function partition(): Promise<PartitionResult> {
     // a 10 s etcd lease renewed every 2 s.
     const log = memoryLogger();
     let renewals = 0;
-    source = await EtcdLeaseSource.create({
+    const source = await EtcdLeaseSource.create({
       endpoints: [cut, ...cluster.members.filter((m) => m !== cut)].map((m) => cluster.unixEndpoint(m)),
       prefix: ETCD_PREFIX, log, leaseTtlSeconds: 10, renewMarginMs: 8000, renewRetryMs: 500, callTimeoutMs: 2000,
       observer: { leaseRenewed: () => renewals++ },
     });
-    await source.networkConfig(ctl.signal);
-    await source.acquire({ attrs: attrs(1) }, ctl.signal);
-
-    await cluster.partition(cut);
-    const t0 = performance.now();
     const admin = cluster.admin(healthy);
+    const ctl = new AbortController();
     try {
+      await source.networkConfig(ctl.signal);
+      await source.acquire({ attrs: attrs(1) }, ctl.signal);
+      await cluster.partition(cut);
+      const t0 = performance.now();
       await admin.put(peerLeaseKey(7)).value(peerLeaseValue(7));
-      await until('the lease written through a healthy member to be routed', () => routed(node.ns, 7), 60_000, () => d!.log().slice(-3000));
+      await until('the lease written through a healthy member to be routed', () => routed(node.ns, 7), 60_000, () => d.log().slice(-3000));
       const convergeMs = performance.now() - t0;
       const before = renewals;
       await until('two renewals while cut off', () => renewals >= before + 2, 30_000, () => JSON.stringify(log.records.slice(-10)));
       return { convergeMs, renewals: renewals - before, lost: log.records.some((r) => r.msg.startsWith('lost our lease')) };
     } finally {
+      ctl.abort();
       admin.close();
+      await source.close();
       await cluster.heal(cut);
     }
-  } finally {
-    ctl.abort();
-    await source?.close();
-    if (d) await stopDaemon(d);
-    await node.ns.remove();
-    await rm(node.dir, { recursive: true, force: true });
-    await cluster.close();
-  }
+  });
 }
 
 export interface DeadEndpointResult {
@@ -170,27 +183,19 @@ export interface DeadEndpointResult {
 
 /** Dead endpoint: the first endpoint drops SYNs. */
 export async function deadEndpoint(): Promise<DeadEndpointResult> {
-  const cluster = await EtcdCluster.start();
-  const node = await clusterNode(cluster);
-  let d: Daemon | undefined;
-  try {
+  return onCluster(async (cluster, node) => {
     const admin = cluster.admin(cluster.members[1]!);
     await admin.put(`${ETCD_PREFIX}/config`).value(NET_CONF);
     await admin.put(peerLeaseKey(3)).value(peerLeaseValue(3));
     admin.close();
     await cluster.dropSyns(cluster.members[0]!);
     const t0 = performance.now();
-    d = spawnWeftd(node.ns, node.args(cluster.endpoints));
+    const d = node.weftd(cluster.endpoints);
     const envAt = await logged(d, /wrote the subnet file/);
     const readyAt = await logged(d, READY);
     const subnetEnv = await stat(join(node.dir, 'subnet.env')).then(() => true, () => false);
     return { envMs: envAt - t0, readyMs: readyAt - t0, subnetEnv, routed: await routed(node.ns, 3) };
-  } finally {
-    if (d) await stopDaemon(d);
-    await node.ns.remove();
-    await rm(node.dir, { recursive: true, force: true });
-    await cluster.close();
-  }
+  });
 }
 
 export interface AuthRestartResult {
@@ -280,17 +285,12 @@ export async function hostileEndpoint(): Promise<HostileResult> {
   const etcd = await EtcdServer.start({ unixSocket: true });
   const dir = await mkdtemp(join(tmpdir(), 'weft-hostile-'));
   const hostile = await HostileEtcd.start(join(dir, 'hostile.sock'), etcd.endpoint.slice('unix://'.length));
-  const ns = await createNetns('hostile');
+  const ns = await nodeNetns('hostile');
   let d: Daemon | undefined;
   try {
-    const { adminClient } = await import('../../bench/support/weftd.ts');
     const admin = adminClient(etcd.endpoint);
     await admin.put(`${ETCD_PREFIX}/config`).value(NET_CONF);
     admin.close();
-    await ns.ip('link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0p');
-    await ns.ip('addr', 'add', '198.51.100.1/24', 'dev', 'eth0');
-    await ns.ip('link', 'set', 'eth0', 'up');
-    await ns.ip('link', 'set', 'eth0p', 'up');
     d = spawnWeftd(ns, [`--etcd-endpoints=${hostile.endpoint}`, '--iface=eth0', `--subnet-file=${join(dir, 'subnet.env')}`]);
     const proc = d.proc;
     await until('every fault served twice', () => hostile.servedEach(2) || proc.exitCode !== null || proc.signalCode !== null, 120_000, () => d!.log().slice(-3000));
@@ -322,18 +322,13 @@ export async function largeAnswers(leases = 50_000, delayMs = 20): Promise<Large
   const etcd = await EtcdServer.start({ unixSocket: true });
   const dir = await mkdtemp(join(tmpdir(), 'weft-large-'));
   const proxy = await DelayProxy.start(join(dir, 'delay.sock'), etcd.endpoint.slice('unix://'.length), delayMs);
-  const ns = await createNetns('large');
+  const ns = await nodeNetns('large');
   let d: Daemon | undefined;
   try {
-    const { adminClient } = await import('../../bench/support/weftd.ts');
     const admin = adminClient(etcd.endpoint);
     try {
       await admin.put(`${ETCD_PREFIX}/config`).value(NET_CONF);
       await seedLeases(admin, leases);
-      await ns.ip('link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0p');
-      await ns.ip('addr', 'add', '198.51.100.1/24', 'dev', 'eth0');
-      await ns.ip('link', 'set', 'eth0', 'up');
-      await ns.ip('link', 'set', 'eth0p', 'up');
       const t0 = performance.now();
       d = spawnWeftd(ns, [`--etcd-endpoints=${proxy.endpoint}`, '--iface=eth0', `--subnet-file=${join(dir, 'subnet.env')}`]);
       const listedAt = await logged(d, LISTED, 1, 300_000);
