@@ -44,8 +44,6 @@ export interface OwnLeaseOptions {
   renewRetryMs?: number;
   /** Uniform in [0, 1) for the random subnet pick. */
   random?: () => number;
-  /** The clock; Date.now by default. */
-  now?: () => number;
 }
 
 /** A listing of the subnets prefix and the revision it was read at. */
@@ -117,10 +115,6 @@ export class OwnLease {
     this.#listing = undefined;
     this.#keepListing = false;
     return listing;
-  }
-
-  #now(): number {
-    return (this.#options.now ?? Date.now)();
   }
 
   async networkConfig(signal: AbortSignal): Promise<NetConfig> {
@@ -321,7 +315,7 @@ export class OwnLease {
 
   /** When an etcd lease granted or renewed now runs out. */
   #expiryFromNow(): Date {
-    return new Date(this.#now() + (this.#options.leaseTtlSeconds ?? 86_400) * 1000);
+    return new Date(Date.now() + (this.#options.leaseTtlSeconds ?? 86_400) * 1000);
   }
 
   #renewDelay(): number {
