@@ -34,6 +34,7 @@ RUN npm ci && touch node_modules/.weft-installed
 # native/build into the image.
 COPY Makefile tsconfig.json ./
 COPY bin/ bin/
+COPY scripts/ scripts/
 COPY src/ src/
 COPY native/binding.gyp native/
 COPY native/src/ native/src/
