@@ -157,14 +157,19 @@ image: deps dist/image/run-base.tar dist/image/build-base.tar
 typecheck: deps-npm
 	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json --noEmit
 
-test: deps build
+# The image test (test/e2e/image.test.ts) runs the archive `make image` saves.
+test: deps build image
 	$(NODE) --test $(TEST_FLAGS) 'test/unit/**/*.test.ts' 'test/fuzz/**/*.test.ts' 'test/integration/**/*.test.ts' 'test/e2e/**/*.test.ts'
 
 test-unit: build
 	$(NODE) --test $(TEST_FLAGS) 'test/unit/**/*.test.ts' 'test/fuzz/**/*.test.ts'
 
-test-integration: build
+test-integration: build image
 	$(NODE) --test $(TEST_FLAGS) 'test/integration/**/*.test.ts' 'test/e2e/**/*.test.ts'
+
+# The image as daemonset.yaml runs it, alone (it is part of make test too).
+test-image: deps build image
+	$(NODE) --test $(TEST_FLAGS) test/e2e/image.test.ts
 
 bench-netlink: deps build
 	$(NODE) bench/netlink.bench.ts
