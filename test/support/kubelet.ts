@@ -105,7 +105,7 @@ export interface ProbeAnswer { status: number; ms: number }
 const MACHINE_PATHS = new Set(['/run/netns']);
 
 /** podman needs explicit limits at or below the shell's: root here lacks CAP_SYS_RESOURCE. */
-const ULIMITS = ['--ulimit', 'nofile=16384:16384', '--ulimit', 'nproc=4096:4096'];
+export const PODMAN_ULIMITS = ['--ulimit', 'nofile=16384:16384', '--ulimit', 'nproc=4096:4096'];
 
 /** A pod of the DaemonSet on one node. */
 export class PodmanPod {
@@ -155,13 +155,11 @@ export class PodmanPod {
     }
   }
 
-  /** Starts the container `name` (a new one, as the kubelet does on a restart). */
+  /** Starts the container `name`: a new one, replacing a stopped one, as the kubelet does on a restart. */
   async start(name: string): Promise<void> {
-    const id = this.id(name);
-    await run('podman', ['rm', '--force', '--ignore', id]);
     const args = await this.#runArgs(this.container(name));
-    this.#created.add(id);
-    await run('podman', ['run', '--detach', ...args]);
+    this.#created.add(this.id(name));
+    await run('podman', ['run', '--detach', '--replace', ...args]);
   }
 
   /**
@@ -212,7 +210,7 @@ export class PodmanPod {
 
   async #runArgs(c: Container): Promise<string[]> {
     const spec = this.manifest.pod;
-    const args = ['--name', this.id(c.name), '--runtime', 'runc', ...ULIMITS,
+    const args = ['--name', this.id(c.name), '--runtime', 'runc', ...PODMAN_ULIMITS,
       // kubelet's default when the pod names no seccomp profile.
       '--security-opt', 'seccomp=unconfined'];
     if (spec.hostNetwork) args.push('--network', `ns:${this.node.ns.path}`);
