@@ -83,8 +83,10 @@ COPY --from=build /src/native/build/Release/weft_netlink.node native/build/Relea
 COPY --from=build /src/bin/ bin/
 # bin/weftd runs <root>/node_modules/.bin/node, which in a checkout is the pinned npm package
 # `node`; here the link points at the image's Node, the same release. bin/weft-node and
-# bin/weft.cjs are links too: install-cni's cp copies what they point to. The last lines check
-# that weftd, the fallback and the native plugin start (and fill weftd's compile cache).
+# bin/weft.cjs are links too: install-cni's cp copies what they point to. The next lines check
+# that weftd, the fallback and the native plugin start; the last fills Node's compile cache with
+# every chunk of weftd and weftctl (what a mode loads on demand too): each container starts from
+# the image's cache, so what it compiled in an earlier container is not there.
 RUN mkdir -p node_modules/.bin \
  && ln -sf /usr/local/bin/node node_modules/.bin/node \
  && ln -sf /usr/local/bin/node bin/weft-node \
@@ -93,5 +95,9 @@ RUN mkdir -p node_modules/.bin \
  && /opt/weft/bin/weftd --version \
  && /opt/weft/bin/weftctl --version \
  && CNI_COMMAND=VERSION /opt/weft/bin/weft </dev/null \
- && CNI_COMMAND=VERSION /opt/weft/dist/weft-cni </dev/null
+ && CNI_COMMAND=VERSION /opt/weft/dist/weft-cni </dev/null \
+ && NODE_COMPILE_CACHE=/opt/weft/dist/.compile-cache node --input-type=module --eval ' \
+      import { readdirSync } from "node:fs"; \
+      for (const dir of ["weftd", "weftctl"]) for (const file of readdirSync(`dist/${dir}`)) \
+        if (file !== `${dir}.mjs`) await import(`/opt/weft/dist/${dir}/${file}`);'
 ENTRYPOINT ["/opt/weft/bin/weftd"]

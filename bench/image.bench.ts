@@ -6,11 +6,12 @@
  *   change: a copy of the build context with a comment added to src/cmd/weftd.ts, so the build
  *   stage runs again (addon, bundles, plugin) and the archive is saved; RUNS runs, median;
  * - container_ready_ms / direct_ready_ms: from the start of the DaemonSet's weftd container
- *   (`podman run` with everything daemonset.yaml gives it, test/support/kubelet.ts) or of
+ *   (`podman start` of the container created with everything daemonset.yaml gives it,
+ *   test/support/kubelet.ts: the kubelet's StartContainer after its CreateContainer) or of
  *   bin/weftd with the same args and files, to /readyz answering 200 at the node's address; the
- *   line above the last gives the same to subnet.env written. Kube mode, one node, the test API
- *   server; subnet.env is removed before each start. RUNS of each, interleaved, medians;
- *   ready_ratio is the ratio of the medians.
+ *   line above the last gives the same to subnet.env written, and what `podman create` took.
+ *   Kube mode, one node, the test API server; subnet.env is removed before each start. RUNS of
+ *   each, interleaved, medians; ready_ratio is the ratio of the medians.
  *
  * A poller in the node's namespace (started before the clock) checks for subnet.env and asks
  * /readyz every 2 ms, and reports when each first succeeded.
@@ -97,10 +98,14 @@ async function main(): Promise<void> {
   const c = await ImageCluster.start(1);
   const container: { subnetMs: number; readyMs: number }[] = [];
   const direct: { subnetMs: number; readyMs: number }[] = [];
+  const createMs: number[] = [];
   try {
     const n = c.nodes[0]!;
     await n.pod.runInitContainers();
     for (let i = 0; i < RUNS; i++) {
+      const t0 = performance.now();
+      await n.pod.create(MAIN);
+      createMs.push(performance.now() - t0);
       container.push(await timeStart(c, n, () => n.pod.start(MAIN)));
       await n.pod.stop(MAIN);
       direct.push(await timeStart(c, n, () => c.startDirect(n)));
@@ -111,7 +116,7 @@ async function main(): Promise<void> {
     await c.stop();
   }
   const med = (xs: { subnetMs: number; readyMs: number }[], k: 'subnetMs' | 'readyMs'): number => median(xs.map((x) => x[k]));
-  console.log(`runs=${RUNS} container_subnet_ms=${med(container, 'subnetMs')} direct_subnet_ms=${med(direct, 'subnetMs')} container_ready_all=${container.map((x) => x.readyMs).join(',')} direct_ready_all=${direct.map((x) => x.readyMs).join(',')}`);
+  console.log(`runs=${RUNS} container_create_ms=${median(createMs).toFixed(0)} container_subnet_ms=${med(container, 'subnetMs')} direct_subnet_ms=${med(direct, 'subnetMs')} container_ready_all=${container.map((x) => x.readyMs).join(',')} direct_ready_all=${direct.map((x) => x.readyMs).join(',')}`);
   const containerReady = med(container, 'readyMs');
   const directReady = med(direct, 'readyMs');
   console.log(`image_mb=${(size / 2 ** 20).toFixed(1)} image_build_s=${imageBuildS.toFixed(1)} container_ready_ms=${containerReady} direct_ready_ms=${directReady} ready_ratio=${(containerReady / directReady).toFixed(2)}`);

@@ -90,7 +90,7 @@ test('the image runs as daemonset.yaml runs it: install-cni, weftd in kube mode,
     });
 
     await step('weftd from the image on node 2: probes, volumes, capabilities', async () => {
-      await n2.pod.start(MAIN);
+      await n2.pod.createAndStart(MAIN);
       await c.containerReady(n2);
       assert.match(await c.subnetEnv(n2), /^FLANNEL_SUBNET=10\.244\.2\.1\/24$/m);
       for (const kind of ['livenessProbe', 'readinessProbe'] as const) assert.equal((await n2.pod.probe(MAIN, kind)).status, 200, kind);
@@ -139,7 +139,7 @@ test('the image runs as daemonset.yaml runs it: install-cni, weftd in kube mode,
       assert.ok(!(await n2.pod.running(MAIN)));
       await new Promise((r) => setTimeout(r, 1000));
       assert.ok(await reaches(p2, p1), 'pods keep pinging while weftd is stopped');
-      await n2.pod.start(MAIN);
+      await n2.pod.createAndStart(MAIN);
       await c.containerReady(n2);
       const lost = await ping.stop();
       assert.equal(lost.received, lost.sent, `pings lost across the restart: ${lost.sent - lost.received} of ${lost.sent}`);
@@ -153,7 +153,7 @@ test('the image runs as daemonset.yaml runs it: install-cni, weftd in kube mode,
       const ping = pinger(p2.ns, p1.ip);
       assert.equal(await stopDaemon(n1.direct!), 0);
       delete n1.direct;
-      await n1.pod.start(MAIN);
+      await n1.pod.createAndStart(MAIN);
       await c.containerReady(n1);
       assert.equal(await c.subnetEnv(n1), before.env);
       assert.deepEqual(c.annotations(n1), before.annotations);

@@ -155,11 +155,22 @@ export class PodmanPod {
     }
   }
 
-  /** Starts the container `name`: a new one, replacing a stopped one, as the kubelet does on a restart. */
-  async start(name: string): Promise<void> {
+  /** Creates the container `name` (not started): a new one, replacing a stopped one, as the kubelet does on a restart. */
+  async create(name: string): Promise<void> {
     const args = await this.#runArgs(this.container(name));
     this.#created.add(this.id(name));
-    await run('podman', ['run', '--detach', '--replace', ...args]);
+    await run('podman', ['create', '--replace', ...args]);
+  }
+
+  /** Starts the container `name` made by {@link create}. */
+  async start(name: string): Promise<void> {
+    await run('podman', ['start', this.id(name)]);
+  }
+
+  /** The kubelet's two steps for a container: {@link create}, then {@link start}. */
+  async createAndStart(name: string): Promise<void> {
+    await this.create(name);
+    await this.start(name);
   }
 
   /**
