@@ -25,6 +25,8 @@ import { dirname, join } from 'node:path';
 import { WeftError } from '../errors.ts';
 import { formatIP } from '../ip/ip.ts';
 import type { IP } from '../ip/ip.ts';
+import { isJson } from '../json.ts';
+import type { Json } from '../json.ts';
 import { LOCAL_CODE } from '../local/protocol.ts';
 import { LocalServer } from '../local/server.ts';
 import type { Logger } from '../log.ts';
@@ -43,7 +45,6 @@ import { loadState, removeState, saveStateVisible } from './state.ts';
 import { CURRENT_VERSION, convertResult, versionInfo } from './version.ts';
 
 type Env = Record<string, string>;
-type Json = Record<string, unknown>;
 
 /** The version of the CNI socket's vocabulary; the native plugin sends the same number. */
 export const CNI_PROTOCOL = 1;
@@ -56,15 +57,11 @@ export function cniSocketPath(subnetFile: string): string {
 /** What the plugin prints and exits with, or `fallback` to run the TypeScript plugin instead. */
 export type CniAnswer = { exitCode: number; stdout: string } | { fallback: true };
 
-function isObject(v: unknown): v is Json {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 /** The request's environment and stdin; throws (a bad request, answered by the socket layer) when malformed. */
 function readRequest(request: Json): { env: Env; stdin: string } {
   const env = request['env'];
   const stdin = request['stdin'];
-  if (!isObject(env) || !Object.values(env).every((v) => typeof v === 'string')) throw new WeftError(LOCAL_CODE.BAD_REQUEST, 'request.env: not an object of strings');
+  if (!isJson(env) || !Object.values(env).every((v) => typeof v === 'string')) throw new WeftError(LOCAL_CODE.BAD_REQUEST, 'request.env: not an object of strings');
   if (typeof stdin !== 'string') throw new WeftError(LOCAL_CODE.BAD_REQUEST, 'request.stdin: not a string');
   return { env: env as Env, stdin };
 }
@@ -275,7 +272,7 @@ export class CniServer {
     const saved = savedDelegate(loadState(conf.dataDir, id));
     if (saved === undefined) throw new CniError(CNI_CODE.CONTAINER_UNKNOWN, `CNI_CONTAINERID: no state for container ${id} in dataDir ${conf.dataDir}`);
     const given = conf.prevResult;
-    if (!isObject(given)) throw new CniError(CNI_CODE.INVALID_CONFIG, 'prevResult: required for CHECK, as a JSON object');
+    if (!isJson(given)) throw new CniError(CNI_CODE.INVALID_CONFIG, 'prevResult: required for CHECK, as a JSON object');
     const plan = this.#plan(saved, 'CHECK', id);
     if (plan === undefined) return { fallback: true };
     const result = convertResult({ cniVersion: conf.cniVersion, ...given }, CURRENT_VERSION);

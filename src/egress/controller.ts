@@ -12,6 +12,8 @@
  * A failed write is logged and retried by the next pass.
  */
 import { isDeepStrictEqual } from 'node:util';
+import { isJson } from '../json.ts';
+import type { Json } from '../json.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
 import { Informer } from '../k8s/informer.ts';
@@ -38,9 +40,6 @@ export interface ControllerOptions {
 }
 
 const GROUP_PATH = `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}`;
-
-type Json = Record<string, unknown>;
-const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 function condition(ready: boolean, reason: string, message: string, previous: unknown): Json {
   const old = Array.isArray(previous) ? (previous as Json[]).find((c) => c.type === 'Ready') : undefined;

@@ -7,6 +7,7 @@
  */
 import { formatCIDR, formatIP, parseCIDR, tryParseIP } from '../ip/ip.ts';
 import type { CIDR } from '../ip/ip.ts';
+import { isJson } from '../json.ts';
 import { matchesLabels } from '../k8s/label-selector.ts';
 import type { Policy } from './api.ts';
 import { FORWARD_PROTOCOLS, parseEip } from './inbound.ts';
@@ -44,9 +45,6 @@ export function endpointsName(policyId: string): string {
   const slash = policyId.indexOf('/');
   return slash < 0 ? `c.${policyId}` : `ns-${policyId.slice(0, slash)}.${policyId.slice(slash + 1)}`;
 }
-
-type Json = Record<string, unknown>;
-const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** A running, scheduled pod with addresses, or undefined (host-network pods are never steered). */
 export function parseEgressPod(o: unknown): EgressPod | undefined {

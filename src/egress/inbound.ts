@@ -15,6 +15,7 @@
  *   PodNotFound), so a re-created pod is reachable again at the same address.
  */
 import { formatIP, tryParseIP } from '../ip/ip.ts';
+import { isJson } from '../json.ts';
 import type { Policy } from './api.ts';
 import type { EgressPod, EndpointsSpec } from './endpoints.ts';
 import type { Placement, PolicyStatus } from './placement.ts';
@@ -60,9 +61,6 @@ export interface InvalidInbound {
   name: string;
   invalid: string;
 }
-
-type Json = Record<string, unknown>;
-const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 const port = (v: unknown, field: string): number | string =>
   Number.isInteger(v) && (v as number) >= 1 && (v as number) <= 65535 ? (v as number) : `${field}: must be an integer 1-65535, not ${JSON.stringify(v)}`;

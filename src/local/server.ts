@@ -19,11 +19,10 @@ import { createConnection, createServer } from 'node:net';
 import type { Server, Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { ConfigError, WeftError } from '../errors.ts';
+import type { Json } from '../json.ts';
 import type { Logger } from '../log.ts';
 import { LOCAL_CODE, decodeRequest, encodeFailure, encodeResult } from './protocol.ts';
 import type { LocalFailure } from './protocol.ts';
-
-type Json = Record<string, unknown>;
 
 /**
  * Handles one request (already checked to be an object of the socket's protocol); returns the
