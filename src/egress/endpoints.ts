@@ -10,8 +10,8 @@ import type { CIDR } from '../ip/ip.ts';
 import { isJson } from '../json.ts';
 import { matchesLabels } from '../k8s/label-selector.ts';
 import type { Policy } from './api.ts';
-import { FORWARD_PROTOCOLS, parseEip } from './inbound.ts';
-import type { ForwardProtocol, InboundTarget } from './inbound.ts';
+import { FORWARD_PROTOCOLS, parseEip } from './eip.ts';
+import type { ForwardProtocol } from './eip.ts';
 import type { PolicyStatus } from './placement.ts';
 
 /** A pod as the controller sees it. */
@@ -25,6 +25,17 @@ export interface EgressPod {
 export interface EgressNamespace {
   name: string;
   labels: Readonly<Record<string, string>>;
+}
+
+/** Where the gateway sends one of the EIP's connections, and the node of that pod. */
+export interface InboundTarget {
+  node: string;
+  /** The pod's address (of the EIP address's family). */
+  ip: string;
+  /** A forward's; absent for a floating IP (every port and protocol). */
+  protocol?: ForwardProtocol;
+  port?: number;
+  podPort?: number;
 }
 
 /** The spec of an EgressEndpoints object. */
