@@ -16,7 +16,7 @@
  *   ADD fails and the runtime tries again: closed, never open.
  * - Apply: one render of the whole model per batch of changes (by a PolicyRenderer, which works
  *   out again only what the changed objects touch), in one `nft -f` transaction that sends only
- *   the sets, maps and chains that differ (render.ts, policyUpdate: a changed policy is the few
+ *   the sets, maps and chains that differ (nft-script.ts, policyUpdate: a changed policy is the few
  *   rules and the sets of the groups of pods it selects); the whole table after a failure or a
  *   drift. Each apply logs (debug) its render and nft times. Changes arriving during an apply are
  *   taken by the next one. The table goes when no policy selects a pod of the node; it stays when
@@ -42,8 +42,9 @@ import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { Backoff, sleep } from '../retry.ts';
 import { isInvalid, parseNamespace, parseNetworkPolicy, parsePod } from './model.ts';
 import type { Invalid, Namespace, NetworkPolicy, Pod, PolicyModel } from './model.ts';
-import { BRIDGE_NF_SYSCTLS, NFT_POLICY_TABLE, PolicyRenderer, policyScript, policyUpdate } from './render.ts';
-import type { PolicyRuleset } from './render.ts';
+import { NFT_POLICY_TABLE, policyScript, policyUpdate } from './nft-script.ts';
+import type { PolicyRuleset } from './nft-script.ts';
+import { BRIDGE_NF_SYSCTLS, PolicyRenderer } from './render.ts';
 
 /** The whole table is compared with the kernel's this often, whatever the monitor said. */
 const FULL_CHECK_MS = 5 * 60_000;
