@@ -16,6 +16,9 @@ const REGISTRY: Record<string, (deps: BackendDeps) => Backend> = {
 /** The backend named by Backend.Type (case-insensitive). */
 export function createBackend(deps: BackendDeps): Backend {
   const make = REGISTRY[deps.config.backend.type.toLowerCase()];
-  if (!make) throw new ConfigError('Backend.Type', `unsupported backend ${JSON.stringify(deps.config.backend.type)}; supported backends: ${SUPPORTED_BACKENDS.join(', ')}`);
+  if (!make) {
+    const given = JSON.stringify(deps.config.backend.type);
+    throw new ConfigError('Backend.Type', `unsupported backend ${given}; supported backends: ${SUPPORTED_BACKENDS.join(', ')}`);
+  }
   return make(deps);
 }

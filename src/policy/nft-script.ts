@@ -30,7 +30,8 @@ const DELETE_TABLE = [`table inet ${NFT_POLICY_TABLE} {}`, `delete table inet ${
 
 /** A set's declaration, as the body of `set <name> { … }` lines or one `add set` line. */
 function setBody(s: NftSet): string[] {
-  return [`type ${s.type}`, ...(s.interval ? ['flags interval'] : []), ...(s.elements.length > 0 ? [`elements = { ${s.elements.join(', ')} }`] : [])];
+  const elements = s.elements.length > 0 ? [`elements = { ${s.elements.join(', ')} }`] : [];
+  return [`type ${s.type}`, ...(s.interval ? ['flags interval'] : []), ...elements];
 }
 
 /**
@@ -70,7 +71,8 @@ export function policyUpdate(from: PolicyRuleset | undefined, to: PolicyRuleset 
   const oldSets = new Map(from.sets.map((s) => [s.name, s]));
   const newSets = new Map(to.sets.map((s) => [s.name, s]));
   const sameType = (a: NftSet, b: NftSet) => a.kind === b.kind && a.type === b.type && a.interval === b.interval;
-  const sameRules = (a: readonly string[] | undefined, b: readonly string[]) => a !== undefined && a.length === b.length && a.every((l, i) => l === b[i]);
+  const sameRules = (a: readonly string[] | undefined, b: readonly string[]) =>
+    a !== undefined && a.length === b.length && a.every((l, i) => l === b[i]);
   const changedChains = [...to.chains].filter(([name, rules]) => !sameRules(from.chains.get(name), rules));
   const goneChains = [...from.chains.keys()].filter((name) => !to.chains.has(name));
   const lines: string[] = [];

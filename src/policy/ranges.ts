@@ -52,7 +52,8 @@ export function formatRange(f: Family, [lo, hi]: Range): string {
 
 export const formatPorts = ([lo, hi]: Range) => (lo === hi ? `${lo}` : `${lo}-${hi}`);
 
-const samePorts = (a: readonly Range[], b: readonly Range[]) => a.length === b.length && a.every((r, i) => r[0] === b[i]![0] && r[1] === b[i]![1]);
+const samePorts = (a: readonly Range[], b: readonly Range[]) =>
+  a.length === b.length && a.every((r, i) => r[0] === b[i]![0] && r[1] === b[i]![1]);
 
 const compareRanges = (a: Range, b: Range) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0);
 

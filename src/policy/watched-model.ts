@@ -54,7 +54,8 @@ export function modelPods(pods: Iterable<Stored<Pod>>, wired: Iterable<WiredPod>
   const out: Pod[] = [];
   for (const p of pods) {
     if (isInvalid(p)) continue;
-    const add = extra.get(`${p.namespace}/${p.name}`)?.filter((ip) => !p.ips.some((have) => have.value === ip.value && have.family === ip.family));
+    const listed = (ip: IP) => p.ips.some((have) => have.value === ip.value && have.family === ip.family);
+    const add = extra.get(`${p.namespace}/${p.name}`)?.filter((ip) => !listed(ip));
     out.push(add && add.length > 0 ? { ...p, ips: [...p.ips, ...add] } : p);
   }
   return out;
@@ -91,7 +92,8 @@ export class WatchedModel {
 
   /** Runs the watches until `signal` aborts; each promise rejects when its watch stops for good (401, 403). */
   watch(signal: AbortSignal): Promise<void>[] {
-    const reflect = <T>(path: string, resource: string, store: Map<string, Stored<T>>, parse: (o: unknown) => Stored<T>) => new Reflector<Stored<T>>({
+    type Parse<T> = (o: unknown) => Stored<T>;
+    const reflect = <T>(path: string, resource: string, store: Map<string, Stored<T>>, parse: Parse<T>) => new Reflector<Stored<T>>({
       http: this.#options.http, path, resource, log: this.#options.log, parse,
       ...(this.#options.watchSilenceMs ? { watchSilenceMs: this.#options.watchSilenceMs } : {}),
       onList: (items) => {
@@ -118,7 +120,8 @@ export class WatchedModel {
   /** The valid objects, the wired addresses added to their Pods. */
   model(): PolicyModel {
     const valid = <T extends object>(m: Map<string, Stored<T>>) => [...m.values()].filter((v): v is T => !isInvalid(v));
-    return { policies: valid(this.#policies), pods: modelPods(this.#pods.values(), this.#wired.values()), namespaces: valid(this.#namespaces) };
+    const pods = modelPods(this.#pods.values(), this.#wired.values());
+    return { policies: valid(this.#policies), pods, namespaces: valid(this.#namespaces) };
   }
 
   /** Counts `pod`'s addresses as its Pod's from the next {@link model} on. */
@@ -137,7 +140,10 @@ export class WatchedModel {
     const ms = this.#options.podWaitMs ?? 10_000;
     const deadline = Date.now() + ms;
     while (!this.#pods.has(key)) {
-      if (Date.now() >= deadline) throw new WeftError('ENETPOL', `network policy: Pod ${key} has not appeared in the watch of Pods within ${ms} ms, so which policies select it is unknown; not starting it unprotected`);
+      if (Date.now() >= deadline) {
+        throw new WeftError('ENETPOL', `network policy: Pod ${key} has not appeared in the watch of Pods within ${ms} ms, `
+          + 'so which policies select it is unknown; not starting it unprotected');
+      }
       await new Promise<void>((resolve) => {
         const timer = setTimeout(done, Math.max(1, deadline - Date.now()));
         function done() {
@@ -154,7 +160,9 @@ export class WatchedModel {
       const id = `${resource} ${key}`;
       if (v !== null && isInvalid(v as object)) {
         const why = (v as Invalid).invalid;
-        if (this.#warned.get(id) !== why) this.#options.log.warn(`network policy: ignoring an invalid object of ${resource}`, { object: key, reason: why });
+        if (this.#warned.get(id) !== why) {
+          this.#options.log.warn(`network policy: ignoring an invalid object of ${resource}`, { object: key, reason: why });
+        }
         this.#warned.set(id, why);
       } else {
         this.#warned.delete(id);

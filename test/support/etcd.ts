@@ -87,7 +87,8 @@ export async function waitForStart(wait: StartWait): Promise<void> {
     else own += at - last;
     last = at;
     if (own > wait.budgetMs || at - started > wait.capMs) {
-      throw new Error(`etcd did not become healthy: ${Math.round(own)} ms of its own, ${Math.round(inKernel)} ms waiting in the kernel\n${wait.detail()}`);
+      const spent = `${Math.round(own)} ms of its own, ${Math.round(inKernel)} ms waiting in the kernel`;
+      throw new Error(`etcd did not become healthy: ${spent}\n${wait.detail()}`);
     }
     await pause(20);
   }
