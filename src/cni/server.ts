@@ -34,7 +34,7 @@ import type { NetlinkHandle } from '../netlink/index.ts';
 import { podOfArgs } from './args.ts';
 import type { CniArgs } from './args.ts';
 import { bridgeResult, planBridge } from './bridge.ts';
-import type { Allocation, BridgePlan } from './bridge.ts';
+import type { BridgePlan } from './bridge.ts';
 import type { PluginConf } from './config.ts';
 import { CNI_CODE, CniError, toCniError } from './errors.ts';
 import { HostLocalStore } from './host-local.ts';
