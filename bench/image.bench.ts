@@ -16,6 +16,8 @@
  * A poller in the node's namespace (started before the clock) checks for subnet.env and asks
  * /readyz every 2 ms, and reports when each first succeeded.
  *
+ * Medians as bench/support/stats.ts defines them (an even count: the mean of the middle two).
+ *
  * Last line: image_mb=<> image_build_s=<> container_ready_ms=<> direct_ready_ms=<> ready_ratio=<>
  */
 import { execFile, spawn } from 'node:child_process';
@@ -27,7 +29,7 @@ import { promisify } from 'node:util';
 import { stopDaemon } from '../test/support/cluster.ts';
 import { ImageCluster, MAIN, VERSION, needsImage } from '../test/support/image-cluster.ts';
 import type { ImageNode } from '../test/support/image-cluster.ts';
-import { median } from './support/weftd.ts';
+import { median } from './support/stats.ts';
 
 const run = promisify(execFile);
 const RUNS = Number(process.env.IMAGE_RUNS ?? 5);
