@@ -11,7 +11,9 @@
  *   bin/weftd with the same args and files, to /readyz answering 200 at the node's address; the
  *   line above the last gives the same to subnet.env written, and what `podman create` took.
  *   Kube mode, one node, the test API server; subnet.env is removed before each start. RUNS of
- *   each, interleaved, medians; ready_ratio is the ratio of the medians.
+ *   each, interleaved, medians; ready_ratio is the ratio of the medians. The line above also
+ *   splits both at weftd's first log line (its local sockets served: Node started and the entry
+ *   loaded), which in the container also counts the runtime's start.
  *
  * A poller in the node's namespace (started before the clock) checks for subnet.env and asks
  * /readyz every 2 ms, and reports when each first succeeded.
@@ -22,7 +24,7 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { cp, mkdtemp, rm, appendFile } from 'node:fs/promises';
+import { appendFile, cp, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -55,8 +57,18 @@ const tick = () => {
 tick();
 `;
 
-/** Starts weftd on `n` with `start` and resolves with the ms to subnet.env and to /readyz 200. */
-async function timeStart(c: ImageCluster, n: ImageNode, start: () => Promise<unknown>): Promise<{ subnetMs: number; readyMs: number }> {
+interface Timing { subnetMs: number; readyMs: number; firstLogMs: number }
+
+/** The time of weftd's first log line (klog's `I1125 22:15:27.402`, UTC), in ms since the epoch. */
+function firstLogEpochMs(log: string): number {
+  const m = /^[IWE](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{3}) /m.exec(log);
+  if (!m) throw new Error(`no log line in\n${log}`);
+  const [month, day, h, min, sec, ms] = m.slice(1).map(Number) as [number, number, number, number, number, number];
+  return Date.UTC(new Date().getUTCFullYear(), month - 1, day, h, min, sec, ms);
+}
+
+/** Starts weftd on `n` with `start` and resolves with the ms to its first log line, to subnet.env and to /readyz 200 (`log` gives its log). */
+async function timeStart(c: ImageCluster, n: ImageNode, start: () => Promise<unknown>, log: () => Promise<string>): Promise<Timing> {
   await rm(join(n.pod.hostPath('/run/flannel'), 'subnet.env'), { force: true });
   const probe = n.pod.container(MAIN).readinessProbe!.httpGet;
   const poller = spawn('ip', ['netns', 'exec', n.ns.name, process.execPath, '-e', POLLER, `http://${n.address}:${probe.port}${probe.path}`, join(n.pod.hostPath('/run/flannel'), 'subnet.env')], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -71,7 +83,7 @@ async function timeStart(c: ImageCluster, n: ImageNode, start: () => Promise<unk
     throw new Error(`weftd on ${n.name} did not get ready within 60 s\n${await c.logs()}`);
   }
   const times = JSON.parse(out.slice(out.indexOf('{'))) as { subnet: number; ready: number };
-  return { subnetMs: times.subnet - t0, readyMs: times.ready - t0 };
+  return { subnetMs: times.subnet - t0, readyMs: times.ready - t0, firstLogMs: firstLogEpochMs(await log()) - t0 };
 }
 
 async function imageBuildSeconds(): Promise<number> {
@@ -98,8 +110,8 @@ async function main(): Promise<void> {
   const size = Number((await run('podman', ['image', 'inspect', '--format', '{{.Size}}', `weft:${VERSION}`])).stdout.trim());
   const imageBuildS = await imageBuildSeconds();
   const c = await ImageCluster.start(1);
-  const container: { subnetMs: number; readyMs: number }[] = [];
-  const direct: { subnetMs: number; readyMs: number }[] = [];
+  const container: Timing[] = [];
+  const direct: Timing[] = [];
   const createMs: number[] = [];
   try {
     const n = c.nodes[0]!;
@@ -108,17 +120,20 @@ async function main(): Promise<void> {
       const t0 = performance.now();
       await n.pod.create(MAIN);
       createMs.push(performance.now() - t0);
-      container.push(await timeStart(c, n, () => n.pod.start(MAIN)));
+      container.push(await timeStart(c, n, () => n.pod.start(MAIN), () => n.pod.logs(MAIN)));
       await n.pod.stop(MAIN);
-      direct.push(await timeStart(c, n, () => c.startDirect(n)));
+      direct.push(await timeStart(c, n, () => c.startDirect(n), async () => n.direct!.log()));
       await stopDaemon(n.direct!);
       delete n.direct;
     }
   } finally {
     await c.stop();
   }
-  const med = (xs: { subnetMs: number; readyMs: number }[], k: 'subnetMs' | 'readyMs'): number => median(xs.map((x) => x[k]));
-  console.log(`runs=${RUNS} container_create_ms=${median(createMs).toFixed(0)} container_subnet_ms=${med(container, 'subnetMs')} direct_subnet_ms=${med(direct, 'subnetMs')} container_ready_all=${container.map((x) => x.readyMs).join(',')} direct_ready_all=${direct.map((x) => x.readyMs).join(',')}`);
+  const med = (xs: Timing[], k: keyof Timing): number => median(xs.map((x) => x[k]));
+  const afterLog = (xs: Timing[]): number => median(xs.map((x) => x.readyMs - x.firstLogMs));
+  console.log(`runs=${RUNS} container_create_ms=${median(createMs).toFixed(0)} container_first_log_ms=${med(container, 'firstLogMs')} direct_first_log_ms=${med(direct, 'firstLogMs')}`
+    + ` container_ready_after_log_ms=${afterLog(container)} direct_ready_after_log_ms=${afterLog(direct)} container_subnet_ms=${med(container, 'subnetMs')} direct_subnet_ms=${med(direct, 'subnetMs')}`
+    + ` container_ready_all=${container.map((x) => x.readyMs).join(',')} direct_ready_all=${direct.map((x) => x.readyMs).join(',')}`);
   const containerReady = med(container, 'readyMs');
   const directReady = med(direct, 'readyMs');
   console.log(`image_mb=${(size / 2 ** 20).toFixed(1)} image_build_s=${imageBuildS.toFixed(1)} container_ready_ms=${containerReady} direct_ready_ms=${directReady} ready_ratio=${(containerReady / directReady).toFixed(2)}`);
