@@ -62,7 +62,8 @@ test('the image runs as daemonset.yaml runs it: install-cni, weftd in kube mode,
   try {
     await step('the archive carries the name daemonset.yaml gives, and only what runs', async () => {
       assert.equal(n1.pod.container(MAIN).image, `weft:${VERSION}`);
-      const inImage = async (script: string): Promise<string> => (await run('podman', ['run', '--rm', '--runtime', 'runc', ...PODMAN_ULIMITS, '--entrypoint', '["/bin/sh","-c"]', `weft:${VERSION}`, script])).stdout;
+      // --network none: podman's default network would add a bridge and rules to this machine's namespace.
+      const inImage = async (script: string): Promise<string> => (await run('podman', ['run', '--rm', '--network', 'none', '--runtime', 'runc', ...PODMAN_ULIMITS, '--entrypoint', '["/bin/sh","-c"]', `weft:${VERSION}`, script])).stdout;
       assert.equal(await inImage('for c in npm npx gcc cc g++ make python3 tsc; do command -v $c; done; ls -A /opt/weft/node_modules /opt/weft/node_modules/.bin | tr "\\n" " "'),
         '/opt/weft/node_modules: .bin  /opt/weft/node_modules/.bin: node ', 'no compiler, no npm, no packages: only the link bin/weftd runs Node through');
     });

@@ -224,7 +224,9 @@ export class PodmanPod {
     const args = ['--name', this.id(c.name), '--runtime', 'runc', ...PODMAN_ULIMITS,
       // kubelet's default when the pod names no seccomp profile.
       '--security-opt', 'seccomp=unconfined'];
-    if (spec.hostNetwork) args.push('--network', `ns:${this.node.ns.path}`);
+    // Never podman's default network, which adds a bridge and rules to this machine's namespace.
+    if (!spec.hostNetwork) throw new Error('only hostNetwork pods run here: their network is the node namespace');
+    args.push('--network', `ns:${this.node.ns.path}`);
     if (c.securityContext?.privileged) args.push('--privileged');
     else {
       const drop = new Set(c.securityContext?.capabilities?.drop ?? []);
