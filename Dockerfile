@@ -1,6 +1,14 @@
 # syntax=docker/dockerfile:1
 # Weft's image: weftd, the DaemonSet's main container, and the CNI plugin its install-cni init
-# container copies to the host (daemonset.yaml). Build: docker build -t weft:0.1.0 .
+# container copies to the host (daemonset.yaml).
+#
+# Two ways to build it, one description:
+#   docker build -t weft:0.1.0 .     where Docker Hub is reachable: the bases below are Node's and
+#                                    Debian's official images;
+#   make image                       where only Debian's and npm's registries are: the Makefile makes
+#                                    both bases with mmdebstrap (the packages named here, Node from
+#                                    the npm package `node`) and builds this file FROM them with
+#                                    buildah, then saves dist/weft-<version>.tar.
 #
 # /opt/weft, as bin/weftd, bin/weft and src/netlink/native.ts expect it:
 #   package.json                  the root native.ts looks up to
@@ -16,20 +24,35 @@
 #   node_modules/.bin/node        a link to the image's Node: the bundles need no node_modules
 
 # The Node release package.json pins (devDependency "node"): the Makefile builds with it and weftd
-# runs on it, so both stages use the same one. test/unit/manifest.test.ts keeps the two equal.
+# runs on it. test/unit/manifest.test.ts keeps the two equal.
 ARG NODE_VERSION=24.21.0
-
-FROM node:${NODE_VERSION}-bookworm-slim AS build
+# Node with npm and its headers, on Debian bookworm.
+ARG BUILD_BASE=node:${NODE_VERSION}-bookworm-slim
+# Debian bookworm; the build stage's Node is copied onto it, without npm.
+ARG RUN_BASE=debian:bookworm-slim
+# What each stage needs from Debian. A base that has them all (make image's) installs nothing;
+# otherwise apt-get installs what is missing. The Makefile reads these two lines.
 # pkg-config: native/binding.gyp asks it for libnl's include and library flags.
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      python3 make g++ pkg-config libnl-3-dev libnl-route-3-dev \
- && rm -rf /var/lib/apt/lists/*
+ARG BUILD_PACKAGES="python3 make g++ pkg-config libnl-3-dev libnl-route-3-dev"
+# libnl: the addon's shared libraries. iptables (Debian's default, iptables-nft) and nftables: the
+# masquerade and forward rules engines (--traffic-rules). iproute2: for debugging on the node.
+# ethtool and iputils-ping: weftctl doctor's offload check and peer probe. libstdc++6: Node's.
+ARG RUN_PACKAGES="libstdc++6 libnl-3-200 libnl-route-3-200 iptables nftables iproute2 ethtool iputils-ping ca-certificates"
+
+FROM ${BUILD_BASE} AS build
+ARG BUILD_PACKAGES
+RUN missing=""; for p in $BUILD_PACKAGES; do \
+      dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' || missing="$missing $p"; done; \
+    if [ -n "$missing" ]; then \
+      apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi
 WORKDIR /src
-# Dependencies first, so that a source change reuses this layer. Touching .weft-installed tells the
-# Makefile's deps-npm target that npm ci has run.
+# Dependencies first, so that a source change reuses this layer. --ignore-scripts: the only
+# install script is the npm package `node`'s, which would download a second Node; the build runs
+# on the base's (NODE= below). Touching .weft-installed tells the Makefile that npm ci has run.
 COPY package.json package-lock.json ./
-RUN npm ci && touch node_modules/.weft-installed
+RUN --mount=type=cache,target=/root/.npm npm ci --ignore-scripts --no-audit --no-fund && touch node_modules/.weft-installed
 # Only what the build reads: `COPY . .` would also bring a checkout's node_modules, dist and
 # native/build into the image.
 COPY Makefile tsconfig.json ./
@@ -38,19 +61,20 @@ COPY scripts/ scripts/
 COPY src/ src/
 COPY native/binding.gyp native/
 COPY native/src/ native/src/
-# NODE_HEADERS: the base image ships its Node's headers in /usr/local/include/node, so node-gyp
-# needs neither the npm package's copy nor a download.
 COPY native/plugin/ native/plugin/
-RUN make build-native build-cni build-weftd build-weftctl build-plugin NODE_HEADERS=/usr/local
+# NODE_HEADERS: both bases keep their Node's headers in /usr/local/include/node, so node-gyp
+# needs neither the npm package's copy nor a download.
+RUN make build-native build-cni build-weftd build-weftctl build-plugin NODE=/usr/local/bin/node NODE_HEADERS=/usr/local
 
-FROM node:${NODE_VERSION}-bookworm-slim
-# libnl: the addon's shared libraries. iptables (Debian's default, iptables-nft) and nftables: the
-# masquerade and forward rules engines (--traffic-rules). iproute2: for debugging on the node.
-# ethtool and iputils-ping: weftctl doctor's offload check and peer probe.
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libnl-3-200 libnl-route-3-200 iptables nftables iproute2 ethtool iputils-ping ca-certificates \
- && rm -rf /var/lib/apt/lists/*
+FROM ${RUN_BASE}
+ARG RUN_PACKAGES
+RUN missing=""; for p in $RUN_PACKAGES; do \
+      dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' || missing="$missing $p"; done; \
+    if [ -n "$missing" ]; then \
+      apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi
+COPY --from=build /usr/local/bin/node /usr/local/bin/node
 WORKDIR /opt/weft
 COPY --from=build /src/package.json ./
 COPY --from=build /src/dist/weftd/ dist/weftd/
@@ -60,8 +84,10 @@ COPY --from=build /src/native/build/Release/weft_netlink.node native/build/Relea
 COPY --from=build /src/bin/ bin/
 # bin/weftd runs <root>/node_modules/.bin/node, which in a checkout is the pinned npm package
 # `node`; here the link points at the image's Node, the same release. bin/weft-node and
-# bin/weft.cjs are links too: install-cni's cp copies what they point to. The last lines check
-# that weftd, the fallback and the native plugin start (and fill weftd's compile cache).
+# bin/weft.cjs are links too: install-cni's cp copies what they point to. The next lines check
+# that weftd, the fallback and the native plugin start; the last fills Node's compile cache with
+# every chunk of weftd and weftctl (what a mode loads on demand too): each container starts from
+# the image's cache, so what it compiled in an earlier container is not there.
 RUN mkdir -p node_modules/.bin \
  && ln -sf /usr/local/bin/node node_modules/.bin/node \
  && ln -sf /usr/local/bin/node bin/weft-node \
@@ -70,5 +96,9 @@ RUN mkdir -p node_modules/.bin \
  && /opt/weft/bin/weftd --version \
  && /opt/weft/bin/weftctl --version \
  && CNI_COMMAND=VERSION /opt/weft/bin/weft </dev/null \
- && CNI_COMMAND=VERSION /opt/weft/dist/weft-cni </dev/null
+ && CNI_COMMAND=VERSION /opt/weft/dist/weft-cni </dev/null \
+ && NODE_COMPILE_CACHE=/opt/weft/dist/.compile-cache node --input-type=module --eval ' \
+      import { readdirSync } from "node:fs"; \
+      for (const dir of ["weftd", "weftctl"]) for (const file of readdirSync(`dist/${dir}/chunks`)) \
+        await import(`/opt/weft/dist/${dir}/chunks/${file}`);'
 ENTRYPOINT ["/opt/weft/bin/weftd"]

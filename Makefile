@@ -6,13 +6,19 @@ NODE := $(CURDIR)/node_modules/.bin/node
 export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 
 DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
-	iproute2 iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool
+	iproute2 iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool curl \
+	$(IMAGE_TOOLS)
+# make image and its test: a Debian root file system (mmdebstrap), the build (buildah) and a
+# container runtime to run it as the DaemonSet does (podman with runc: crun refuses this machine's
+# hybrid cgroup hierarchy).
+IMAGE_TOOLS := mmdebstrap buildah podman runc conmon
 
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
-	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean
+	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean \
+	image test-image bench-image
 
 all: build
 
@@ -87,17 +93,96 @@ dist/weft-cni: native/plugin/weft-cni.c
 	@mkdir -p dist
 	gcc -static -Os -std=c11 -Wall -Wextra -Werror -o $@ $<
 
+# The image (Dockerfile) built from Debian's and npm's registries alone. Both bases are made here
+# with mmdebstrap from the package lists the Dockerfile names, so its apt-get steps find nothing to
+# install: the build base adds the pinned Node (the binary the tests run on, with its headers) and
+# npm; the run base gets only Node, copied from the build stage. Documentation, manuals and
+# translations are left out as dpkg unpacks them. The result is saved as a docker-archive that
+# `podman load` and `ctr -n k8s.io images import` take, named as daemonset.yaml names it
+# (weft:<version>, which containerd and kubelet read as docker.io/library/weft:<version>).
+VERSION := $(shell sed -n 's/^  "version": "\(.*\)",$$/\1/p' package.json)
+NODE_VERSION := $(shell sed -n 's/^    "node": "\(.*\)",$$/\1/p' package.json)
+NPM_VERSION := 11.19.1
+IMAGE := weft:$(VERSION)
+IMAGE_ARCHIVE := dist/weft-$(VERSION).tar
+# The directory the Dockerfile's COPY lines read (bench-image builds a changed copy).
+IMAGE_CONTEXT := .
+BUILD_BASE := localhost/weft-build-base:$(NODE_VERSION)-bookworm
+RUN_BASE := localhost/weft-run-base:bookworm
+dockerfile_arg = $(shell sed -n 's/^ARG $(1)="\(.*\)"$$/\1/p' Dockerfile)
+DEBIAN_SOURCES := "deb http://deb.debian.org/debian bookworm main" "deb http://deb.debian.org/debian bookworm-updates main" \
+	"deb http://deb.debian.org/debian-security bookworm-security main"
+MMDEBSTRAP := mmdebstrap --quiet --format=tar --variant=essential --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+	--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+	--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+	--dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/lintian/*'
+NODE_DIST = $(firstword $(wildcard $(CURDIR)/node_modules/node/node_modules/node-linux-*))
+# The OCI runtime raises no resource limit given at or below the current ones (root here lacks
+# CAP_SYS_RESOURCE: ../shared/reference/machine.md).
+ULIMITS := --ulimit nofile=16384:16384 --ulimit nproc=4096:4096
+
+# Each base is remade when its package list in the Dockerfile changes (the build base also when
+# the pinned Node does), and imported into the image store as it is made.
+dist/image/%.packages: Dockerfile
+	@mkdir -p $(@D)
+	@echo '$(call dockerfile_arg,$(*)_PACKAGES)' | cmp -s - $@ || echo '$(call dockerfile_arg,$(*)_PACKAGES)' > $@
+
+dist/image/run-base.tar: dist/image/RUN.packages
+	$(MMDEBSTRAP) --include="$$(cat $<)" bookworm $@.tmp $(DEBIAN_SOURCES)
+	podman import --quiet $@.tmp $(RUN_BASE) >/dev/null
+	mv -f $@.tmp $@
+
+# npm in the build trusts the certificate authorities this machine trusts (a TLS-intercepting
+# proxy's among them), as npm on the machine does; the bundle stays in the build base.
+dist/image/build-base.tar: dist/image/BUILD.packages package.json node_modules/.weft-installed
+	npm pack --silent --pack-destination $(@D) npm@$(NPM_VERSION) >/dev/null
+	$(MMDEBSTRAP) --include="$$(cat $<)" \
+		--customize-hook='mkdir -p "$$1/usr/local/bin" "$$1/usr/local/include" "$$1/usr/local/etc" "$$1/usr/local/lib/node_modules/npm"' \
+		--customize-hook='copy-in $(NODE_DIST)/bin/node /usr/local/bin' \
+		--customize-hook='copy-in $(NODE_DIST)/include/node /usr/local/include' \
+		--customize-hook='tar -xzf $(CURDIR)/$(@D)/npm-$(NPM_VERSION).tgz -C "$$1/usr/local/lib/node_modules/npm" --strip-components=1' \
+		--customize-hook='ln -s ../lib/node_modules/npm/bin/npm-cli.js "$$1/usr/local/bin/npm"' \
+		--customize-hook='cp /etc/ssl/certs/ca-certificates.crt "$$1/usr/local/etc/build-ca.crt"' \
+		--customize-hook='echo cafile=/usr/local/etc/build-ca.crt > "$$1/usr/local/etc/npmrc"' \
+		bookworm $@.tmp $(DEBIAN_SOURCES)
+	podman import --quiet $@.tmp $(BUILD_BASE) >/dev/null
+	mv -f $@.tmp $@
+
+image: deps dist/image/run-base.tar dist/image/build-base.tar
+	podman image exists $(BUILD_BASE) || podman import --quiet dist/image/build-base.tar $(BUILD_BASE)
+	podman image exists $(RUN_BASE) || podman import --quiet dist/image/run-base.tar $(RUN_BASE)
+	buildah bud --quiet --layers --pull=never --network=host --runtime=runc $(ULIMITS) --build-arg NODE_VERSION=$(NODE_VERSION) \
+		--build-arg BUILD_BASE=$(BUILD_BASE) --build-arg RUN_BASE=$(RUN_BASE) -t $(IMAGE) -f $(IMAGE_CONTEXT)/Dockerfile $(IMAGE_CONTEXT)
+	podman tag $(IMAGE) docker.io/library/$(IMAGE)
+	rm -f $(IMAGE_ARCHIVE).tmp
+	podman save --quiet --format docker-archive -o $(IMAGE_ARCHIVE).tmp docker.io/library/$(IMAGE)
+	mv -f $(IMAGE_ARCHIVE).tmp $(IMAGE_ARCHIVE)
+	@root=$$(podman image mount $(IMAGE)) && trap 'podman image unmount $(IMAGE) >/dev/null' EXIT && \
+		echo "$(IMAGE): $$(du -sm "$$root" | cut -f1) MiB unpacked, $(IMAGE_ARCHIVE) $$(du -m $(IMAGE_ARCHIVE) | cut -f1) MiB" && \
+		echo "largest directories (MiB):" $$(du -xm --max-depth=2 "$$root" | sed "s|$$root||" | awk -F/ 'NF == 3 && $$1 + 0 > 1' | sort -rn | head -8 | tr '\t\n' ' ') && \
+		echo "largest files (MiB):" $$(cd "$$root" && find . -xdev -type f -size +1M -exec du -m {} + | sort -rn | head -6 | sed 's|\./|/|' | tr '\t\n' ' ')
+
 typecheck: deps-npm
 	$(NODE) node_modules/typescript/bin/tsc -p tsconfig.json --noEmit
 
-test: deps build
+# The image test (test/e2e/image.test.ts) runs the archive `make image` saves.
+test: deps build image
 	$(NODE) --test $(TEST_FLAGS) 'test/unit/**/*.test.ts' 'test/fuzz/**/*.test.ts' 'test/integration/**/*.test.ts' 'test/e2e/**/*.test.ts'
 
 test-unit: build
 	$(NODE) --test $(TEST_FLAGS) 'test/unit/**/*.test.ts' 'test/fuzz/**/*.test.ts'
 
-test-integration: build
+test-integration: build image
 	$(NODE) --test $(TEST_FLAGS) 'test/integration/**/*.test.ts' 'test/e2e/**/*.test.ts'
+
+# The image as daemonset.yaml runs it, alone (it is part of make test too).
+test-image: deps build image
+	$(NODE) --test $(TEST_FLAGS) test/e2e/image.test.ts
+
+# The image's size, make image's time after a source change, and the weftd container's start to
+# /readyz against bin/weftd's (bench/image.bench.ts says how); about 8 minutes.
+bench-image: deps build image
+	$(NODE) bench/image.bench.ts
 
 bench-netlink: deps build
 	$(NODE) bench/netlink.bench.ts

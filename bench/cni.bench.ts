@@ -15,6 +15,8 @@
  *
  * Last line: cni_add_p50_ms=<> cni_add_p99_ms=<> cni_del_p50_ms=<> fallback_add_p50_ms=<>
  * delegate_add_p50_ms=<> burst100_s=<>
+ *
+ * Percentiles as bench/support/stats.ts defines them: the nearest rank.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -27,13 +29,10 @@ import { NetlinkHandle } from '../src/netlink/index.ts';
 import { DEBIAN_CNI_DIR, PLUGIN_BIN } from '../test/support/cni.ts';
 import { RUN_PREFIX, createNetns } from '../test/support/netns.ts';
 import type { Netns } from '../test/support/netns.ts';
+import { percentile } from './support/stats.ts';
 
 const CYCLES = 200;
 const WARMUP = 5;
-
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
-}
 
 /** A spawn-timer in `ns`; `run` resolves with the call's wall time in ms, rejects with its output on failure. */
 function runner(ns: Netns, timer: string, dir: string, lane: number): { run: (plugin: string, command: string, id: string, pod: Netns, config: string) => Promise<number>; stop: () => void } {

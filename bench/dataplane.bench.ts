@@ -10,10 +10,13 @@
  * own masquerade chain, which every forwarded packet then walks).
  *
  * Last line: vxlan_gbps=<> hostgw_gbps=<> underlay_gbps=<> vxlan_ratio=<> hostgw_ratio=<>
+ *
+ * Medians as bench/support/stats.ts defines them: of an even count, the mean of the middle two.
  */
 import { spawn } from 'node:child_process';
 import type { Netns } from '../test/support/netns.ts';
 import { Cluster } from '../test/support/cluster.ts';
+import { median } from './support/stats.ts';
 
 const SECONDS = Number(process.env.WEFT_BENCH_SECONDS ?? 10);
 const ROUNDS = Number(process.env.WEFT_BENCH_ROUNDS ?? 5);
@@ -35,13 +38,6 @@ async function iperf(server: Netns, client: Netns, address: string): Promise<num
   } finally {
     srv.kill();
   }
-}
-
-/** The middle value; of an even count, the mean of the two middle ones (of two: their mean, not the larger). */
-function median(xs: number[]): number {
-  const sorted = [...xs].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
 /** Rounds of pod → pod then node → node in one two-node cluster of `backend`. */

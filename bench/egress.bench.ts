@@ -12,11 +12,14 @@
  *   gateway, over that of an unselected pod on the same node, direct.
  *
  * Needs root. Last line: policy_ready_ms=<> failover_ms=<> egress_ratio=<>
+ *
+ * Medians as bench/support/stats.ts defines them: of an even count, the mean of the middle two.
  */
 import { performance } from 'node:perf_hooks';
 import type { ClusterNode, Pod } from '../test/support/cluster.ts';
 import { EgressCluster, OUTSIDE, iperf3 } from '../test/support/egress-cluster.ts';
 import { until } from '../test/support/until.ts';
+import { median } from './support/stats.ts';
 
 const EIP = '198.51.100.100';
 
@@ -28,8 +31,6 @@ async function timeUntilSeen(e: EgressCluster, pod: Pod, source: string, t0: num
   await until(`${pod.id} seen as ${source}`, async () => (await e.seenFrom(pod, false, 0.2)) === source, 60_000);
   return performance.now() - t0;
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan' });
 try {

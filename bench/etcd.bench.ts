@@ -4,6 +4,8 @@
  * leases one at a time: the time from issuing the PUT to the lease being in the LeaseTable.
  *
  * Last line: etcd_snapshot_ms=<> etcd_event_p50_ms=<> etcd_event_p99_ms=<>
+ *
+ * Percentiles as bench/support/stats.ts defines them: the nearest rank.
  */
 import { performance } from 'node:perf_hooks';
 import { Etcd3 } from 'etcd3';
@@ -13,6 +15,7 @@ import { encodeLeaseValue } from '../src/lease/etcd/codec.ts';
 import { LeaseTable } from '../src/lease/table.ts';
 import { silentLogger } from '../src/log.ts';
 import { EtcdServer } from '../test/support/etcd.ts';
+import { percentile } from './support/stats.ts';
 
 const PREFIX = '/coreos.com/network';
 const LEASES = 5000;
@@ -31,10 +34,6 @@ function value(n: number): string {
 function key(n: number): string {
   const s = n + 256;
   return `${PREFIX}/subnets/10.${s >> 8}.${s & 255}.0-24`;
-}
-
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 }
 
 const etcd = await EtcdServer.start();

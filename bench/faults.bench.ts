@@ -25,6 +25,8 @@
  * Last line: burst_installed=<of 100> race_duplicates=<> race_exits=<> outage_pings_lost=<>
  * outage_converge_ms=<> api_outage_converge_ms=<> sigkill_route_flaps=<> chaos_restore_p99_ms=<>
  * chaos_unrestored=<> bad_peer_exits=<> bad_peer_disturbed=<>
+ *
+ * Percentiles as bench/support/stats.ts defines them: the nearest rank.
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
@@ -43,6 +45,7 @@ import { isRoot } from '../test/support/netns.ts';
 import type { Netns } from '../test/support/netns.ts';
 import { until } from '../test/support/until.ts';
 import { FLANNEL_PREFIX, flannelNode } from '../test/support/kube-nodes.ts';
+import { percentile } from './support/stats.ts';
 
 const PREFIX = '/coreos.com/network';
 const OUTAGE_MS = Number(process.env.WEFT_BENCH_OUTAGE_S ?? 60) * 1000;
@@ -123,11 +126,6 @@ async function convergence(handles: NetlinkHandle[], dst: string, t0: number, ti
     return all.every(Boolean);
   }, timeoutMs);
   return performance.now() - t0;
-}
-
-function percentile(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
 }
 
 function exits(nodes: ClusterNode[]): number {

@@ -13,11 +13,14 @@
  *   the node's pod subnet to the node).
  *
  * Needs root. Last line: fip_ready_ms=<> fip_failover_ms=<> fip_ratio=<>
+ *
+ * Medians as bench/support/stats.ts defines them: of an even count, the mean of the middle two.
  */
 import { performance } from 'node:perf_hooks';
 import type { ClusterNode } from '../test/support/cluster.ts';
 import { EgressCluster, OUTSIDE, iperf3, startSourceServer } from '../test/support/egress-cluster.ts';
 import { until } from '../test/support/until.ts';
+import { median } from './support/stats.ts';
 
 const EIP = '198.51.100.100';
 const URL_ = `http://${EIP}:8080/`;
@@ -30,8 +33,6 @@ async function timeUntil(e: EgressCluster, answer: string | undefined, t0: numbe
   await until(`the EIP answers ${answer}`, async () => (await e.fromOutside(URL_, 0.2)) === answer, 60_000);
   return performance.now() - t0;
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan' });
 let stopServer: (() => Promise<void>) | undefined;

@@ -12,6 +12,8 @@
  *
  * Last line: version_ms=<> start_1000_ms=<> converge_1000_ms=<> converge_5000_ms=<>
  * hwm_5000_mb=<> anon_5000_mb=<> kube_hwm_5000_mb=<> idle_cpu_pct=<>
+ *
+ * Medians as bench/support/stats.ts defines them: of an even count, the mean of the middle two.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -20,8 +22,9 @@ import { performance } from 'node:perf_hooks';
 import type { Etcd3 } from 'etcd3';
 import { EtcdServer } from '../test/support/etcd.ts';
 import { WEFTD_BIN } from '../test/support/cluster.ts';
-import { adminClient, cpuMs, ETCD_PREFIX, kubeRuns, median, NET_CONF, removeOwnLease, runWeftd, seedLeases, versionMs } from './support/weftd.ts';
+import { adminClient, cpuMs, ETCD_PREFIX, kubeRuns, NET_CONF, removeOwnLease, runWeftd, seedLeases, versionMs } from './support/weftd.ts';
 import type { Run } from './support/weftd.ts';
+import { median } from './support/stats.ts';
 
 const RUNS = Number(process.env.FOOTPRINT_RUNS ?? 5);
 const IDLE_MS = 10_000;

@@ -4,6 +4,8 @@
  * of the same entries in a fresh namespace; then dump the three tables back.
  *
  * Last line: netlink_ratio=<weft/ip-batch> weft_ms=<> ipbatch_ms=<> dump_ms=<>
+ *
+ * Medians as bench/support/stats.ts defines them: of an even count, the mean of the middle two.
  */
 import { execFile } from 'node:child_process';
 import { rm, writeFile } from 'node:fs/promises';
@@ -15,6 +17,7 @@ import { NetlinkHandle } from '../src/netlink/index.ts';
 import type { Operation } from '../src/netlink/index.ts';
 import { isRoot, vxlanNode, withNetns } from '../test/support/netns.ts';
 import type { Netns } from '../test/support/netns.ts';
+import { median } from './support/stats.ts';
 
 const run = promisify(execFile);
 const PEERS = 5000;
@@ -37,7 +40,6 @@ const peers: Peer[] = Array.from({ length: PEERS }, (_, i) => {
     vtep: `198.18.${i >> 8}.${(i & 255) + 1 > 254 ? 254 : (i & 255) + 1}`,
   };
 });
-
 
 async function weftRound(ns: Netns): Promise<{ programMs: number; dumpMs: number }> {
   await vxlanNode(ns, '198.51.100.2/24', '10.244.1.0/32');
@@ -100,11 +102,6 @@ async function ipBatchRound(ns: Netns, dir: string): Promise<number> {
     await rm(ipFile, { force: true });
     await rm(bridgeFile, { force: true });
   }
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)]!;
 }
 
 async function main(): Promise<void> {

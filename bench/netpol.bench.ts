@@ -29,12 +29,16 @@
  *
  * Last line: netpol_apply_p99_ms=<> netpol_start_ms=<> netpol_conn_rate_ratio=<>
  * netpol_throughput_ratio=<> netpol_rules=<>
+ *
+ * Medians and percentiles as bench/support/stats.ts defines them: the median of an even count is
+ * the mean of the middle two, a percentile is the nearest rank.
  */
 import { spawn } from 'node:child_process';
 import { Cluster } from '../test/support/cluster.ts';
 import type { Netns } from '../test/support/netns.ts';
 import { Agent } from '../test/support/netpol-agent.ts';
 import type { Obj } from '../test/support/kube-apiserver.ts';
+import { median, percentile } from './support/stats.ts';
 
 const SECONDS = Number(process.env.WEFT_BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.WEFT_BENCH_ROUNDS ?? 5);
@@ -43,12 +47,6 @@ const NAMESPACES = 50;
 const PODS = 2000;
 const POLICIES = 1000;
 const NODE = new URL('../node_modules/.bin/node', import.meta.url).pathname;
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
-}
 
 /**
  * TCP connections per second from `client` to each of `ips`:80, 4 at a time to each, all at once
@@ -207,7 +205,7 @@ try {
     await waitFor(false);
   }
   samples.sort((a, b) => a - b);
-  const p99 = samples[Math.min(samples.length - 1, Math.ceil(samples.length * 0.99) - 1)]!;
+  const p99 = percentile(samples, 99);
   const listing = await node1.ns.exec('nft', 'list', 'table', 'inet', 'weft-policy');
   const rules = listing.split('\n').filter((l) => /^\t\t\S/.test(l) && !/^\t\t(type |flags |elements |policy )/.test(l) && !l.includes('type filter hook')).length;
   console.log(`apply: median ${median(samples).toFixed(0)} ms, p99 ${p99.toFixed(0)} ms of ${SAMPLES}; table: ${rules} rules, ${listing.length >> 10} KiB as nft lists it`);

@@ -5,6 +5,9 @@
  * 500 hand deletions (repair latency), and an idle resync.
  *
  * Last line: cold_ratio=<vxlan> cold_ms=<> hostgw_cold_ratio=<> event_p99_ms=<> repair_p99_ms=<> resync_ms=<>
+ *
+ * Medians and percentiles as bench/support/stats.ts defines them: the median of an even count is
+ * the mean of the middle two, a percentile is the nearest rank.
  */
 import { execFile } from 'node:child_process';
 import { rm, writeFile } from 'node:fs/promises';
@@ -25,6 +28,7 @@ import { wantedState, WEFT_RTPROT } from '../src/reconcile/state.ts';
 import type { KernelState, Ownership } from '../src/reconcile/state.ts';
 import { isRoot, vxlanNode, withNetns } from '../test/support/netns.ts';
 import type { Netns } from '../test/support/netns.ts';
+import { median, percentile } from './support/stats.ts';
 
 const run = promisify(execFile);
 const LEASES = 5000;
@@ -43,7 +47,6 @@ function lease(i: number, type: string): Lease {
 }
 
 const own: Lease = { peer: 'self', subnet: parseCIDR('10.127.0.0/24', 's'), attrs: { backendType: 'vxlan' } };
-
 
 interface Ctx {
   h: NetlinkHandle;
@@ -112,15 +115,6 @@ async function ipCold(type: 'vxlan' | 'host-gw'): Promise<number> {
       await rm(brFile, { force: true });
     }
   });
-}
-
-function percentile(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
-}
-
-function median(xs: number[]): number {
-  return percentile(xs, 50);
 }
 
 const settle = () => new Promise((r) => setTimeout(r, 1000));

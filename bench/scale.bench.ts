@@ -16,16 +16,19 @@
  * 50,000 leases (SCALE_VARIANT_N), one run each: exec → converged, CPU and VmHWM, and their
  * linearity. They are printed, not in the last line (its figures are vxlan IPv4's).
  *
- * Every figure is the median of the runs. SCALE_N (comma-separated etcd Ns), SCALE_KUBE_N,
- * SCALE_RUNS (runs per N; default 1) and
- * SCALE_PROF (a directory: weftd writes a --cpu-prof profile per run there) change what runs;
- * SCALE_LOG=1 prints weftd's log lines about its passes.
+ * Each etcd and kube N runs SCALE_RUNS times, default 1: by default every figure is one run's,
+ * and with more runs it is the median of the runs. SCALE_N (comma-separated etcd Ns),
+ * SCALE_KUBE_N and SCALE_PROF (a directory: weftd writes a --cpu-prof profile per run there)
+ * change what runs; SCALE_LOG=1 prints weftd's log lines about its passes.
  *
  * Last line: converge_5000_s=<> converge_20000_s=<> converge_50000_s=<>
  * linearity=<converge_50000/converge_5000> hwm_50000_mb=<> event_p99_50000_ms=<>
  * resync_cpu_50000_ms=<> kube_converge_50000_s=<> ondemand_entries=<> ondemand_first_packet_ms=<>
  * (a figure not measured prints `na`). Then on-demand mode (--vxlan-on-demand): see ondemand();
  * SCALE_ONDEMAND=0 leaves it out.
+ *
+ * Medians and percentiles as bench/support/stats.ts defines them: the median of an even count is
+ * the mean of the middle two, a percentile is the nearest rank.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -33,12 +36,14 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Etcd3 } from 'etcd3';
 import { NetlinkHandle } from '../src/netlink/handle.ts';
+import { sleep } from '../src/retry.ts';
 import { EtcdServer } from '../test/support/etcd.ts';
 import type { Netns } from '../test/support/netns.ts';
 import { Cluster } from '../test/support/cluster.ts';
 import type { ClusterNode } from '../test/support/cluster.ts';
-import { adminClient, cpuMs, ETCD_PREFIX, expectedEntries, median, NET_CONF, NET_CONFS, peerLeaseKey, peerLeaseValue, peerSubnet, kubeRuns, quantile, removeOwnLease, runWeftd, seedLeases, underlayFor } from './support/weftd.ts';
+import { adminClient, cpuMs, ETCD_PREFIX, expectedEntries, NET_CONF, NET_CONFS, peerLeaseKey, peerLeaseValue, peerSubnet, kubeRuns, removeOwnLease, runWeftd, seedLeases, underlayFor } from './support/weftd.ts';
 import type { LeaseKind, Run } from './support/weftd.ts';
+import { median, percentile } from './support/stats.ts';
 
 const list = (v: string | undefined, d: number[]) => (v === undefined ? d : v.split(',').filter(Boolean).map(Number));
 const ETCD_N = list(process.env.SCALE_N, [5000, 20_000, 50_000]);
@@ -56,8 +61,6 @@ interface Steady {
   eventMaxMs: number;
   resyncCpuMs: number;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Event latency and resync CPU of the weftd `pid` in `ns`, converged with `n` leases. */
 async function steady(ns: Netns, pid: number, admin: Etcd3, n: number): Promise<Steady> {
@@ -104,7 +107,7 @@ async function steady(ns: Netns, pid: number, admin: Etcd3, n: number): Promise<
       await sleep(200);
       resync.push((await cpuMs(pid)) - before);
     }
-    return { eventP99Ms: quantile(lat, 0.99), eventP50Ms: quantile(lat, 0.5), eventMaxMs: Math.max(...lat), resyncCpuMs: median(resync) };
+    return { eventP99Ms: percentile(lat, 99), eventP50Ms: percentile(lat, 50), eventMaxMs: Math.max(...lat), resyncCpuMs: median(resync) };
   } finally {
     mon.stop();
     h.close();

@@ -8,6 +8,8 @@
  *
  * Last line: weftctl_status_ms=<median of 20> weftctl_status_max_ms=<> admin_answer_ms=<median>
  * weftctl_doctor_ms=<median of 5> node_bare_ms=<median of 20>
+ *
+ * Medians as bench/support/stats.ts defines them: of an even count, the mean of the middle two.
  */
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -16,14 +18,10 @@ import { performance } from 'node:perf_hooks';
 import { localRequest } from '../src/local/client.ts';
 import { ADMIN_PROTOCOL, adminSocketPath } from '../src/admin/status.ts';
 import { Cluster } from '../test/support/cluster.ts';
+import { median } from './support/stats.ts';
 
 const WEFTCTL = fileURLToPath(new URL('../bin/weftctl', import.meta.url));
 const NODE = fileURLToPath(new URL('../node_modules/.bin/node', import.meta.url));
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)]!;
-}
 
 const c = await Cluster.start({ nodes: 3, backend: 'vxlan', mode: 'etcd' });
 try {

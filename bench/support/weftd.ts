@@ -59,18 +59,6 @@ export function expectedEntries(kind: LeaseKind, peers: number): { routes: numbe
   return { routes: families * peers, neighs: families * peers, fdb: families * peers };
 }
 
-export function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-}
-
-/** The `q` quantile (0..1) of `xs`, nearest rank. */
-export function quantile(xs: readonly number[], q: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
-}
-
 export async function procStatus(pid: number): Promise<{ hwmMb: number; anonMb: number }> {
   const text = await readFile(`/proc/${pid}/status`, 'utf8');
   const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? NaN);

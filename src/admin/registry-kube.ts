@@ -21,9 +21,9 @@ export interface KubeRegistryOptions {
 }
 
 /** Every managed Node's lease; Nodes with unusable annotations are skipped with the reason. */
-export async function kubeLeases(o: KubeRegistryOptions): Promise<{ leases: Lease[]; skipped: Skipped[] }> {
-  const config = parseNetConfig(await readFile(o.netConfigPath, 'utf8'), o.netConfigPath);
-  const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: o.kubeconfigFile, apiUrl: o.apiUrl }));
+export async function kubeLeases(options: KubeRegistryOptions): Promise<{ leases: Lease[]; skipped: Skipped[] }> {
+  const config = parseNetConfig(await readFile(options.netConfigPath, 'utf8'), options.netConfigPath);
+  const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: options.kubeconfigFile, apiUrl: options.apiUrl }));
   // Paged and read as plain JSON, as weftd lists them (src/lease/kube/source.ts).
   const nodes: NodeLike[] = [];
   let cont: string | undefined;
@@ -35,7 +35,7 @@ export async function kubeLeases(o: KubeRegistryOptions): Promise<{ leases: Leas
     nodes.push(...page.items);
     cont = page.metadata?.continue || undefined;
   } while (cont);
-  const keys = annotationKeys(o.annotationPrefix);
+  const keys = annotationKeys(options.annotationPrefix);
   const leases: Lease[] = [];
   const skipped: Skipped[] = [];
   for (const node of nodes) {

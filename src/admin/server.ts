@@ -32,12 +32,12 @@ export interface AdminOptions {
 const EMPTY: KernelState = { routes: [], neighs: [], fdb: [] };
 
 /** The node as weftd sees it now. */
-export async function agentStatus(o: AdminOptions): Promise<NodeStatus> {
-  const v = o.view;
+export async function agentStatus(options: AdminOptions): Promise<NodeStatus> {
+  const v = options.view;
   const [observed, dev, subnetEnv] = await Promise.all([
-    v.backend ? observe(o.handle, v.backend.ownership()) : EMPTY,
-    linkNamer(o.handle),
-    subnetEnvStatus(o.subnetFile),
+    v.backend ? observe(options.handle, v.backend.ownership()) : EMPTY,
+    linkNamer(options.handle),
+    subnetEnvStatus(options.subnetFile),
   ]);
   const desired = v.network?.desired;
   const leases = v.table?.leases() ?? [];
@@ -60,7 +60,7 @@ export async function agentStatus(o: AdminOptions): Promise<NodeStatus> {
   const address = ext?.ifaceAddr ?? ext?.ifaceAddr6;
   const publicIP = ext?.extAddr ?? ext?.extAddr6;
   return {
-    weftd: { running: true, version: o.version, pid: process.pid },
+    weftd: { running: true, version: options.version, pid: process.pid },
     ...(v.source ? { mode: v.source.name } : {}),
     ...(backend ? { backend } : {}),
     ...(ext ? { iface: { name: ext.link.name, ...(address ? { address } : {}), ...(publicIP ? { publicIP } : {}), mtu: ext.mtu, reason: ext.reason } } : {}),
@@ -85,29 +85,29 @@ export async function agentStatus(o: AdminOptions): Promise<NodeStatus> {
     },
     ...(v.rules ? { trafficRules: { ...(v.rules.driver ? { driver: v.rules.driver } : {}), lastDrift: v.rules.lastCheck?.drift ?? [], ...(v.rules.lastCheck ? { lastCheck: v.rules.lastCheck.at.toISOString() } : {}) } } : {}),
     ready: v.ready,
-    logLevel: o.logLevel.get(),
+    logLevel: options.logLevel.get(),
   };
 }
 
 /** Starts serving the admin socket; close the returned server on shutdown. */
-export async function startAdminServer(o: AdminOptions): Promise<LocalServer> {
+export async function startAdminServer(options: AdminOptions): Promise<LocalServer> {
   const server = new LocalServer({
-    path: adminSocketPath(o.subnetFile),
+    path: adminSocketPath(options.subnetFile),
     protocol: ADMIN_PROTOCOL,
-    log: o.log,
+    log: options.log,
     handlerTimeoutMs: 30_000,
     handler: async (req) => {
       switch (req['verb']) {
         case 'status':
-          return agentStatus(o);
+          return agentStatus(options);
         case 'log-level': {
           const level = req['level'];
           if (typeof level !== 'string' || !(LOG_LEVELS as readonly string[]).includes(level)) {
             throw new WeftError('EBADREQUEST', `level: must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(level)}`);
           }
-          const was = o.logLevel.get();
-          o.logLevel.set(level as LogLevel);
-          o.log.info('log level changed over the admin socket', { from: was, to: level });
+          const was = options.logLevel.get();
+          options.logLevel.set(level as LogLevel);
+          options.log.info('log level changed over the admin socket', { from: was, to: level });
           return { level, was };
         }
         default:

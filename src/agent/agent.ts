@@ -5,7 +5,7 @@
  * Stopping tears nothing down: devices, routes, rules, subnet.env and the lease all stay, so
  * pods keep working across a restart.
  */
-import { createBackend } from '../backend/backend.ts';
+import { createBackend } from '../backend/registry.ts';
 import { Network } from '../backend/network.ts';
 import type { VxlanBackend } from '../backend/vxlan.ts';
 import { ConfigError } from '../errors.ts';

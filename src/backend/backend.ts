@@ -1,12 +1,11 @@
 /**
- * The Backend seam (flannel's backend.Backend + backend.Network) and its registry. A backend owns
+ * The Backend seam (flannel's backend.Backend + backend.Network); registry.ts names the backends
+ * that implement it. A backend owns
  * its devices (I/O, done once and again when one disappears) and turns one remote lease into the
  * kernel entries it wants (planning itself is pure, in plan.ts). Everything else — keeping the
  * kernel in line with those entries — is the reconciler's.
  */
 import type { NetConfig } from '../config/netconf.ts';
-import { SUPPORTED_BACKENDS } from '../config/netconf.ts';
-import { ConfigError } from '../errors.ts';
 import type { ExternalInterface } from '../iface/select.ts';
 import type { Lease, LeaseAttrs } from '../lease/lease.ts';
 import type { Logger } from '../log.ts';
@@ -14,8 +13,6 @@ import type { NetlinkHandle } from '../netlink/handle.ts';
 import type { Link } from '../netlink/records.ts';
 import type { KernelState, Ownership } from '../reconcile/state.ts';
 import type { Plan } from './plan.ts';
-import { HostGwBackend } from './host-gw.ts';
-import { VxlanBackend } from './vxlan.ts';
 
 export interface BackendDeps {
   handle: NetlinkHandle;
@@ -48,16 +45,4 @@ export interface Backend {
   drifted(link: Link): string | undefined;
   /** A device of ours disappeared or drifted: set it up again as it was (same MAC) and configure it. */
   repair(own: Lease): Promise<void>;
-}
-
-const REGISTRY: Record<string, (deps: BackendDeps) => Backend> = {
-  vxlan: (d) => new VxlanBackend(d),
-  'host-gw': (d) => new HostGwBackend(d),
-};
-
-/** The backend named by Backend.Type (case-insensitive). */
-export function createBackend(deps: BackendDeps): Backend {
-  const make = REGISTRY[deps.config.backend.type.toLowerCase()];
-  if (!make) throw new ConfigError('Backend.Type', `unsupported backend ${JSON.stringify(deps.config.backend.type)}; supported backends: ${SUPPORTED_BACKENDS.join(', ')}`);
-  return make(deps);
 }

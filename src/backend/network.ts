@@ -52,7 +52,7 @@ const OWN_BLACKHOLE = ' own subnet blackhole';
 const BACKEND_BASE = ' backend';
 
 export class Network {
-  readonly #o: NetworkOptions;
+  readonly #options: NetworkOptions;
   readonly #desired = new DesiredState();
   readonly #reconciler: Reconciler;
   readonly #warned = new Map<string, string>();
@@ -67,26 +67,26 @@ export class Network {
   /** Peers the neighbour table was last sized for (neigh-table.ts), plus headroom. */
   #neighRoom = 0;
 
-  constructor(o: NetworkOptions) {
-    this.#o = o;
-    this.#own = o.own;
+  constructor(options: NetworkOptions) {
+    this.#options = options;
+    this.#own = options.own;
     this.#reconciler = new Reconciler({
-      handle: o.handle,
+      handle: options.handle,
       desired: this.#desired,
-      ownership: () => o.backend.ownership(),
-      resyncPeriodMs: o.resyncPeriodMs,
+      ownership: () => options.backend.ownership(),
+      resyncPeriodMs: options.resyncPeriodMs,
       onPass: (p) => {
-        if (p.kind === 'full' && p.ops.length > 0) o.log.info('reconciled', { reasons: p.reasons.join(', '), ops: p.ops.length, failures: p.failures.length, ms: Math.round(p.durationMs) });
+        if (p.kind === 'full' && p.ops.length > 0) options.log.info('reconciled', { reasons: p.reasons.join(', '), ops: p.ops.length, failures: p.failures.length, ms: Math.round(p.durationMs) });
         // A fast pass that failed is followed by a full pass (or a rebuild), which says what stays refused.
         if (p.nextResyncMs !== undefined) this.#periodChanged(p.nextResyncMs, p.durationMs);
-        if (p.kind === 'full' && p.failures.length > 0) o.log.warn('the kernel refused operations of a pass; a later pass retries them', { failures: p.failures.length, counts: failureCounts(p.failures), first: p.failures[0] });
-        o.onPass?.(p);
+        if (p.kind === 'full' && p.failures.length > 0) options.log.warn('the kernel refused operations of a pass; a later pass retries them', { failures: p.failures.length, counts: failureCounts(p.failures), first: p.failures[0] });
+        options.onPass?.(p);
       },
-      onError: (e) => o.log.error('reconcile pass failed; the next trigger retries', { err: e }),
+      onError: (e) => options.log.error('reconcile pass failed; the next trigger retries', { err: e }),
       onDeviceGone: (why) => this.#queue(() => this.#repair(why)),
-      ...(o.onMiss ? { onMiss: o.onMiss } : {}),
+      ...(options.onMiss ? { onMiss: options.onMiss } : {}),
       onDeviceChanged: (link) => {
-        const why = o.backend.drifted(link);
+        const why = options.backend.drifted(link);
         if (why) this.#queue(() => this.#repair(`device ${link.name} was changed by someone else (${why})`));
       },
     });
@@ -97,9 +97,9 @@ export class Network {
    * resolves after its first full pass (the point at which the node is ready).
    */
   async start(signal: AbortSignal): Promise<void> {
-    const table = this.#o.table;
+    const table = this.#options.table;
     if (!table.synced) {
-      this.#o.log.info('waiting for the lease source to list the leases before touching the kernel');
+      this.#options.log.info('waiting for the lease source to list the leases before touching the kernel');
       await new Promise<void>((resolve, reject) => {
         const off = table.subscribe(() => {
           if (table.synced) {
@@ -113,7 +113,7 @@ export class Network {
         }, { once: true });
       });
     }
-    if (this.#o.nexthops ?? true) await this.#detectNexthops();
+    if (this.#options.nexthops ?? true) await this.#detectNexthops();
     this.#unsubscribe = table.subscribe((batch) => this.#queue(() => this.#onBatch(batch)));
     await this.#serial(() => this.#planAll());
     await this.#sizeNeighbourTable();
@@ -122,24 +122,24 @@ export class Network {
 
   /** Says when the periodic pass's period moved to half or twice what was last said, or more. */
   #periodChanged(ms: number, passMs: number): void {
-    const said = this.#periodSaid ?? this.#o.resyncPeriodMs;
+    const said = this.#periodSaid ?? this.#options.resyncPeriodMs;
     if (ms < 2 * said && 2 * ms > said) return;
     this.#periodSaid = ms;
-    this.#o.log.info('periodic full passes adapted to what one costs', { everySeconds: Math.round(ms / 1000), lastPassMs: Math.round(passMs), configuredSeconds: this.#o.resyncPeriodMs / 1000 });
+    this.#options.log.info('periodic full passes adapted to what one costs', { everySeconds: Math.round(ms / 1000), lastPassMs: Math.round(passMs), configuredSeconds: this.#options.resyncPeriodMs / 1000 });
   }
 
   /** Nexthop objects where the kernel lists them (Linux 5.3+); ours found there are adopted. */
   async #detectNexthops(): Promise<void> {
     let existing;
     try {
-      existing = await this.#o.handle.nexthopList();
+      existing = await this.#options.handle.nexthopList();
     } catch (e) {
-      this.#o.log.info('this kernel has no nexthop objects (Linux 5.3+): routes keep a gateway each, which the kernel adds in time growing with the table', { err: e });
+      this.#options.log.info('this kernel has no nexthop objects (Linux 5.3+): routes keep a gateway each, which the kernel adds in time growing with the table', { err: e });
       return;
     }
-    const protocol = this.#o.backend.ownership().protocol;
+    const protocol = this.#options.backend.ownership().protocol;
     this.#desired.useNexthops(existing, protocol);
-    this.#o.log.info('routes go through nexthop objects', { adopted: existing.filter((n) => n.protocol === protocol).length });
+    this.#options.log.info('routes go through nexthop objects', { adopted: existing.filter((n) => n.protocol === protocol).length });
   }
 
   stop(): void {
@@ -151,7 +151,7 @@ export class Network {
   setOwn(own: Lease): Promise<void> {
     return this.#serial(async () => {
       this.#own = own;
-      await this.#o.backend.configure(own);
+      await this.#options.backend.configure(own);
       await this.#planAll();
       this.#reconciler.trigger('own lease changed');
     });
@@ -180,7 +180,7 @@ export class Network {
 
   #serial(fn: () => Promise<void>): Promise<void> {
     const run = this.#work.then(fn);
-    this.#work = run.catch((e: unknown) => this.#o.log.error('data plane update failed', { err: e }));
+    this.#work = run.catch((e: unknown) => this.#options.log.error('data plane update failed', { err: e }));
     return run;
   }
 
@@ -190,12 +190,12 @@ export class Network {
   }
 
   async #plan(lease: Lease) {
-    let { state, warnings } = await this.#o.backend.plan(this.#own, lease);
+    let { state, warnings } = await this.#options.backend.plan(this.#own, lease);
     const last = this.#lastGood.get(lease.peer);
     if (warnings.length === 0) {
       this.#lastGood.set(lease.peer, lease);
     } else if (last && last !== lease) {
-      const kept = await this.#o.backend.plan(this.#own, last);
+      const kept = await this.#options.backend.plan(this.#own, last);
       if (kept.warnings.length === 0) {
         state = kept.state;
         warnings = warnings.map((w) => `${w}; keeping its last good entries`);
@@ -206,15 +206,15 @@ export class Network {
       this.#warned.delete(lease.peer);
     } else if (this.#warned.get(lease.peer) !== text) {
       this.#warned.set(lease.peer, text);
-      for (const w of warnings) this.#o.log.warn(w, { peer: lease.peer });
+      for (const w of warnings) this.#options.log.warn(w, { peer: lease.peer });
     }
     return state;
   }
 
   async #planAll(): Promise<void> {
-    this.#desired.put(OWN_BLACKHOLE, this.#o.blackhole ? ownBlackhole(this.#own) : undefined);
-    this.#desired.put(BACKEND_BASE, this.#o.backend.base?.());
-    const leases = this.#o.table.leases();
+    this.#desired.put(OWN_BLACKHOLE, this.#options.blackhole ? ownBlackhole(this.#own) : undefined);
+    this.#desired.put(BACKEND_BASE, this.#options.backend.base?.());
+    const leases = this.#options.table.leases();
     const peers = new Set(leases.map((l) => l.peer));
     for (const l of leases) this.#desired.put(l.peer, await this.#plan(l));
     for (const peer of this.#warned.keys()) if (!peers.has(peer)) this.#warned.delete(peer);
@@ -223,11 +223,11 @@ export class Network {
 
   /** Room in the neighbour table for the peers' entries, checked again as they grow by a headroom's worth. */
   async #sizeNeighbourTable(): Promise<void> {
-    if (this.#o.table.size < this.#neighRoom) return;
-    this.#neighRoom = this.#o.table.size + NEIGH_HEADROOM;
+    if (this.#options.table.size < this.#neighRoom) return;
+    this.#neighRoom = this.#options.table.size + NEIGH_HEADROOM;
     const perFamily = { 4: 0, 6: 0 };
     for (const n of this.#desired.all().neighs) perFamily[n.family]++;
-    for (const family of [4, 6] as const) if (perFamily[family] > 0) await ensureNeighbourRoom(family, perFamily[family], release(), this.#o.log);
+    for (const family of [4, 6] as const) if (perFamily[family] > 0) await ensureNeighbourRoom(family, perFamily[family], release(), this.#options.log);
   }
 
   async #onBatch(batch: readonly LeaseEvent[]): Promise<void> {
@@ -244,8 +244,8 @@ export class Network {
   }
 
   async #repair(why: string): Promise<void> {
-    this.#o.log.warn(`${why}; setting it up again`);
-    await this.#o.backend.repair(this.#own);
+    this.#options.log.warn(`${why}; setting it up again`);
+    await this.#options.backend.repair(this.#own);
     await this.#planAll();
     this.#reconciler.resume('device recreated');
   }

@@ -55,7 +55,7 @@ export function answerOps(linkIndex: number, lease: Lease, family: Family, ip?: 
 }
 
 export class OnDemand {
-  readonly #o: OnDemandOptions;
+  readonly #options: OnDemandOptions;
   /** Leases by the text of their subnets' network addresses, and by VTEP MAC. */
   readonly #bySubnet = new Map<string, Lease>();
   readonly #byMac = new Map<string, { lease: Lease; family: Family }>();
@@ -64,13 +64,13 @@ export class OnDemand {
   /** Misses answered, for the log and tests. */
   answered = 0;
 
-  constructor(o: OnDemandOptions) {
-    this.#o = o;
+  constructor(options: OnDemandOptions) {
+    this.#options = options;
   }
 
   start(): void {
-    for (const l of this.#o.table.leases()) this.#index(l, true);
-    this.#unsubscribe = this.#o.table.subscribe((batch) => {
+    for (const l of this.#options.table.leases()) this.#index(l, true);
+    this.#unsubscribe = this.#options.table.subscribe((batch) => {
       for (const e of batch) {
         if (e.previous) this.#index(e.previous, false);
         this.#index(e.lease, e.type === 'added');
@@ -106,7 +106,7 @@ export class OnDemand {
     let what: string;
     if (miss.kind === 'l3miss') {
       const ip = tryParseIP(miss.ip);
-      const lease = ip && this.#bySubnet.get(formatIP(cidrOf(ip, this.#o.subnetLen[ip.family]).ip));
+      const lease = ip && this.#bySubnet.get(formatIP(cidrOf(ip, this.#options.subnetLen[ip.family]).ip));
       what = `address ${miss.ip}`;
       if (ip && lease) ops = answerOps(miss.linkIndex, lease, ip.family, miss.ip);
     } else {
@@ -115,28 +115,28 @@ export class OnDemand {
       if (known) ops = answerOps(miss.linkIndex, known.lease, known.family);
     }
     if (ops.length === 0) {
-      this.#o.log.debug('a miss no lease answers', { what });
+      this.#options.log.debug('a miss no lease answers', { what });
       return;
     }
     this.answered++;
-    void this.#o.handle.batch(ops).then((results) => {
+    void this.#options.handle.batch(ops).then((results) => {
       const failed = results.find((r) => r !== null);
-      if (failed) this.#o.log.warn(`failed to answer the kernel's miss for ${what}`, { err: failed });
-    }, (e: unknown) => this.#o.log.warn(`failed to answer the kernel's miss for ${what}`, { err: e }));
+      if (failed) this.#options.log.warn(`failed to answer the kernel's miss for ${what}`, { err: failed });
+    }, (e: unknown) => this.#options.log.warn(`failed to answer the kernel's miss for ${what}`, { err: e }));
   }
 
   /** Deletes the neighbour entries of our devices that stayed stale (unused) since they were written. */
   async #sweep(): Promise<void> {
     try {
       const ops: Operation[] = [];
-      for (const link of this.#o.devices().values()) {
-        for (const n of await this.#o.handle.neighList({ linkIndex: link.index })) {
+      for (const link of this.#options.devices().values()) {
+        for (const n of await this.#options.handle.neighList({ linkIndex: link.index })) {
           if (n.state === NUD_STALE) ops.push({ op: 'neighDel', neigh: { linkIndex: link.index, ip: n.ip } });
         }
       }
-      if (ops.length > 0) await this.#o.handle.batch(ops);
+      if (ops.length > 0) await this.#options.handle.batch(ops);
     } catch (e) {
-      this.#o.log.warn('failed to sweep idle on-demand neighbour entries', { err: e });
+      this.#options.log.warn('failed to sweep idle on-demand neighbour entries', { err: e });
     }
   }
 }

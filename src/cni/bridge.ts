@@ -10,8 +10,8 @@
  */
 import { formatIP, gatewayOf, lastIP, nextIP, parseCIDR, tryParseIP } from '../ip/ip.ts';
 import type { CIDR, IP } from '../ip/ip.ts';
-
-type Json = Record<string, unknown>;
+import { isJson } from '../json.ts';
+import type { Json } from '../json.ts';
 
 /** host-local's default store: one directory per network. */
 export const HOST_LOCAL_STORE = '/var/lib/cni/networks';
@@ -43,10 +43,6 @@ export interface BridgePlan {
 const DELEGATE_KEYS = new Set(['cniVersion', 'name', 'type', 'bridge', 'isGateway', 'isDefaultGateway', 'hairpinMode', 'ipMasq', 'mtu', 'ipam', 'runtimeConfig']);
 const IPAM_KEYS = new Set(['type', 'ranges', 'routes', 'dataDir']);
 
-function isObject(v: unknown): v is Json {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 function optionalBool(d: Json, key: string): boolean | string {
   const v = d[key];
   if (v === undefined || v === null) return false;
@@ -58,7 +54,7 @@ function optionalBool(d: Json, key: string): boolean | string {
  * `delegate` is the parsed config the TypeScript plugin would run (and saves in dataDir).
  */
 export function planBridge(delegate: unknown): BridgePlan | string {
-  if (!isObject(delegate)) return 'the delegate config is not an object';
+  if (!isJson(delegate)) return 'the delegate config is not an object';
   if (delegate['type'] !== 'bridge') return `delegate type ${JSON.stringify(delegate['type'])} is not bridge`;
   const extra = Object.keys(delegate).filter((k) => !DELEGATE_KEYS.has(k));
   if (extra.length > 0) return `bridge options ${extra.join(', ')} are left to the bridge plugin`;
@@ -74,7 +70,7 @@ export function planBridge(delegate: unknown): BridgePlan | string {
   if (typeof bad === 'string') return bad;
   const [hairpin = false, isGateway = false, isDefaultGateway = false] = flags as boolean[];
   const ipam = delegate['ipam'];
-  if (!isObject(ipam) || ipam['type'] !== 'host-local') return 'ipam is not host-local';
+  if (!isJson(ipam) || ipam['type'] !== 'host-local') return 'ipam is not host-local';
   const ipamExtra = Object.keys(ipam).filter((k) => !IPAM_KEYS.has(k));
   if (ipamExtra.length > 0) return `ipam options ${ipamExtra.join(', ')} are left to host-local`;
   const storeDir = ipam['dataDir'] ?? HOST_LOCAL_STORE;
@@ -83,7 +79,7 @@ export function planBridge(delegate: unknown): BridgePlan | string {
   const sets = ipam['ranges'];
   if (!Array.isArray(sets) || sets.length === 0) return 'ipam.ranges is not a list of range sets';
   for (const set of sets) {
-    if (!Array.isArray(set) || set.length !== 1 || !isObject(set[0]) || Object.keys(set[0]).join() !== 'subnet' || typeof set[0]['subnet'] !== 'string') {
+    if (!Array.isArray(set) || set.length !== 1 || !isJson(set[0]) || Object.keys(set[0]).join() !== 'subnet' || typeof set[0]['subnet'] !== 'string') {
       return 'each ipam range set must be one range with only a subnet';
     }
     let subnet: CIDR;
@@ -100,7 +96,7 @@ export function planBridge(delegate: unknown): BridgePlan | string {
   const given = ipam['routes'] ?? [];
   if (!Array.isArray(given)) return 'ipam.routes is not a list';
   for (const r of given) {
-    if (!isObject(r) || typeof r['dst'] !== 'string' || Object.keys(r).some((k) => k !== 'dst' && k !== 'gw')) return 'ipam routes other than {dst, gw} are left to host-local';
+    if (!isJson(r) || typeof r['dst'] !== 'string' || Object.keys(r).some((k) => k !== 'dst' && k !== 'gw')) return 'ipam routes other than {dst, gw} are left to host-local';
     if (r['gw'] !== undefined && (typeof r['gw'] !== 'string' || tryParseIP(r['gw']) === undefined)) return 'an ipam route gateway is not an address';
     routes.push(r['gw'] === undefined ? { dst: r['dst'] } : { dst: r['dst'], gw: r['gw'] as string });
   }

@@ -8,10 +8,10 @@
 import { ConfigError } from '../errors.ts';
 import { formatCIDR, formatIP, parseCIDR, parseIP } from '../ip/ip.ts';
 import type { CIDR } from '../ip/ip.ts';
+import { isJson } from '../json.ts';
+import type { Json } from '../json.ts';
 import { CNI_CODE, CniError } from './errors.ts';
 import { GoStruct, goJson } from './go-json.ts';
-
-type Json = Record<string, unknown>;
 
 /** flannel's defaults. */
 export const DEFAULT_SUBNET_FILE = '/run/flannel/subnet.env';
@@ -50,10 +50,6 @@ export interface DelegateEnv {
   ipMasq: boolean;
 }
 
-function isObject(v: unknown): v is Json {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 /** Go's case-insensitive field lookup; the last matching key wins, as in encoding/json. */
 function field(conf: Json, name: string): unknown {
   let value: unknown;
@@ -72,7 +68,7 @@ function optionalString(conf: Json, name: string): string | undefined {
 function optionalObject(conf: Json, name: string): Json | undefined {
   const v = field(conf, name);
   if (v === undefined || v === null) return undefined;
-  if (!isObject(v)) throw new ConfigError(name, 'must be a JSON object');
+  if (!isJson(v)) throw new ConfigError(name, 'must be a JSON object');
   return v;
 }
 
@@ -81,7 +77,7 @@ function attachments(v: unknown): Attachment[] | undefined {
   const name = 'cni.dev/valid-attachments';
   if (!Array.isArray(v)) throw new ConfigError(name, 'must be a list');
   return v.map((a, i) => {
-    if (!isObject(a) || typeof a['containerID'] !== 'string' || typeof a['ifname'] !== 'string') {
+    if (!isJson(a) || typeof a['containerID'] !== 'string' || typeof a['ifname'] !== 'string') {
       throw new ConfigError(`${name}[${i}]`, 'must be an object with string "containerID" and "ifname"');
     }
     return { containerID: a['containerID'], ifname: a['ifname'] };
@@ -99,7 +95,7 @@ export function parseNetConf(stdin: string): PluginConf {
   } catch (e) {
     throw new CniError(CNI_CODE.DECODE_FAILURE, `failed to decode network config from stdin: ${(e as Error).message}`);
   }
-  if (!isObject(conf)) throw new CniError(CNI_CODE.DECODE_FAILURE, 'failed to decode network config from stdin: not a JSON object');
+  if (!isJson(conf)) throw new CniError(CNI_CODE.DECODE_FAILURE, 'failed to decode network config from stdin: not a JSON object');
   const version = optionalString(conf, 'cniVersion');
   const nonEmpty = (name: string, fallback: string): string => {
     const v = optionalString(conf, name);
@@ -121,7 +117,7 @@ export function parseNetConf(stdin: string): PluginConf {
 
 /** A route of the CNI types package (`dst`, `gw`, `mtu`, `advmss`, `priority`, `table`, `scope`). */
 function route(r: unknown, at: string): GoStruct {
-  if (!isObject(r)) throw new ConfigError(at, 'must be an object');
+  if (!isJson(r)) throw new ConfigError(at, 'must be an object');
   const dstText = r['dst'];
   if (typeof dstText !== 'string') throw new ConfigError(`${at}.dst`, 'must be a CIDR string');
   // types.ParseCIDR keeps the host bits of the address it was given.

@@ -13,16 +13,13 @@ import { join } from 'node:path';
 import { contains, formatIP, tryParseIP } from '../ip/ip.ts';
 import type { CIDR, IP } from '../ip/ip.ts';
 import { tryFlock } from '../netlink/index.ts';
+import { sleep } from '../retry.ts';
 import { hostLocalOrder } from './bridge.ts';
 import type { Allocation } from './bridge.ts';
 import { CNI_CODE, CniError } from './errors.ts';
 
 const LINE_BREAK = '\r\n';
 const queues = new Map<string, Promise<unknown>>();
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
 
 /** One network's directory of host-local's store. */
 export class HostLocalStore {

@@ -4,6 +4,8 @@
  * delegate ran, runs the delegate's DEL and drops the state so no address or veth leaks. DEL is
  * idempotent. Every failure leaves through toCniError as a spec error JSON; nothing throws out.
  */
+import { isJson } from '../json.ts';
+import type { Json } from '../json.ts';
 import { parseSubnetEnv } from '../subnetenv/subnetenv.ts';
 import { parseArgs } from './args.ts';
 import type { CniArgs } from './args.ts';
@@ -17,7 +19,6 @@ import type { Verb } from './version.ts';
 import { CURRENT_VERSION, checkVersion, convertResult, familyOf, pickDelegateVersion, versionInfo } from './version.ts';
 
 type Env = Readonly<Record<string, string | undefined>>;
-type Json = Record<string, unknown>;
 
 /** What the process prints on stdout and exits with. */
 export interface PluginOutput {
@@ -39,7 +40,7 @@ export function savedDelegate(bytes: string | undefined): (Json & { type: string
   if (bytes === undefined) return undefined;
   try {
     const v = JSON.parse(bytes) as unknown;
-    if (typeof v === 'object' && v !== null && !Array.isArray(v) && typeof (v as Json)['type'] === 'string') return v as Json & { type: string };
+    if (isJson(v) && typeof v['type'] === 'string') return v as Json & { type: string };
   } catch {
     // unparsable: treated as absent, as flannel's plugin does
   }

@@ -8,6 +8,7 @@
 import { closeSync, openSync, statfsSync } from 'node:fs';
 import { formatIP, gatewayOf } from '../ip/ip.ts';
 import { NetlinkError } from '../errors.ts';
+import type { Json } from '../json.ts';
 import { NetlinkHandle } from '../netlink/index.ts';
 import { IFA_F_NODAD } from '../netlink/records.ts';
 import type { Link, Operation } from '../netlink/index.ts';
@@ -195,8 +196,6 @@ export async function unwirePod(host: NetlinkHandle, ifname: string, netns: stri
 export async function deleteUnwired(host: NetlinkHandle): Promise<void> {
   await host.linkDelGroup(UNWIRED_GROUP).catch(unlessNotFound);
 }
-
-type Json = Record<string, unknown>;
 
 /**
  * CHECK: the pod's `ifname` exists and is up, holds every address the saved result gave it, and

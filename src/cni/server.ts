@@ -25,6 +25,8 @@ import { dirname, join } from 'node:path';
 import { WeftError } from '../errors.ts';
 import { formatIP } from '../ip/ip.ts';
 import type { IP } from '../ip/ip.ts';
+import { isJson } from '../json.ts';
+import type { Json } from '../json.ts';
 import { LOCAL_CODE } from '../local/protocol.ts';
 import { LocalServer } from '../local/server.ts';
 import type { Logger } from '../log.ts';
@@ -32,7 +34,7 @@ import type { NetlinkHandle } from '../netlink/index.ts';
 import { podOfArgs } from './args.ts';
 import type { CniArgs } from './args.ts';
 import { bridgeResult, planBridge } from './bridge.ts';
-import type { Allocation, BridgePlan } from './bridge.ts';
+import type { BridgePlan } from './bridge.ts';
 import type { PluginConf } from './config.ts';
 import { CNI_CODE, CniError, toCniError } from './errors.ts';
 import { HostLocalStore } from './host-local.ts';
@@ -43,7 +45,6 @@ import { loadState, removeState, saveStateVisible } from './state.ts';
 import { CURRENT_VERSION, convertResult, versionInfo } from './version.ts';
 
 type Env = Record<string, string>;
-type Json = Record<string, unknown>;
 
 /** The version of the CNI socket's vocabulary; the native plugin sends the same number. */
 export const CNI_PROTOCOL = 1;
@@ -56,15 +57,11 @@ export function cniSocketPath(subnetFile: string): string {
 /** What the plugin prints and exits with, or `fallback` to run the TypeScript plugin instead. */
 export type CniAnswer = { exitCode: number; stdout: string } | { fallback: true };
 
-function isObject(v: unknown): v is Json {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 /** The request's environment and stdin; throws (a bad request, answered by the socket layer) when malformed. */
 function readRequest(request: Json): { env: Env; stdin: string } {
   const env = request['env'];
   const stdin = request['stdin'];
-  if (!isObject(env) || !Object.values(env).every((v) => typeof v === 'string')) throw new WeftError(LOCAL_CODE.BAD_REQUEST, 'request.env: not an object of strings');
+  if (!isJson(env) || !Object.values(env).every((v) => typeof v === 'string')) throw new WeftError(LOCAL_CODE.BAD_REQUEST, 'request.env: not an object of strings');
   if (typeof stdin !== 'string') throw new WeftError(LOCAL_CODE.BAD_REQUEST, 'request.stdin: not a string');
   return { env: env as Env, stdin };
 }
@@ -90,7 +87,7 @@ export interface CniServerOptions {
 
 /** The verbs, served. */
 export class CniServer {
-  readonly #o: CniServerOptions;
+  readonly #options: CniServerOptions;
   /** The last verb queued per container: verbs of one container run in order. */
   readonly #containers = new Map<string, Promise<unknown>>();
   /** Pod interfaces (netns + ifname) a DEL took off the network, to be deleted in the next batch. */
@@ -98,8 +95,8 @@ export class CniServer {
   #batch: { timer: NodeJS.Timeout; since: number } | undefined;
   #deleting: Promise<void> = Promise.resolve();
 
-  constructor(o: CniServerOptions) {
-    this.#o = o;
+  constructor(options: CniServerOptions) {
+    this.#options = options;
   }
 
   /** Answers one request of the socket (`{env, stdin}`); CNI failures are answers, not throws. */
@@ -114,7 +111,7 @@ export class CniServer {
       if (args.netns?.startsWith('/proc/') && !existsSync(args.netns)) {
         // A runtime naming namespaces by process (/proc/<pid>/ns/net) and a weftd outside the
         // host's PID namespace: the plugin on the host can reach it, weftd cannot.
-        this.#o.log.info('CNI request left to the fallback plugin', { verb: args.command, container: id, reason: `${args.netns} is not visible to weftd` });
+        this.#options.log.info('CNI request left to the fallback plugin', { verb: args.command, container: id, reason: `${args.netns} is not visible to weftd` });
         return { fallback: true };
       }
       switch (args.command) {
@@ -140,7 +137,7 @@ export class CniServer {
    * never meets a dead interface of a DEL that already answered.
    */
   async start(): Promise<void> {
-    await deleteUnwired(this.#o.host);
+    await deleteUnwired(this.#options.host);
   }
 
   /** Resolves once every pod interface a DEL took off the network is deleted. */
@@ -156,7 +153,7 @@ export class CniServer {
   #scheduleBatch(): void {
     const since = this.#batch?.since ?? Date.now();
     if (this.#batch) clearTimeout(this.#batch.timer);
-    const wait = Math.max(0, Math.min(this.#o.batchQuietMs ?? 50, since + (this.#o.batchMaxMs ?? 10_000) - Date.now()));
+    const wait = Math.max(0, Math.min(this.#options.batchQuietMs ?? 50, since + (this.#options.batchMaxMs ?? 10_000) - Date.now()));
     const timer = setTimeout(() => void this.#deleteBatch(), wait);
     timer.unref();
     this.#batch = { timer, since };
@@ -168,9 +165,9 @@ export class CniServer {
     const keys = [...this.#unwired];
     this.#deleting = this.#deleting.then(async () => {
       try {
-        await deleteUnwired(this.#o.host);
+        await deleteUnwired(this.#options.host);
       } catch (e) {
-        this.#o.log.warn('failed to delete unwired pod interfaces', { count: keys.length, err: e });
+        this.#options.log.warn('failed to delete unwired pod interfaces', { count: keys.length, err: e });
       }
       for (const k of keys) this.#unwired.delete(k);
     });
@@ -197,7 +194,7 @@ export class CniServer {
   #plan(delegate: unknown, verb: string, id: string): BridgePlan | undefined {
     const plan = planBridge(delegate);
     if (typeof plan === 'string') {
-      this.#o.log.info('CNI request left to the fallback plugin', { verb, container: id, reason: plan });
+      this.#options.log.info('CNI request left to the fallback plugin', { verb, container: id, reason: plan });
       return undefined;
     }
     return plan;
@@ -214,7 +211,7 @@ export class CniServer {
     // Kernel and files at once: the bridge and the veth are made on the netlink thread while the
     // state and host-local's files are written on this one. The state is in place before anything
     // a DEL must find, and on disk before the answer.
-    const bridge = ensureBridge(this.#o.host, plan);
+    const bridge = ensureBridge(this.#options.host, plan);
     bridge.catch(() => undefined);
     await this.#notUnwired(netns, ifname);
     const durable = saveStateVisible(conf.dataDir, id, bytes);
@@ -222,24 +219,24 @@ export class CniServer {
     const allocated = store.locked(() => store.allocate(id, ifname, plan.ranges));
     allocated.catch(() => undefined);
     try {
-      const wired = await wirePod(this.#o.host, plan, bridge, allocated, ifname, netns);
+      const wired = await wirePod(this.#options.host, plan, bridge, allocated, ifname, netns);
       const allocations = await allocated;
       await durable;
       const pod = podOfArgs(env);
-      if (pod && this.#o.pods) await this.#o.pods.wired({ ...pod, containerId: id, ips: allocations.map((a) => a.address) });
-      this.#o.log.info('wired pod', { container: id, ifname, veth: wired.hostVeth, addresses: allocations.map((a) => formatIP(a.address)) });
+      if (pod && this.#options.pods) await this.#options.pods.wired({ ...pod, containerId: id, ips: allocations.map((a) => a.address) });
+      this.#options.log.info('wired pod', { container: id, ifname, veth: wired.hostVeth, addresses: allocations.map((a) => formatIP(a.address)) });
       return { exitCode: 0, stdout: JSON.stringify(convertResult(bridgeResult(plan, allocations, wired, ifname, netns), conf.cniVersion)) };
     } catch (e) {
       try {
-        this.#o.pods?.unwired(id);
-        await unwirePod(this.#o.host, ifname, netns);
+        this.#options.pods?.unwired(id);
+        await unwirePod(this.#options.host, ifname, netns);
         await this.#deleteBatch();
         if ((await allocated.catch(() => [])).length > 0) await store.locked(() => store.release(id, ifname));
         await durable.catch(() => undefined);
         removeState(conf.dataDir, id);
       } catch (rollback) {
         // the ADD error is the one to report; the runtime's DEL retries with the state kept
-        this.#o.log.warn('failed to roll back a failed CNI ADD', { container: id, err: rollback });
+        this.#options.log.warn('failed to roll back a failed CNI ADD', { container: id, err: rollback });
       }
       throw e;
     }
@@ -257,16 +254,16 @@ export class CniServer {
     if (plan === undefined) return { fallback: true };
     // Off the network, addresses released, state gone: the DEL is done. The kernel's deletion of
     // the interface (~20 ms, most of a DEL) comes with the next batch.
-    await unwirePod(this.#o.host, ifname, args.netns);
+    await unwirePod(this.#options.host, ifname, args.netns);
     if (args.netns !== undefined) {
       this.#unwired.add(`${args.netns}\0${ifname}`);
       this.#scheduleBatch();
     }
-    this.#o.pods?.unwired(id);
+    this.#options.pods?.unwired(id);
     const store = new HostLocalStore(plan.storeDir, plan.network);
     await store.locked(() => store.release(id, ifname));
     removeState(conf.dataDir, id);
-    this.#o.log.info('unwired pod', { container: id, ifname });
+    this.#options.log.info('unwired pod', { container: id, ifname });
     return { exitCode: 0, stdout: '' };
   }
 
@@ -275,7 +272,7 @@ export class CniServer {
     const saved = savedDelegate(loadState(conf.dataDir, id));
     if (saved === undefined) throw new CniError(CNI_CODE.CONTAINER_UNKNOWN, `CNI_CONTAINERID: no state for container ${id} in dataDir ${conf.dataDir}`);
     const given = conf.prevResult;
-    if (!isObject(given)) throw new CniError(CNI_CODE.INVALID_CONFIG, 'prevResult: required for CHECK, as a JSON object');
+    if (!isJson(given)) throw new CniError(CNI_CODE.INVALID_CONFIG, 'prevResult: required for CHECK, as a JSON object');
     const plan = this.#plan(saved, 'CHECK', id);
     if (plan === undefined) return { fallback: true };
     const result = convertResult({ cniVersion: conf.cniVersion, ...given }, CURRENT_VERSION);
@@ -306,11 +303,11 @@ export interface CniSocket {
 }
 
 /** Serves the CNI socket beside `subnetFile` until closed. */
-export async function startCniServer(o: StartCniServerOptions): Promise<CniSocket> {
-  const cni = new CniServer(o);
+export async function startCniServer(options: StartCniServerOptions): Promise<CniSocket> {
+  const cni = new CniServer(options);
   await cni.start();
   const server = new LocalServer({
-    path: cniSocketPath(o.subnetFile), protocol: CNI_PROTOCOL, log: o.log,
+    path: cniSocketPath(options.subnetFile), protocol: CNI_PROTOCOL, log: options.log,
     handler: (request) => cni.handle(request),
     maxRequestBytes: 8 << 20,
   });

@@ -4,6 +4,8 @@
  * 0.4.0 (`interfaces`/`ips` with a `version` per address), 1.x (`ips` without `version`).
  */
 import { tryParseIP } from '../ip/ip.ts';
+import { isJson } from '../json.ts';
+import type { Json } from '../json.ts';
 import { CNI_CODE, CniError } from './errors.ts';
 
 /** Every version Weft accepts, oldest first (containernetworking/cni v1.3.0 `version.All`). */
@@ -47,16 +49,11 @@ export function versionInfo(): { cniVersion: string; supportedVersions: string[]
   return { cniVersion: CURRENT_VERSION, supportedVersions: [...SUPPORTED_VERSIONS] };
 }
 
-type Json = Record<string, unknown>;
 type Shape = 'legacy' | 'v03' | 'v1';
 
 function shapeOf(version: string): Shape {
   if (compareVersions(version, '0.3.0') < 0) return 'legacy';
   return compareVersions(version, '1.0.0') < 0 ? 'v03' : 'v1';
-}
-
-function isObject(v: unknown): v is Json {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 /** The address family of an address or CIDR string; undefined when it is neither. */
@@ -67,7 +64,7 @@ export function familyOf(cidrOrIP: unknown): 4 | 6 | undefined {
 
 function objects(v: unknown, field: string): Json[] {
   if (v === undefined) return [];
-  if (!Array.isArray(v) || !v.every(isObject)) throw new CniError(CNI_CODE.DECODE_FAILURE, `result.${field}: not a list of objects`);
+  if (!Array.isArray(v) || !v.every(isJson)) throw new CniError(CNI_CODE.DECODE_FAILURE, `result.${field}: not a list of objects`);
   return v;
 }
 
@@ -84,7 +81,7 @@ function toV1(result: Json, from: Shape): Json {
   for (const key of ['ip4', 'ip6']) {
     const legacy = result[key];
     if (legacy === undefined) continue;
-    if (!isObject(legacy)) throw new CniError(CNI_CODE.DECODE_FAILURE, `result.${key}: not an object`);
+    if (!isJson(legacy)) throw new CniError(CNI_CODE.DECODE_FAILURE, `result.${key}: not an object`);
     const ip: Json = { address: legacy['ip'] };
     if (legacy['gateway'] !== undefined) ip['gateway'] = legacy['gateway'];
     ips.push(ip);
@@ -123,7 +120,7 @@ function fromV1(result: Json, to: Shape): Json {
  * `GetResult`/`PrintResult` do. Throws code 6 when the result is not a result at all.
  */
 export function convertResult(result: unknown, to: string): Json {
-  if (!isObject(result)) throw new CniError(CNI_CODE.DECODE_FAILURE, 'result: not a JSON object');
+  if (!isJson(result)) throw new CniError(CNI_CODE.DECODE_FAILURE, 'result: not a JSON object');
   const from = typeof result['cniVersion'] === 'string' ? result['cniVersion'] : '0.1.0';
   if (!(SUPPORTED_VERSIONS as readonly string[]).includes(from)) {
     throw new CniError(CNI_CODE.INCOMPATIBLE_VERSION, `result.cniVersion: ${JSON.stringify(from)} is not supported`);

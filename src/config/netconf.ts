@@ -10,6 +10,7 @@
 import { ConfigError } from '../errors.ts';
 import { bits, cidrOf, contains, formatCIDR, formatIP, lastIP, parseCIDR, parseIP } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
+import type { JsonValue } from '../json.ts';
 
 export const SUPPORTED_BACKENDS = ['vxlan', 'host-gw'] as const;
 export type BackendType = (typeof SUPPORTED_BACKENDS)[number];
@@ -51,28 +52,26 @@ export interface NetConfig {
   raw: string;
 }
 
-type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
-
 /** Go-style field lookup: the last key that matches `name` case-insensitively. */
-function field(obj: Record<string, Json>, name: string): Json | undefined {
-  let found: Json | undefined;
+function field(obj: Record<string, JsonValue>, name: string): JsonValue | undefined {
+  let found: JsonValue | undefined;
   const want = name.toLowerCase();
   for (const [k, v] of Object.entries(obj)) if (k.toLowerCase() === want) found = v;
   return found === null ? undefined : found;
 }
 
-function describe(v: Json): string {
+function describe(v: JsonValue): string {
   return JSON.stringify(v);
 }
 
-function bool(obj: Record<string, Json>, name: string, path: string, dflt: boolean): boolean {
+function bool(obj: Record<string, JsonValue>, name: string, path: string, dflt: boolean): boolean {
   const v = field(obj, name);
   if (v === undefined) return dflt;
   if (typeof v !== 'boolean') throw new ConfigError(path, `must be true or false, got ${describe(v)}`);
   return v;
 }
 
-function uint(obj: Record<string, Json>, name: string, path: string, dflt: number, max: number): number {
+function uint(obj: Record<string, JsonValue>, name: string, path: string, dflt: number, max: number): number {
   const v = field(obj, name);
   if (v === undefined) return dflt;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new ConfigError(path, `must be a non-negative integer, got ${describe(v)}`);
@@ -80,14 +79,14 @@ function uint(obj: Record<string, Json>, name: string, path: string, dflt: numbe
   return v;
 }
 
-function str(obj: Record<string, Json>, name: string, path: string): string | undefined {
+function str(obj: Record<string, JsonValue>, name: string, path: string): string | undefined {
   const v = field(obj, name);
   if (v === undefined) return undefined;
   if (typeof v !== 'string') throw new ConfigError(path, `must be a string, got ${describe(v)}`);
   return v;
 }
 
-function ipField(obj: Record<string, Json>, name: string, family: Family): IP | undefined {
+function ipField(obj: Record<string, JsonValue>, name: string, family: Family): IP | undefined {
   const text = str(obj, name, name);
   if (text === undefined || text === '') return undefined;
   const ip = parseIP(text, name);
@@ -95,7 +94,7 @@ function ipField(obj: Record<string, Json>, name: string, family: Family): IP | 
   return ip;
 }
 
-function cidrField(obj: Record<string, Json>, name: string, family: Family): CIDR | undefined {
+function cidrField(obj: Record<string, JsonValue>, name: string, family: Family): CIDR | undefined {
   const text = str(obj, name, name);
   if (text === undefined || text === '') return undefined;
   const c = parseCIDR(text, name);
@@ -103,7 +102,7 @@ function cidrField(obj: Record<string, Json>, name: string, family: Family): CID
   return c;
 }
 
-function parseBackend(v: Json | undefined): BackendConfig {
+function parseBackend(v: JsonValue | undefined): BackendConfig {
   const supported = SUPPORTED_BACKENDS.join(', ');
   if (v === undefined) throw new ConfigError('Backend', `missing; set Backend.Type to one of: ${supported}`);
   if (typeof v !== 'object' || Array.isArray(v) || v === null) throw new ConfigError('Backend', `must be an object, got ${describe(v)}`);
@@ -135,9 +134,9 @@ function parseBackend(v: Json | undefined): BackendConfig {
  * `source` names the file or key in JSON syntax errors.
  */
 export function parseNetConfig(text: string, source = 'net-conf.json'): NetConfig {
-  let doc: Json;
+  let doc: JsonValue;
   try {
-    doc = JSON.parse(text) as Json;
+    doc = JSON.parse(text) as JsonValue;
   } catch (e) {
     throw new ConfigError(source, `not valid JSON: ${(e as Error).message}`);
   }

@@ -7,6 +7,8 @@
  */
 import { parseCIDR } from '../ip/ip.ts';
 import type { CIDR } from '../ip/ip.ts';
+import { isJson } from '../json.ts';
+import type { Json } from '../json.ts';
 import { parseLabelSelector } from '../k8s/label-selector.ts';
 import type { LabelSelector } from '../k8s/label-selector.ts';
 
@@ -57,9 +59,6 @@ export interface InvalidPolicy {
   id: string;
   invalid: string;
 }
-
-type Json = Record<string, unknown>;
-const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** A field's problem, caught inside this module and turned into an invalid value. */
 class Bad extends Error {}

@@ -12,6 +12,8 @@
  * A failed write is logged and retried by the next pass.
  */
 import { isDeepStrictEqual } from 'node:util';
+import { isJson } from '../json.ts';
+import type { Json } from '../json.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
 import { Informer } from '../k8s/informer.ts';
@@ -39,9 +41,6 @@ export interface ControllerOptions {
 
 const GROUP_PATH = `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}`;
 
-type Json = Record<string, unknown>;
-const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
-
 function condition(ready: boolean, reason: string, message: string, previous: unknown): Json {
   const old = Array.isArray(previous) ? (previous as Json[]).find((c) => c.type === 'Ready') : undefined;
   const status = ready ? 'True' : 'False';
@@ -61,7 +60,7 @@ function nodeReady(n: KubeObject): boolean {
 }
 
 export class EgressController {
-  readonly #o: ControllerOptions;
+  readonly #options: ControllerOptions;
   readonly #gateways: Informer;
   readonly #policies: Informer;
   readonly #clusterPolicies: Informer;
@@ -77,9 +76,9 @@ export class EgressController {
   #previous: Map<string, Placement> | undefined;
   readonly #loop = new PassLoop();
 
-  constructor(o: ControllerOptions) {
-    this.#o = o;
-    const informer = (path: string, query?: Record<string, string>) => new Informer({ http: o.http, path, log: o.log, onChange: () => this.#loop.poke(), ...(query ? { query } : {}) });
+  constructor(options: ControllerOptions) {
+    this.#options = options;
+    const informer = (path: string, query?: Record<string, string>) => new Informer({ http: options.http, path, log: options.log, onChange: () => this.#loop.poke(), ...(query ? { query } : {}) });
     this.#gateways = informer(`${GROUP_PATH}/egressgateways`);
     this.#policies = informer(`${GROUP_PATH}/egresspolicies`);
     this.#clusterPolicies = informer(`${GROUP_PATH}/egressclusterpolicies`);
@@ -89,7 +88,7 @@ export class EgressController {
     this.#namespaces = informer('/api/v1/namespaces');
     this.#floatingIps = informer(`${GROUP_PATH}/floatingips`);
     this.#portForwards = informer(`${GROUP_PATH}/portforwards`);
-    this.#heartbeats = informer(`/apis/coordination.k8s.io/v1/namespaces/${o.namespace}/leases`, { labelSelector: HEARTBEAT_LABEL });
+    this.#heartbeats = informer(`/apis/coordination.k8s.io/v1/namespaces/${options.namespace}/leases`, { labelSelector: HEARTBEAT_LABEL });
   }
 
   get #all(): Informer[] {
@@ -101,8 +100,8 @@ export class EgressController {
     const running = this.#all.map((i) => i.run(signal));
     try {
       await this.#loop.run({
-        signal, ready: Promise.all(this.#all.map((i) => i.synced)).then(() => this.#o.log.info('egress controller synced; placing policies')),
-        periodMs: this.#o.passMs ?? 500, retryMs: 500, log: this.#o.log, what: 'egress controller pass',
+        signal, ready: Promise.all(this.#all.map((i) => i.synced)).then(() => this.#options.log.info('egress controller synced; placing policies')),
+        periodMs: this.#options.passMs ?? 500, retryMs: 500, log: this.#options.log, what: 'egress controller pass',
       }, () => this.#pass(signal));
     } finally {
       await Promise.all(running);
@@ -153,7 +152,7 @@ export class EgressController {
     const placeable = inbound.filter((x) => !refused.has(x.id));
     const result = place({
       gateways: [...this.#gateways.objects.values()].map(parseGateway),
-      policies: [...policies, ...placeable.map(inboundPolicy)], nodes, previous: this.#previous, now, livenessTimeoutMs: this.#o.livenessTimeoutMs, random: Math.random,
+      policies: [...policies, ...placeable.map(inboundPolicy)], nodes, previous: this.#previous, now, livenessTimeoutMs: this.#options.livenessTimeoutMs, random: Math.random,
     });
     this.#previous = new Map(result.policies.filter((s) => s.placement).map((s) => [s.id, s.placement!]));
     const named = new Map<string, EgressPod>();
@@ -178,7 +177,7 @@ export class EgressController {
       await fn();
     } catch (e) {
       if ((e as { statusCode?: number }).statusCode === 404) return;
-      this.#o.log.warn(`failed to write ${what}`, { err: e });
+      this.#options.log.warn(`failed to write ${what}`, { err: e });
     }
   }
 
@@ -189,14 +188,14 @@ export class EgressController {
       if (have && isDeepStrictEqual(have.spec, spec)) continue;
       const body = { apiVersion: `${EGRESS_GROUP}/${EGRESS_VERSION}`, kind: 'EgressEndpoints', metadata: { name, ...(have ? { resourceVersion: have.metadata?.resourceVersion } : {}) }, spec };
       await this.#write(`EgressEndpoints ${name}`, async () => {
-        const stored = await (have ? this.#o.http.update<KubeObject>(`${path}/${name}`, body, { signal }) : this.#o.http.create<KubeObject>(path, body, { signal }));
+        const stored = await (have ? this.#options.http.update<KubeObject>(`${path}/${name}`, body, { signal }) : this.#options.http.create<KubeObject>(path, body, { signal }));
         this.#endpoints.objects.set(name, stored);
       });
     }
     for (const name of [...this.#endpoints.objects.keys()]) {
       if (wanted.has(name)) continue;
       await this.#write(`EgressEndpoints ${name}`, async () => {
-        await this.#o.http.delete(`${path}/${name}`, { signal });
+        await this.#options.http.delete(`${path}/${name}`, { signal });
         this.#endpoints.objects.delete(name);
       });
     }
@@ -209,8 +208,8 @@ export class EgressController {
     if (isDeepStrictEqual({ node: old.node, eip: old.eip, conditions: old.conditions }, status)) return;
     const { namespace, name } = o.metadata ?? {};
     const path = namespace ? `${GROUP_PATH}/namespaces/${namespace}/egresspolicies/${name}/status` : `${GROUP_PATH}/egressclusterpolicies/${name}/status`;
-    if (old.node !== status.node || !isDeepStrictEqual(old.eip, eip)) this.#o.log.info('egress policy placed', { policy: s.id, node: s.placement?.node, eip, reason: s.reason });
-    await this.#write(`the status of egress policy ${s.id}`, () => this.#o.http.mergePatch(path, { status: { node: status.node ?? null, eip: eip ?? null, conditions: status.conditions } }, { signal }));
+    if (old.node !== status.node || !isDeepStrictEqual(old.eip, eip)) this.#options.log.info('egress policy placed', { policy: s.id, node: s.placement?.node, eip, reason: s.reason });
+    await this.#write(`the status of egress policy ${s.id}`, () => this.#options.http.mergePatch(path, { status: { node: status.node ?? null, eip: eip ?? null, conditions: status.conditions } }, { signal }));
   }
 
   async #inboundStatus(id: string, s: InboundStatus, o: KubeObject, signal: AbortSignal): Promise<void> {
@@ -220,8 +219,8 @@ export class EgressController {
     if (isDeepStrictEqual({ node: old.node, eip: old.eip, podIPs: old.podIPs ?? [], conditions: old.conditions }, status)) return;
     const { namespace, name } = o.metadata ?? {};
     const path = `${GROUP_PATH}/namespaces/${namespace}/${id.startsWith('FloatingIP') ? 'floatingips' : 'portforwards'}/${name}/status`;
-    if (old.node !== status.node || !isDeepStrictEqual(old.eip, eip) || old.conditions === undefined) this.#o.log.info('inbound EIP placed', { id, node: status.node, eip, reason: s.reason });
-    await this.#write(`the status of ${id}`, () => this.#o.http.mergePatch(path, { status: { node: status.node ?? null, eip: eip ?? null, podIPs: s.podIPs, conditions: status.conditions } }, { signal }));
+    if (old.node !== status.node || !isDeepStrictEqual(old.eip, eip) || old.conditions === undefined) this.#options.log.info('inbound EIP placed', { id, node: status.node, eip, reason: s.reason });
+    await this.#write(`the status of ${id}`, () => this.#options.http.mergePatch(path, { status: { node: status.node ?? null, eip: eip ?? null, podIPs: s.podIPs, conditions: status.conditions } }, { signal }));
   }
 
   async #gatewayStatus(g: GatewayStatus, signal: AbortSignal): Promise<void> {
@@ -230,6 +229,6 @@ export class EgressController {
     const old = isJson(o.status) ? o.status : {};
     const status = { nodes: g.nodes, conditions: [condition(g.ready, g.reason, g.message, old.conditions)] };
     if (isDeepStrictEqual({ nodes: old.nodes, conditions: old.conditions }, status)) return;
-    await this.#write(`the status of EgressGateway ${g.name}`, () => this.#o.http.mergePatch(`${GROUP_PATH}/egressgateways/${g.name}/status`, { status }, { signal }));
+    await this.#write(`the status of EgressGateway ${g.name}`, () => this.#options.http.mergePatch(`${GROUP_PATH}/egressgateways/${g.name}/status`, { status }, { signal }));
   }
 }

@@ -7,10 +7,11 @@
  */
 import { formatCIDR, formatIP, parseCIDR, tryParseIP } from '../ip/ip.ts';
 import type { CIDR } from '../ip/ip.ts';
+import { isJson } from '../json.ts';
 import { matchesLabels } from '../k8s/label-selector.ts';
 import type { Policy } from './api.ts';
-import { FORWARD_PROTOCOLS, parseEip } from './inbound.ts';
-import type { ForwardProtocol, InboundTarget } from './inbound.ts';
+import { FORWARD_PROTOCOLS, parseEip } from './eip.ts';
+import type { ForwardProtocol } from './eip.ts';
 import type { PolicyStatus } from './placement.ts';
 
 /** A pod as the controller sees it. */
@@ -24,6 +25,17 @@ export interface EgressPod {
 export interface EgressNamespace {
   name: string;
   labels: Readonly<Record<string, string>>;
+}
+
+/** Where the gateway sends one of the EIP's connections, and the node of that pod. */
+export interface InboundTarget {
+  node: string;
+  /** The pod's address (of the EIP address's family). */
+  ip: string;
+  /** A forward's; absent for a floating IP (every port and protocol). */
+  protocol?: ForwardProtocol;
+  port?: number;
+  podPort?: number;
 }
 
 /** The spec of an EgressEndpoints object. */
@@ -44,9 +56,6 @@ export function endpointsName(policyId: string): string {
   const slash = policyId.indexOf('/');
   return slash < 0 ? `c.${policyId}` : `ns-${policyId.slice(0, slash)}.${policyId.slice(slash + 1)}`;
 }
-
-type Json = Record<string, unknown>;
-const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** A running, scheduled pod with addresses, or undefined (host-network pods are never steered). */
 export function parseEgressPod(o: unknown): EgressPod | undefined {

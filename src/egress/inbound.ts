@@ -14,18 +14,12 @@
  * - A floating IP or forward keeps its EIP while its pod is missing (not Ready, reason
  *   PodNotFound), so a re-created pod is reachable again at the same address.
  */
-import { formatIP, tryParseIP } from '../ip/ip.ts';
+import { isJson } from '../json.ts';
 import type { Policy } from './api.ts';
-import type { EgressPod, EndpointsSpec } from './endpoints.ts';
+import { FORWARD_PROTOCOLS, parseEip } from './eip.ts';
+import type { EipAsked, ForwardProtocol } from './eip.ts';
+import type { EgressPod, EndpointsSpec, InboundTarget } from './endpoints.ts';
 import type { Placement, PolicyStatus } from './placement.ts';
-
-export const FORWARD_PROTOCOLS = ['TCP', 'UDP', 'SCTP'] as const;
-export type ForwardProtocol = (typeof FORWARD_PROTOCOLS)[number];
-
-export interface EipAsked {
-  ipv4?: string;
-  ipv6?: string;
-}
 
 interface InboundBase {
   /** `FloatingIP <namespace>/<name>` or `PortForward <namespace>/<name>`: its id in placement. */
@@ -61,26 +55,8 @@ export interface InvalidInbound {
   invalid: string;
 }
 
-type Json = Record<string, unknown>;
-const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
-
 const port = (v: unknown, field: string): number | string =>
   Number.isInteger(v) && (v as number) >= 1 && (v as number) <= 65535 ? (v as number) : `${field}: must be an integer 1-65535, not ${JSON.stringify(v)}`;
-
-/** Parses `spec.eip` ({ipv4?, ipv6?}, absent: {}), addresses normalised; a message naming the field when it is bad. */
-export function parseEip(v: unknown): EipAsked | string {
-  const eip: EipAsked = {};
-  if (v === undefined) return eip;
-  if (!isJson(v)) return 'spec.eip: must be an object';
-  for (const family of [4, 6] as const) {
-    const a = v[`ipv${family}`];
-    if (a === undefined) continue;
-    const ip = typeof a === 'string' ? tryParseIP(a) : undefined;
-    if (!ip || ip.family !== family) return `spec.eip.ipv${family}: not an IPv${family} address: ${JSON.stringify(a)}`;
-    eip[`ipv${family}`] = formatIP(ip);
-  }
-  return eip;
-}
 
 /** Parses a FloatingIP or PortForward object; a malformed one becomes an invalid value naming the field. */
 export function parseInbound(kind: Inbound['kind'], o: unknown): Inbound | InvalidInbound {
@@ -146,17 +122,6 @@ export function inboundPolicy(x: Inbound): Policy {
     id: x.id, gateway: x.gateway, namespaces: { name: x.namespace }, podSelector: { matchLabels: {}, matchExpressions: [] },
     destinations: [], source: 'EIP', ...x.eip, ...(x.kind === 'FloatingIP' ? { exclusive: true } : {}),
   };
-}
-
-/** Where the gateway sends one of the EIP's connections, and the node of that pod. */
-export interface InboundTarget {
-  node: string;
-  /** The pod's address (of the EIP address's family). */
-  ip: string;
-  /** A forward's; absent for a floating IP (every port and protocol). */
-  protocol?: ForwardProtocol;
-  port?: number;
-  podPort?: number;
 }
 
 /** The object name of an inbound resource's EgressEndpoints: `fip-<ns>.<name>` or `pf-<ns>.<name>` (never an egress policy's). */

@@ -45,14 +45,14 @@ export interface ElectionOptions {
  * Runs for election until `signal` aborts; while this candidate leads, `lead(signal)` runs with a
  * signal that aborts when leadership is lost.
  */
-export async function runElection(o: ElectionOptions, signal: AbortSignal, lead: (signal: AbortSignal) => Promise<void>): Promise<void> {
-  const now = o.now ?? Date.now;
-  const path = `${leasesPath(o.namespace)}/${CONTROLLER_LEASE}`;
+export async function runElection(options: ElectionOptions, signal: AbortSignal, lead: (signal: AbortSignal) => Promise<void>): Promise<void> {
+  const now = options.now ?? Date.now;
+  const path = `${leasesPath(options.namespace)}/${CONTROLLER_LEASE}`;
   let seen: { key: string; at: number } | undefined;
   let leading: { ctl: AbortController; done: Promise<void>; renewedAt: number } | undefined;
   const stopLeading = async (why: string) => {
     if (!leading) return;
-    o.log.warn('stopped leading the egress controller', { reason: why });
+    options.log.warn('stopped leading the egress controller', { reason: why });
     leading.ctl.abort();
     await leading.done;
     leading = undefined;
@@ -63,39 +63,39 @@ export async function runElection(o: ElectionOptions, signal: AbortSignal, lead:
         const t = now();
         let lease: LeaseObject | undefined;
         try {
-          lease = await o.http.get<LeaseObject>(path, { signal, timeoutMs: o.retryMs * 2 });
+          lease = await options.http.get<LeaseObject>(path, { signal, timeoutMs: options.retryMs * 2 });
         } catch (e) {
           if (statusOf(e) !== 404) throw e;
         }
-        const spec = { holderIdentity: o.identity, leaseDurationSeconds: Math.ceil(o.leaseDurationMs / 1000), renewTime: microTime(t) };
+        const spec = { holderIdentity: options.identity, leaseDurationSeconds: Math.ceil(options.leaseDurationMs / 1000), renewTime: microTime(t) };
         if (!lease) {
-          await o.http.create(leasesPath(o.namespace), { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: CONTROLLER_LEASE }, spec: { ...spec, acquireTime: microTime(t), leaseTransitions: 0 } }, { signal });
-        } else if (lease.spec?.holderIdentity === o.identity) {
-          await o.http.update(path, { ...lease, spec: { ...lease.spec, ...spec } }, { signal, timeoutMs: o.retryMs * 2 });
+          await options.http.create(leasesPath(options.namespace), { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: CONTROLLER_LEASE }, spec: { ...spec, acquireTime: microTime(t), leaseTransitions: 0 } }, { signal });
+        } else if (lease.spec?.holderIdentity === options.identity) {
+          await options.http.update(path, { ...lease, spec: { ...lease.spec, ...spec } }, { signal, timeoutMs: options.retryMs * 2 });
         } else {
           const key = `${lease.spec?.holderIdentity ?? ''} ${lease.spec?.renewTime ?? ''}`;
           if (seen?.key !== key) seen = { key, at: t };
           const durationMs = (lease.spec?.leaseDurationSeconds ?? 0) * 1000;
           if (lease.spec?.holderIdentity && t - seen.at <= durationMs) {
             await stopLeading(`${lease.spec.holderIdentity} holds the Lease`);
-            await sleep(o.retryMs, signal);
+            await sleep(options.retryMs, signal);
             continue;
           }
-          await o.http.update(path, { ...lease, spec: { ...spec, acquireTime: microTime(t), leaseTransitions: (lease.spec?.leaseTransitions ?? 0) + 1 } }, { signal });
-          o.log.info('took over the egress controller Lease', { from: lease.spec?.holderIdentity || undefined });
+          await options.http.update(path, { ...lease, spec: { ...spec, acquireTime: microTime(t), leaseTransitions: (lease.spec?.leaseTransitions ?? 0) + 1 } }, { signal });
+          options.log.info('took over the egress controller Lease', { from: lease.spec?.holderIdentity || undefined });
         }
         if (!leading) {
           const ctl = new AbortController();
-          o.log.info('leading the egress controller');
-          leading = { ctl, renewedAt: t, done: lead(AbortSignal.any([ctl.signal, signal])).catch((e: unknown) => o.log.error('the egress controller failed', { err: e })) };
+          options.log.info('leading the egress controller');
+          leading = { ctl, renewedAt: t, done: lead(AbortSignal.any([ctl.signal, signal])).catch((e: unknown) => options.log.error('the egress controller failed', { err: e })) };
         }
         leading.renewedAt = t;
       } catch (e) {
         if (signal.aborted) break;
-        if (leading && now() - leading.renewedAt > o.leaseDurationMs * 0.8) await stopLeading(`could not renew the Lease: ${(e as Error).message}`);
-        else if (statusOf(e) !== 409) o.log.warn('failed to read or write the egress controller Lease', { err: e });
+        if (leading && now() - leading.renewedAt > options.leaseDurationMs * 0.8) await stopLeading(`could not renew the Lease: ${(e as Error).message}`);
+        else if (statusOf(e) !== 409) options.log.warn('failed to read or write the egress controller Lease', { err: e });
       }
-      await sleep(o.retryMs, signal).catch(() => undefined);
+      await sleep(options.retryMs, signal).catch(() => undefined);
     }
   } finally {
     await stopLeading('stopping');
@@ -114,29 +114,29 @@ export interface HeartbeatOptions {
 export const heartbeatName = (node: string): string => `weft-egress-node-${node}`;
 
 /** Renews this node's heartbeat Lease every `intervalMs` until `signal` aborts. */
-export async function runHeartbeat(o: HeartbeatOptions, signal: AbortSignal): Promise<void> {
-  const path = `${leasesPath(o.namespace)}/${heartbeatName(o.node)}`;
+export async function runHeartbeat(options: HeartbeatOptions, signal: AbortSignal): Promise<void> {
+  const path = `${leasesPath(options.namespace)}/${heartbeatName(options.node)}`;
   let failing = false;
   while (!signal.aborted) {
     const renewTime = microTime(Date.now());
     try {
       try {
-        await o.http.mergePatch(path, { spec: { renewTime } }, { signal, timeoutMs: o.intervalMs * 2 });
+        await options.http.mergePatch(path, { spec: { renewTime } }, { signal, timeoutMs: options.intervalMs * 2 });
       } catch (e) {
         if (statusOf(e) !== 404) throw e;
-        await o.http.create(leasesPath(o.namespace), {
+        await options.http.create(leasesPath(options.namespace), {
           apiVersion: 'coordination.k8s.io/v1', kind: 'Lease',
-          metadata: { name: heartbeatName(o.node), labels: { [HEARTBEAT_LABEL]: o.node } },
-          spec: { holderIdentity: o.node, leaseDurationSeconds: Math.max(1, Math.ceil((o.intervalMs * 4) / 1000)), renewTime },
+          metadata: { name: heartbeatName(options.node), labels: { [HEARTBEAT_LABEL]: options.node } },
+          spec: { holderIdentity: options.node, leaseDurationSeconds: Math.max(1, Math.ceil((options.intervalMs * 4) / 1000)), renewTime },
         }, { signal });
       }
-      if (failing) o.log.info('renewing the egress heartbeat again');
+      if (failing) options.log.info('renewing the egress heartbeat again');
       failing = false;
     } catch (e) {
       if (signal.aborted) break;
-      if (!failing) o.log.warn('failed to renew the egress heartbeat Lease', { err: e });
+      if (!failing) options.log.warn('failed to renew the egress heartbeat Lease', { err: e });
       failing = true;
     }
-    await sleep(o.intervalMs, signal).catch(() => undefined);
+    await sleep(options.intervalMs, signal).catch(() => undefined);
   }
 }

@@ -76,7 +76,7 @@ const DEFAULT_DST: Record<Family, string> = { 4: '0.0.0.0/0', 6: '::/0' };
 const hostCidr = (ip: string) => parseCIDR(`${ip}/${ip.includes(':') ? 128 : 32}`, 'address');
 
 export class EgressNode {
-  readonly #o: EgressNodeOptions;
+  readonly #options: EgressNodeOptions;
   readonly #endpoints: Informer;
   readonly #state: string;
   readonly #loop = new PassLoop();
@@ -88,18 +88,18 @@ export class EgressNode {
   #otherChecked = false;
   #warned = new Set<string>();
 
-  constructor(o: EgressNodeOptions) {
-    this.#o = o;
-    this.#state = join(dirname(o.subnetFile), 'weft-egress.json');
-    this.#endpoints = new Informer({ http: o.http, path: `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}/egressendpoints`, log: o.log, onChange: () => this.#loop.poke() });
+  constructor(options: EgressNodeOptions) {
+    this.#options = options;
+    this.#state = join(dirname(options.subnetFile), 'weft-egress.json');
+    this.#endpoints = new Informer({ http: options.http, path: `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}/egressendpoints`, log: options.log, onChange: () => this.#loop.poke() });
   }
 
   /** Keeps the data plane until `signal` aborts (which leaves it in place). */
   async run(signal: AbortSignal): Promise<void> {
     const informing = this.#endpoints.run(signal);
-    const unsubscribe = this.#o.table.subscribe(() => this.#loop.poke());
+    const unsubscribe = this.#options.table.subscribe(() => this.#loop.poke());
     try {
-      await this.#loop.run({ signal, ready: this.#endpoints.synced, periodMs: this.#o.resyncMs, retryMs: 500, log: this.#o.log, what: 'applying the egress data plane' }, async () => {
+      await this.#loop.run({ signal, ready: this.#endpoints.synced, periodMs: this.#options.resyncMs, retryMs: 500, log: this.#options.log, what: 'applying the egress data plane' }, async () => {
         await this.reconcile();
       });
     } finally {
@@ -109,7 +109,7 @@ export class EgressNode {
   }
 
   get #families(): Family[] {
-    return [...(this.#o.config.enableIPv4 ? [4 as const] : []), ...(this.#o.config.enableIPv6 ? [6 as const] : [])];
+    return [...(this.#options.config.enableIPv4 ? [4 as const] : []), ...(this.#options.config.enableIPv6 ? [6 as const] : [])];
   }
 
   /** One level-triggered pass: render, then put the kernel in line. */
@@ -120,34 +120,34 @@ export class EgressNode {
       if (typeof e === 'string') this.#warnOnce(e);
       else endpoints.push(e);
     }
-    const own = this.#o.own();
-    const leases = this.#o.table.leases();
-    const inside: CIDR[] = [...this.#o.inside];
-    for (const c of [this.#o.config.network, this.#o.config.ipv6Network]) if (c) inside.push(c);
+    const own = this.#options.own();
+    const leases = this.#options.table.leases();
+    const inside: CIDR[] = [...this.#options.inside];
+    for (const c of [this.#options.config.network, this.#options.config.ipv6Network]) if (c) inside.push(c);
     for (const l of [own, ...leases]) {
       for (const ip of [l.attrs.publicIP, l.attrs.publicIPv6]) if (ip) inside.push({ ip, prefix: ip.family === 4 ? 32 : 128 });
     }
-    for (const a of [this.#o.ext.ifaceAddr, this.#o.ext.ifaceAddr6, this.#o.ext.extAddr, this.#o.ext.extAddr6]) if (a) inside.push(hostCidr(a));
+    for (const a of [this.#options.ext.ifaceAddr, this.#options.ext.ifaceAddr6, this.#options.ext.extAddr, this.#options.ext.extAddr6]) if (a) inside.push(hostCidr(a));
     const hops = new Map<string, NextHop>();
     for (const e of endpoints) {
-      const lease = this.#o.table.get(e.gateway);
-      if (!lease || e.gateway === this.#o.node) continue;
-      const plan = await this.#o.backend.plan(own, lease);
+      const lease = this.#options.table.get(e.gateway);
+      if (!lease || e.gateway === this.#options.node) continue;
+      const plan = await this.#options.backend.plan(own, lease);
       for (const [f, subnet] of [[4, lease.subnet], [6, lease.ipv6Subnet]] as const) {
         const r = subnet && plan.state.routes.find((x) => x.dst === formatCIDR(subnet));
-        if (r?.gateway) hops.set(`${e.gateway} ${f}`, { gateway: r.gateway, linkIndex: r.linkIndex ?? this.#o.ext.link.index, onlink: r.onlink });
+        if (r?.gateway) hops.set(`${e.gateway} ${f}`, { gateway: r.gateway, linkIndex: r.linkIndex ?? this.#options.ext.link.index, onlink: r.onlink });
       }
     }
     const result = renderDataplane({
-      node: this.#o.node, endpoints, families: this.#families, inside,
+      node: this.#options.node, endpoints, families: this.#families, inside,
       nextHop: (node, f) => hops.get(`${node} ${f}`),
-      ownAddress: { ...(this.#o.ext.ifaceAddr ? { 4: this.#o.ext.ifaceAddr } : {}), ...(this.#o.ext.ifaceAddr6 ? { 6: this.#o.ext.ifaceAddr6 } : {}) },
+      ownAddress: { ...(this.#options.ext.ifaceAddr ? { 4: this.#options.ext.ifaceAddr } : {}), ...(this.#options.ext.ifaceAddr6 ? { 6: this.#options.ext.ifaceAddr6 } : {}) },
     });
     for (const w of result.warnings) this.#warnOnce(w);
     await this.#eips(result.eips);
     await this.#routes(result);
     await this.#rules(result);
-    if (this.#o.engine === 'iptables') {
+    if (this.#options.engine === 'iptables') {
       for (const f of [4, 6] as const) {
         if (this.#families.includes(f) || !this.#otherChecked) await this.#iptables(f, result.plan && this.#families.includes(f) ? renderIptables(result.plan, f) : []);
       }
@@ -162,7 +162,7 @@ export class EgressNode {
 
   /** Makes family `f`'s iptables hold exactly `want` of ours (nothing: removes our chains). */
   async #iptables(f: Family, want: readonly IptablesEgressTable[], why = NOTHING_WANTED): Promise<void> {
-    const { run } = this.#o;
+    const { run } = this.#options;
     const [save, restore] = f === 4 ? ['iptables-save', 'iptables-restore'] : ['ip6tables-save', 'ip6tables-restore'];
     const saved = await run([save]);
     // Missing tools (or a kernel without the family) hold nothing of ours.
@@ -174,11 +174,11 @@ export class EgressNode {
     if (applied?.want === key && applied.listing === listing) return;
     const script = iptablesEgressRestore(want, have);
     if (script === undefined) return;
-    if (applied?.want === key) this.#o.log.warn('the egress rules drifted; putting them back', { iptables: save.replace('-save', '') });
+    if (applied?.want === key) this.#options.log.warn('the egress rules drifted; putting them back', { iptables: save.replace('-save', '') });
     await mustRun(run, `apply the IPv${f} egress rules`, [restore, '--noflush', '--wait'], script);
     if (want.length === 0) {
       this.#iptApplied.delete(f);
-      this.#o.log.info(`removed the egress rules: ${why}`, { iptables: save.replace('-save', '') });
+      this.#options.log.info(`removed the egress rules: ${why}`, { iptables: save.replace('-save', '') });
       return;
     }
     this.#iptApplied.set(f, { want: key, listing: JSON.stringify([...iptablesEgressState(await mustRun(run, `read the IPv${f} iptables rules`, [save]))]) });
@@ -187,23 +187,23 @@ export class EgressNode {
   #warnOnce(w: string): void {
     if (this.#warned.has(w)) return;
     this.#warned.add(w);
-    this.#o.log.warn(w);
+    this.#options.log.warn(w);
   }
 
   async #nft(script: string | undefined, why = NOTHING_WANTED): Promise<void> {
-    const { run } = this.#o;
+    const { run } = this.#options;
     const listed = await run(['nft', 'list', 'table', 'inet', NFT_EGRESS_TABLE]);
     const listing = listed.code === 0 ? listed.stdout : undefined;
     if (script === undefined) {
       if (listing !== undefined) {
         await mustRun(run, `delete table inet ${NFT_EGRESS_TABLE}`, ['nft', 'delete', 'table', 'inet', NFT_EGRESS_TABLE]);
-        this.#o.log.info(`removed the egress rules: ${why}`, { table: `inet ${NFT_EGRESS_TABLE}` });
+        this.#options.log.info(`removed the egress rules: ${why}`, { table: `inet ${NFT_EGRESS_TABLE}` });
       }
       this.#applied = undefined;
       return;
     }
     if (this.#applied?.script === script && this.#applied.listing === listing) return;
-    if (this.#applied?.script === script) this.#o.log.warn('the egress rules drifted; putting them back', { table: `inet ${NFT_EGRESS_TABLE}` });
+    if (this.#applied?.script === script) this.#options.log.warn('the egress rules drifted; putting them back', { table: `inet ${NFT_EGRESS_TABLE}` });
     await mustRun(run, `replace table inet ${NFT_EGRESS_TABLE}`, ['nft', '-f', '-'], `table inet ${NFT_EGRESS_TABLE} {}\ndelete table inet ${NFT_EGRESS_TABLE}\n${script}`);
     this.#applied = { script, listing: await mustRun(run, `list table inet ${NFT_EGRESS_TABLE}`, ['nft', 'list', 'table', 'inet', NFT_EGRESS_TABLE]) };
   }
@@ -211,23 +211,23 @@ export class EgressNode {
   async #rules(result: DataplaneResult): Promise<void> {
     for (const f of [4, 6] as const) {
       const flag = f === 4 ? '-4' : '-6';
-      const listed = JSON.parse((await mustRun(this.#o.run, 'list ip rules', ['ip', flag, '-j', 'rule', 'show'])) || '[]') as { priority?: number; fwmark?: string; fwmask?: string; table?: string }[];
+      const listed = JSON.parse((await mustRun(this.#options.run, 'list ip rules', ['ip', flag, '-j', 'rule', 'show'])) || '[]') as { priority?: number; fwmark?: string; fwmask?: string; table?: string }[];
       // `ip -j` prints the mark and its mask apart.
       const ours = listed.filter((r) => r.priority === EGRESS_RULE_PRIORITY).map((r) => ({ fwmark: r.fwmark && r.fwmask ? `${r.fwmark}/${r.fwmask}` : r.fwmark, table: r.table }));
       const want = result.rules.filter((r) => r.family === f);
       for (const r of want) {
         if (ours.some((h) => h.fwmark === r.fwmark && h.table === String(r.table))) continue;
-        await mustRun(this.#o.run, 'add an egress ip rule', ['ip', flag, 'rule', 'add', 'priority', String(EGRESS_RULE_PRIORITY), 'fwmark', r.fwmark, 'lookup', String(r.table)]);
+        await mustRun(this.#options.run, 'add an egress ip rule', ['ip', flag, 'rule', 'add', 'priority', String(EGRESS_RULE_PRIORITY), 'fwmark', r.fwmark, 'lookup', String(r.table)]);
       }
       for (const h of ours) {
         if (want.some((r) => h.fwmark === r.fwmark && h.table === String(r.table))) continue;
-        await mustRun(this.#o.run, 'delete a stale egress ip rule', ['ip', flag, 'rule', 'del', 'priority', String(EGRESS_RULE_PRIORITY), ...(h.fwmark ? ['fwmark', h.fwmark] : []), ...(h.table ? ['lookup', h.table] : [])]);
+        await mustRun(this.#options.run, 'delete a stale egress ip rule', ['ip', flag, 'rule', 'del', 'priority', String(EGRESS_RULE_PRIORITY), ...(h.fwmark ? ['fwmark', h.fwmark] : []), ...(h.table ? ['lookup', h.table] : [])]);
       }
     }
   }
 
   async #routes(result: DataplaneResult): Promise<void> {
-    const { handle } = this.#o;
+    const { handle } = this.#options;
     const have = (await handle.routeList({ protocol: EGRESS_RTPROT })).filter((r) => r.table >= EGRESS_TABLE_BASE && r.table < EGRESS_TABLE_BASE + MAX_GATEWAYS);
     for (const w of result.routes) {
       const dst = DEFAULT_DST[w.family];
@@ -256,7 +256,7 @@ export class EgressNode {
   }
 
   async #eips(wanted: readonly { family: Family; address: string }[]): Promise<void> {
-    const { handle, ext } = this.#o;
+    const { handle, ext } = this.#options;
     const recorded = await this.#readState();
     const on = new Set((await handle.addrList({ linkIndex: ext.link.index })).map((a) => a.address));
     const keep = wanted.map((w) => w.address);
@@ -265,13 +265,13 @@ export class EgressNode {
     for (const w of wanted) {
       if (on.has(w.address)) continue;
       await handle.addrReplace({ linkIndex: ext.link.index, address: w.address, prefixLen: w.family === 4 ? 32 : 128, flags: w.family === 6 ? IFA_F_NODAD : 0 });
-      this.#o.log.info('egress IP added to the external interface', { eip: w.address, iface: ext.link.name });
+      this.#options.log.info('egress IP added to the external interface', { eip: w.address, iface: ext.link.name });
       added = true;
     }
     for (const a of recorded) {
       if (keep.includes(a) || !on.has(a)) continue;
       await handle.addrDel({ linkIndex: ext.link.index, address: a, prefixLen: a.includes(':') ? 128 : 32 });
-      this.#o.log.info('egress IP removed from the external interface', { eip: a, iface: ext.link.name });
+      this.#options.log.info('egress IP removed from the external interface', { eip: a, iface: ext.link.name });
     }
     if (recorded.some((a) => !keep.includes(a))) await this.#writeState(keep);
     if (added) await this.#announce();
@@ -279,7 +279,7 @@ export class EgressNode {
 
   /** Gratuitous ARP and unsolicited NA for every address of the external interface. */
   async #announce(): Promise<void> {
-    const { ext, sysctl, handle } = this.#o;
+    const { ext, sysctl, handle } = this.#options;
     for (const key of [`net.ipv4.conf.${ext.link.name}.arp_notify`, `net.ipv6.conf.${ext.link.name}.ndisc_notify`]) {
       await sysctl.write(key, '1').catch((e: unknown) => this.#warnOnce(`cannot set ${key}, so moved EIPs are not announced: ${(e as Error).message}`));
     }

@@ -35,20 +35,20 @@ export interface InformerOptions {
 export class Informer {
   /** The objects by {@link objectKey}. */
   readonly objects = new Map<string, KubeObject>();
-  readonly #o: InformerOptions;
+  readonly #options: InformerOptions;
   readonly #reflector: Reflector<KubeObject>;
   #synced = false;
   #resolveSynced: () => void = () => {};
   /** Resolves after the first full list. */
   readonly synced: Promise<void>;
 
-  constructor(o: InformerOptions) {
-    this.#o = o;
+  constructor(options: InformerOptions) {
+    this.#options = options;
     this.synced = new Promise((resolve) => {
       this.#resolveSynced = resolve;
     });
     this.#reflector = new Reflector<KubeObject>({
-      http: o.http, path: o.path, resource: o.path.split('/').pop() ?? o.path, log: o.log, ...(o.query ? { query: o.query } : {}),
+      http: options.http, path: options.path, resource: options.path.split('/').pop() ?? options.path, log: options.log, ...(options.query ? { query: options.query } : {}),
       parse: (x) => x as KubeObject,
       onList: (items) => {
         this.objects.clear();
@@ -57,14 +57,14 @@ export class Informer {
           this.#synced = true;
           this.#resolveSynced();
         }
-        o.onChange();
+        options.onChange();
       },
       onChanges: (changes) => {
         for (const [k, v] of changes) {
           if (v === null) this.objects.delete(k);
           else this.objects.set(k, v);
         }
-        o.onChange();
+        options.onChange();
       },
     });
   }
@@ -79,8 +79,8 @@ export class Informer {
       try {
         await this.#reflector.run(signal);
       } catch (e) {
-        this.#o.log.error('cannot list or watch; trying again later', { path: this.#o.path, err: e });
-        await sleep(this.#o.refusedRetryMs ?? 60_000, signal).catch(() => undefined);
+        this.#options.log.error('cannot list or watch; trying again later', { path: this.#options.path, err: e });
+        await sleep(this.#options.refusedRetryMs ?? 60_000, signal).catch(() => undefined);
       }
     }
   }

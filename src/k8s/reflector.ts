@@ -81,17 +81,17 @@ const keyOf = (o: Meta): string | undefined => {
 };
 
 export class Reflector<T> {
-  readonly #o: ReflectorOptions<T>;
+  readonly #options: ReflectorOptions<T>;
   readonly #delay: (ms: number, signal: AbortSignal) => Promise<void>;
   readonly #now: () => number;
   readonly #name: string;
   #seen: string | undefined;
 
-  constructor(o: ReflectorOptions<T>) {
-    this.#o = o;
-    this.#delay = o.delay ?? sleep;
-    this.#now = o.now ?? Date.now;
-    this.#name = o.name ?? o.resource;
+  constructor(options: ReflectorOptions<T>) {
+    this.#options = options;
+    this.#delay = options.delay ?? sleep;
+    this.#now = options.now ?? Date.now;
+    this.#name = options.name ?? options.resource;
   }
 
   /**
@@ -100,8 +100,8 @@ export class Reflector<T> {
    */
   async run(signal: AbortSignal): Promise<void> {
     const watchBackoff = new Backoff(500, 2000);
-    const listBackoff = new Backoff(...(this.#o.listRetryMs ?? [1000, 30_000]));
-    const { log } = this.#o;
+    const listBackoff = new Backoff(...(this.#options.listRetryMs ?? [1000, 30_000]));
+    const { log } = this.#options;
     const name = this.#name;
     let rv: string | undefined;
     while (!signal.aborted) {
@@ -118,7 +118,7 @@ export class Reflector<T> {
         if (end.error) throw end.error;
         if (end.why) {
           log.info(`${rv === undefined ? 'relisting' : 'resuming the watch of'} ${name}: ${end.why}`);
-          this.#o.onRestart?.();
+          this.#options.onRestart?.();
         }
         if (end.progressed) {
           watchBackoff.reset();
@@ -129,12 +129,12 @@ export class Reflector<T> {
         if (e instanceof KubeApiError && e.status === 410) {
           rv = undefined;
           log.info(`relisting ${name}: 410 Gone`);
-          this.#o.onRestart?.();
+          this.#options.onRestart?.();
           continue;
         }
         if (!isRetryable(e)) throw e;
         log.warn(`watching ${name} failed; retrying`, { err: e });
-        this.#o.onRestart?.();
+        this.#options.onRestart?.();
       }
       await this.#delay(backoff.next(), signal).catch(() => {});
     }
@@ -142,8 +142,8 @@ export class Reflector<T> {
 
   /** Lists every object (paged) and hands them to onList; returns the list's resourceVersion. */
   async #relist(signal: AbortSignal): Promise<string> {
-    const { http, path, resource, parse, log } = this.#o;
-    const limit = String(this.#o.listPageSize ?? 500);
+    const { http, path, resource, parse, log } = this.#options;
+    const limit = String(this.#options.listPageSize ?? 500);
     let items = new Map<string, T>();
     let cont: string | undefined;
     let from = this.#seen ?? '0';
@@ -151,7 +151,7 @@ export class Reflector<T> {
     let pages = 0;
     for (;;) {
       signal.throwIfAborted();
-      const query: Record<string, string> = { ...this.#o.query, limit };
+      const query: Record<string, string> = { ...this.#options.query, limit };
       if (cont !== undefined) query.continue = cont;
       else if (from !== '') {
         query.resourceVersion = from;
@@ -159,7 +159,7 @@ export class Reflector<T> {
       }
       let page: { items?: Meta[]; metadata?: { resourceVersion?: string; continue?: string } };
       try {
-        page = await http.get(path, { query, signal, ...(this.#o.listTimeoutMs ? { timeoutMs: this.#o.listTimeoutMs } : {}) });
+        page = await http.get(path, { query, signal, ...(this.#options.listTimeoutMs ? { timeoutMs: this.#options.listTimeoutMs } : {}) });
       } catch (e) {
         const err = kubeError('list', resource, undefined, e);
         if (err instanceof KubeApiError && err.status === 410 && (cont !== undefined || from !== '')) {
@@ -184,14 +184,14 @@ export class Reflector<T> {
     }
     this.#seen = rv;
     log.info(`listed ${this.#name}`, { count: items.size, pages, resourceVersion: rv });
-    this.#o.onList(items);
+    this.#options.onList(items);
     return rv;
   }
 
   /** Watches from `rv` until the watch ends, fails, needs a relist or `stop` aborts. */
   #watchFrom(rv: string, stop: AbortSignal): Promise<WatchEnd> {
-    const { http, path, resource, parse, log } = this.#o;
-    const silenceMs = this.#o.watchSilenceMs ?? 60_000;
+    const { http, path, resource, parse, log } = this.#options;
+    const silenceMs = this.#options.watchSilenceMs ?? 60_000;
     const pending: Changes<T> = new Map();
     let flushing: NodeJS.Immediate | undefined;
     const flush = () => {
@@ -200,7 +200,7 @@ export class Reflector<T> {
       if (pending.size === 0) return;
       const batch = new Map(pending);
       pending.clear();
-      this.#o.onChanges(batch);
+      this.#options.onChanges(batch);
     };
     return new Promise<WatchEnd>((resolve) => {
       let last = rv;
@@ -250,8 +250,8 @@ export class Reflector<T> {
             log.debug('ignoring a watch event of unknown type', { type, resource });
         }
       };
-      const timeoutSeconds = this.#o.watchTimeoutSeconds ?? Math.floor(300 + Math.random() * 300);
-      const query = { ...this.#o.query, resourceVersion: rv, allowWatchBookmarks: 'true', timeoutSeconds: String(timeoutSeconds) };
+      const timeoutSeconds = this.#options.watchTimeoutSeconds ?? Math.floor(300 + Math.random() * 300);
+      const query = { ...this.#options.query, resourceVersion: rv, allowWatchBookmarks: 'true', timeoutSeconds: String(timeoutSeconds) };
       cancel = http.watch(path, query, onEvent, (err) => {
         if (err) finish({ error: kubeError('watch', resource, undefined, err) });
         else finish({ why: 'the API server closed the watch' });

@@ -20,9 +20,9 @@ export interface LocalRequestOptions {
 const UNAVAILABLE = new Set(['ENOENT', 'ECONNREFUSED', 'ENOTSOCK', 'ENOTDIR', 'EACCES', 'EPERM']);
 
 /** Sends `body` (with `protocol` added) to the socket at `path`; resolves with the result. */
-export function localRequest(path: string, body: Record<string, unknown>, o: LocalRequestOptions): Promise<unknown> {
-  const timeoutMs = o.timeoutMs ?? 60_000;
-  const maxBytes = o.maxAnswerBytes ?? 16 << 20;
+export function localRequest(path: string, body: Record<string, unknown>, options: LocalRequestOptions): Promise<unknown> {
+  const timeoutMs = options.timeoutMs ?? 60_000;
+  const maxBytes = options.maxAnswerBytes ?? 16 << 20;
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -37,7 +37,7 @@ export function localRequest(path: string, body: Record<string, unknown>, o: Loc
       else resolve(result);
     };
     const timer = setTimeout(() => done(new LocalSocketError('timeout', path, `no answer within ${timeoutMs} ms`)), timeoutMs);
-    s.on('connect', () => s.end(JSON.stringify({ ...body, protocol: o.protocol })));
+    s.on('connect', () => s.end(JSON.stringify({ ...body, protocol: options.protocol })));
     s.on('data', (chunk: Buffer) => {
       size += chunk.length;
       if (size > maxBytes) done(new LocalSocketError('malformed', path, `answer larger than ${maxBytes} bytes`));
@@ -46,7 +46,7 @@ export function localRequest(path: string, body: Record<string, unknown>, o: Loc
     s.on('end', () => {
       const answer = decodeAnswer(Buffer.concat(chunks));
       if (answer === undefined) return done(new LocalSocketError('malformed', path, 'the answer is not a local socket answer'));
-      if (answer.protocol !== o.protocol) return done(new LocalSocketError('protocol', path, `the server speaks protocol ${answer.protocol}, this client ${o.protocol}`));
+      if (answer.protocol !== options.protocol) return done(new LocalSocketError('protocol', path, `the server speaks protocol ${answer.protocol}, this client ${options.protocol}`));
       if (!answer.ok) return done(new LocalSocketError('failed', path, `${answer.error.code}: ${answer.error.message}`, { remoteCode: answer.error.code }));
       done(undefined, answer.result);
     });

@@ -1,3 +1,5 @@
+import { isJson } from '../json.ts';
+import type { Json } from '../json.ts';
 /**
  * The wire format of weftd's local sockets (the CNI socket, the admin socket): one JSON object
  * per connection in each direction, each ended by the sender closing its side (EOF), so a C
@@ -9,8 +11,6 @@
  * Answer:   `{"protocol":N,"ok":true,"result":...}` or
  *           `{"protocol":N,"ok":false,"error":{"code":"E...","message":"..."}}`
  */
-
-type Json = Record<string, unknown>;
 
 /** Error codes of a failed answer the layer itself produces. */
 export const LOCAL_CODE = {
@@ -37,10 +37,6 @@ export type LocalAnswer =
   | { protocol: number; ok: true; result: unknown }
   | { protocol: number; ok: false; error: LocalFailure };
 
-function isObject(v: unknown): v is Json {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 /** Why a request cannot be handled: the failure to answer with. */
 export type RequestCheck = { ok: true; request: Json } | { ok: false; error: LocalFailure };
 
@@ -55,7 +51,7 @@ export function decodeRequest(bytes: Buffer, protocol: number): RequestCheck {
   } catch (e) {
     return { ok: false, error: { code: LOCAL_CODE.BAD_REQUEST, message: `request is not JSON: ${(e as Error).message}` } };
   }
-  if (!isObject(v)) return { ok: false, error: { code: LOCAL_CODE.BAD_REQUEST, message: 'request is not a JSON object' } };
+  if (!isJson(v)) return { ok: false, error: { code: LOCAL_CODE.BAD_REQUEST, message: 'request is not a JSON object' } };
   if (v['protocol'] !== protocol) {
     return { ok: false, error: { code: LOCAL_CODE.PROTOCOL, message: `request speaks protocol ${JSON.stringify(v['protocol'])}, this socket speaks ${protocol}` } };
   }
@@ -84,9 +80,9 @@ export function decodeAnswer(bytes: Buffer): LocalAnswer | undefined {
   } catch {
     return undefined;
   }
-  if (!isObject(v) || typeof v['protocol'] !== 'number' || typeof v['ok'] !== 'boolean') return undefined;
+  if (!isJson(v) || typeof v['protocol'] !== 'number' || typeof v['ok'] !== 'boolean') return undefined;
   if (v['ok']) return { protocol: v['protocol'], ok: true, result: v['result'] };
   const e = v['error'];
-  if (!isObject(e) || typeof e['code'] !== 'string' || typeof e['message'] !== 'string') return undefined;
+  if (!isJson(e) || typeof e['code'] !== 'string' || typeof e['message'] !== 'string') return undefined;
   return { protocol: v['protocol'], ok: false, error: { code: e['code'], message: e['message'] } };
 }

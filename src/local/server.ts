@@ -19,11 +19,10 @@ import { createConnection, createServer } from 'node:net';
 import type { Server, Socket } from 'node:net';
 import { dirname, join } from 'node:path';
 import { ConfigError, WeftError } from '../errors.ts';
+import type { Json } from '../json.ts';
 import type { Logger } from '../log.ts';
 import { LOCAL_CODE, decodeRequest, encodeFailure, encodeResult } from './protocol.ts';
 import type { LocalFailure } from './protocol.ts';
-
-type Json = Record<string, unknown>;
 
 /**
  * Handles one request (already checked to be an object of the socket's protocol); returns the
@@ -69,15 +68,15 @@ function answers(path: string): Promise<boolean> {
 /** One local socket and its handler; see the file's comment. */
 export class LocalServer {
   readonly path: string;
-  readonly #o: LocalServerOptions;
+  readonly #options: LocalServerOptions;
   readonly #connections = new Set<Socket>();
   #server: Server | undefined;
   /** Device and inode of the socket file this server bound, to remove only its own. */
   #ino: { dev: number; ino: number } | undefined;
 
-  constructor(o: LocalServerOptions) {
-    this.path = o.path;
-    this.#o = o;
+  constructor(options: LocalServerOptions) {
+    this.path = options.path;
+    this.#options = options;
   }
 
   /**
@@ -92,7 +91,7 @@ export class LocalServer {
     if (existing && !existing.isSocket()) throw new ConfigError(path, 'exists and is not a socket: not replacing it');
     if (existing && (await answers(path))) throw new ConfigError(path, 'another server is answering on this socket');
     const server = createServer({ allowHalfOpen: true }, (s) => this.#serve(s));
-    server.maxConnections = this.#o.maxConnections ?? 64;
+    server.maxConnections = this.#options.maxConnections ?? 64;
     const private_ = mkdtempSync(join(dir, '.weft-sock-'));
     const temp = join(private_, 's');
     try {
@@ -113,9 +112,9 @@ export class LocalServer {
     }
     const st = lstatSync(path);
     this.#ino = { dev: st.dev, ino: st.ino };
-    server.on('error', (e) => this.#o.log.error('local socket server error', { socket: path, err: e }));
+    server.on('error', (e) => this.#options.log.error('local socket server error', { socket: path, err: e }));
     this.#server = server;
-    this.#o.log.info('serving local socket', { socket: path, protocol: this.#o.protocol });
+    this.#options.log.info('serving local socket', { socket: path, protocol: this.#options.protocol });
   }
 
   /** Stops accepting, drops open connections and removes the socket file if still ours. Idempotent. */
@@ -131,7 +130,7 @@ export class LocalServer {
 
   #serve(s: Socket): void {
     this.#connections.add(s);
-    const maxBytes = this.#o.maxRequestBytes ?? 1 << 20;
+    const maxBytes = this.#options.maxRequestBytes ?? 1 << 20;
     const chunks: Buffer[] = [];
     let size = 0;
     let answered = false;
@@ -142,10 +141,10 @@ export class LocalServer {
       clearTimeout(timer);
       s.end(text);
     };
-    const fail = (error: LocalFailure) => answer(encodeFailure(this.#o.protocol, error));
+    const fail = (error: LocalFailure) => answer(encodeFailure(this.#options.protocol, error));
     const timer = setTimeout(() => {
-      fail({ code: LOCAL_CODE.TIMEOUT, message: `request not complete within ${this.#o.requestTimeoutMs ?? 5000} ms` });
-    }, this.#o.requestTimeoutMs ?? 5000);
+      fail({ code: LOCAL_CODE.TIMEOUT, message: `request not complete within ${this.#options.requestTimeoutMs ?? 5000} ms` });
+    }, this.#options.requestTimeoutMs ?? 5000);
     s.on('data', (chunk: Buffer) => {
       if (answered) return;
       size += chunk.length;
@@ -158,7 +157,7 @@ export class LocalServer {
     s.on('end', () => {
       if (answered) return;
       clearTimeout(timer);
-      const check = decodeRequest(Buffer.concat(chunks), this.#o.protocol);
+      const check = decodeRequest(Buffer.concat(chunks), this.#options.protocol);
       if (!check.ok) {
         fail(check.error);
         return;
@@ -175,17 +174,17 @@ export class LocalServer {
 
   /** Runs the handler within its time; resolves with the answer's bytes, never rejects. */
   async #handle(request: Json, clientGone: AbortSignal): Promise<string> {
-    const ms = this.#o.handlerTimeoutMs ?? 60_000;
+    const ms = this.#options.handlerTimeoutMs ?? 60_000;
     const late = new AbortController();
     const timer = setTimeout(() => late.abort(new WeftError(LOCAL_CODE.TIMEOUT, `no answer within ${ms} ms`)), ms);
     const signal = AbortSignal.any([clientGone, late.signal]);
     const expired = new Promise<never>((_, reject) => signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true }));
     expired.catch(() => undefined);
     try {
-      return encodeResult(this.#o.protocol, await Promise.race([this.#o.handler(request, signal), expired]));
+      return encodeResult(this.#options.protocol, await Promise.race([this.#options.handler(request, signal), expired]));
     } catch (e) {
-      if (!(e instanceof WeftError) || (e.code !== LOCAL_CODE.TIMEOUT && e.code !== LOCAL_CODE.GONE)) this.#o.log.debug('local socket request failed', { socket: this.path, err: e });
-      return encodeFailure(this.#o.protocol, failureOf(e));
+      if (!(e instanceof WeftError) || (e.code !== LOCAL_CODE.TIMEOUT && e.code !== LOCAL_CODE.GONE)) this.#options.log.debug('local socket request failed', { socket: this.path, err: e });
+      return encodeFailure(this.#options.protocol, failureOf(e));
     } finally {
       clearTimeout(timer);
     }

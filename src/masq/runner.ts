@@ -134,12 +134,12 @@ const SETTLE_MS = 100;
  * (`full` false) but for one every `fullEveryMs`; when it dies, every check is full again. A
  * failed check is logged and tried again next period. Returns when `signal` aborts.
  */
-export async function runWatchedChecks(o: WatchedChecksOptions, signal: AbortSignal, check: (full: boolean) => Promise<void>): Promise<void> {
-  const delay = o.delay ?? sleep;
+export async function runWatchedChecks(options: WatchedChecksOptions, signal: AbortSignal, check: (full: boolean) => Promise<void>): Promise<void> {
+  const delay = options.delay ?? sleep;
   let changed = false;
   let wake: (() => void) | undefined;
   let live = false;
-  const watch = o.watcher?.(() => {
+  const watch = options.watcher?.(() => {
     changed = true;
     wake?.();
   });
@@ -148,7 +148,7 @@ export async function runWatchedChecks(o: WatchedChecksOptions, signal: AbortSig
     void watch.ended.then(() => {
       if (signal.aborted) return;
       live = false;
-      o.log.warn(`nft monitor ended; checking ${o.what} every period instead`, { periodSeconds: o.periodMs / 1000 });
+      options.log.warn(`nft monitor ended; checking ${options.what} every period instead`, { periodSeconds: options.periodMs / 1000 });
       wake?.();
     });
   }
@@ -158,20 +158,20 @@ export async function runWatchedChecks(o: WatchedChecksOptions, signal: AbortSig
       const woken = new Promise<void>((resolve) => (wake = resolve));
       try {
         // A change reported while the last check ran is checked at once.
-        if (!changed) await (live ? Promise.race([delay(o.periodMs, signal), woken]) : delay(o.periodMs, signal));
+        if (!changed) await (live ? Promise.race([delay(options.periodMs, signal), woken]) : delay(options.periodMs, signal));
         if (changed) await delay(SETTLE_MS, signal);
       } catch {
         return;
       }
       wake = undefined;
       if (signal.aborted) return;
-      const full = !live || changed || Date.now() - lastFull >= o.fullEveryMs;
+      const full = !live || changed || Date.now() - lastFull >= options.fullEveryMs;
       changed = false;
       try {
         if (full) lastFull = Date.now();
         await check(full);
       } catch (e) {
-        o.log.error(`failed to check ${o.what}; trying again next period`, { err: e });
+        options.log.error(`failed to check ${options.what}; trying again next period`, { err: e });
       }
     }
   } finally {

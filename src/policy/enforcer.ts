@@ -4,19 +4,14 @@
  *
  * DESIGN NOTES
  *
- * - Inputs: three reflectors (k8s/reflector.ts) keep every Pod, Namespace and NetworkPolicy of
- *   the cluster. Every Pod, not only this node's: peers of a podSelector run anywhere, and a
- *   pod's addresses are what the sets hold. Objects are parsed as they arrive and only the model
- *   values are kept; an invalid one is left out, with one warning per object and reason.
- * - Pods being wired: the CNI server (in-process) reports a pod's addresses before its ADD
- *   answers ({@link PolicyEnforcer.podWired}) and the ADD waits until the rules that hold them
- *   are applied, so a new pod is never unprotected, not even until the kubelet writes its
- *   status.podIPs. Until the Pod's status lists them, the wired addresses are added to the Pod's
- *   own. A Pod the watch has not shown yet is waited for (`podWaitMs`); if it never comes, the
- *   ADD fails and the runtime tries again: closed, never open.
+ * - Inputs: watched-model.ts keeps every Pod, Namespace and NetworkPolicy of the cluster, and
+ *   the addresses of pods the CNI server is wiring. The CNI server (in-process) reports a pod's
+ *   addresses before its ADD answers ({@link PolicyEnforcer.podWired}) and the ADD waits until
+ *   the rules that hold them are applied, so a new pod is never unprotected, not even until the
+ *   kubelet writes its status.podIPs.
  * - Apply: one render of the whole model per batch of changes (by a PolicyRenderer, which works
  *   out again only what the changed objects touch), in one `nft -f` transaction that sends only
- *   the sets, maps and chains that differ (render.ts, policyUpdate: a changed policy is the few
+ *   the sets, maps and chains that differ (nft-script.ts, policyUpdate: a changed policy is the few
  *   rules and the sets of the groups of pods it selects); the whole table after a failure or a
  *   drift. Each apply logs (debug) its render and nft times. Changes arriving during an apply are
  *   taken by the next one. The table goes when no policy selects a pod of the node; it stays when
@@ -32,29 +27,19 @@
  *   between two pods of the node crosses cni0 unseen by the forward hook.
  */
 import { ConfigError, WeftError } from '../errors.ts';
-import type { IP } from '../ip/ip.ts';
-import { Reflector } from '../k8s/reflector.ts';
-import type { Changes } from '../k8s/reflector.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
 import { execRunner, mustRun, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { Backoff, sleep } from '../retry.ts';
-import { isInvalid, parseNamespace, parseNetworkPolicy, parsePod } from './model.ts';
-import type { Invalid, Namespace, NetworkPolicy, Pod, PolicyModel } from './model.ts';
-import { BRIDGE_NF_SYSCTLS, NFT_POLICY_TABLE, PolicyRenderer, policyScript, policyUpdate } from './render.ts';
-import type { PolicyRuleset } from './render.ts';
+import { NFT_POLICY_TABLE, policyScript, policyUpdate } from './nft-script.ts';
+import type { PolicyRuleset } from './nft-script.ts';
+import { BRIDGE_NF_SYSCTLS, PolicyRenderer } from './render.ts';
+import { WatchedModel } from './watched-model.ts';
+import type { WiredPod } from './watched-model.ts';
 
 /** The whole table is compared with the kernel's this often, whatever the monitor said. */
 const FULL_CHECK_MS = 5 * 60_000;
-
-/** A pod the CNI server wired: its Pod's `namespace/name` and the addresses it was given. */
-export interface WiredPod {
-  namespace: string;
-  name: string;
-  containerId: string;
-  ips: readonly IP[];
-}
 
 export interface PolicyEnforcerOptions {
   http: KubeHttp;
@@ -75,42 +60,14 @@ export interface PolicyEnforcerOptions {
   watchSilenceMs?: number;
 }
 
-/** A stored object: its model value, or why it is left out. */
-type Stored<T> = T | Invalid;
-
-/**
- * The pods of the model: each valid Pod, with the addresses the CNI server wired on this node
- * added while its status does not list them yet. Pure.
- */
-export function modelPods(pods: Iterable<Stored<Pod>>, wired: Iterable<WiredPod>): Pod[] {
-  const extra = new Map<string, IP[]>();
-  for (const w of wired) extra.set(`${w.namespace}/${w.name}`, [...(extra.get(`${w.namespace}/${w.name}`) ?? []), ...w.ips]);
-  const out: Pod[] = [];
-  for (const p of pods) {
-    if (isInvalid(p)) continue;
-    const add = extra.get(`${p.namespace}/${p.name}`)?.filter((ip) => !p.ips.some((have) => have.value === ip.value && have.family === ip.family));
-    out.push(add && add.length > 0 ? { ...p, ips: [...p.ips, ...add] } : p);
-  }
-  return out;
-}
-
 /** Keeps `inet weft-policy` enforcing the cluster's NetworkPolicies on this node's pods. */
 export class PolicyEnforcer {
-  readonly #o: PolicyEnforcerOptions;
+  readonly #options: PolicyEnforcerOptions;
   readonly #log: Logger;
   readonly #run: Runner;
   readonly #sysctl: Sysctl;
-  readonly #pods = new Map<string, Stored<Pod>>();
-  readonly #namespaces = new Map<string, Stored<Namespace>>();
-  readonly #policies = new Map<string, Stored<NetworkPolicy>>();
-  /** By container ID. */
-  readonly #wired = new Map<string, WiredPod>();
-  /** `key` → the reason last warned about, so a bad object is reported once per problem. */
-  readonly #warned = new Map<string, string>();
-  /** Resources listed at least once; the first apply waits for all three. */
-  readonly #listed = new Set<string>();
-  /** Waiters for the Pod of a wired container to appear. */
-  readonly #podWaiters = new Set<() => void>();
+  /** What the rules are rendered from; the first apply waits until it is complete. */
+  readonly #inputs: WatchedModel;
   /** Keeps what it worked out from one model for the next: a policy changed is rendered in milliseconds. */
   readonly #renderer = new PolicyRenderer();
   /** What was last applied; undefined: no table, or unknown (the next apply loads it whole). */
@@ -134,11 +91,20 @@ export class PolicyEnforcer {
   #tasks: Promise<unknown>[] = [];
   #synced: { promise: Promise<void>; resolve: () => void; reject: (e: unknown) => void };
 
-  constructor(o: PolicyEnforcerOptions) {
-    this.#o = o;
-    this.#log = o.log;
-    this.#run = o.runner ?? execRunner();
-    this.#sysctl = o.sysctl ?? procSysctl;
+  constructor(options: PolicyEnforcerOptions) {
+    this.#options = options;
+    this.#log = options.log;
+    this.#run = options.runner ?? execRunner();
+    this.#sysctl = options.sysctl ?? procSysctl;
+    this.#inputs = new WatchedModel({
+      http: options.http, log: options.log,
+      onChange: () => {
+        this.#bump();
+        this.#kick();
+      },
+      ...(options.podWaitMs !== undefined ? { podWaitMs: options.podWaitMs } : {}),
+      ...(options.watchSilenceMs ? { watchSilenceMs: options.watchSilenceMs } : {}),
+    });
     this.#synced = Promise.withResolvers<void>();
     this.#synced.promise.catch(() => {});
   }
@@ -152,28 +118,7 @@ export class PolicyEnforcer {
     await requireNft(this.#run, '--network-policy', 'network policy');
     await this.#ensureBridgeNetfilter(true);
     const stop = AbortSignal.any([signal, this.#stop.signal]);
-    const reflect = <T>(path: string, resource: string, store: Map<string, Stored<T>>, parse: (o: unknown) => Stored<T>) => new Reflector<Stored<T>>({
-      http: this.#o.http, path, resource, log: this.#log, parse,
-      ...(this.#o.watchSilenceMs ? { watchSilenceMs: this.#o.watchSilenceMs } : {}),
-      onList: (items) => {
-        store.clear();
-        for (const [k, v] of items) store.set(k, v);
-        this.#listed.add(resource);
-        this.#changed(resource, items);
-      },
-      onChanges: (changes: Changes<Stored<T>>) => {
-        for (const [k, v] of changes) {
-          if (v === null) store.delete(k);
-          else store.set(k, v);
-        }
-        this.#changed(resource, changes);
-      },
-    }).run(stop);
-    const watches = [
-      reflect('/api/v1/pods', 'pods', this.#pods, parsePod),
-      reflect('/api/v1/namespaces', 'namespaces', this.#namespaces, parseNamespace),
-      reflect('/apis/networking.k8s.io/v1/networkpolicies', 'networkpolicies', this.#policies, parseNetworkPolicy),
-    ].map((w) => w.catch((e: unknown) => {
+    const watches = this.#inputs.watch(stop).map((w) => w.catch((e: unknown) => {
       // 401/403: enforcement cannot go on; the rules in place stay, and weftd says why.
       this.#log.error('network policy: a watch stopped for good; the rules in place stay as they are', { err: e });
       this.#synced.reject(e);
@@ -201,39 +146,22 @@ export class PolicyEnforcer {
    * applied (the ADD then fails, and the pod never runs unprotected).
    */
   async podWired(pod: WiredPod): Promise<void> {
-    const key = `${pod.namespace}/${pod.name}`;
-    this.#wired.set(pod.containerId, pod);
+    this.#inputs.wire(pod);
     try {
-      await this.#waitForPod(key);
+      await this.#inputs.waitForPod(pod);
       await this.#synced.promise;
       await this.#appliedThrough(this.#bump());
     } catch (e) {
-      this.#wired.delete(pod.containerId);
+      this.#inputs.unwire(pod.containerId);
       throw e;
     }
   }
 
   /** The CNI server unwired a container: its addresses are no longer added to its Pod's. */
   podUnwired(containerId: string): void {
-    if (!this.#wired.delete(containerId)) return;
+    if (!this.#inputs.unwire(containerId)) return;
     this.#bump();
     this.#kick();
-  }
-
-  async #waitForPod(key: string): Promise<void> {
-    const ms = this.#o.podWaitMs ?? 10_000;
-    const deadline = Date.now() + ms;
-    while (!this.#pods.has(key)) {
-      if (Date.now() >= deadline) throw new WeftError('ENETPOL', `network policy: Pod ${key} has not appeared in the watch of Pods within ${ms} ms, so which policies select it is unknown; not starting it unprotected`);
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(done, Math.max(1, deadline - Date.now()));
-        function done() {
-          clearTimeout(t);
-          resolve();
-        }
-        this.#podWaiters.add(done);
-      });
-    }
   }
 
   #bump(): number {
@@ -249,42 +177,9 @@ export class PolicyEnforcer {
     return w.promise;
   }
 
-  #changed(resource: string, items: Map<string, unknown>): void {
-    for (const [key, v] of items) {
-      const id = `${resource} ${key}`;
-      if (v !== null && isInvalid(v as object)) {
-        const why = (v as Invalid).invalid;
-        if (this.#warned.get(id) !== why) this.#log.warn(`network policy: ignoring an invalid object of ${resource}`, { object: key, reason: why });
-        this.#warned.set(id, why);
-      } else {
-        this.#warned.delete(id);
-      }
-    }
-    if (resource === 'pods') {
-      for (const done of this.#podWaiters) done();
-      this.#podWaiters.clear();
-      this.#forgetReported();
-    }
-    this.#bump();
-    this.#kick();
-  }
-
-  /** Wired addresses the Pod's status now lists (or of a Pod gone) need no adding any more. */
-  #forgetReported(): void {
-    for (const [id, w] of this.#wired) {
-      const pod = this.#pods.get(`${w.namespace}/${w.name}`);
-      if (pod && !isInvalid(pod) && w.ips.every((ip) => pod.ips.some((have) => have.value === ip.value))) this.#wired.delete(id);
-    }
-  }
-
-  #model(): PolicyModel {
-    const valid = <T extends object>(m: Map<string, Stored<T>>) => [...m.values()].filter((v): v is T => !isInvalid(v));
-    return { policies: valid(this.#policies), pods: modelPods(this.#pods.values(), this.#wired.values()), namespaces: valid(this.#namespaces) };
-  }
-
   /** Starts an apply unless one runs (which then runs once more). */
   #kick(): void {
-    if (this.#listed.size < 3 || this.#stop.signal.aborted) return;
+    if (!this.#inputs.complete || this.#stop.signal.aborted) return;
     if (this.#applying) {
       this.#again = true;
       return;
@@ -354,7 +249,7 @@ export class PolicyEnforcer {
    */
   async #apply(): Promise<boolean> {
     const started = performance.now();
-    const next = this.#renderer.render(this.#model(), this.#o.node);
+    const next = this.#renderer.render(this.#inputs.model(), this.#options.node);
     const script = this.#appliedKnown ? policyUpdate(this.#applied, next) : policyScript(next);
     if (script === '') return false;
     const had = this.#applied !== undefined;
@@ -365,7 +260,7 @@ export class PolicyEnforcer {
     this.#applied = next;
     this.#appliedKnown = true;
     if (!next && had) this.#log.info(`network policy: no policy selects a pod of this node; table inet ${NFT_POLICY_TABLE} removed`);
-    else if (next && !had) this.#log.info(`network policy: enforcing in table inet ${NFT_POLICY_TABLE}`, { policies: this.#policies.size });
+    else if (next && !had) this.#log.info(`network policy: enforcing in table inet ${NFT_POLICY_TABLE}`, { policies: this.#inputs.policyCount });
     return true;
   }
 
@@ -395,9 +290,9 @@ export class PolicyEnforcer {
   }
 
   async #repairLoop(signal: AbortSignal): Promise<void> {
-    const watcher = this.#o.watch ?? (this.#o.runner ? undefined : nftMonitor());
+    const watcher = this.#options.watch ?? (this.#options.runner ? undefined : nftMonitor());
     await runWatchedChecks({
-      periodMs: (this.#o.resyncSeconds ?? 5) * 1000, fullEveryMs: FULL_CHECK_MS, what: 'the network policy rules', log: this.#log,
+      periodMs: (this.#options.resyncSeconds ?? 5) * 1000, fullEveryMs: FULL_CHECK_MS, what: 'the network policy rules', log: this.#log,
       ...(watcher ? { watcher } : {}),
     }, signal, async (full) => {
       await this.#ensureBridgeNetfilter(false);

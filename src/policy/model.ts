@@ -26,6 +26,8 @@
  */
 import { containsCIDR, parseCIDR, tryParseIP } from '../ip/ip.ts';
 import type { CIDR, IP } from '../ip/ip.ts';
+import { isJson } from '../json.ts';
+import type { Json } from '../json.ts';
 import { parseLabelSelector } from '../k8s/label-selector.ts';
 import type { LabelSelector } from '../k8s/label-selector.ts';
 
@@ -104,9 +106,6 @@ export interface PolicyModel {
   pods: readonly Pod[];
   namespaces: readonly Namespace[];
 }
-
-type Json = Record<string, unknown>;
-const isJson = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** A field's problem, caught inside this module and turned into an {@link Invalid}. */
 class Bad extends Error {}

@@ -50,7 +50,7 @@
  * ports resolved on each local pod); a rule with neither peers nor ports makes the chain a bare
  * `return`; the chain ends with `drop`. Sets are intervals of concatenations, whose elements
  * must not overlap: ipBlock excepts are subtracted, and the union of the boxes of all rules is
- * cut into disjoint address ranges, each with its merged ports (disjointBoxes). So the rule
+ * cut into disjoint address ranges, each with its merged ports (ranges.ts, disjointBoxes). So the rule
  * count grows with the groups (at most the local pods, in practice the distinct combinations of
  * policies selecting them), never with pods × policies; set elements grow with peers × ports of
  * the rules, once in each group a rule's policy selects. A change to one policy rewrites the few rules and refills the sets of the groups
@@ -61,15 +61,17 @@
  * policy's namespace and name (`_` cannot occur in either), hashed when too long for the kernel.
  */
 import { createHash } from 'node:crypto';
-import { bits, formatIP, lastIP } from '../ip/ip.ts';
-import type { CIDR, Family, IP } from '../ip/ip.ts';
+import { bits, formatIP } from '../ip/ip.ts';
+import type { Family, IP } from '../ip/ip.ts';
 import { matchesLabels } from '../k8s/label-selector.ts';
 import { byNamespace, podsMatching, resolvePort } from './evaluate.ts';
 import type { Direction } from './evaluate.ts';
 import type { Namespace, NetworkPolicy, Pod, PolicyModel, PolicyPort, PolicyRule, Protocol } from './model.ts';
+import { policyScript } from './nft-script.ts';
+import type { NftSet, PolicyRuleset } from './nft-script.ts';
+import { cidrRange, disjointBoxes, formatPorts, formatRange, ipRange, merge, subtract } from './ranges.ts';
+import type { Range } from './ranges.ts';
 
-/** Weft's network policy table (family `inet`). */
-export const NFT_POLICY_TABLE = 'weft-policy';
 /** The sysctls (in the node's namespace) that must be 1 for same-node traffic to be seen. */
 export const BRIDGE_NF_SYSCTLS = ['net.bridge.bridge-nf-call-iptables', 'net.bridge.bridge-nf-call-ip6tables'] as const;
 
@@ -77,75 +79,11 @@ const FAMILIES: readonly Family[] = [4, 6];
 /** NFT_SET_MAXNAMELEN is 256 with the NUL; room is left for the suffixes. */
 const MAX_SET_NAME = 240;
 
-/** An inclusive range of addresses of one family, or of ports. */
-type Range = readonly [bigint, bigint];
-
-/** A named set or verdict map of the table. */
-export interface NftSet {
-  kind: 'set' | 'map';
-  name: string;
-  type: string;
-  interval: boolean;
-  elements: string[];
-}
-
-/**
- * The rules enforcing a model on one node, before they become `nft` text: {@link policyScript}
- * loads them whole, {@link policyUpdate} changes loaded ones into them.
- */
-export interface PolicyRuleset {
-  sets: NftSet[];
-  /** Chains in script order, the base chain `forward` last. */
-  chains: Map<string, string[]>;
-}
-
 const l3 = (f: Family) => (f === 4 ? 'ip' : 'ip6');
 const addrType = (f: Family) => (f === 4 ? 'ipv4_addr' : 'ipv6_addr');
 const protoName = (p: Protocol) => p.toLowerCase();
 
-/** Sorts and merges overlapping or adjacent ranges. */
-function merge(ranges: Range[]): Range[] {
-  const sorted = [...ranges].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
-  const out: [bigint, bigint][] = [];
-  for (const [lo, hi] of sorted) {
-    const last = out.at(-1);
-    if (last && lo <= last[1] + 1n) last[1] = hi > last[1] ? hi : last[1];
-    else out.push([lo, hi]);
-  }
-  return out;
-}
-
-/** `ranges` without the addresses of `holes` (all merged). */
-function subtract(ranges: Range[], holes: Range[]): Range[] {
-  const out: Range[] = [];
-  for (const [lo, hi] of merge(ranges)) {
-    let start = lo;
-    for (const [hlo, hhi] of merge(holes)) {
-      if (hhi < start || hlo > hi) continue;
-      if (hlo > start) out.push([start, hlo - 1n]);
-      start = hhi + 1n;
-    }
-    if (start <= hi) out.push([start, hi]);
-  }
-  return out;
-}
-
 const byValue = (a: IP, b: IP) => (a.value < b.value ? -1 : a.value > b.value ? 1 : 0);
-const cidrRange = (c: CIDR): Range => [c.ip.value, lastIP(c).value];
-const ipRange = (ip: IP): Range => [ip.value, ip.value];
-
-/** An address range as nft reads it: one address, a prefix when it is one, else `a-b`. */
-function formatRange(f: Family, [lo, hi]: Range): string {
-  const ip = (value: bigint) => formatIP({ family: f, value });
-  if (lo === hi) return ip(lo);
-  const size = hi - lo + 1n;
-  const hostBits = size.toString(2).length - 1;
-  if (size === 1n << BigInt(hostBits) && lo % size === 0n) return `${ip(lo)}/${bits(f) - hostBits}`;
-  return `${ip(lo)}-${ip(hi)}`;
-}
-
-const formatPorts = ([lo, hi]: Range) => (lo === hi ? `${lo}` : `${lo}-${hi}`);
-
 /** Port ranges per protocol admitted by `ports` towards `dst`, named ones resolved there. */
 function portRanges(ports: readonly PolicyPort[], dst: Pod | undefined, named: boolean): Map<Protocol, Range[]> {
   const out = new Map<Protocol, Range[]>();
@@ -233,42 +171,6 @@ function namedParts(model: PolicyModel, f: Family, policy: NetworkPolicy, rule: 
     if (ports.size > 0) parts.push(remote ? { local, remote, ports } : { local, ports });
   }
   return parts;
-}
-
-const samePorts = (a: readonly Range[], b: readonly Range[]) => a.length === b.length && a.every((r, i) => r[0] === b[i]![0] && r[1] === b[i]![1]);
-
-const compareRanges = (a: Range, b: Range) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0);
-
-/**
- * The union of (address range × port range) boxes as disjoint address ranges, each with its
- * merged port ranges (neighbours with equal ports merged): elements of an interval set of
- * concatenations must not overlap. Boxes of one address range are taken together (policies of
- * one group mostly share their peers), then a sweep over the range boundaries.
- */
-function disjointBoxes(boxes: readonly (readonly [Range, Range])[]): [Range, Range[]][] {
-  const sorted = [...boxes].sort((a, b) => compareRanges(a[0], b[0]));
-  const byRange: [Range, Range[]][] = [];
-  for (const [r, p] of sorted) {
-    const last = byRange.at(-1);
-    if (last && compareRanges(last[0], r) === 0) last[1].push(p);
-    else byRange.push([r, [p]]);
-  }
-  const cuts = [...new Set(byRange.flatMap(([r]) => [r[0], r[1] + 1n]))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-  const out: [Range, Range[]][] = [];
-  let active: [Range, Range[]][] = [];
-  let next = 0;
-  for (let i = 0; i + 1 < cuts.length; i++) {
-    const lo = cuts[i]!;
-    const hi = cuts[i + 1]! - 1n;
-    while (next < byRange.length && byRange[next]![0][0] <= lo) active.push(byRange[next++]!);
-    active = active.filter(([r]) => r[1] >= lo);
-    if (active.length === 0) continue;
-    const ports = merge(active.flatMap(([, p]) => p));
-    const last = out.at(-1);
-    if (last && last[0][1] + 1n === lo && samePorts(last[1], ports)) last[0] = [last[0][0], hi];
-    else out.push([[lo, hi], ports]);
-  }
-  return out;
 }
 
 /** `<remote> . <proto> . <ports>` elements of `parts` (all with ports), disjoint; `any` stands for an absent remote. */
@@ -467,78 +369,6 @@ export class PolicyRenderer {
 /** The sets and chains enforcing `model` on `node`'s pods; undefined when no policy selects one. */
 export function renderPolicy(model: PolicyModel, node: string): PolicyRuleset | undefined {
   return new PolicyRenderer().render(model, node);
-}
-
-/** `nft -f` lines deleting table `inet weft-policy` whether or not it exists. */
-const DELETE_TABLE = [`table inet ${NFT_POLICY_TABLE} {}`, `delete table inet ${NFT_POLICY_TABLE}`];
-
-/** A set's declaration, as the body of `set <name> { … }` lines or one `add set` line. */
-function setBody(s: NftSet): string[] {
-  return [`type ${s.type}`, ...(s.interval ? ['flags interval'] : []), ...(s.elements.length > 0 ? [`elements = { ${s.elements.join(', ')} }`] : [])];
-}
-
-/**
- * The `nft -f` script that, in one transaction, replaces table `inet weft-policy` with
- * `ruleset`, or only removes it when there is none. Equal inputs give byte-equal scripts. The
- * sets come first, then the group chains, then the maps jumping to them, then the base chain.
- */
-export function policyScript(ruleset: PolicyRuleset | undefined): string {
-  const lines = [...DELETE_TABLE];
-  if (ruleset) {
-    lines.push(`table inet ${NFT_POLICY_TABLE} {`);
-    const declare = (s: NftSet) => lines.push(`\t${s.kind} ${s.name} {`, ...setBody(s).map((l) => `\t\t${l}`), '\t}');
-    const chain = (name: string, rules: readonly string[]) => lines.push(`\tchain ${name} {`, ...rules.map((l) => `\t\t${l}`), '\t}');
-    for (const s of ruleset.sets) if (s.kind === 'set') declare(s);
-    for (const [name, rules] of ruleset.chains) if (name !== 'forward') chain(name, rules);
-    for (const s of ruleset.sets) if (s.kind === 'map') declare(s);
-    chain('forward', ruleset.chains.get('forward')!);
-    lines.push('}');
-  }
-  return `${lines.join('\n')}\n`;
-}
-
-/**
- * The `nft -f` script that, in one transaction, turns the loaded `from` into `to` touching only
- * what differs: a pod coming or going changes the elements of a few sets and maps (flushed and
- * filled again), a policy changed rewrites the chains of the groups it selects (a few rules each)
- * and their sets, and the rest of the table, with its thousands of elements, is not sent again.
- * In order: new chains are added (so map elements can jump to them), changed and gone chains
- * flushed (so nothing refers to what is deleted next), sets and maps that go (or change type)
- * deleted, new ones added, changed ones refilled, gone chains deleted (no map jumps to them any
- * more), and the changed chains' rules added. The whole script when either side has no table.
- * Empty when nothing differs.
- */
-export function policyUpdate(from: PolicyRuleset | undefined, to: PolicyRuleset | undefined): string {
-  if (!from || !to) return from === to ? '' : policyScript(to);
-  const t = `inet ${NFT_POLICY_TABLE}`;
-  const oldSets = new Map(from.sets.map((s) => [s.name, s]));
-  const newSets = new Map(to.sets.map((s) => [s.name, s]));
-  const sameType = (a: NftSet, b: NftSet) => a.kind === b.kind && a.type === b.type && a.interval === b.interval;
-  const sameRules = (a: readonly string[] | undefined, b: readonly string[]) => a !== undefined && a.length === b.length && a.every((l, i) => l === b[i]);
-  const changedChains = [...to.chains].filter(([name, rules]) => !sameRules(from.chains.get(name), rules));
-  const goneChains = [...from.chains.keys()].filter((name) => !to.chains.has(name));
-  const lines: string[] = [];
-  for (const [name] of changedChains) if (!from.chains.has(name)) lines.push(`add chain ${t} ${name}`);
-  for (const [name] of changedChains) if (from.chains.has(name)) lines.push(`flush chain ${t} ${name}`);
-  for (const name of goneChains) lines.push(`flush chain ${t} ${name}`);
-  for (const [name, s] of oldSets) {
-    const next = newSets.get(name);
-    if (!next || !sameType(s, next)) lines.push(`delete ${s.kind} ${t} ${name}`);
-  }
-  for (const [name, s] of newSets) {
-    const was = oldSets.get(name);
-    if (!was || !sameType(was, s)) lines.push(`add ${s.kind} ${t} ${name} { ${setBody(s).join('; ')}; }`);
-    else if (was.elements.join() !== s.elements.join()) {
-      lines.push(`flush ${s.kind} ${t} ${name}`);
-      if (s.elements.length > 0) lines.push(`add element ${t} ${name} { ${s.elements.join(', ')} }`);
-    }
-  }
-  for (const name of goneChains) lines.push(`delete chain ${t} ${name}`);
-  for (const [name, rules] of changedChains) {
-    // The base chain's first line is its declaration: kept by the flush, never a rule.
-    for (const rule of name === 'forward' ? rules.slice(1) : rules) lines.push(`add rule ${t} ${name} ${rule}`);
-  }
-  return lines.length === 0 ? '' : `${lines.join('\n')}\n`;
 }
 
 /**

@@ -24,7 +24,7 @@ export interface HealthServer {
 }
 
 /** Starts listening; rejects when the address cannot be bound (e.g. the port is taken). */
-export async function startHealthServer(o: HealthServerOptions): Promise<HealthServer> {
+export async function startHealthServer(options: HealthServerOptions): Promise<HealthServer> {
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     const reply = (status: number, body: string, type = 'text/plain; charset=utf-8') => {
@@ -33,21 +33,21 @@ export async function startHealthServer(o: HealthServerOptions): Promise<HealthS
     };
     if (req.method !== 'GET' && req.method !== 'HEAD') return reply(405, 'method not allowed\n');
     if (path === '/healthz') return reply(200, 'weftd is running\n');
-    if (path === '/readyz') return o.ready() ? reply(200, 'weftd is ready\n') : reply(503, 'weftd is not ready yet\n');
-    if (path === '/metrics') return reply(200, o.metrics.text(), o.metrics.contentType);
+    if (path === '/readyz') return options.ready() ? reply(200, 'weftd is ready\n') : reply(503, 'weftd is not ready yet\n');
+    if (path === '/metrics') return reply(200, options.metrics.text(), options.metrics.contentType);
     reply(404, 'not found\n');
   });
-  server.listen(o.port, o.host);
+  server.listen(options.port, options.host);
   try {
     await Promise.race([once(server, 'listening'), once(server, 'error').then(([e]) => Promise.reject(e as Error))]);
   } catch (e) {
-    throw new ConfigError('--healthz-port', `cannot serve on ${o.host}:${o.port}: ${(e as Error).message}`, { cause: e });
+    throw new ConfigError('--healthz-port', `cannot serve on ${options.host}:${options.port}: ${(e as Error).message}`, { cause: e });
   }
   // After binding, a server error (e.g. EMFILE on accept) is logged; the endpoints stay up.
-  server.on('error', (e) => o.log.error('health endpoint server error', { err: e }));
+  server.on('error', (e) => options.log.error('health endpoint server error', { err: e }));
   const addr = server.address();
-  const port = typeof addr === 'object' && addr ? addr.port : o.port;
-  o.log.info('serving /healthz, /readyz and /metrics', { address: `${o.host}:${port}` });
+  const port = typeof addr === 'object' && addr ? addr.port : options.port;
+  options.log.info('serving /healthz, /readyz and /metrics', { address: `${options.host}:${port}` });
   return {
     port,
     close: () => new Promise<void>((resolve) => {

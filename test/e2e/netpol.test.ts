@@ -14,7 +14,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import type { Protocol } from '../../src/policy/model.ts';
-import { NFT_POLICY_TABLE } from '../../src/policy/render.ts';
+import { NFT_POLICY_TABLE } from '../../src/policy/nft-script.ts';
 import { Cluster } from '../support/cluster.ts';
 import type { ClusterNode, Pod } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';

@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createBackend } from '../../src/backend/backend.ts';
+import { createBackend } from '../../src/backend/registry.ts';
 import type { Backend } from '../../src/backend/backend.ts';
 import { Network } from '../../src/backend/network.ts';
 import { NEXTHOP_ID_BASE } from '../../src/reconcile/desired.ts';

@@ -16,7 +16,7 @@ import { Etcd3 } from 'etcd3';
 import { PLUGIN_BIN, callPlugin } from './cni.ts';
 import { EtcdServer } from './etcd.ts';
 import { KubeApiServer } from './kube-apiserver.ts';
-import { attachToUnderlay, createNetns, forwardIntoNetns, joinUnderlay } from './netns.ts';
+import { attachToUnderlay, createNetns, forwardIntoNetns, joinUnderlay, withMounts } from './netns.ts';
 import type { Netns } from './netns.ts';
 import { until } from './until.ts';
 
@@ -62,9 +62,14 @@ export interface ClusterNode {
   daemon: Daemon;
 }
 
-/** Runs bin/weftd in `ns` with `args` and only `env` (plus PATH); stderr is kept for {@link Daemon.log}. */
-export function spawnWeftd(ns: Netns, args: readonly string[], env: Record<string, string> = {}): Daemon {
-  const proc = spawn('ip', ['netns', 'exec', ns.name, WEFTD_BIN, ...args], { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+/**
+ * Runs bin/weftd in `ns` with `args` and only `env` (plus PATH), seeing `mounts` (see withMounts
+ * in netns.ts) when given; stderr is kept for {@link Daemon.log}.
+ */
+export function spawnWeftd(ns: Netns, args: readonly string[], env: Record<string, string> = {}, mounts?: Record<string, string>): Daemon {
+  const argv = ['netns', 'exec', ns.name, WEFTD_BIN, ...args];
+  const [file, fileArgs] = mounts ? withMounts(mounts, 'ip', argv) : ['ip', argv];
+  const proc = spawn(file, fileArgs, { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
   let text = '';
   proc.stderr!.on('data', (c: Buffer) => (text += c.toString()));
   const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));

@@ -5,6 +5,7 @@
  */
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { withMounts } from './netns.ts';
 import type { Netns } from './netns.ts';
 
 /** The Weft CNI plugin launcher of this checkout: the TypeScript plugin (the fallback). */
@@ -25,6 +26,8 @@ export interface CniCall {
   path?: string;
   /** Further environment entries (CNI_ARGS, or overrides such as an empty CNI_COMMAND). */
   env?: Record<string, string>;
+  /** Node path → this machine's directory bound there for the call: see withMounts in netns.ts. */
+  mounts?: Record<string, string>;
 }
 
 export interface CniReply {
@@ -43,7 +46,8 @@ export function callPlugin(plugin: string, node: Netns | undefined, call: CniCal
   if (call.ifname !== undefined) env.CNI_IFNAME = call.ifname;
   if (call.netns !== undefined) env.CNI_NETNS = call.netns;
   Object.assign(env, call.env);
-  const [file, args] = node ? ['ip', ['netns', 'exec', node.name, plugin]] : [plugin, []];
+  let [file, args] = node ? ['ip', ['netns', 'exec', node.name, plugin]] : [plugin, [] as string[]];
+  if (call.mounts) [file, args] = withMounts(call.mounts, file, args);
   return new Promise((resolve, reject) => {
     const child = execFile(file, args, { env, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
       const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;

@@ -149,3 +149,14 @@ export async function forwardIntoNetns(ns: Netns, port: number, socketPath: stri
     }
   };
 }
+
+/**
+ * The command line that runs `file args` in a mount namespace of its own where each machine
+ * directory of `mounts` is bound at its key (a path as a node has it; the mount point must exist):
+ * how a process of one node of this machine sees that node's files.
+ */
+export function withMounts(mounts: Record<string, string>, file: string, args: readonly string[]): [string, string[]] {
+  const binds = Object.entries(mounts).flatMap(([at, from]) => [from, at]);
+  const script = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 1; shift 2; done; shift; exec "$@"';
+  return ['unshare', ['--mount', '--propagation', 'slave', 'sh', '-c', script, 'sh', ...binds, '--', file, ...args]];
+}

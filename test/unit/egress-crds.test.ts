@@ -10,7 +10,8 @@ import { parseAllDocuments } from 'yaml';
 import {
   DEFAULT_LIMIT, EGRESS_GROUP, EGRESS_SOURCES, EGRESS_VERSION, EIP_ALLOCATION_MODES, NODE_SELECTION_MODES, parseGateway, parsePolicy,
 } from '../../src/egress/api.ts';
-import { FORWARD_PROTOCOLS, parseInbound } from '../../src/egress/inbound.ts';
+import { FORWARD_PROTOCOLS } from '../../src/egress/eip.ts';
+import { parseInbound } from '../../src/egress/inbound.ts';
 import { pruneAndDefault, validateSchema } from '../support/kube-api/schema.ts';
 import type { Obj } from '../support/kube-api/status.ts';
 

@@ -263,8 +263,12 @@ test('the Dockerfile: weftd is the entry point, the runtime stage has both rules
   assert.deepEqual(JSON.parse(entrypoint), ['/opt/weft/bin/weftd']);
   assert.deepEqual(weftd.command, ['/opt/weft/bin/weftd']);
   const runtime = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '));
-  const install = /apt-get install[^&]*/.exec(runtime)?.[0] ?? '';
-  for (const pkg of ['nftables', 'iptables', 'libnl-3-200', 'libnl-route-3-200']) assert.match(install, new RegExp(`\\s${pkg}(\\s|$)`), pkg);
+  // The runtime stage installs RUN_PACKAGES where its base lacks them; make image's base has them.
+  assert.match(runtime, /^ARG RUN_PACKAGES$/m);
+  assert.match(runtime, /apt-get install[^&]*\$missing/);
+  const packages = (/^ARG RUN_PACKAGES="([^"]*)"$/m.exec(dockerfile)?.[1] ?? '').split(' ');
+  for (const pkg of ['nftables', 'iptables', 'libnl-3-200', 'libnl-route-3-200', 'libstdc++6']) assert.ok(packages.includes(pkg), pkg);
+  assert.match(runtime, /^COPY --from=build \/usr\/local\/bin\/node \/usr\/local\/bin\/node$/m, "the runtime stage's Node is the build stage's, without npm");
   // bin/weftd execs <root>/node_modules/.bin/node; install-cni copies bin/weft-node and bin/weft.cjs.
   for (const link of ['node_modules/.bin/node', 'bin/weft-node', 'bin/weft.cjs']) assert.match(runtime, new RegExp(`ln -sf \\S+ ${link.replaceAll('.', '\\.')}\\b`), link);
   // The native plugin install-cni copies is built (static) and in the runtime stage.
@@ -272,4 +276,10 @@ test('the Dockerfile: weftd is the entry point, the runtime stage has both rules
   assert.match(runtime, /^COPY --from=build .*\/src\/dist\/weft-cni .*dist\/$/m);
   const pinned = (JSON.parse(read('package.json')) as { devDependencies: Record<string, string> }).devDependencies['node'];
   assert.equal(/^ARG NODE_VERSION=(\S+)$/m.exec(dockerfile)?.[1], pinned, "the image's Node is package.json's pinned one");
+});
+
+test("the image daemonset.yaml runs is the one make image tags: weft:<package.json's version>", () => {
+  const version = (JSON.parse(read('package.json')) as { version: string }).version;
+  assert.equal(weftd.image, `weft:${version}`);
+  assert.match(read('Makefile'), /^IMAGE := weft:\$\(VERSION\)$/m);
 });

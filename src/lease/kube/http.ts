@@ -70,11 +70,11 @@ export class KubeHttp {
     return { url, opts: { ...opts, method, headers: { ...(opts.headers as Record<string, string> | undefined), Accept: 'application/json', ...headers } } };
   }
 
-  async #call(method: string, path: string, o: CallOptions, body?: { type: string; text: string }): Promise<unknown> {
-    const { url, opts } = await this.#open(method, path, o.query, body ? { 'Content-Type': body.type } : {});
-    const timeoutMs = o.timeoutMs ?? 60_000;
+  async #call(method: string, path: string, options: CallOptions, body?: { type: string; text: string }): Promise<unknown> {
+    const { url, opts } = await this.#open(method, path, options.query, body ? { 'Content-Type': body.type } : {});
+    const timeoutMs = options.timeoutMs ?? 60_000;
     const { status, text } = await new Promise<{ status: number; text: string }>((resolve, reject) => {
-      const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, { ...opts, timeout: timeoutMs, ...(o.signal ? { signal: o.signal } : {}) }, (res) => {
+      const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, { ...opts, timeout: timeoutMs, ...(options.signal ? { signal: options.signal } : {}) }, (res) => {
         readBody(res).then((t) => resolve({ status: res.statusCode ?? 0, text: t }), reject);
       });
       req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
@@ -86,33 +86,33 @@ export class KubeHttp {
   }
 
   /** `GET <path>`, the answer parsed. */
-  get<T>(path: string, o: CallOptions = {}): Promise<T> {
-    return this.#call('GET', path, o) as Promise<T>;
+  get<T>(path: string, options: CallOptions = {}): Promise<T> {
+    return this.#call('GET', path, options) as Promise<T>;
   }
 
   /** `PATCH <path>` with a strategic merge patch (what kubectl patch sends by default). */
-  async strategicPatch(path: string, patch: object, o: CallOptions = {}): Promise<void> {
-    await this.#call('PATCH', path, o, { type: 'application/strategic-merge-patch+json', text: JSON.stringify(patch) });
+  async strategicPatch(path: string, patch: object, options: CallOptions = {}): Promise<void> {
+    await this.#call('PATCH', path, options, { type: 'application/strategic-merge-patch+json', text: JSON.stringify(patch) });
   }
 
   /** `POST <path>` with `body` (a create); the object as stored. */
-  create<T>(path: string, body: object, o: CallOptions = {}): Promise<T> {
-    return this.#call('POST', path, o, { type: 'application/json', text: JSON.stringify(body) }) as Promise<T>;
+  create<T>(path: string, body: object, options: CallOptions = {}): Promise<T> {
+    return this.#call('POST', path, options, { type: 'application/json', text: JSON.stringify(body) }) as Promise<T>;
   }
 
   /** `PUT <path>` with `body` (an update; its metadata.resourceVersion makes it conditional); the object as stored. */
-  update<T>(path: string, body: object, o: CallOptions = {}): Promise<T> {
-    return this.#call('PUT', path, o, { type: 'application/json', text: JSON.stringify(body) }) as Promise<T>;
+  update<T>(path: string, body: object, options: CallOptions = {}): Promise<T> {
+    return this.#call('PUT', path, options, { type: 'application/json', text: JSON.stringify(body) }) as Promise<T>;
   }
 
   /** `PATCH <path>` with a JSON merge patch (RFC 7386), as custom resources take it. */
-  async mergePatch(path: string, patch: object, o: CallOptions = {}): Promise<void> {
-    await this.#call('PATCH', path, o, { type: 'application/merge-patch+json', text: JSON.stringify(patch) });
+  async mergePatch(path: string, patch: object, options: CallOptions = {}): Promise<void> {
+    await this.#call('PATCH', path, options, { type: 'application/merge-patch+json', text: JSON.stringify(patch) });
   }
 
   /** `DELETE <path>`. */
-  async delete(path: string, o: CallOptions = {}): Promise<void> {
-    await this.#call('DELETE', path, o);
+  async delete(path: string, options: CallOptions = {}): Promise<void> {
+    await this.#call('DELETE', path, options);
   }
 
   /**

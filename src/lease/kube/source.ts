@@ -110,7 +110,7 @@ function sameCIDR(a: CIDR | undefined, b: CIDR | undefined): boolean {
 
 export class KubeLeaseSource implements LeaseSource {
   readonly name = 'kube';
-  readonly #o: KubeSourceOptions;
+  readonly #options: KubeSourceOptions;
   readonly #kc: KubeConfig;
   readonly #http: KubeHttp;
   readonly #keys: AnnotationKeys;
@@ -127,39 +127,39 @@ export class KubeLeaseSource implements LeaseSource {
   readonly #warned = new Map<string, string>();
   readonly #closed = new AbortController();
 
-  private constructor(o: KubeSourceOptions, kc: KubeConfig, keys: AnnotationKeys) {
-    this.#o = o;
+  private constructor(options: KubeSourceOptions, kc: KubeConfig, keys: AnnotationKeys) {
+    this.#options = options;
     this.#kc = kc;
     this.#http = new KubeHttp(kc);
     this.#keys = keys;
-    this.#log = o.log.child({ component: 'kube' });
-    this.#delay = o.delay ?? sleep;
-    this.#now = o.now ?? (() => performance.now());
+    this.#log = options.log.child({ component: 'kube' });
+    this.#delay = options.delay ?? sleep;
+    this.#now = options.now ?? (() => performance.now());
   }
 
   /** Validates the flags (ConfigError naming the flag) and builds the client; connects lazily. */
-  static create(o: KubeSourceOptions): KubeLeaseSource {
-    const keys = annotationKeys(o.annotationPrefix ?? DEFAULT_ANNOTATION_PREFIX);
-    return new KubeLeaseSource(o, kubeConfigFromFlags(o, o.env ?? process.env), keys);
+  static create(options: KubeSourceOptions): KubeLeaseSource {
+    const keys = annotationKeys(options.annotationPrefix ?? DEFAULT_ANNOTATION_PREFIX);
+    return new KubeLeaseSource(options, kubeConfigFromFlags(options, options.env ?? process.env), keys);
   }
 
   async networkConfig(signal: AbortSignal): Promise<NetConfig> {
     let text: string;
     try {
-      text = await readFile(this.#o.netConfigPath, { encoding: 'utf8', signal });
+      text = await readFile(this.#options.netConfigPath, { encoding: 'utf8', signal });
     } catch (e) {
-      throw new ConfigError('--net-config-path', `cannot read ${this.#o.netConfigPath}: ${(e as Error).message}`, { cause: e });
+      throw new ConfigError('--net-config-path', `cannot read ${this.#options.netConfigPath}: ${(e as Error).message}`, { cause: e });
     }
     // Kube mode parses only; SubnetLen/Min/Max do not apply (pod CIDRs are authoritative).
-    const cfg = parseNetConfig(text, this.#o.netConfigPath);
+    const cfg = parseNetConfig(text, this.#options.netConfigPath);
     this.#config = cfg;
-    this.#log.info('read the network configuration', { file: this.#o.netConfigPath, network: cfg.network && formatCIDR(cfg.network), ipv6Network: cfg.ipv6Network && formatCIDR(cfg.ipv6Network), backend: cfg.backend.type });
+    this.#log.info('read the network configuration', { file: this.#options.netConfigPath, network: cfg.network && formatCIDR(cfg.network), ipv6Network: cfg.ipv6Network && formatCIDR(cfg.ipv6Network), backend: cfg.backend.type });
     return cfg;
   }
 
   /** Our Node's name, resolved once (NODE_NAME or the pod's spec.nodeName). */
   nodeName(signal: AbortSignal): Promise<string> {
-    this.#nodeName ??= this.#retry('find our Node name', signal, () => resolveNodeName(this.#o.env ?? process.env, async (namespace, name) => {
+    this.#nodeName ??= this.#retry('find our Node name', signal, () => resolveNodeName(this.#options.env ?? process.env, async (namespace, name) => {
       try {
         return (await this.#http.get<{ spec?: { nodeName?: string } }>(`/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}`)).spec?.nodeName;
       } catch (e) {
@@ -283,13 +283,13 @@ export class KubeLeaseSource implements LeaseSource {
     const own = await this.nodeName(stop);
     const nodes = new Reflector<Watched>({
       http: this.#http, path: '/api/v1/nodes', resource: 'nodes', name: 'Nodes', log: this.#log,
-      listPageSize: this.#o.listPageSize ?? 250, listTimeoutMs: this.#o.listTimeoutMs ?? 60_000,
+      listPageSize: this.#options.listPageSize ?? 250, listTimeoutMs: this.#options.listTimeoutMs ?? 60_000,
       // Without a Node list a node cannot follow the cluster: retried as fast as a watch.
       listRetryMs: [500, 2000],
-      ...(this.#o.watchSilenceMs !== undefined ? { watchSilenceMs: this.#o.watchSilenceMs } : {}),
-      ...(this.#o.watchTimeoutSeconds !== undefined ? { watchTimeoutSeconds: this.#o.watchTimeoutSeconds } : {}),
+      ...(this.#options.watchSilenceMs !== undefined ? { watchSilenceMs: this.#options.watchSilenceMs } : {}),
+      ...(this.#options.watchTimeoutSeconds !== undefined ? { watchTimeoutSeconds: this.#options.watchTimeoutSeconds } : {}),
       delay: this.#delay, now: this.#now,
-      onRestart: () => this.#o.observer?.watchRestarted?.(),
+      onRestart: () => this.#options.observer?.watchRestarted?.(),
       // Each Node is turned into its lease as it arrives: no Node object outlives its page or
       // event. An unchanged lease is the table's own object, so a relist does not hold the table
       // twice while its pages come in.
@@ -389,9 +389,9 @@ export class KubeLeaseSource implements LeaseSource {
    * a failure is logged, never thrown: the data plane works without the condition.
    */
   async complete(signal: AbortSignal): Promise<void> {
-    if (this.#o.setNodeNetworkUnavailable === false) return;
+    if (this.#options.setNodeNetworkUnavailable === false) return;
     const name = await this.nodeName(signal);
-    const deadline = this.#now() + (this.#o.completeTimeoutMs ?? 30_000);
+    const deadline = this.#now() + (this.#options.completeTimeoutMs ?? 30_000);
     const backoff = new Backoff(1000, 30_000);
     for (;;) {
       try {

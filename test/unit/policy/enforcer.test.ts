@@ -2,13 +2,10 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { podOfArgs } from '../../../src/cni/args.ts';
 import { ConfigError } from '../../../src/errors.ts';
-import { parseIP } from '../../../src/ip/ip.ts';
 import { KubeHttp } from '../../../src/lease/kube/http.ts';
 import { silentLogger } from '../../../src/log.ts';
 import type { Runner, Sysctl } from '../../../src/masq/runner.ts';
-import { isInvalid, parsePod } from '../../../src/policy/model.ts';
-import { PolicyEnforcer, modelPods } from '../../../src/policy/enforcer.ts';
-import { podObject } from '../../support/netpol-cluster.ts';
+import { PolicyEnforcer } from '../../../src/policy/enforcer.ts';
 import { KubeConfig } from '@kubernetes/client-node';
 
 test('the Pod of a CNI call comes from CNI_ARGS, when both its namespace and name are there', () => {
@@ -16,23 +13,6 @@ test('the Pod of a CNI call comes from CNI_ARGS, when both its namespace and nam
   assert.equal(podOfArgs({ CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAMESPACE=x' }), undefined);
   assert.equal(podOfArgs({ CNI_ARGS: 'K8S_POD_NAMESPACE=;K8S_POD_NAME=a' }), undefined);
   assert.equal(podOfArgs({}), undefined);
-});
-
-test("a wired pod's addresses are added to its Pod's until its status lists them", () => {
-  const pending = podObject('x/a') as { status: Record<string, unknown> };
-  pending.status = { phase: 'Pending' };
-  const pod = parsePod(pending);
-  const other = parsePod(podObject('x/b'));
-  const bad = parsePod({ metadata: { name: 'bad' } });
-  assert.ok(!isInvalid(pod) && !isInvalid(other) && isInvalid(bad));
-  const wired = { namespace: 'x', name: 'a', containerId: 'c1', ips: [parseIP('10.244.1.11', 'ip'), parseIP('fd00:10:244:1::11', 'ip')] };
-  const [a, b, ...rest] = modelPods([pod, other, bad], [wired]);
-  assert.deepEqual(a!.ips, wired.ips);
-  assert.deepEqual(b, other, 'other pods as they are');
-  assert.equal(rest.length, 0, 'invalid pods left out');
-  const reported = parsePod(podObject('x/a'));
-  assert.ok(!isInvalid(reported));
-  assert.deepEqual(modelPods([reported], [wired])[0]!.ips, [parseIP('10.244.1.11', 'ip'), parseIP('fd00:10:244:1::11', 'ip')], 'an address the status lists is not added twice');
 });
 
 /** An enforcer whose nft and sysctls are stand-ins; its API client is never called before the checks pass. */

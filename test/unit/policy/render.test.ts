@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { PolicyRenderer, policyScript, policyUpdate, renderPolicy, renderPolicyRules } from '../../../src/policy/render.ts';
+import { policyScript, policyUpdate } from '../../../src/policy/nft-script.ts';
+import { PolicyRenderer, renderPolicy, renderPolicyRules } from '../../../src/policy/render.ts';
 import { ALL_POLICIES, randomPolicies } from '../../support/netpol-cases.ts';
 import { clusterModel, podIP, podObject, policyObject } from '../../support/netpol-cluster.ts';
 import { isInvalid, parsePod } from '../../../src/policy/model.ts';

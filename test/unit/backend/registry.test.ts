@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createBackend } from '../../../src/backend/backend.ts';
+import { createBackend } from '../../../src/backend/registry.ts';
 import { parseNetConfig } from '../../../src/config/netconf.ts';
 import { ConfigError } from '../../../src/errors.ts';
 import type { ExternalInterface } from '../../../src/iface/select.ts';
