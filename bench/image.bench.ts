@@ -37,7 +37,7 @@ const run = promisify(execFile);
 const RUNS = Number(process.env.IMAGE_RUNS ?? 5);
 const ROOT = new URL('../', import.meta.url).pathname;
 /** What the Dockerfile's COPY lines read, and the files make image needs beside them. */
-const CONTEXT = ['Dockerfile', '.dockerignore', 'Makefile', 'package.json', 'package-lock.json', 'tsconfig.json', 'bin', 'src', 'native/binding.gyp', 'native/src', 'native/plugin'];
+const CONTEXT = ['Dockerfile', '.dockerignore', 'Makefile', 'package.json', 'package-lock.json', 'tsconfig.json', 'bin', 'scripts', 'src', 'native/binding.gyp', 'native/src', 'native/plugin'];
 
 const POLLER = `
 const [url, file] = process.argv.slice(1);

@@ -66,6 +66,10 @@ test('the image runs as daemonset.yaml runs it: install-cni, weftd in kube mode,
       const inImage = async (script: string): Promise<string> => (await run('podman', ['run', '--rm', '--network', 'none', '--runtime', 'runc', ...PODMAN_ULIMITS, '--entrypoint', '["/bin/sh","-c"]', `weft:${VERSION}`, script])).stdout;
       assert.equal(await inImage('for c in npm npx gcc cc g++ make python3 tsc; do command -v $c; done; ls -A /opt/weft/node_modules /opt/weft/node_modules/.bin | tr "\\n" " "'),
         '/opt/weft/node_modules: .bin  /opt/weft/node_modules/.bin: node ', 'no compiler, no npm, no packages: only the link bin/weftd runs Node through');
+      // etcd mode's client (etcd3, grpc-js, the etcd API descriptor in dist/weftd/proto) loads in the image.
+      const etcdMode = await inImage('timeout -s TERM 3 /opt/weft/bin/weftd --etcd-endpoints=http://127.0.0.1:2379 --iface=lo 2>&1; echo "exit $?"');
+      assert.match(etcdMode, /cannot read the network configuration from etcd; retrying .*key=\/coreos\.com\/network\/config .*UNAVAILABLE/);
+      assert.match(etcdMode, /Exiting cleanly/);
     });
 
     await step('install-cni puts the static plugin, its fallback and the conflist on each node', async () => {
