@@ -30,8 +30,8 @@ ARG NODE_VERSION=24.21.0
 ARG BUILD_BASE=node:${NODE_VERSION}-bookworm-slim
 # Debian bookworm; the build stage's Node is copied onto it, without npm.
 ARG RUN_BASE=debian:bookworm-slim
-# What each stage needs from Debian. A base that has them all (make image's) installs nothing;
-# otherwise apt-get installs what is missing. The Makefile reads these two lines.
+# What each stage needs from Debian (scripts/apt-install-missing.sh installs what its base lacks;
+# make image's bases have them all). The Makefile reads these two lines.
 # pkg-config: native/binding.gyp asks it for libnl's include and library flags.
 ARG BUILD_PACKAGES="python3 make g++ pkg-config libnl-3-dev libnl-route-3-dev"
 # libnl: the addon's shared libraries. iptables (Debian's default, iptables-nft) and nftables: the
@@ -41,12 +41,8 @@ ARG RUN_PACKAGES="libstdc++6 libnl-3-200 libnl-route-3-200 iptables nftables ipr
 
 FROM ${BUILD_BASE} AS build
 ARG BUILD_PACKAGES
-RUN missing=""; for p in $BUILD_PACKAGES; do \
-      dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' || missing="$missing $p"; done; \
-    if [ -n "$missing" ]; then \
-      apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing \
-      && rm -rf /var/lib/apt/lists/*; \
-    fi
+RUN --mount=type=bind,source=scripts/apt-install-missing.sh,target=/tmp/apt-install-missing.sh \
+    /tmp/apt-install-missing.sh $BUILD_PACKAGES
 WORKDIR /src
 # Dependencies first, so that a source change reuses this layer. --ignore-scripts: the only
 # install script is the npm package `node`'s, which would download a second Node; the build runs
@@ -68,12 +64,8 @@ RUN make build-native build-cni build-weftd build-weftctl build-plugin NODE=/usr
 
 FROM ${RUN_BASE}
 ARG RUN_PACKAGES
-RUN missing=""; for p in $RUN_PACKAGES; do \
-      dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' || missing="$missing $p"; done; \
-    if [ -n "$missing" ]; then \
-      apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing \
-      && rm -rf /var/lib/apt/lists/*; \
-    fi
+RUN --mount=type=bind,source=scripts/apt-install-missing.sh,target=/tmp/apt-install-missing.sh \
+    /tmp/apt-install-missing.sh $RUN_PACKAGES
 COPY --from=build /usr/local/bin/node /usr/local/bin/node
 WORKDIR /opt/weft
 COPY --from=build /src/package.json ./
