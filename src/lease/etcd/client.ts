@@ -114,11 +114,11 @@ const requireLeader: Interceptor = (options, nextCall) =>
   });
 
 /** etcd3's options for the client options: TLS, auth, deadlines, keepalive and fault handling. */
-export function etcd3Options(o: EtcdClientOptions): IOptions {
-  const callTimeoutMs = o.callTimeoutMs ?? 10_000;
-  const keepaliveMs = o.keepaliveMs ?? 10_000;
-  const hosts = o.endpoints.map((e) => (e.startsWith('unix://') ? `unix:${e.slice('unix://'.length)}` : e));
-  const options: IOptions = {
+export function etcd3Options(options: EtcdClientOptions): IOptions {
+  const callTimeoutMs = options.callTimeoutMs ?? 10_000;
+  const keepaliveMs = options.keepaliveMs ?? 10_000;
+  const hosts = options.endpoints.map((e) => (e.startsWith('unix://') ? `unix:${e.slice('unix://'.length)}` : e));
+  const etcd3: IOptions = {
     hosts,
     defaultCallOptions: (context) => (context.isStream
       ? { interceptors: [requireLeader] }
@@ -143,16 +143,16 @@ export function etcd3Options(o: EtcdClientOptions): IOptions {
       }
       : { host: () => noop, global: noop },
   };
-  if (o.tls) {
-    options.credentials = {
+  if (options.tls) {
+    etcd3.credentials = {
       // etcd3 takes no "system roots" option: without a CA file, Node's roots are given.
-      rootCertificate: o.tls.ca ?? Buffer.from(rootCertificates.join('\n')),
-      ...(o.tls.key ? { privateKey: o.tls.key } : {}),
-      ...(o.tls.cert ? { certChain: o.tls.cert } : {}),
+      rootCertificate: options.tls.ca ?? Buffer.from(rootCertificates.join('\n')),
+      ...(options.tls.key ? { privateKey: options.tls.key } : {}),
+      ...(options.tls.cert ? { certChain: options.tls.cert } : {}),
     };
   }
-  if (o.username) options.auth = { username: o.username, password: o.password ?? '' };
-  return options;
+  if (options.username) etcd3.auth = { username: options.username, password: options.password ?? '' };
+  return etcd3;
 }
 
 function keyValue(kv: IKeyValue): KeyValue {
@@ -203,12 +203,12 @@ export class EtcdClient {
   }
 
   /** Keys in [key, rangeEnd), or `key` alone; `limit` 0 is no limit; `revision` 0 is the latest. */
-  async range(key: string, o: { rangeEnd?: Buffer; limit?: number; revision?: string } = {}): Promise<{ revision: string; kvs: KeyValue[]; more: boolean }> {
+  async range(key: string, options: { rangeEnd?: Buffer; limit?: number; revision?: string } = {}): Promise<{ revision: string; kvs: KeyValue[]; more: boolean }> {
     const res = await this.#etcd.kv.range({
       key: Buffer.from(key),
-      ...(o.rangeEnd ? { range_end: o.rangeEnd } : {}),
-      ...(o.limit ? { limit: o.limit } : {}),
-      ...(o.revision ? { revision: o.revision } : {}),
+      ...(options.rangeEnd ? { range_end: options.rangeEnd } : {}),
+      ...(options.limit ? { limit: options.limit } : {}),
+      ...(options.revision ? { revision: options.revision } : {}),
     });
     return { revision: res.header.revision, kvs: res.kvs.map(keyValue), more: res.more };
   }

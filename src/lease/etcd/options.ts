@@ -38,36 +38,36 @@ async function readFlagFile(flag: string, path: string): Promise<Buffer> {
 }
 
 /** Builds the etcd client options from the flags; ConfigError names a bad flag. */
-export async function clientOptions(o: EtcdConnectionFlags): Promise<EtcdClientOptions> {
-  if (o.endpoints.length === 0) throw new ConfigError('--etcd-endpoints', 'no endpoint given');
-  for (const ep of o.endpoints) {
+export async function clientOptions(flags: EtcdConnectionFlags): Promise<EtcdClientOptions> {
+  if (flags.endpoints.length === 0) throw new ConfigError('--etcd-endpoints', 'no endpoint given');
+  for (const ep of flags.endpoints) {
     if (!/^(https?:\/\/[^/]+\/?|unix:\/\/.+)$/.test(ep)) throw new ConfigError('--etcd-endpoints', `${JSON.stringify(ep)} is not an http://, https:// or unix:// URL`);
   }
-  const secure = o.endpoints.filter((e) => e.startsWith('https://')).length;
-  if (secure > 0 && secure < o.endpoints.length) {
+  const secure = flags.endpoints.filter((e) => e.startsWith('https://')).length;
+  if (secure > 0 && secure < flags.endpoints.length) {
     throw new ConfigError('--etcd-endpoints', 'endpoints must all be https:// or none: one TLS setting serves every endpoint');
   }
-  if (Boolean(o.keyFile) !== Boolean(o.certFile)) {
-    throw new ConfigError(o.keyFile ? '--etcd-certfile' : '--etcd-keyfile', 'TLS client authentication needs both --etcd-keyfile and --etcd-certfile');
+  if (Boolean(flags.keyFile) !== Boolean(flags.certFile)) {
+    throw new ConfigError(flags.keyFile ? '--etcd-certfile' : '--etcd-keyfile', 'TLS client authentication needs both --etcd-keyfile and --etcd-certfile');
   }
-  const opts: EtcdClientOptions = {
-    endpoints: o.endpoints.map((e) => (e.startsWith('unix:') ? e : e.replace(/\/$/, ''))),
-    callTimeoutMs: o.callTimeoutMs ?? 10_000,
+  const options: EtcdClientOptions = {
+    endpoints: flags.endpoints.map((e) => (e.startsWith('unix:') ? e : e.replace(/\/$/, ''))),
+    callTimeoutMs: flags.callTimeoutMs ?? 10_000,
     // Detects a connection that silently stopped carrying data (the watch would never notice).
-    keepaliveMs: o.keepaliveMs ?? 10_000,
+    keepaliveMs: flags.keepaliveMs ?? 10_000,
   };
-  if (o.caFile || o.keyFile) {
-    opts.tls = {
-      ...(o.caFile ? { ca: await readFlagFile('--etcd-cafile', o.caFile) } : {}),
-      ...(o.keyFile ? { key: await readFlagFile('--etcd-keyfile', o.keyFile) } : {}),
-      ...(o.certFile ? { cert: await readFlagFile('--etcd-certfile', o.certFile) } : {}),
+  if (flags.caFile || flags.keyFile) {
+    options.tls = {
+      ...(flags.caFile ? { ca: await readFlagFile('--etcd-cafile', flags.caFile) } : {}),
+      ...(flags.keyFile ? { key: await readFlagFile('--etcd-keyfile', flags.keyFile) } : {}),
+      ...(flags.certFile ? { cert: await readFlagFile('--etcd-certfile', flags.certFile) } : {}),
     };
   }
-  if (o.username) {
-    opts.username = o.username;
-    opts.password = o.password ?? '';
+  if (flags.username) {
+    options.username = flags.username;
+    options.password = flags.password ?? '';
   }
-  return opts;
+  return options;
 }
 
 /** A failed etcd call as Weft's error: DatastoreUnavailableError saying what failed, Weft's own errors as they are. */

@@ -36,12 +36,12 @@ export class PeerWatch {
   /** Keys whose value we already warned about, with that value and why: one warning per bad value. */
   readonly #warned = new Map<string, { value: string; reason: string }>();
 
-  constructor(o: { client: EtcdClient; prefix: string; log: Logger; observer?: SourceObserver; own: OwnLease }) {
-    this.#client = o.client;
-    this.#prefix = o.prefix;
-    this.#log = o.log;
-    this.#observer = o.observer;
-    this.#own = o.own;
+  constructor(options: { client: EtcdClient; prefix: string; log: Logger; observer?: SourceObserver; own: OwnLease }) {
+    this.#client = options.client;
+    this.#prefix = options.prefix;
+    this.#log = options.log;
+    this.#observer = options.observer;
+    this.#own = options.own;
   }
 
   skipped(): { peer: string; reason: string }[] {

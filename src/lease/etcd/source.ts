@@ -25,20 +25,20 @@ export class EtcdLeaseSource implements LeaseSource {
   readonly #peers: PeerWatch;
   readonly #closed = new AbortController();
 
-  private constructor(o: EtcdSourceOptions, client: EtcdClient) {
-    const log = o.log.child({ component: 'etcd' });
+  private constructor(options: EtcdSourceOptions, client: EtcdClient) {
+    const log = options.log.child({ component: 'etcd' });
     this.#client = client;
-    this.#own = new OwnLease(o, client, log);
-    this.#peers = new PeerWatch({ client, prefix: o.prefix, log, ...(o.observer ? { observer: o.observer } : {}), own: this.#own });
+    this.#own = new OwnLease(options, client, log);
+    this.#peers = new PeerWatch({ client, prefix: options.prefix, log, ...(options.observer ? { observer: options.observer } : {}), own: this.#own });
   }
 
   /** Validates the options (ConfigError naming the flag) and creates the client; connects lazily. */
-  static async create(o: EtcdSourceOptions): Promise<EtcdLeaseSource> {
-    const opts = await clientOptions(o);
-    if (o.endpoints.some((e) => e.startsWith('http://'))) {
-      o.log.warn('connecting to etcd without TLS', { endpoints: o.endpoints.join(',') });
+  static async create(options: EtcdSourceOptions): Promise<EtcdLeaseSource> {
+    const connection = await clientOptions(options);
+    if (options.endpoints.some((e) => e.startsWith('http://'))) {
+      options.log.warn('connecting to etcd without TLS', { endpoints: options.endpoints.join(',') });
     }
-    return new EtcdLeaseSource(o, new EtcdClient(opts));
+    return new EtcdLeaseSource(options, new EtcdClient(connection));
   }
 
   networkConfig(signal: AbortSignal): Promise<NetConfig> {
