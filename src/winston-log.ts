@@ -74,7 +74,13 @@ export function createLogger(opts: LoggerOptions = {}): LogControl {
       opts.onRecord?.(level, msg, all);
       if (root.isLevelEnabled(level)) root.log({ level, message: msg, [FIELDS]: all } as unknown as winston.LogEntry);
     };
-    return { error: emit('error'), warn: emit('warn'), info: emit('info'), debug: emit('debug'), child: (fields) => make({ ...base, ...fields }) };
+    return {
+      error: emit('error'),
+      warn: emit('warn'),
+      info: emit('info'),
+      debug: emit('debug'),
+      child: (fields) => make({ ...base, ...fields }),
+    };
   };
   return {
     log: make({}),

@@ -67,39 +67,84 @@ export function checkKernel(f: DoctorFacts): CheckResult {
   const k = s.kernel;
   const down = s.weftd.running ? '' : ' (weftd is not running: nothing repairs this until it starts)';
   if (k.missing.length > 0) {
-    return fail('kernel entries', `${k.missing.length} of ${k.desired} wanted entries missing or different${down}: ${k.missing.slice(0, 5).join('; ')}${k.missing.length > 5 ? '; ...' : ''}`,
-      s.weftd.running ? 'weftd repairs within milliseconds; if this persists, see weftd\'s log for refused operations (weftctl log-level debug)' : 'start weftd (kubectl -n kube-flannel rollout restart ds, or systemctl start weftd): its first pass writes what is missing');
+    return fail(
+      'kernel entries',
+      `${k.missing.length} of ${k.desired} wanted entries missing or different${down}: ${k.missing.slice(0, 5).join('; ')}${k.missing.length > 5 ? '; ...' : ''}`,
+      s.weftd.running
+        ? 'weftd repairs within milliseconds; if this persists, see weftd\'s log for refused operations (weftctl log-level debug)'
+        : 'start weftd (kubectl -n kube-flannel rollout restart ds, or systemctl start weftd): its first pass writes what is missing',
+    );
   }
   if (k.extra.length > 0) {
-    return warn('kernel entries', `${k.extra.length} entries of Weft's beyond the desired state${down}: ${k.extra.slice(0, 5).join('; ')}`,
-      s.weftd.running ? 'weftd removes them at its next full pass (--resync-period); if they stay, another agent writes them' : 'start weftd: its first pass removes entries of nodes that left');
+    return warn(
+      'kernel entries',
+      `${k.extra.length} entries of Weft's beyond the desired state${down}: ${k.extra.slice(0, 5).join('; ')}`,
+      s.weftd.running
+        ? 'weftd removes them at its next full pass (--resync-period); if they stay, another agent writes them'
+        : 'start weftd: its first pass removes entries of nodes that left',
+    );
   }
-  if (!s.weftd.running) return warn('kernel entries', `the kernel holds all ${k.desired} wanted entries, but weftd is not running`, 'start weftd, so deleted entries are repaired and new peers programmed');
+  if (!s.weftd.running) {
+    return warn(
+      'kernel entries',
+      `the kernel holds all ${k.desired} wanted entries, but weftd is not running`,
+      'start weftd, so deleted entries are repaired and new peers programmed',
+    );
+  }
   return ok('kernel entries', `the kernel holds all ${k.desired} wanted entries and nothing else of Weft's`);
 }
 
 /** Pod MTU (subnet.env) against the underlay MTU less the encapsulation overhead. */
 export function checkMtu(f: DoctorFacts): CheckResult {
   const podMtu = f.status.subnetEnv?.mtu ?? f.status.mtu;
-  if (f.underlayMtu === undefined || podMtu === undefined) return warn('MTU', 'cannot tell: the underlay interface or subnet.env is unreadable', 'check that subnet.env exists and the external interface is up');
+  if (f.underlayMtu === undefined || podMtu === undefined) {
+    return warn(
+      'MTU',
+      'cannot tell: the underlay interface or subnet.env is unreadable',
+      'check that subnet.env exists and the external interface is up',
+    );
+  }
   const room = f.underlayMtu - overhead(f.status);
   const what = `pod MTU ${podMtu}, underlay ${f.status.iface?.name ?? ''} MTU ${f.underlayMtu}, encapsulation ${overhead(f.status)} bytes`;
   const device = f.vxlanDevice;
   if (podMtu > room || (device && device.mtu > room)) {
-    return fail('MTU', `${what}${device && device.mtu > room ? `, ${device.name} MTU ${device.mtu}` : ''}: packets larger than ${room} bytes are dropped across nodes`,
-      `restart weftd so it writes FLANNEL_MTU=${room} to subnet.env and sets the device, then recreate the pods (their eth0 keeps the old MTU); or raise the underlay MTU to ${podMtu + overhead(f.status)}`);
+    return fail(
+      'MTU',
+      `${what}${device && device.mtu > room ? `, ${device.name} MTU ${device.mtu}` : ''}: packets larger than ${room} bytes are dropped across nodes`,
+      `restart weftd so it writes FLANNEL_MTU=${room} to subnet.env and sets the device, then recreate the pods (their eth0 keeps the old MTU); or raise the underlay MTU to ${podMtu + overhead(f.status)}`,
+    );
   }
-  if (podMtu < room) return warn('MTU', `${what}: pods use ${room - podMtu} bytes less than the underlay allows`, `restart weftd (it writes FLANNEL_MTU=${room}) and recreate the pods, or leave it if the MTU was lowered on purpose`);
+  if (podMtu < room) {
+    return warn(
+      'MTU',
+      `${what}: pods use ${room - podMtu} bytes less than the underlay allows`,
+      `restart weftd (it writes FLANNEL_MTU=${room}) and recreate the pods, or leave it if the MTU was lowered on purpose`,
+    );
+  }
   return ok('MTU', what);
 }
 
 /** Checksum offload on the vxlan device (kernels miscompute the checksum of NATed VXLAN traffic). */
 export function checkOffloads(f: DoctorFacts): CheckResult {
-  if (f.status.backend?.type.toLowerCase() !== 'vxlan') return ok('offloads', `backend ${f.status.backend?.type ?? 'unknown'}: no vxlan device`);
+  if (f.status.backend?.type.toLowerCase() !== 'vxlan') {
+    return ok('offloads', `backend ${f.status.backend?.type ?? 'unknown'}: no vxlan device`);
+  }
   const d = f.vxlanDevice;
   if (!d) return fail('offloads', 'backend vxlan, but its device is missing', 'start or restart weftd: it creates the device');
-  if (d.txChecksum === undefined) return warn('offloads', `cannot read ${d.name}'s offloads (is ethtool installed?)`, `ethtool -k ${d.name} | grep tx-checksum-ip-generic`);
-  if (d.txChecksum) return warn('offloads', `${d.name} has tx-checksum-ip-generic on: packets to Services NATed onto the vxlan path can leave with a bad checksum`, `ethtool -K ${d.name} tx-checksum-ip-generic off`);
+  if (d.txChecksum === undefined) {
+    return warn(
+      'offloads',
+      `cannot read ${d.name}'s offloads (is ethtool installed?)`,
+      `ethtool -k ${d.name} | grep tx-checksum-ip-generic`,
+    );
+  }
+  if (d.txChecksum) {
+    return warn(
+      'offloads',
+      `${d.name} has tx-checksum-ip-generic on: packets to Services NATed onto the vxlan path can leave with a bad checksum`,
+      `ethtool -K ${d.name} tx-checksum-ip-generic off`,
+    );
+  }
   return ok('offloads', `${d.name} computes checksums in software`);
 }
 
@@ -108,20 +153,45 @@ export function checkRpFilter(f: DoctorFacts): CheckResult {
   const strict = f.rpFilter.filter((r) => r.value === 1);
   if (strict.length > 0) {
     const names = strict.map((r) => r.iface);
-    return fail('rp_filter', `strict reverse-path filtering (rp_filter=1) on ${names.join(', ')}: packets from other nodes' pods arrive where the route back differs and are dropped`,
-      `${names.map((n) => `sysctl -w net.ipv4.conf.${n.replaceAll('.', '/')}.rp_filter=2`).join('; ')}; and net.ipv4.conf.all.rp_filter=2 if it is 1 (the kernel uses the larger of "all" and the interface's)`);
+    return fail(
+      'rp_filter',
+      `strict reverse-path filtering (rp_filter=1) on ${names.join(', ')}: packets from other nodes' pods arrive where the route back differs and are dropped`,
+      `${names.map((n) => `sysctl -w net.ipv4.conf.${n.replaceAll('.', '/')}.rp_filter=2`).join('; ')}; and net.ipv4.conf.all.rp_filter=2 if it is 1 (the kernel uses the larger of "all" and the interface's)`,
+    );
   }
   if (f.rpFilterDefault === 1) {
-    return warn('rp_filter', 'net.ipv4.conf.default.rp_filter=1: interfaces created later (cni0, a recreated vxlan device) get strict filtering', 'sysctl -w net.ipv4.conf.default.rp_filter=2 (and persist it in /etc/sysctl.d)');
+    return warn(
+      'rp_filter',
+      'net.ipv4.conf.default.rp_filter=1: interfaces created later (cni0, a recreated vxlan device) get strict filtering',
+      'sysctl -w net.ipv4.conf.default.rp_filter=2 (and persist it in /etc/sysctl.d)',
+    );
   }
   return ok('rp_filter', f.rpFilter.length === 0 ? 'no pod interface found' : f.rpFilter.map((r) => `${r.iface}=${r.value}`).join(', '));
 }
 
 /** IPv4 forwarding and br_netfilter. */
 export function checkForwarding(f: DoctorFacts): CheckResult {
-  if (f.ipForward !== 1) return fail('forwarding', `net.ipv4.ip_forward=${f.ipForward ?? 'unreadable'}: the node does not forward pod traffic`, 'sysctl -w net.ipv4.ip_forward=1 (weftd sets it at start; something switched it off)');
-  if (!f.brNetfilter) return warn('forwarding', 'br_netfilter is not loaded: traffic between pods on the same bridge bypasses iptables (Services and NetworkPolicy see none of it)', 'modprobe br_netfilter; echo br_netfilter > /etc/modules-load.d/br_netfilter.conf');
-  if (f.bridgeNfCallIptables !== 1) return warn('forwarding', `net.bridge.bridge-nf-call-iptables=${f.bridgeNfCallIptables ?? 'unreadable'}`, 'sysctl -w net.bridge.bridge-nf-call-iptables=1');
+  if (f.ipForward !== 1) {
+    return fail(
+      'forwarding',
+      `net.ipv4.ip_forward=${f.ipForward ?? 'unreadable'}: the node does not forward pod traffic`,
+      'sysctl -w net.ipv4.ip_forward=1 (weftd sets it at start; something switched it off)',
+    );
+  }
+  if (!f.brNetfilter) {
+    return warn(
+      'forwarding',
+      'br_netfilter is not loaded: traffic between pods on the same bridge bypasses iptables (Services and NetworkPolicy see none of it)',
+      'modprobe br_netfilter; echo br_netfilter > /etc/modules-load.d/br_netfilter.conf',
+    );
+  }
+  if (f.bridgeNfCallIptables !== 1) {
+    return warn(
+      'forwarding',
+      `net.bridge.bridge-nf-call-iptables=${f.bridgeNfCallIptables ?? 'unreadable'}`,
+      'sysctl -w net.bridge.bridge-nf-call-iptables=1',
+    );
+  }
   return ok('forwarding', 'ip_forward=1, br_netfilter loaded, bridge-nf-call-iptables=1');
 }
 
@@ -131,16 +201,22 @@ export function checkForwardPolicy(f: DoctorFacts): CheckResult {
   if (!fw) return warn('FORWARD policy', 'cannot read iptables\' filter FORWARD chain', 'iptables -S FORWARD');
   if (fw.policy === 'ACCEPT') return ok('FORWARD policy', 'ACCEPT');
   if (fw.acceptsPodNetwork) return ok('FORWARD policy', `${fw.policy}, with accept rules for the pod network`);
-  return fail('FORWARD policy', `${fw.policy} and no rule accepts the pod network: forwarded pod traffic is dropped (Docker sets DROP when it starts)`,
-    'run weftd with --iptables-forward-rules=true (the default), or iptables -A FORWARD -s <network> -j ACCEPT; iptables -A FORWARD -d <network> -j ACCEPT');
+  return fail(
+    'FORWARD policy',
+    `${fw.policy} and no rule accepts the pod network: forwarded pod traffic is dropped (Docker sets DROP when it starts)`,
+    'run weftd with --iptables-forward-rules=true (the default), or iptables -A FORWARD -s <network> -j ACCEPT; iptables -A FORWARD -d <network> -j ACCEPT',
+  );
 }
 
 /** flanneld or a second weftd in this network namespace. */
 export function checkAgents(f: DoctorFacts): CheckResult {
   const { flanneld, weftd } = f.processes;
   if (flanneld.length > 0 || weftd.length > 1) {
-    return fail('agents', `${flanneld.length > 0 ? `flanneld running (pid ${flanneld.join(', ')})` : ''}${flanneld.length > 0 && weftd.length > 1 ? ' and ' : ''}${weftd.length > 1 ? `${weftd.length} weftd processes (pid ${weftd.join(', ')})` : ''}: agents fight over the same kernel entries`,
-      'run one agent per node: remove flanneld\'s DaemonSet (kubectl -n kube-flannel delete ds kube-flannel-ds) or stop the extra weftd');
+    return fail(
+      'agents',
+      `${flanneld.length > 0 ? `flanneld running (pid ${flanneld.join(', ')})` : ''}${flanneld.length > 0 && weftd.length > 1 ? ' and ' : ''}${weftd.length > 1 ? `${weftd.length} weftd processes (pid ${weftd.join(', ')})` : ''}: agents fight over the same kernel entries`,
+      'run one agent per node: remove flanneld\'s DaemonSet (kubectl -n kube-flannel delete ds kube-flannel-ds) or stop the extra weftd',
+    );
   }
   if (weftd.length === 0) return warn('agents', 'no weftd running in this network namespace', 'start weftd');
   return ok('agents', `one weftd (pid ${weftd[0]})`);
@@ -158,9 +234,27 @@ export function checkDuplicates(f: DoctorFacts): CheckResult {
     add(byMac, p.vtepMac, p.peer);
     add(byIp, p.publicIP, p.peer);
   }
-  const dup = [...[...byMac].filter(([, w]) => w.length > 1).map(([k, w]) => `VTEP MAC ${k}: ${w.join(', ')}`), ...[...byIp].filter(([, w]) => w.length > 1).map(([k, w]) => `public IP ${k}: ${w.join(', ')}`)];
-  if (dup.length > 0) return fail('duplicates', dup.join('; '), 'a node was cloned or re-registered: delete the stale lease (etcdctl del <key>, or the Node\'s flannel annotations) and restart weftd on the clone so it gets a new MAC');
-  if (s.skipped.length > 0) return warn('duplicates', `no duplicates; ${s.skipped.length} lease(s) skipped: ${s.skipped.slice(0, 3).map((k) => `${k.peer} (${k.reason})`).join('; ')}`, 'fix or delete the skipped leases: their pods are unreachable from this node');
+  const dup = [
+    ...[...byMac].filter(([, w]) => w.length > 1).map(([k, w]) => `VTEP MAC ${k}: ${w.join(', ')}`),
+    ...[...byIp].filter(([, w]) => w.length > 1).map(([k, w]) => `public IP ${k}: ${w.join(', ')}`),
+  ];
+  if (dup.length > 0) {
+    return fail(
+      'duplicates',
+      dup.join('; '),
+      'a node was cloned or re-registered: delete the stale lease (etcdctl del <key>, or the Node\'s flannel annotations) and restart weftd on the clone so it gets a new MAC',
+    );
+  }
+  if (s.skipped.length > 0) {
+    return warn(
+      'duplicates',
+      `no duplicates; ${s.skipped.length} lease(s) skipped: ${s.skipped
+        .slice(0, 3)
+        .map((k) => `${k.peer} (${k.reason})`)
+        .join('; ')}`,
+      'fix or delete the skipped leases: their pods are unreachable from this node',
+    );
+  }
   return ok('duplicates', `${s.peers.length} peers, no VTEP MAC or public IP twice`);
 }
 
@@ -170,7 +264,8 @@ export function checkReach(f: DoctorFacts): CheckResult {
   if (f.reach.length === 0) return ok('reachability', 'no peers to probe');
   if (bad.length === 0) return ok('reachability', `all ${f.reach.length} peers answer on their public IP`);
   const list = bad.slice(0, 5).map((r) => `${r.peer} ${r.publicIP}`).join(', ');
-  const fix = 'check the underlay between the nodes (routes, security groups allowing UDP 8472 for vxlan), or whether those nodes are down and their leases linger';
+  const fix =
+    'check the underlay between the nodes (routes, security groups allowing UDP 8472 for vxlan), or whether those nodes are down and their leases linger';
   if (bad.length === f.reach.length) return fail('reachability', `no peer answers on its public IP: ${list}`, fix);
   return warn('reachability', `${bad.length} of ${f.reach.length} peers do not answer: ${list}`, fix);
 }
@@ -179,12 +274,26 @@ export function checkReach(f: DoctorFacts): CheckResult {
 export function checkSubnetEnv(f: DoctorFacts): CheckResult {
   const s = f.status;
   const env = s.subnetEnv;
-  if (!env || env.error) return fail('subnet.env', `unreadable: ${env?.error ?? 'no file'}`, 'restart weftd: it writes subnet.env once it holds its lease');
-  if (!s.own) return warn('subnet.env', `subnet ${env.subnet ?? '-'}; this node's lease is unknown (weftd down and no registry given)`, 'start weftd, or pass --etcd-endpoints to compare with the registry');
-  if (env.subnet !== s.own.subnet || (s.own.ipv6Subnet !== undefined && env.ipv6Subnet === undefined)) {
-    return fail('subnet.env', `FLANNEL_SUBNET=${env.subnet ?? '-'} but this node's lease is ${s.own.subnet ?? '-'}: new pods get addresses other nodes route elsewhere`, 'restart weftd (it rewrites subnet.env), then recreate pods created since the lease changed');
+  if (!env || env.error) {
+    return fail('subnet.env', `unreadable: ${env?.error ?? 'no file'}`, 'restart weftd: it writes subnet.env once it holds its lease');
   }
-  if (s.mtu !== undefined && env.mtu !== s.mtu) return warn('subnet.env', `FLANNEL_MTU=${env.mtu} but weftd runs with ${s.mtu}`, 'restart weftd so it rewrites subnet.env');
+  if (!s.own) {
+    return warn(
+      'subnet.env',
+      `subnet ${env.subnet ?? '-'}; this node's lease is unknown (weftd down and no registry given)`,
+      'start weftd, or pass --etcd-endpoints to compare with the registry',
+    );
+  }
+  if (env.subnet !== s.own.subnet || (s.own.ipv6Subnet !== undefined && env.ipv6Subnet === undefined)) {
+    return fail(
+      'subnet.env',
+      `FLANNEL_SUBNET=${env.subnet ?? '-'} but this node's lease is ${s.own.subnet ?? '-'}: new pods get addresses other nodes route elsewhere`,
+      'restart weftd (it rewrites subnet.env), then recreate pods created since the lease changed',
+    );
+  }
+  if (s.mtu !== undefined && env.mtu !== s.mtu) {
+    return warn('subnet.env', `FLANNEL_MTU=${env.mtu} but weftd runs with ${s.mtu}`, 'restart weftd so it rewrites subnet.env');
+  }
   return ok('subnet.env', `FLANNEL_SUBNET=${env.subnet} matches the lease`);
 }
 

@@ -51,7 +51,9 @@ export function forwardPolicy(rules: string, network: string | undefined): Docto
     seen.add(chain);
     return (chains.get(chain) ?? []).some((r) => {
       const jump = /-j (\S+)/.exec(r)?.[1];
-      if (jump === 'ACCEPT') return r.trim() === '-j ACCEPT' || (network !== undefined && (r.includes(`-s ${network} `) || r.includes(`-d ${network} `)));
+      if (jump === 'ACCEPT') {
+        return r.trim() === '-j ACCEPT' || (network !== undefined && (r.includes(`-s ${network} `) || r.includes(`-d ${network} `)));
+      }
       return jump !== undefined && chains.has(jump) && accepts(jump);
     });
   };
@@ -98,7 +100,9 @@ async function leftovers(h: NetlinkHandle, s: NodeStatus): Promise<string[]> {
   const ours = s.backend?.device;
   for (const l of links) {
     if (l.kind !== 'vxlan' || l.name === ours || !/^flannel(-v6)?\.\d+$/.test(l.name)) continue;
-    found.push(`device ${l.name} (VNI ${l.vxlan?.vni}, port ${l.vxlan?.port})${s.backend?.vni !== undefined ? `, Weft runs VNI ${s.backend.vni} port ${s.backend.port}` : ''}`);
+    found.push(
+      `device ${l.name} (VNI ${l.vxlan?.vni}, port ${l.vxlan?.port})${s.backend?.vni !== undefined ? `, Weft runs VNI ${s.backend.vni} port ${s.backend.port}` : ''}`,
+    );
   }
   const network = s.subnetEnv?.network;
   if (network) {
@@ -120,9 +124,15 @@ export async function gatherFacts(h: NetlinkHandle, status: NodeStatus): Promise
   const links = await h.linkList();
   const byName = new Map(links.map((l) => [l.name, l]));
   const device = status.backend?.device ? byName.get(status.backend.device) : undefined;
-  const podIfaces = [device?.name, byName.has('cni0') ? 'cni0' : undefined, status.backend?.type === 'host-gw' ? status.iface?.name : undefined].filter((n): n is string => !!n);
+  const podIfaces = [
+    device?.name,
+    byName.has('cni0') ? 'cni0' : undefined,
+    status.backend?.type === 'host-gw' ? status.iface?.name : undefined,
+  ].filter((n): n is string => !!n);
   const all = (await sysctl('net/ipv4/conf/all/rp_filter')) ?? 0;
-  const rpFilter = await Promise.all(podIfaces.map(async (iface) => ({ iface, value: Math.max(all, (await sysctl(`net/ipv4/conf/${iface}/rp_filter`)) ?? 0) })));
+  const rpFilter = await Promise.all(
+    podIfaces.map(async (iface) => ({ iface, value: Math.max(all, (await sysctl(`net/ipv4/conf/${iface}/rp_filter`)) ?? 0) })),
+  );
   const iptables = await run('iptables', ['-w', '5', '-S']).then((r) => r.stdout, () => '');
   const [rpFilterDefault, ipForward, bridgeNfCallIptables, tx, processes, reach, left] = await Promise.all([
     sysctl('net/ipv4/conf/default/rp_filter'), sysctl('net/ipv4/ip_forward'), sysctl('net/bridge/bridge-nf-call-iptables'),

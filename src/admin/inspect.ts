@@ -111,7 +111,13 @@ export function peerKernelState(wanted: KernelState | undefined, observed: Kerne
 }
 
 /** One row per lease, in the order given. `wanted` is keyed by the lease's peer. */
-export function peerRows(leases: readonly Lease[], wanted: ReadonlyMap<string, KernelState>, observed: KernelState, seen?: ReadonlyMap<string, number>, now = Date.now()): PeerRow[] {
+export function peerRows(
+  leases: readonly Lease[],
+  wanted: ReadonlyMap<string, KernelState>,
+  observed: KernelState,
+  seen?: ReadonlyMap<string, number>,
+  now = Date.now(),
+): PeerRow[] {
   return leases.map((l) => {
     const since = seen?.get(l.peer);
     const mac = vtepMac(l.attrs.backendData);

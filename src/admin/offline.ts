@@ -44,7 +44,10 @@ export async function offlineStatus(h: NetlinkHandle, subnetFile: string, why: s
   let mode: string | undefined;
   if (registry) {
     try {
-      ({ leases, skipped } = 'kube' in registry ? await (await import('./registry-kube.ts')).kubeLeases(registry) : await (await import('./registry-etcd.ts')).etcdLeases(registry));
+      ({ leases, skipped } =
+        'kube' in registry
+          ? await (await import('./registry-kube.ts')).kubeLeases(registry)
+          : await (await import('./registry-etcd.ts')).etcdLeases(registry));
       mode = 'kube' in registry ? 'kube' : 'etcd';
     } catch (e) {
       notes.push(`the registry could not be read: ${(e as Error).message}`);
@@ -66,7 +69,13 @@ export async function offlineStatus(h: NetlinkHandle, subnetFile: string, why: s
   const planSkips = new Map<string, string>();
   if (own && type) {
     for (const lease of remotes) {
-      const input = { own, remotes: [lease], enabled: [4 as const], extIndex: ext?.index ?? 0, ...(vx ? { vxlan: { 4: { index: vx.index, mac: vx.mac } } } : {}) };
+      const input = {
+        own,
+        remotes: [lease],
+        enabled: [4 as const],
+        extIndex: ext?.index ?? 0,
+        ...(vx ? { vxlan: { 4: { index: vx.index, mac: vx.mac } } } : {}),
+      };
       const plan = type === 'vxlan' ? planVxlan(input) : planHostGw(input);
       wanted.set(lease.peer, plan.state);
       if (plan.warnings.length > 0) planSkips.set(lease.peer, plan.warnings.join('; '));
@@ -84,14 +93,25 @@ export async function offlineStatus(h: NetlinkHandle, subnetFile: string, why: s
     weftd: { running: false, note: notes.join('; ') },
     ...(mode ? { mode } : {}),
     ...(type ? { backend: { type, ...(vx ? { device: vx.name, vni: vx.vxlan?.vni ?? 0, port: vx.vxlan?.port ?? 8472 } : {}) } } : {}),
-    ...(ext ? { iface: { name: ext.name, ...(extAddr ? { address: extAddr } : {}), mtu: ext.mtu, reason: vx ? 'the underlay device of the vxlan device' : 'holds the lease\'s public IP' } } : {}),
-    ...(own ? {
-      own: {
-        ...(own.subnet ? { subnet: formatCIDR(own.subnet) } : {}),
-        ...(own.attrs.publicIP ? { publicIP: formatIP(own.attrs.publicIP) } : {}),
-        ...(vtepMac(own.attrs.backendData) ? { vtepMac: vtepMac(own.attrs.backendData) } : {}),
-      },
-    } : {}),
+    ...(ext
+      ? {
+          iface: {
+            name: ext.name,
+            ...(extAddr ? { address: extAddr } : {}),
+            mtu: ext.mtu,
+            reason: vx ? 'the underlay device of the vxlan device' : 'holds the lease\'s public IP',
+          },
+        }
+      : {}),
+    ...(own
+      ? {
+          own: {
+            ...(own.subnet ? { subnet: formatCIDR(own.subnet) } : {}),
+            ...(own.attrs.publicIP ? { publicIP: formatIP(own.attrs.publicIP) } : {}),
+            ...(vtepMac(own.attrs.backendData) ? { vtepMac: vtepMac(own.attrs.backendData) } : {}),
+          },
+        }
+      : {}),
     subnetEnv,
     peers: rows,
     skipped: [...skipped, ...[...planSkips].map(([peer, reason]) => ({ peer, reason }))],

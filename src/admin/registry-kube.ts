@@ -28,7 +28,10 @@ export async function kubeLeases(options: KubeRegistryOptions): Promise<{ leases
   const nodes: NodeLike[] = [];
   let cont: string | undefined;
   do {
-    const page = await http.get<{ items: NodeLike[]; metadata?: { continue?: string } }>('/api/v1/nodes', { query: { limit: '500', ...(cont ? { continue: cont } : {}) } })
+    const page = await http
+      .get<{ items: NodeLike[]; metadata?: { continue?: string } }>('/api/v1/nodes', {
+        query: { limit: '500', ...(cont ? { continue: cont } : {}) },
+      })
       .catch((e: unknown) => {
         throw kubeError('list', 'nodes', undefined, e);
       });

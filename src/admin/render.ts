@@ -28,30 +28,75 @@ export function kernelHealthy(s: NodeStatus): boolean {
 export function renderStatus(s: NodeStatus): string {
   const w = s.weftd;
   const lines: [string, string][] = [
-    ['weftd', w.running ? `running (pid ${w.pid}, version ${w.version}), ${s.ready ? 'ready' : 'NOT READY'}, log level ${s.logLevel}` : `NOT RUNNING: ${w.note}`],
+    [
+      'weftd',
+      w.running
+        ? `running (pid ${w.pid}, version ${w.version}), ${s.ready ? 'ready' : 'NOT READY'}, log level ${s.logLevel}`
+        : `NOT RUNNING: ${w.note}`,
+    ],
   ];
   if (s.mode || s.backend) {
     const b = s.backend;
-    lines.push(['backend', `${b?.type ?? 'unknown'}${b?.device ? ` (${b.device}, VNI ${b.vni}, port ${b.port})` : ''}${s.mode ? `, leases from ${s.mode}` : ''}`]);
+    lines.push([
+      'backend',
+      `${b?.type ?? 'unknown'}${b?.device ? ` (${b.device}, VNI ${b.vni}, port ${b.port})` : ''}${s.mode ? `, leases from ${s.mode}` : ''}`,
+    ]);
   }
-  if (s.iface) lines.push(['interface', `${s.iface.name} ${s.iface.address ?? ''}${s.iface.publicIP && s.iface.publicIP !== s.iface.address ? ` (public ${s.iface.publicIP})` : ''} MTU ${s.iface.mtu}: ${s.iface.reason}`]);
-  if (s.own) lines.push(['lease', `${[s.own.subnet, s.own.ipv6Subnet].filter(Boolean).join(' ')}${s.own.publicIP ? `, public IP ${s.own.publicIP}` : ''}${s.own.vtepMac ? `, VTEP MAC ${s.own.vtepMac}` : ''}${s.own.expires ? `, expires ${s.own.expires}` : ''}`]);
+  if (s.iface) {
+    lines.push([
+      'interface',
+      `${s.iface.name} ${s.iface.address ?? ''}${s.iface.publicIP && s.iface.publicIP !== s.iface.address ? ` (public ${s.iface.publicIP})` : ''} MTU ${s.iface.mtu}: ${s.iface.reason}`,
+    ]);
+  }
+  if (s.own) {
+    lines.push([
+      'lease',
+      `${[s.own.subnet, s.own.ipv6Subnet].filter(Boolean).join(' ')}${s.own.publicIP ? `, public IP ${s.own.publicIP}` : ''}${s.own.vtepMac ? `, VTEP MAC ${s.own.vtepMac}` : ''}${s.own.expires ? `, expires ${s.own.expires}` : ''}`,
+    ]);
+  }
   const env = s.subnetEnv;
-  if (env) lines.push(['subnet.env', env.error ? `UNREADABLE: ${env.error}` : `${env.path}: subnet ${env.subnet ?? '-'}, MTU ${env.mtu}, ipMasq ${env.ipMasq}`]);
+  if (env) {
+    lines.push([
+      'subnet.env',
+      env.error ? `UNREADABLE: ${env.error}` : `${env.path}: subnet ${env.subnet ?? '-'}, MTU ${env.mtu}, ipMasq ${env.ipMasq}`,
+    ]);
+  }
   const bad = s.peers.filter((p) => p.kernel[0] !== 'ok' && p.kernel[0] !== 'skipped').length;
   lines.push(['peers', `${s.peers.length} (${s.peers.length - bad} ok${bad ? `, ${bad} NOT OK` : ''}), ${s.skipped.length} skipped`]);
-  lines.push(['kernel', `${s.kernel.desired} entries wanted, ${s.kernel.present} of Weft's present, ${s.kernel.missing.length} missing, ${s.kernel.extra.length} extra`]);
+  lines.push([
+    'kernel',
+    `${s.kernel.desired} entries wanted, ${s.kernel.present} of Weft's present, ${s.kernel.missing.length} missing, ${s.kernel.extra.length} extra`,
+  ]);
   const c = s.counters;
-  if (c) lines.push(['reconcile', `${c.fullPasses} full and ${c.fastPasses} fast passes, ${c.repairs} repairs, ${c.operations} operations, ${c.failures} refused`]);
+  if (c) {
+    lines.push([
+      'reconcile',
+      `${c.fullPasses} full and ${c.fastPasses} fast passes, ${c.repairs} repairs, ${c.operations} operations, ${c.failures} refused`,
+    ]);
+  }
   const r = s.trafficRules;
-  if (r) lines.push(['rules', `${r.driver ?? 'not installed'}${r.lastCheck ? `, last checked ${r.lastCheck}: ${r.lastDrift.length === 0 ? 'no drift' : `drift ${r.lastDrift.join('; ')}`}` : ''}`]);
+  if (r) {
+    lines.push([
+      'rules',
+      `${r.driver ?? 'not installed'}${r.lastCheck ? `, last checked ${r.lastCheck}: ${r.lastDrift.length === 0 ? 'no drift' : `drift ${r.lastDrift.join('; ')}`}` : ''}`,
+    ]);
+  }
   return table(lines.map(([k, v]) => [k, v]));
 }
 
 /** `weftctl peers`: one line per peer. */
 export function renderPeers(s: NodeStatus): string {
   const rows = [['NODE', 'SUBNET', 'PUBLIC IP', 'VTEP MAC', 'KERNEL', 'AGE']];
-  for (const p of s.peers) rows.push([p.peer, [p.subnet, p.ipv6Subnet].filter(Boolean).join(',') || '-', p.publicIP ?? '-', p.vtepMac ?? '-', p.kernel.join(', '), age(p.ageMs)]);
+  for (const p of s.peers) {
+    rows.push([
+      p.peer,
+      [p.subnet, p.ipv6Subnet].filter(Boolean).join(',') || '-',
+      p.publicIP ?? '-',
+      p.vtepMac ?? '-',
+      p.kernel.join(', '),
+      age(p.ageMs),
+    ]);
+  }
   for (const k of s.skipped) rows.push([k.peer, '-', '-', '-', `skipped: ${k.reason}`, '-']);
   return `${s.weftd.running ? '' : `weftd is not running: ${s.weftd.note}\n`}${table(rows)}`;
 }
@@ -67,5 +112,9 @@ export function renderDiff(s: NodeStatus): string {
 /** `weftctl doctor`: one line per check, the fix under each that is not ok. */
 export function renderDoctor(checks: readonly CheckResult[]): string {
   const width = Math.max(...checks.map((c) => c.check.length));
-  return checks.map((c) => `${`[${c.verdict}]`.padEnd(6)} ${c.check.padEnd(width)}  ${c.detail}${c.fix ? `\n${' '.repeat(width + 9)}fix: ${c.fix}` : ''}`).join('\n');
+  return checks
+    .map(
+      (c) => `${`[${c.verdict}]`.padEnd(6)} ${c.check.padEnd(width)}  ${c.detail}${c.fix ? `\n${' '.repeat(width + 9)}fix: ${c.fix}` : ''}`,
+    )
+    .join('\n');
 }

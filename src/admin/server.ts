@@ -63,27 +63,50 @@ export async function agentStatus(options: AdminOptions): Promise<NodeStatus> {
     weftd: { running: true, version: options.version, pid: process.pid },
     ...(v.source ? { mode: v.source.name } : {}),
     ...(backend ? { backend } : {}),
-    ...(ext ? { iface: { name: ext.link.name, ...(address ? { address } : {}), ...(publicIP ? { publicIP } : {}), mtu: ext.mtu, reason: ext.reason } } : {}),
-    ...(own ? {
-      own: {
-        ...(own.subnet ? { subnet: formatCIDR(own.subnet) } : {}),
-        ...(own.ipv6Subnet ? { ipv6Subnet: formatCIDR(own.ipv6Subnet) } : {}),
-        ...(own.attrs.publicIP ? { publicIP: formatIP(own.attrs.publicIP) } : {}),
-        ...(vtepMac(own.attrs.backendData) ? { vtepMac: vtepMac(own.attrs.backendData) } : {}),
-        ...(expires ? { expires: expires.toISOString() } : {}),
-      },
-    } : {}),
+    ...(ext
+      ? {
+          iface: {
+            name: ext.link.name,
+            ...(address ? { address } : {}),
+            ...(publicIP ? { publicIP } : {}),
+            mtu: ext.mtu,
+            reason: ext.reason,
+          },
+        }
+      : {}),
+    ...(own
+      ? {
+          own: {
+            ...(own.subnet ? { subnet: formatCIDR(own.subnet) } : {}),
+            ...(own.ipv6Subnet ? { ipv6Subnet: formatCIDR(own.ipv6Subnet) } : {}),
+            ...(own.attrs.publicIP ? { publicIP: formatIP(own.attrs.publicIP) } : {}),
+            ...(vtepMac(own.attrs.backendData) ? { vtepMac: vtepMac(own.attrs.backendData) } : {}),
+            ...(expires ? { expires: expires.toISOString() } : {}),
+          },
+        }
+      : {}),
     ...(v.backend ? { mtu: v.backend.mtu } : {}),
     subnetEnv,
     peers: rows,
     skipped,
     kernel: kernelDiff(desired?.all() ?? EMPTY, observed, dev),
     counters: {
-      fullPasses: v.counters.fullPasses, fastPasses: v.counters.fastPasses, repairs: v.network?.repairs ?? 0,
-      operations: v.counters.operations, failures: v.counters.failures,
+      fullPasses: v.counters.fullPasses,
+      fastPasses: v.counters.fastPasses,
+      repairs: v.network?.repairs ?? 0,
+      operations: v.counters.operations,
+      failures: v.counters.failures,
       ...(v.counters.lastFullPass ? { lastFullPass: v.counters.lastFullPass.toISOString() } : {}),
     },
-    ...(v.rules ? { trafficRules: { ...(v.rules.driver ? { driver: v.rules.driver } : {}), lastDrift: v.rules.lastCheck?.drift ?? [], ...(v.rules.lastCheck ? { lastCheck: v.rules.lastCheck.at.toISOString() } : {}) } } : {}),
+    ...(v.rules
+      ? {
+          trafficRules: {
+            ...(v.rules.driver ? { driver: v.rules.driver } : {}),
+            lastDrift: v.rules.lastCheck?.drift ?? [],
+            ...(v.rules.lastCheck ? { lastCheck: v.rules.lastCheck.at.toISOString() } : {}),
+          },
+        }
+      : {}),
     ready: v.ready,
     logLevel: options.logLevel.get(),
   };

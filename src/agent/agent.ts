@@ -84,15 +84,26 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   const publicIp = flags.publicIp || published.publicIP || '';
   const publicIpv6 = flags.publicIpv6 || published.publicIPv6 || '';
   if (publicIp !== flags.publicIp || publicIpv6 !== flags.publicIpv6) {
-    log.info('using the public address our Node is annotated with', { publicIP: publicIp || undefined, publicIPv6: publicIpv6 || undefined });
+    log.info('using the public address our Node is annotated with', {
+      publicIP: publicIp || undefined,
+      publicIPv6: publicIpv6 || undefined,
+    });
   }
   const ext = await selectExternalInterface(netlinkView(handle), {
     ipv4: config.enableIPv4, ipv6: config.enableIPv6, iface: flags.iface, ifaceRegex: flags.ifaceRegex,
     ifaceCanReach: flags.ifaceCanReach, publicIp, publicIpv6,
   });
-  log.info('using external interface', { iface: ext.link.name, address: ext.ifaceAddr ?? ext.ifaceAddr6, public: ext.extAddr ?? ext.extAddr6, mtu: ext.mtu, reason: ext.reason });
+  log.info('using external interface', {
+    iface: ext.link.name,
+    address: ext.ifaceAddr ?? ext.ifaceAddr6,
+    public: ext.extAddr ?? ext.extAddr6,
+    mtu: ext.mtu,
+    reason: ext.reason,
+  });
 
-  if (flags.vxlanOnDemand && config.backend.type !== 'vxlan') throw new ConfigError('--vxlan-on-demand', `needs the vxlan backend, not ${config.backend.type}`);
+  if (flags.vxlanOnDemand && config.backend.type !== 'vxlan') {
+    throw new ConfigError('--vxlan-on-demand', `needs the vxlan backend, not ${config.backend.type}`);
+  }
   const backend = createBackend({ handle, config, ext, log: log.child({ backend: config.backend.type }), onDemand: flags.vxlanOnDemand });
   if (view) Object.assign(view, { ext, backend });
   let previous;
@@ -102,14 +113,29 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
     log.warn('ignoring the previous subnet file', { file: flags.subnetFile, err: e });
   }
   const attrs = await backend.setup(published.attrs?.backendType === config.backend.type ? published.attrs : undefined);
-  const own = await source.acquire({ attrs, ...(previous ? { previous: { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet } } : {}) }, signal);
+  const own = await source.acquire(
+    { attrs, ...(previous ? { previous: { subnet: previous.subnet, ipv6Subnet: previous.ipv6Subnet } } : {}) },
+    signal,
+  );
   await backend.configure(own);
-  const networks = (lease: Lease) => ({ network: config.network, subnet: lease.subnet, ipv6Network: config.ipv6Network, ipv6Subnet: lease.ipv6Subnet });
+  const networks = (lease: Lease) => ({
+    network: config.network,
+    subnet: lease.subnet,
+    ipv6Network: config.ipv6Network,
+    ipv6Subnet: lease.ipv6Subnet,
+  });
   await rules.start(networks(own), { ...(previous ? { previous } : {}), signal });
   await writeEnv(flags.subnetFile, config, own, backend.mtu, flags.ipMasq);
-  log.info('wrote the subnet file', { file: flags.subnetFile, subnet: own.subnet && formatCIDR(own.subnet), ipv6Subnet: own.ipv6Subnet && formatCIDR(own.ipv6Subnet), mtu: backend.mtu });
+  log.info('wrote the subnet file', {
+    file: flags.subnetFile,
+    subnet: own.subnet && formatCIDR(own.subnet),
+    ipv6Subnet: own.ipv6Subnet && formatCIDR(own.ipv6Subnet),
+    mtu: backend.mtu,
+  });
 
-  if (flags.ipBlackholeRoute) log.info('keeping a blackhole route for our subnet, at the lowest priority so cni0\'s own route wins while it exists');
+  if (flags.ipBlackholeRoute) {
+    log.info('keeping a blackhole route for our subnet, at the lowest priority so cni0\'s own route wins while it exists');
+  }
   const table = new LeaseTable();
   if (d.metrics) d.metrics.leaseCount = () => table.size;
   // Loaded only with --vxlan-on-demand.
@@ -155,7 +181,21 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
     onReady?.();
     if (egressModule && egressSettings) {
       // Applied with the traffic rules' engine, which start() found working.
-      egress = egressModule.runEgress({ settings: egressSettings, flags, handle, ext, backend, config, table, own: () => current, engine: rules.driver ?? 'nftables', log }, running);
+      egress = egressModule.runEgress(
+        {
+          settings: egressSettings,
+          flags,
+          handle,
+          ext,
+          backend,
+          config,
+          table,
+          own: () => current,
+          engine: rules.driver ?? 'nftables',
+          log,
+        },
+        running,
+      );
     }
     await Promise.all([watching, egress]);
   } finally {

@@ -28,9 +28,13 @@ export class HostGwBackend implements Backend {
   async setup(): Promise<LeaseAttrs> {
     const { ext, config } = this.#d;
     for (const family of enabledFamilies(config)) {
-      const [pub, iface, flag] = family === 4 ? [ext.extAddr, ext.ifaceAddr, '--public-ip'] : [ext.extAddr6, ext.ifaceAddr6, '--public-ipv6'];
+      const [pub, iface, flag] =
+        family === 4 ? [ext.extAddr, ext.ifaceAddr, '--public-ip'] : [ext.extAddr6, ext.ifaceAddr6, '--public-ipv6'];
       if (pub !== iface) {
-        throw new ConfigError(flag, `host-gw routes other nodes' pod traffic straight to this node's public address, so it must be ${ext.link.name}'s own address ${iface ?? '(none)'}; ${pub ?? '(none)'} differs (NAT?): use the vxlan backend instead`);
+        throw new ConfigError(
+          flag,
+          `host-gw routes other nodes' pod traffic straight to this node's public address, so it must be ${ext.link.name}'s own address ${iface ?? '(none)'}; ${pub ?? '(none)'} differs (NAT?): use the vxlan backend instead`,
+        );
       }
     }
     const attrs: LeaseAttrs = { backendType: 'host-gw' };

@@ -47,7 +47,13 @@ const procFs: SysctlFs = { read: (p) => readFile(p, 'utf8'), write: (p, v) => wr
  * Makes room for `peers` permanent neighbours of `family` (see the file's notes); logs what it
  * changed, or what limits Weft when it cannot. Never throws.
  */
-export async function ensureNeighbourRoom(family: Family, peers: number, release: string, log: Logger, fs: SysctlFs = procFs): Promise<void> {
+export async function ensureNeighbourRoom(
+  family: Family,
+  peers: number,
+  release: string,
+  log: Logger,
+  fs: SysctlFs = procFs,
+): Promise<void> {
   if (!permanentNeighboursCounted(release)) return;
   const dir = `/proc/sys/net/ipv${family}/neigh/default`;
   let current: number;
@@ -63,8 +69,14 @@ export async function ensureNeighbourRoom(family: Family, peers: number, release
     const soft = Number((await fs.read(`${dir}/gc_thresh2`)).trim());
     if (soft < want) await fs.write(`${dir}/gc_thresh2`, String(want));
     await fs.write(`${dir}/gc_thresh3`, String(want));
-    log.info(`raised ${name} from ${current} to ${want}: this kernel (${release}) counts each peer's permanent neighbour entry against it`, { peers });
+    log.info(
+      `raised ${name} from ${current} to ${want}: this kernel (${release}) counts each peer's permanent neighbour entry against it`,
+      { peers },
+    );
   } catch (e) {
-    log.warn(`${name}=${current} limits this node to about ${Math.max(0, current - NEIGH_HEADROOM)} vxlan peers on this kernel (${release}), and ${peers} are known: set it to ${want} or more (sysctl -w ${name}=${want})`, { err: e });
+    log.warn(
+      `${name}=${current} limits this node to about ${Math.max(0, current - NEIGH_HEADROOM)} vxlan peers on this kernel (${release}), and ${peers} are known: set it to ${want} or more (sysctl -w ${name}=${want})`,
+      { err: e },
+    );
   }
 }

@@ -76,10 +76,23 @@ export class Network {
       ownership: () => options.backend.ownership(),
       resyncPeriodMs: options.resyncPeriodMs,
       onPass: (p) => {
-        if (p.kind === 'full' && p.ops.length > 0) options.log.info('reconciled', { reasons: p.reasons.join(', '), ops: p.ops.length, failures: p.failures.length, ms: Math.round(p.durationMs) });
+        if (p.kind === 'full' && p.ops.length > 0) {
+          options.log.info('reconciled', {
+            reasons: p.reasons.join(', '),
+            ops: p.ops.length,
+            failures: p.failures.length,
+            ms: Math.round(p.durationMs),
+          });
+        }
         // A fast pass that failed is followed by a full pass (or a rebuild), which says what stays refused.
         if (p.nextResyncMs !== undefined) this.#periodChanged(p.nextResyncMs, p.durationMs);
-        if (p.kind === 'full' && p.failures.length > 0) options.log.warn('the kernel refused operations of a pass; a later pass retries them', { failures: p.failures.length, counts: failureCounts(p.failures), first: p.failures[0] });
+        if (p.kind === 'full' && p.failures.length > 0) {
+          options.log.warn('the kernel refused operations of a pass; a later pass retries them', {
+            failures: p.failures.length,
+            counts: failureCounts(p.failures),
+            first: p.failures[0],
+          });
+        }
         options.onPass?.(p);
       },
       onError: (e) => options.log.error('reconcile pass failed; the next trigger retries', { err: e }),
@@ -125,7 +138,11 @@ export class Network {
     const said = this.#periodSaid ?? this.#options.resyncPeriodMs;
     if (ms < 2 * said && 2 * ms > said) return;
     this.#periodSaid = ms;
-    this.#options.log.info('periodic full passes adapted to what one costs', { everySeconds: Math.round(ms / 1000), lastPassMs: Math.round(passMs), configuredSeconds: this.#options.resyncPeriodMs / 1000 });
+    this.#options.log.info('periodic full passes adapted to what one costs', {
+      everySeconds: Math.round(ms / 1000),
+      lastPassMs: Math.round(passMs),
+      configuredSeconds: this.#options.resyncPeriodMs / 1000,
+    });
   }
 
   /** Nexthop objects where the kernel lists them (Linux 5.3+); ours found there are adopted. */
@@ -134,7 +151,10 @@ export class Network {
     try {
       existing = await this.#options.handle.nexthopList();
     } catch (e) {
-      this.#options.log.info('this kernel has no nexthop objects (Linux 5.3+): routes keep a gateway each, which the kernel adds in time growing with the table', { err: e });
+      this.#options.log.info(
+        'this kernel has no nexthop objects (Linux 5.3+): routes keep a gateway each, which the kernel adds in time growing with the table',
+        { err: e },
+      );
       return;
     }
     const protocol = this.#options.backend.ownership().protocol;
@@ -227,7 +247,9 @@ export class Network {
     this.#neighRoom = this.#options.table.size + NEIGH_HEADROOM;
     const perFamily = { 4: 0, 6: 0 };
     for (const n of this.#desired.all().neighs) perFamily[n.family]++;
-    for (const family of [4, 6] as const) if (perFamily[family] > 0) await ensureNeighbourRoom(family, perFamily[family], release(), this.#options.log);
+    for (const family of [4, 6] as const) {
+      if (perFamily[family] > 0) await ensureNeighbourRoom(family, perFamily[family], release(), this.#options.log);
+    }
   }
 
   async #onBatch(batch: readonly LeaseEvent[]): Promise<void> {

@@ -57,7 +57,12 @@ export class VxlanBackend implements Backend {
     if (ext.extAddr6) attrs.publicIPv6 = parseIP(ext.extAddr6, '--public-ipv6');
     for (const family of enabledFamilies(this.#d.config)) {
       const local = family === 4 ? ext.ifaceAddr : ext.ifaceAddr6;
-      if (!local) throw new ConfigError('--iface', `interface ${ext.link.name} has no IPv${family} address for the vxlan tunnel, and IPv${family} is enabled`);
+      if (!local) {
+        throw new ConfigError(
+          '--iface',
+          `interface ${ext.link.name} has no IPv${family} address for the vxlan tunnel, and IPv${family} is enabled`,
+        );
+      }
       const name = VxlanBackend.deviceName(family, this.#cfg.vni);
       const publishedMac = vtepMac(family === 4 ? published?.backendData : published?.backendV6Data);
       const { link, actions } = await ensureVxlanDevice(handle, {

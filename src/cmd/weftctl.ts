@@ -18,11 +18,26 @@ import type { RegistryOptions } from '../admin/offline.ts';
 
 /** Where to read the leases from when weftd does not answer, as weftd's flags name it. */
 function registry(g: Globals): RegistryOptions | undefined {
-  if (g.kubeSubnetMgr) return { kube: true, kubeconfigFile: g.kubeconfigFile, apiUrl: g.kubeApiUrl, netConfigPath: g.netConfigPath, annotationPrefix: g.kubeAnnotationPrefix };
+  if (g.kubeSubnetMgr) {
+    return {
+      kube: true,
+      kubeconfigFile: g.kubeconfigFile,
+      apiUrl: g.kubeApiUrl,
+      netConfigPath: g.netConfigPath,
+      annotationPrefix: g.kubeAnnotationPrefix,
+    };
+  }
   const endpoints = g.etcdEndpoints.split(',').map((s) => s.trim()).filter(Boolean);
   if (endpoints.length === 0) return undefined;
   return {
-    etcd: { endpoints, keyFile: g.etcdKeyfile, certFile: g.etcdCertfile, caFile: g.etcdCafile, username: g.etcdUsername, password: g.etcdPassword },
+    etcd: {
+      endpoints,
+      keyFile: g.etcdKeyfile,
+      certFile: g.etcdCertfile,
+      caFile: g.etcdCafile,
+      username: g.etcdUsername,
+      password: g.etcdPassword,
+    },
     etcdPrefix: g.etcdPrefix,
   };
 }
@@ -48,7 +63,11 @@ interface Globals {
 /** The node's status: weftd's answer, else what weftctl reads itself. */
 async function fetchStatus(g: Globals): Promise<NodeStatus> {
   try {
-    return await localRequest(adminSocketPath(g.subnetFile), { verb: 'status' }, { protocol: ADMIN_PROTOCOL, timeoutMs: g.timeout }) as NodeStatus;
+    return (await localRequest(
+      adminSocketPath(g.subnetFile),
+      { verb: 'status' },
+      { protocol: ADMIN_PROTOCOL, timeoutMs: g.timeout },
+    )) as NodeStatus;
   } catch (e) {
     if (!(e instanceof LocalSocketError) || e.kind === 'failed') throw e;
     const [{ offlineStatus }, { NetlinkHandle }] = await Promise.all([import('../admin/offline.ts'), import('../netlink/index.ts')]);
@@ -70,8 +89,16 @@ async function main(argv: string[]): Promise<number> {
   const program = new Command('weftctl')
     .description('see and diagnose this node\'s Weft network')
     .version(VERSION)
-    .addOption(new Option('--subnet-file <path>', 'weftd\'s subnet.env; its admin socket is beside it').default('/run/flannel/subnet.env').env('FLANNELD_SUBNET_FILE'))
-    .addOption(new Option('--etcd-endpoints <list>', 'etcd to read the leases from when weftd is down (comma-separated)').default('').env('FLANNELD_ETCD_ENDPOINTS'))
+    .addOption(
+      new Option('--subnet-file <path>', 'weftd\'s subnet.env; its admin socket is beside it')
+        .default('/run/flannel/subnet.env')
+        .env('FLANNELD_SUBNET_FILE'),
+    )
+    .addOption(
+      new Option('--etcd-endpoints <list>', 'etcd to read the leases from when weftd is down (comma-separated)')
+        .default('')
+        .env('FLANNELD_ETCD_ENDPOINTS'),
+    )
     .addOption(new Option('--etcd-prefix <prefix>', 'etcd key prefix').default('/coreos.com/network').env('FLANNELD_ETCD_PREFIX'))
     .addOption(new Option('--etcd-keyfile <path>', 'TLS key file for etcd').default('').env('FLANNELD_ETCD_KEYFILE'))
     .addOption(new Option('--etcd-certfile <path>', 'TLS certificate file for etcd').default('').env('FLANNELD_ETCD_CERTFILE'))
@@ -79,10 +106,20 @@ async function main(argv: string[]): Promise<number> {
     .addOption(new Option('--etcd-username <name>', 'username for etcd authentication').default('').env('FLANNELD_ETCD_USERNAME'))
     .addOption(new Option('--etcd-password <password>', 'password for etcd authentication').default('').env('FLANNELD_ETCD_PASSWORD'))
     .addOption(new Option('--kube-subnet-mgr', 'read the leases from Node annotations when weftd is down').default(false))
-    .addOption(new Option('--kubeconfig-file <path>', 'kubeconfig (default: the pod\'s service account)').default('').env('FLANNELD_KUBECONFIG_FILE'))
+    .addOption(
+      new Option('--kubeconfig-file <path>', 'kubeconfig (default: the pod\'s service account)').default('').env('FLANNELD_KUBECONFIG_FILE'),
+    )
     .addOption(new Option('--kube-api-url <url>', 'API server URL').default('').env('FLANNELD_KUBE_API_URL'))
-    .addOption(new Option('--net-config-path <path>', 'net-conf.json, in kube mode').default('/etc/kube-flannel/net-conf.json').env('FLANNELD_NET_CONFIG_PATH'))
-    .addOption(new Option('--kube-annotation-prefix <prefix>', 'Node annotation prefix').default('flannel.alpha.coreos.com').env('FLANNELD_KUBE_ANNOTATION_PREFIX'))
+    .addOption(
+      new Option('--net-config-path <path>', 'net-conf.json, in kube mode')
+        .default('/etc/kube-flannel/net-conf.json')
+        .env('FLANNELD_NET_CONFIG_PATH'),
+    )
+    .addOption(
+      new Option('--kube-annotation-prefix <prefix>', 'Node annotation prefix')
+        .default('flannel.alpha.coreos.com')
+        .env('FLANNELD_KUBE_ANNOTATION_PREFIX'),
+    )
     .addOption(new Option('-o, --output <format>', 'output format').choices(['text', 'json']).default('text'))
     .addOption(new Option('--timeout <ms>', 'how long to wait for weftd').default(10_000).argParser(Number))
     .exitOverride();
@@ -104,7 +141,11 @@ async function main(argv: string[]): Promise<number> {
   });
   program.command('doctor').description('checks with ok / warn / fail and the fix for each').action(async () => {
     const s = await fetchStatus(globals());
-    const [{ gatherFacts }, { doctor }, { NetlinkHandle }] = await Promise.all([import('../admin/facts.ts'), import('../admin/doctor.ts'), import('../netlink/index.ts')]);
+    const [{ gatherFacts }, { doctor }, { NetlinkHandle }] = await Promise.all([
+      import('../admin/facts.ts'),
+      import('../admin/doctor.ts'),
+      import('../netlink/index.ts'),
+    ]);
     const h = NetlinkHandle.open();
     try {
       const result = doctor(await gatherFacts(h, s));
@@ -114,11 +155,19 @@ async function main(argv: string[]): Promise<number> {
       h.close();
     }
   });
-  program.command('log-level').description('change weftd\'s log level at run time').argument('<level>', LOG_LEVELS.join(', ')).action(async (level: string) => {
-    const g = globals();
-    const r = await localRequest(adminSocketPath(g.subnetFile), { verb: 'log-level', level }, { protocol: ADMIN_PROTOCOL, timeoutMs: g.timeout }) as { level: string; was: string };
-    print(g, r, `weftd's log level: ${r.was} → ${r.level}`);
-  });
+  program
+    .command('log-level')
+    .description('change weftd\'s log level at run time')
+    .argument('<level>', LOG_LEVELS.join(', '))
+    .action(async (level: string) => {
+      const g = globals();
+      const r = (await localRequest(
+        adminSocketPath(g.subnetFile),
+        { verb: 'log-level', level },
+        { protocol: ADMIN_PROTOCOL, timeoutMs: g.timeout },
+      )) as { level: string; was: string };
+      print(g, r, `weftd's log level: ${r.was} → ${r.level}`);
+    });
   await program.parseAsync(argv, { from: 'user' });
   return code;
 }

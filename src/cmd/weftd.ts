@@ -60,11 +60,21 @@ async function startPolicy(flags: Flags, source: LeaseSource, log: Logger, signa
  * are then wired by the plugin's fallback, as before (and network policy learns of them from
  * the Pods watch only).
  */
-async function startCni(flags: Flags, handle: NetlinkHandle, log: Logger, policy: PolicyEnforcer | undefined): Promise<{ close(): Promise<void> } | undefined> {
+async function startCni(
+  flags: Flags,
+  handle: NetlinkHandle,
+  log: Logger,
+  policy: PolicyEnforcer | undefined,
+): Promise<{ close(): Promise<void> } | undefined> {
   try {
     const { startCniServer } = await import('../cni/server.ts');
     const pods = policy && { wired: policy.podWired.bind(policy), unwired: policy.podUnwired.bind(policy) };
-    return await startCniServer({ subnetFile: flags.subnetFile, host: handle, log: log.child({ component: 'cni' }), ...(pods ? { pods } : {}) });
+    return await startCniServer({
+      subnetFile: flags.subnetFile,
+      host: handle,
+      log: log.child({ component: 'cni' }),
+      ...(pods ? { pods } : {}),
+    });
   } catch (e) {
     log.warn('not serving CNI requests: the plugin falls back to wiring pods itself', { err: e });
     return undefined;
@@ -76,7 +86,11 @@ async function main(argv: string[]): Promise<number> {
   // Metrics exist only to be served: without the health server nothing would read them.
   const metrics: Metrics | undefined = flags.healthzPort > 0 ? new (await import('../server/metrics.ts')).Metrics() : undefined;
   const { createLogger } = await import('../winston-log.ts');
-  const logging = createLogger({ level: flags.logLevel, format: flags.logFormat, ...(metrics ? { onRecord: metrics.record.bind(metrics) } : {}) });
+  const logging = createLogger({
+    level: flags.logLevel,
+    format: flags.logFormat,
+    ...(metrics ? { onRecord: metrics.record.bind(metrics) } : {}),
+  });
   const log = logging.log;
   const stop = new AbortController();
   for (const sig of ['SIGTERM', 'SIGINT'] as const) {
@@ -109,7 +123,14 @@ async function main(argv: string[]): Promise<number> {
   let health: HealthServer | undefined;
   let admin: { close(): Promise<void> } | undefined;
   try {
-    admin = await startAdminServer({ subnetFile: flags.subnetFile, view, handle, log: log.child({ component: 'admin' }), version: VERSION, logLevel: { get: logging.level, set: logging.setLevel } });
+    admin = await startAdminServer({
+      subnetFile: flags.subnetFile,
+      view,
+      handle,
+      log: log.child({ component: 'admin' }),
+      version: VERSION,
+      logLevel: { get: logging.level, set: logging.setLevel },
+    });
     if (metrics) {
       const { startHealthServer } = await import('../server/http.ts');
       health = await startHealthServer({ host: flags.healthzIp, port: flags.healthzPort, ready: () => view.ready, metrics, log });

@@ -44,7 +44,9 @@ const NEEDS: Record<Verb, readonly Need[]> = {
 export function parseArgs(env: Readonly<Record<string, string | undefined>>): CniArgs {
   const command = env['CNI_COMMAND'];
   if (command === undefined || command === '') throw invalid('CNI_COMMAND', 'not set');
-  if (!(VERBS as readonly string[]).includes(command)) throw invalid('CNI_COMMAND', `unknown verb ${JSON.stringify(command)} (want one of ${VERBS.join(', ')})`);
+  if (!(VERBS as readonly string[]).includes(command)) {
+    throw invalid('CNI_COMMAND', `unknown verb ${JSON.stringify(command)} (want one of ${VERBS.join(', ')})`);
+  }
   const verb = command as Verb;
   const needs = NEEDS[verb];
   const present = (name: string, need: Need): string | undefined => {
@@ -58,14 +60,22 @@ export function parseArgs(env: Readonly<Record<string, string | undefined>>): Cn
   };
   const containerId = present('CNI_CONTAINERID', 'containerId');
   if (containerId !== undefined && (!CONTAINER_ID.test(containerId) || containerId.length > 1024)) {
-    throw invalid('CNI_CONTAINERID', `${JSON.stringify(containerId.slice(0, 80))} is not a container ID (letters, digits, "_", "." and "-", starting with a letter or digit)`);
+    throw invalid(
+      'CNI_CONTAINERID',
+      `${JSON.stringify(containerId.slice(0, 80))} is not a container ID (letters, digits, "_", "." and "-", starting with a letter or digit)`,
+    );
   }
   const ifname = present('CNI_IFNAME', 'ifname');
   if (ifname !== undefined && (ifname.length > 15 || ifname === '.' || ifname === '..' || /[/:\s]/.test(ifname))) {
-    throw invalid('CNI_IFNAME', `${JSON.stringify(ifname.slice(0, 80))} is not an interface name (at most 15 characters, no "/", ":" or spaces)`);
+    throw invalid(
+      'CNI_IFNAME',
+      `${JSON.stringify(ifname.slice(0, 80))} is not an interface name (at most 15 characters, no "/", ":" or spaces)`,
+    );
   }
   const netns = present('CNI_NETNS', 'netns');
-  if (netns !== undefined && !netns.startsWith('/')) throw invalid('CNI_NETNS', `${JSON.stringify(netns.slice(0, 200))} is not an absolute path`);
+  if (netns !== undefined && !netns.startsWith('/')) {
+    throw invalid('CNI_NETNS', `${JSON.stringify(netns.slice(0, 200))} is not an absolute path`);
+  }
   const pathText = present('CNI_PATH', 'path');
   const path = (pathText ?? '').split(':').filter((p) => p !== '');
   if (needs.includes('path') && path.length === 0) throw invalid('CNI_PATH', 'lists no directory');

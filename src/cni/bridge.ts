@@ -40,7 +40,19 @@ export interface BridgePlan {
   routes: PlanRoute[];
 }
 
-const DELEGATE_KEYS = new Set(['cniVersion', 'name', 'type', 'bridge', 'isGateway', 'isDefaultGateway', 'hairpinMode', 'ipMasq', 'mtu', 'ipam', 'runtimeConfig']);
+const DELEGATE_KEYS = new Set([
+  'cniVersion',
+  'name',
+  'type',
+  'bridge',
+  'isGateway',
+  'isDefaultGateway',
+  'hairpinMode',
+  'ipMasq',
+  'mtu',
+  'ipam',
+  'runtimeConfig',
+]);
 const IPAM_KEYS = new Set(['type', 'ranges', 'routes', 'dataDir']);
 
 function optionalBool(d: Json, key: string): boolean | string {
@@ -60,11 +72,15 @@ export function planBridge(delegate: unknown): BridgePlan | string {
   if (extra.length > 0) return `bridge options ${extra.join(', ')} are left to the bridge plugin`;
   if (delegate['ipMasq'] === true) return 'ipMasq is on (weftd masquerades with --ip-masq; the bridge plugin does it otherwise)';
   const name = delegate['name'];
-  if (typeof name !== 'string' || name === '' || name.includes('/') || name === '.' || name === '..') return 'the network name is not a directory name';
+  if (typeof name !== 'string' || name === '' || name.includes('/') || name === '.' || name === '..') {
+    return 'the network name is not a directory name';
+  }
   const bridge = delegate['bridge'] ?? DEFAULT_BRIDGE;
   if (typeof bridge !== 'string' || bridge === '' || bridge.length > 15 || /[/:\s]/.test(bridge)) return 'bridge is not an interface name';
   const mtu = delegate['mtu'];
-  if (mtu !== undefined && mtu !== null && (typeof mtu !== 'number' || !Number.isInteger(mtu) || mtu < 68 || mtu > 65535)) return 'mtu is not an MTU';
+  if (mtu !== undefined && mtu !== null && (typeof mtu !== 'number' || !Number.isInteger(mtu) || mtu < 68 || mtu > 65535)) {
+    return 'mtu is not an MTU';
+  }
   const flags = ['hairpinMode', 'isGateway', 'isDefaultGateway'].map((k) => optionalBool(delegate, k));
   const bad = flags.find((f) => typeof f === 'string');
   if (typeof bad === 'string') return bad;
@@ -79,7 +95,13 @@ export function planBridge(delegate: unknown): BridgePlan | string {
   const sets = ipam['ranges'];
   if (!Array.isArray(sets) || sets.length === 0) return 'ipam.ranges is not a list of range sets';
   for (const set of sets) {
-    if (!Array.isArray(set) || set.length !== 1 || !isJson(set[0]) || Object.keys(set[0]).join() !== 'subnet' || typeof set[0]['subnet'] !== 'string') {
+    if (
+      !Array.isArray(set) ||
+      set.length !== 1 ||
+      !isJson(set[0]) ||
+      Object.keys(set[0]).join() !== 'subnet' ||
+      typeof set[0]['subnet'] !== 'string'
+    ) {
       return 'each ipam range set must be one range with only a subnet';
     }
     let subnet: CIDR;
@@ -96,8 +118,12 @@ export function planBridge(delegate: unknown): BridgePlan | string {
   const given = ipam['routes'] ?? [];
   if (!Array.isArray(given)) return 'ipam.routes is not a list';
   for (const r of given) {
-    if (!isJson(r) || typeof r['dst'] !== 'string' || Object.keys(r).some((k) => k !== 'dst' && k !== 'gw')) return 'ipam routes other than {dst, gw} are left to host-local';
-    if (r['gw'] !== undefined && (typeof r['gw'] !== 'string' || tryParseIP(r['gw']) === undefined)) return 'an ipam route gateway is not an address';
+    if (!isJson(r) || typeof r['dst'] !== 'string' || Object.keys(r).some((k) => k !== 'dst' && k !== 'gw')) {
+      return 'ipam routes other than {dst, gw} are left to host-local';
+    }
+    if (r['gw'] !== undefined && (typeof r['gw'] !== 'string' || tryParseIP(r['gw']) === undefined)) {
+      return 'an ipam route gateway is not an address';
+    }
     routes.push(r['gw'] === undefined ? { dst: r['dst'] } : { dst: r['dst'], gw: r['gw'] as string });
   }
   return {
@@ -119,7 +145,11 @@ function rangeOf(subnet: CIDR): { start: IP; end: IP } {
 export function* hostLocalOrder(subnet: CIDR, lastReserved: IP | undefined): Generator<IP> {
   const { start, end } = rangeOf(subnet);
   const gateway = gatewayOf(subnet);
-  const inRange = lastReserved !== undefined && lastReserved.family === start.family && lastReserved.value >= start.value && lastReserved.value <= end.value;
+  const inRange =
+    lastReserved !== undefined &&
+    lastReserved.family === start.family &&
+    lastReserved.value >= start.value &&
+    lastReserved.value <= end.value;
   const count = end.value - start.value + 1n;
   const first = inRange ? lastReserved.value + 1n : start.value;
   for (let i = 0n; i < count; i++) {
@@ -144,7 +174,10 @@ export interface Wired {
 }
 
 /** The routes installed in the pod: the ipam routes, then a default per family when asked. */
-export function podRoutes(plan: BridgePlan, allocations: readonly Allocation[]): { dst: string; gw: string | undefined; resultGw: string | undefined }[] {
+export function podRoutes(
+  plan: BridgePlan,
+  allocations: readonly Allocation[],
+): { dst: string; gw: string | undefined; resultGw: string | undefined }[] {
   const gatewayFor = (family: 4 | 6): string | undefined => {
     const a = allocations.find((x) => x.address.family === family);
     return a ? formatIP(gatewayOf(a.subnet)) : undefined;
@@ -172,7 +205,11 @@ export function bridgeResult(plan: BridgePlan, allocations: readonly Allocation[
       { name: wired.hostVeth, mac: wired.hostVethMac },
       { name: ifname, mac: wired.podMac, sandbox: netns },
     ],
-    ips: allocations.map((a) => ({ interface: 2, address: `${formatIP(a.address)}/${a.subnet.prefix}`, gateway: formatIP(gatewayOf(a.subnet)) })),
+    ips: allocations.map((a) => ({
+      interface: 2,
+      address: `${formatIP(a.address)}/${a.subnet.prefix}`,
+      gateway: formatIP(gatewayOf(a.subnet)),
+    })),
     routes: podRoutes(plan, allocations).map((r) => (r.resultGw === undefined ? { dst: r.dst } : { dst: r.dst, gw: r.resultGw })),
     dns: {},
   };

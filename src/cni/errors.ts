@@ -41,7 +41,21 @@ export interface CniErrorJSON {
   details?: string;
 }
 
-const IO_ERRNOS = new Set(['EACCES', 'EPERM', 'EIO', 'ENOSPC', 'EROFS', 'EDQUOT', 'EMFILE', 'ENFILE', 'ENOTDIR', 'EISDIR', 'ENOENT', 'EEXIST', 'ENAMETOOLONG']);
+const IO_ERRNOS = new Set([
+  'EACCES',
+  'EPERM',
+  'EIO',
+  'ENOSPC',
+  'EROFS',
+  'EDQUOT',
+  'EMFILE',
+  'ENFILE',
+  'ENOTDIR',
+  'EISDIR',
+  'ENOENT',
+  'EEXIST',
+  'ENAMETOOLONG',
+]);
 
 /**
  * Maps any thrown value to the spec error: a {@link CniError} keeps its code, a ConfigError is 7

@@ -54,7 +54,12 @@ export class HostLocalStore {
     try {
       const deadline = Date.now() + this.#lockTimeoutMs;
       while (!tryFlock(fd, 'ex')) {
-        if (Date.now() > deadline) throw new CniError(CNI_CODE.TRY_AGAIN_LATER, `failed to lock host-local store ${this.dir}: held by another process for ${this.#lockTimeoutMs} ms`);
+        if (Date.now() > deadline) {
+          throw new CniError(
+            CNI_CODE.TRY_AGAIN_LATER,
+            `failed to lock host-local store ${this.dir}: held by another process for ${this.#lockTimeoutMs} ms`,
+          );
+        }
         await sleep(1);
       }
       return fn();
@@ -105,7 +110,12 @@ export class HostLocalStore {
     try {
       subnets.forEach((subnet, i) => {
         const dup = entries.find((e) => e.owner === key && contains(subnet, e.ip));
-        if (dup) throw new CniError(CNI_CODE.UNKNOWN, `failed to allocate for range ${i}: ${dup.name} has been allocated to ${id}, duplicate allocation is not allowed`);
+        if (dup) {
+          throw new CniError(
+            CNI_CODE.UNKNOWN,
+            `failed to allocate for range ${i}: ${dup.name} has been allocated to ${id}, duplicate allocation is not allowed`,
+          );
+        }
         const lastFile = join(this.dir, `last_reserved_ip.${i}`);
         let last: IP | undefined;
         try {
@@ -125,7 +135,10 @@ export class HostLocalStore {
           writeFileSync(lastFile, name, { mode: 0o644 });
           return;
         }
-        throw new CniError(CNI_CODE.UNKNOWN, `failed to allocate for range ${i}: no IP addresses available in range set ${formatIP(subnet.ip)}/${subnet.prefix}`);
+        throw new CniError(
+          CNI_CODE.UNKNOWN,
+          `failed to allocate for range ${i}: no IP addresses available in range set ${formatIP(subnet.ip)}/${subnet.prefix}`,
+        );
       });
     } catch (e) {
       for (const a of done) rmSync(join(this.dir, formatIP(a.address)), { force: true });

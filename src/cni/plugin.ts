@@ -57,7 +57,9 @@ export function renderForAdd(args: CniArgs, conf: PluginConf, env: Env): { plugi
   const wanted = renderDelegate(conf, subnetEnv);
   const type = wanted['type'] as string;
   const plugin = findPlugin(type, args.path);
-  const version = conf.cniVersionSet ? pickDelegateVersion(conf.cniVersion, pluginVersions(plugin, conf.dataDir, env), type) : conf.cniVersion;
+  const version = conf.cniVersionSet
+    ? pickDelegateVersion(conf.cniVersion, pluginVersions(plugin, conf.dataDir, env), type)
+    : conf.cniVersion;
   return { plugin, bytes: delegateBytes(version === conf.cniVersion ? wanted : renderDelegate(conf, subnetEnv, version)) };
 }
 
@@ -120,16 +122,24 @@ function withRouteGateways(result: Json): Json {
   };
   return {
     ...result,
-    routes: routes.map((r: Json) => (typeof r === 'object' && r !== null && r['gw'] === undefined && gatewayOf(r['dst']) !== undefined ? { ...r, gw: gatewayOf(r['dst']) } : r)),
+    routes: routes.map((r: Json) =>
+      typeof r === 'object' && r !== null && r['gw'] === undefined && gatewayOf(r['dst']) !== undefined
+        ? { ...r, gw: gatewayOf(r['dst']) }
+        : r,
+    ),
   };
 }
 
 function check(args: CniArgs, conf: PluginConf, env: Env): string {
   const id = args.containerId!;
   const saved = savedDelegate(loadState(conf.dataDir, id));
-  if (saved === undefined) throw new CniError(CNI_CODE.CONTAINER_UNKNOWN, `CNI_CONTAINERID: no state for container ${id} in dataDir ${conf.dataDir}`);
+  if (saved === undefined) {
+    throw new CniError(CNI_CODE.CONTAINER_UNKNOWN, `CNI_CONTAINERID: no state for container ${id} in dataDir ${conf.dataDir}`);
+  }
   const given = conf.prevResult;
-  if (typeof given !== 'object' || given === null || Array.isArray(given)) throw new CniError(CNI_CODE.INVALID_CONFIG, 'prevResult: required for CHECK, as a JSON object');
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) {
+    throw new CniError(CNI_CODE.INVALID_CONFIG, 'prevResult: required for CHECK, as a JSON object');
+  }
   const version = typeof saved['cniVersion'] === 'string' ? saved['cniVersion'] : '0.1.0';
   const prevResult = convertResult(withRouteGateways(convertResult({ cniVersion: conf.cniVersion, ...given }, CURRENT_VERSION)), version);
   execPlugin(findPlugin(saved.type, args.path), 'CHECK', goJson({ ...saved, prevResult }), env);
@@ -159,7 +169,12 @@ function gc(args: CniArgs, conf: PluginConf, env: Env): string {
     // dataDir may be shared by several flannel-type networks (Multus): only this network's are ours.
     if (valid.has(id) || savedDelegate(loadState(conf.dataDir, id))?.['name'] !== conf.name) continue;
     try {
-      del({ ...args, containerId: id, ifname: 'eth0', netns: undefined }, conf, { ...env, CNI_CONTAINERID: id, CNI_IFNAME: 'eth0', CNI_NETNS: '' });
+      del({ ...args, containerId: id, ifname: 'eth0', netns: undefined }, conf, {
+        ...env,
+        CNI_CONTAINERID: id,
+        CNI_IFNAME: 'eth0',
+        CNI_NETNS: '',
+      });
     } catch (e) {
       failures.push(e);
     }

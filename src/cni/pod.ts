@@ -49,13 +49,26 @@ export async function ensureBridge(host: NetlinkHandle, plan: BridgePlan): Promi
     });
     bridge = await host.linkByName(plan.bridge);
   }
-  if (bridge.kind !== 'bridge') throw new CniError(CNI_CODE.UNKNOWN, `failed to set up bridge ${plan.bridge}: it exists and is a ${bridge.kind || 'plain'} device, not a bridge`);
+  if (bridge.kind !== 'bridge') {
+    throw new CniError(
+      CNI_CODE.UNKNOWN,
+      `failed to set up bridge ${plan.bridge}: it exists and is a ${bridge.kind || 'plain'} device, not a bridge`,
+    );
+  }
   const ops: Operation[] = [];
   ops.push({ op: 'linkSet', index: bridge.index, changes: { mac: bridge.mac, ...(bridge.up ? {} : { up: true }) } });
   if (plan.isGateway) {
     for (const subnet of plan.ranges) {
       // nodad: the pod's and gateway's IPv6 addresses are unique by allocation.
-      ops.push({ op: 'addrReplace', addr: { linkIndex: bridge.index, address: formatIP(gatewayOf(subnet)), prefixLen: subnet.prefix, flags: subnet.ip.family === 6 ? IFA_F_NODAD : 0 } });
+      ops.push({
+        op: 'addrReplace',
+        addr: {
+          linkIndex: bridge.index,
+          address: formatIP(gatewayOf(subnet)),
+          prefixLen: subnet.prefix,
+          flags: subnet.ip.family === 6 ? IFA_F_NODAD : 0,
+        },
+      });
     }
   }
   const failed = (await host.batch(ops)).find((r) => r !== null);
@@ -89,7 +102,14 @@ function openNetns(netns: string): number {
  * creates the veth while host-local's files are written). On failure the caller runs
  * {@link unwirePod} (the pod's end takes the host end with it).
  */
-export async function wirePod(host: NetlinkHandle, plan: BridgePlan, bridgeReady: Promise<Link>, allocated: Promise<readonly Allocation[]>, ifname: string, netns: string): Promise<Wired> {
+export async function wirePod(
+  host: NetlinkHandle,
+  plan: BridgePlan,
+  bridgeReady: Promise<Link>,
+  allocated: Promise<readonly Allocation[]>,
+  ifname: string,
+  netns: string,
+): Promise<Wired> {
   const fd = openNetns(netns);
   let pod: NetlinkHandle;
   try {
@@ -108,7 +128,9 @@ export async function wirePod(host: NetlinkHandle, plan: BridgePlan, bridgeReady
           break;
         } catch (e) {
           if (!(e instanceof NetlinkError && e.exists) || attempt === 3) throw e;
-          if (await linkOptional(pod, ifname)) throw new CniError(CNI_CODE.UNKNOWN, `container veth name provided (${ifname}) already exists`);
+          if (await linkOptional(pod, ifname)) {
+            throw new CniError(CNI_CODE.UNKNOWN, `container veth name provided (${ifname}) already exists`);
+          }
           hostVeth = vethName();
         }
       }
@@ -124,10 +146,18 @@ export async function wirePod(host: NetlinkHandle, plan: BridgePlan, bridgeReady
       const link = await pod.linkByName(ifname);
       const allocations = await allocated;
       const ops: Operation[] = allocations.map((a) => ({
-        op: 'addrAdd', addr: { linkIndex: link.index, address: formatIP(a.address), prefixLen: a.subnet.prefix, flags: a.address.family === 6 ? IFA_F_NODAD : 0 },
+        op: 'addrAdd',
+        addr: {
+          linkIndex: link.index,
+          address: formatIP(a.address),
+          prefixLen: a.subnet.prefix,
+          flags: a.address.family === 6 ? IFA_F_NODAD : 0,
+        },
       }));
       ops.push({ op: 'linkSet', index: link.index, changes: { up: true } });
-      for (const r of podRoutes(plan, allocations)) ops.push({ op: 'routeAdd', route: { dst: r.dst, gateway: r.gw, linkIndex: link.index } });
+      for (const r of podRoutes(plan, allocations)) {
+        ops.push({ op: 'routeAdd', route: { dst: r.dst, gateway: r.gw, linkIndex: link.index } });
+      }
       const failed = (await pod.batch(ops)).find((r) => r !== null);
       if (failed) throw failed;
       return link.mac;
@@ -213,16 +243,22 @@ export async function checkPod(netns: string, ifname: string, result: Json): Pro
     const addrs = await pod.addrList({ linkIndex: link.index });
     const routes = await pod.routeList({ linkIndex: link.index });
     const interfaces = Array.isArray(result['interfaces']) ? (result['interfaces'] as Json[]) : [];
-    const ips = (Array.isArray(result['ips']) ? (result['ips'] as Json[]) : []).filter((ip) => typeof ip['interface'] !== 'number' || interfaces[ip['interface']]?.['name'] === ifname);
+    const ips = (Array.isArray(result['ips']) ? (result['ips'] as Json[]) : []).filter(
+      (ip) => typeof ip['interface'] !== 'number' || interfaces[ip['interface']]?.['name'] === ifname,
+    );
     for (const ip of ips) {
       const [address, len] = String(ip['address']).split('/');
-      if (!addrs.some((a) => a.address === address && a.prefixLen === Number(len))) throw fail(`address ${String(ip['address'])} is missing`);
+      if (!addrs.some((a) => a.address === address && a.prefixLen === Number(len))) {
+        throw fail(`address ${String(ip['address'])} is missing`);
+      }
     }
     const gatewayOfFamily = (family: 4 | 6) => ips.find((ip) => String(ip['address']).includes(':') === (family === 6))?.['gateway'];
     for (const r of Array.isArray(result['routes']) ? (result['routes'] as Json[]) : []) {
       const dst = String(r['dst']);
       const gw = r['gw'] ?? gatewayOfFamily(dst.includes(':') ? 6 : 4);
-      if (!routes.some((k) => k.dst === dst && (gw === undefined || k.gateway === gw))) throw fail(`route ${dst}${gw ? ` via ${String(gw)}` : ''} is missing`);
+      if (!routes.some((k) => k.dst === dst && (gw === undefined || k.gateway === gw))) {
+        throw fail(`route ${dst}${gw ? ` via ${String(gw)}` : ''} is missing`);
+      }
     }
   } finally {
     pod.close();

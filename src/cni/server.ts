@@ -61,7 +61,9 @@ export type CniAnswer = { exitCode: number; stdout: string } | { fallback: true 
 function readRequest(request: Json): { env: Env; stdin: string } {
   const env = request['env'];
   const stdin = request['stdin'];
-  if (!isJson(env) || !Object.values(env).every((v) => typeof v === 'string')) throw new WeftError(LOCAL_CODE.BAD_REQUEST, 'request.env: not an object of strings');
+  if (!isJson(env) || !Object.values(env).every((v) => typeof v === 'string')) {
+    throw new WeftError(LOCAL_CODE.BAD_REQUEST, 'request.env: not an object of strings');
+  }
   if (typeof stdin !== 'string') throw new WeftError(LOCAL_CODE.BAD_REQUEST, 'request.stdin: not a string');
   return { env: env as Env, stdin };
 }
@@ -111,7 +113,11 @@ export class CniServer {
       if (args.netns?.startsWith('/proc/') && !existsSync(args.netns)) {
         // A runtime naming namespaces by process (/proc/<pid>/ns/net) and a weftd outside the
         // host's PID namespace: the plugin on the host can reach it, weftd cannot.
-        this.#options.log.info('CNI request left to the fallback plugin', { verb: args.command, container: id, reason: `${args.netns} is not visible to weftd` });
+        this.#options.log.info('CNI request left to the fallback plugin', {
+          verb: args.command,
+          container: id,
+          reason: `${args.netns} is not visible to weftd`,
+        });
         return { fallback: true };
       }
       switch (args.command) {
@@ -224,7 +230,12 @@ export class CniServer {
       await durable;
       const pod = podOfArgs(env);
       if (pod && this.#options.pods) await this.#options.pods.wired({ ...pod, containerId: id, ips: allocations.map((a) => a.address) });
-      this.#options.log.info('wired pod', { container: id, ifname, veth: wired.hostVeth, addresses: allocations.map((a) => formatIP(a.address)) });
+      this.#options.log.info('wired pod', {
+        container: id,
+        ifname,
+        veth: wired.hostVeth,
+        addresses: allocations.map((a) => formatIP(a.address)),
+      });
       return { exitCode: 0, stdout: JSON.stringify(convertResult(bridgeResult(plan, allocations, wired, ifname, netns), conf.cniVersion)) };
     } catch (e) {
       try {
@@ -270,7 +281,9 @@ export class CniServer {
   async #check(args: CniArgs, conf: PluginConf): Promise<CniAnswer> {
     const id = args.containerId!;
     const saved = savedDelegate(loadState(conf.dataDir, id));
-    if (saved === undefined) throw new CniError(CNI_CODE.CONTAINER_UNKNOWN, `CNI_CONTAINERID: no state for container ${id} in dataDir ${conf.dataDir}`);
+    if (saved === undefined) {
+      throw new CniError(CNI_CODE.CONTAINER_UNKNOWN, `CNI_CONTAINERID: no state for container ${id} in dataDir ${conf.dataDir}`);
+    }
     const given = conf.prevResult;
     if (!isJson(given)) throw new CniError(CNI_CODE.INVALID_CONFIG, 'prevResult: required for CHECK, as a JSON object');
     const plan = this.#plan(saved, 'CHECK', id);

@@ -37,7 +37,11 @@ const VERB_SINCE: Record<Verb, string> = { ADD: '0.1.0', DEL: '0.1.0', VERSION: 
  */
 export function checkVersion(version: string, verb: Verb): void {
   if (!(SUPPORTED_VERSIONS as readonly string[]).includes(version)) {
-    throw new CniError(CNI_CODE.INCOMPATIBLE_VERSION, `cniVersion: ${JSON.stringify(version)} is not supported`, `supported: ${SUPPORTED_VERSIONS.join(', ')}`);
+    throw new CniError(
+      CNI_CODE.INCOMPATIBLE_VERSION,
+      `cniVersion: ${JSON.stringify(version)} is not supported`,
+      `supported: ${SUPPORTED_VERSIONS.join(', ')}`,
+    );
   }
   if (compareVersions(version, VERB_SINCE[verb]) < 0) {
     throw new CniError(CNI_CODE.INCOMPATIBLE_VERSION, `cniVersion: ${version} does not allow ${verb} (needs ${VERB_SINCE[verb]} or later)`);
@@ -140,7 +144,10 @@ export function pickDelegateVersion(wanted: string, delegateSupports: readonly s
     .sort(compareVersions);
   const best = older.at(-1);
   if (best === undefined) {
-    throw new CniError(CNI_CODE.INCOMPATIBLE_VERSION, `cniVersion: delegate ${delegate} supports none of ${wanted} or older (it supports ${delegateSupports.join(', ')})`);
+    throw new CniError(
+      CNI_CODE.INCOMPATIBLE_VERSION,
+      `cniVersion: delegate ${delegate} supports none of ${wanted} or older (it supports ${delegateSupports.join(', ')})`,
+    );
   }
   return best;
 }

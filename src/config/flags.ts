@@ -119,7 +119,13 @@ const SPECS: FlagSpec[] = [
   { name: 'etcd-cafile', group: ETCD, help: 'TLS CA file for etcd', default: '' },
   { name: 'etcd-username', group: ETCD, help: 'username for etcd authentication', default: '' },
   { name: 'etcd-password', group: ETCD, help: 'password for etcd authentication', default: '' },
-  { name: 'kube-subnet-mgr', group: KUBE, help: 'lease subnets from Kubernetes node annotations instead of etcd', kind: 'bool', default: false },
+  {
+    name: 'kube-subnet-mgr',
+    group: KUBE,
+    help: 'lease subnets from Kubernetes node annotations instead of etcd',
+    kind: 'bool',
+    default: false,
+  },
   { name: 'kube-api-url', group: KUBE, help: 'Kubernetes API server URL; empty: in-cluster', default: '' },
   { name: 'kubeconfig-file', group: KUBE, help: 'kubeconfig file; empty: in-cluster', default: '' },
   { name: 'kube-annotation-prefix', group: KUBE, help: 'prefix of the node annotations', default: 'flannel.alpha.coreos.com' },
@@ -129,27 +135,108 @@ const SPECS: FlagSpec[] = [
   { name: 'public-ip', group: IFACE, help: 'IPv4 address other nodes use to reach this one', default: '' },
   { name: 'public-ipv6', group: IFACE, help: 'IPv6 address other nodes use to reach this one', default: '' },
   { name: 'ip-masq', group: RULES, help: 'masquerade traffic leaving the cluster network', kind: 'bool', default: false },
-  { name: 'ip-masq-fully-random-disable', group: RULES, help: 'do not use fully random source ports when masquerading', kind: 'bool', default: false },
+  {
+    name: 'ip-masq-fully-random-disable',
+    group: RULES,
+    help: 'do not use fully random source ports when masquerading',
+    kind: 'bool',
+    default: false,
+  },
   { name: 'iptables-resync', group: RULES, help: 'seconds between traffic-rule checks', kind: { min: 1, max: 86400 }, default: 5 },
   { name: 'iptables-forward-rules', group: RULES, help: 'accept forwarded pod traffic', kind: 'bool', default: true },
   { name: 'ip-blackhole-route', group: RULES, help: 'keep a blackhole route for the own subnet', kind: 'bool', default: false },
   { name: 'subnet-file', group: RUN, help: 'where to write subnet.env', default: '/run/flannel/subnet.env' },
   { name: 'net-config-path', group: RUN, help: 'net-conf.json (Kubernetes lease source)', default: '/etc/kube-flannel/net-conf.json' },
-  { name: 'subnet-lease-renew-margin', group: RUN, help: 'minutes before expiry to renew the etcd lease', kind: { min: 1, max: 1439 }, default: 60 },
-  { name: 'set-node-network-unavailable', group: RUN, help: 'set the NetworkUnavailable condition to False once up', kind: 'bool', default: true },
+  {
+    name: 'subnet-lease-renew-margin',
+    group: RUN,
+    help: 'minutes before expiry to renew the etcd lease',
+    kind: { min: 1, max: 1439 },
+    default: 60,
+  },
+  {
+    name: 'set-node-network-unavailable',
+    group: RUN,
+    help: 'set the NetworkUnavailable condition to False once up',
+    kind: 'bool',
+    default: true,
+  },
   { name: 'healthz-ip', group: RUN, help: 'address of the health endpoints', default: '0.0.0.0' },
   { name: 'healthz-port', group: RUN, help: 'port of the health endpoints (0 disables)', kind: { min: 0, max: 65535 }, default: 0 },
   { name: 'log-level', group: WEFT, help: 'log level', default: 'info', own: true, choices: ['error', 'warn', 'info', 'debug'] },
   { name: 'log-format', group: WEFT, help: 'log format', default: 'text', own: true, choices: ['text', 'json'] },
-  { name: 'traffic-rules', group: WEFT, help: 'rules engine: auto (nftables when nft works, else iptables), nftables or iptables; EnableNFTables in net-conf.json means nftables', default: 'auto', own: true, choices: ['auto', 'nftables', 'iptables'] },
-  { name: 'cleanup-traffic-rules', group: WEFT, help: 'remove the masquerade and forward rules of Weft and flanneld (both engines), then exit', kind: 'bool', default: false, own: true },
-  { name: 'network-policy', group: WEFT, help: 'enforce Kubernetes NetworkPolicy on this node\'s pods (needs --kube-subnet-mgr, nft and br_netfilter)', kind: 'bool', default: false, own: true },
-  { name: 'egress-gateways', group: EGRESS, help: 'run egress gateways: EgressGateway and EgressPolicy resources (egress-crds.yaml)', kind: 'bool', default: false, own: true },
-  { name: 'egress-service-cidr', group: EGRESS, help: 'service CIDR of the cluster, never steered to a gateway; repeatable', kind: 'list', default: [], own: true },
-  { name: 'egress-exclude-cidr', group: EGRESS, help: 'more destinations never steered to a gateway; repeatable', kind: 'list', default: [], own: true },
-  { name: 'egress-liveness-timeout', group: EGRESS, help: 'seconds without a heartbeat after which a gateway node\'s EIPs move elsewhere', kind: { min: 2, max: 3600 }, default: 3, own: true },
-  { name: 'vxlan-on-demand', group: WEFT, help: 'vxlan: program a peer only once this node sends to it (the kernel asks weftd through L3/L2 miss notifications; idle entries expire), for clusters where a route per peer is too much', kind: 'bool', default: false, own: true },
-  { name: 'resync-period', group: WEFT, help: 'seconds between full reconciles of the kernel state, at least (stretched to 100 times what the last one took, 15 minutes at most)', kind: { min: 1, max: 86400 }, default: 30, own: true },
+  {
+    name: 'traffic-rules',
+    group: WEFT,
+    help: 'rules engine: auto (nftables when nft works, else iptables), nftables or iptables; EnableNFTables in net-conf.json means nftables',
+    default: 'auto',
+    own: true,
+    choices: ['auto', 'nftables', 'iptables'],
+  },
+  {
+    name: 'cleanup-traffic-rules',
+    group: WEFT,
+    help: 'remove the masquerade and forward rules of Weft and flanneld (both engines), then exit',
+    kind: 'bool',
+    default: false,
+    own: true,
+  },
+  {
+    name: 'network-policy',
+    group: WEFT,
+    help: 'enforce Kubernetes NetworkPolicy on this node\'s pods (needs --kube-subnet-mgr, nft and br_netfilter)',
+    kind: 'bool',
+    default: false,
+    own: true,
+  },
+  {
+    name: 'egress-gateways',
+    group: EGRESS,
+    help: 'run egress gateways: EgressGateway and EgressPolicy resources (egress-crds.yaml)',
+    kind: 'bool',
+    default: false,
+    own: true,
+  },
+  {
+    name: 'egress-service-cidr',
+    group: EGRESS,
+    help: 'service CIDR of the cluster, never steered to a gateway; repeatable',
+    kind: 'list',
+    default: [],
+    own: true,
+  },
+  {
+    name: 'egress-exclude-cidr',
+    group: EGRESS,
+    help: 'more destinations never steered to a gateway; repeatable',
+    kind: 'list',
+    default: [],
+    own: true,
+  },
+  {
+    name: 'egress-liveness-timeout',
+    group: EGRESS,
+    help: 'seconds without a heartbeat after which a gateway node\'s EIPs move elsewhere',
+    kind: { min: 2, max: 3600 },
+    default: 3,
+    own: true,
+  },
+  {
+    name: 'vxlan-on-demand',
+    group: WEFT,
+    help: 'vxlan: program a peer only once this node sends to it (the kernel asks weftd through L3/L2 miss notifications; idle entries expire), for clusters where a route per peer is too much',
+    kind: 'bool',
+    default: false,
+    own: true,
+  },
+  {
+    name: 'resync-period',
+    group: WEFT,
+    help: 'seconds between full reconciles of the kernel state, at least (stretched to 100 times what the last one took, 15 minutes at most)',
+    kind: { min: 1, max: 86400 },
+    default: 30,
+    own: true,
+  },
 ];
 
 function option(spec: FlagSpec): Option {
@@ -182,7 +269,9 @@ function normaliseDashes(argv: readonly string[]): string[] {
 
 export function buildCommand(): Command {
   const cmd = new Command('weftd')
-    .description('Weft node network agent: leases a pod subnet and keeps routes, FDB and neighbour entries in line with every other node (flannel-compatible)')
+    .description(
+      'Weft node network agent: leases a pod subnet and keeps routes, FDB and neighbour entries in line with every other node (flannel-compatible)',
+    )
     .version(VERSION, '--version', 'print the version and exit')
     .helpOption('-h, --help', 'show this help')
     .allowExcessArguments(false)
@@ -228,7 +317,10 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   const bool = (name: string): boolean => get(name) === true;
   const num = (name: string): number => get(name) as number;
   if (bool('network-policy') && !bool('kube-subnet-mgr')) {
-    throw new ConfigError('--network-policy', 'needs --kube-subnet-mgr: NetworkPolicies, Pods and Namespaces are read from the Kubernetes API');
+    throw new ConfigError(
+      '--network-policy',
+      'needs --kube-subnet-mgr: NetworkPolicies, Pods and Namespaces are read from the Kubernetes API',
+    );
   }
   return {
     etcdEndpoints: str('etcd-endpoints').split(',').map((s) => s.trim()).filter(Boolean),

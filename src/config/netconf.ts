@@ -74,7 +74,9 @@ function bool(obj: Record<string, JsonValue>, name: string, path: string, dflt: 
 function uint(obj: Record<string, JsonValue>, name: string, path: string, dflt: number, max: number): number {
   const v = field(obj, name);
   if (v === undefined) return dflt;
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new ConfigError(path, `must be a non-negative integer, got ${describe(v)}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) {
+    throw new ConfigError(path, `must be a non-negative integer, got ${describe(v)}`);
+  }
   if (v > max) throw new ConfigError(path, `must be at most ${max}, got ${v}`);
   return v;
 }
@@ -176,8 +178,22 @@ interface FamilyRules {
   dflt: number;
 }
 
-const V4: FamilyRules = { family: 4, names: { network: 'Network', len: 'SubnetLen', min: 'SubnetMin', max: 'SubnetMax' }, maxLen: 30, maxPrefix: 28, small: 22, dflt: 24 };
-const V6: FamilyRules = { family: 6, names: { network: 'IPv6Network', len: 'IPv6SubnetLen', min: 'IPv6SubnetMin', max: 'IPv6SubnetMax' }, maxLen: 126, maxPrefix: 124, small: 62, dflt: 64 };
+const V4: FamilyRules = {
+  family: 4,
+  names: { network: 'Network', len: 'SubnetLen', min: 'SubnetMin', max: 'SubnetMax' },
+  maxLen: 30,
+  maxPrefix: 28,
+  small: 22,
+  dflt: 24,
+};
+const V6: FamilyRules = {
+  family: 6,
+  names: { network: 'IPv6Network', len: 'IPv6SubnetLen', min: 'IPv6SubnetMin', max: 'IPv6SubnetMax' },
+  maxLen: 126,
+  maxPrefix: 124,
+  small: 62,
+  dflt: 64,
+};
 
 function checkFamily(network: CIDR, given: { len: number; min?: IP; max?: IP }, r: FamilyRules): { len: number; min: IP; max: IP } {
   const n = r.names;

@@ -122,7 +122,10 @@ export function parseGateway(o: unknown): Gateway | InvalidGateway {
       name,
       nodeSelector: selector(spec.nodeSelector, 'spec.nodeSelector'),
       eipPool: { ipv4: strings(pool.ipv4, 'spec.eipPool.ipv4'), ipv6: strings(pool.ipv6, 'spec.eipPool.ipv6') },
-      nodeSelection: { mode: oneOf(sel.mode, NODE_SELECTION_MODES, 'Spread', 'spec.nodeSelection.mode'), limit: limit(sel.limit, 'spec.nodeSelection.limit') },
+      nodeSelection: {
+        mode: oneOf(sel.mode, NODE_SELECTION_MODES, 'Spread', 'spec.nodeSelection.mode'),
+        limit: limit(sel.limit, 'spec.nodeSelection.limit'),
+      },
       eipAllocation: {
         mode: oneOf(alloc.mode, EIP_ALLOCATION_MODES, 'PreferUnused', 'spec.eipAllocation.mode'),
         limit: limit(alloc.limit, 'spec.eipAllocation.limit'),

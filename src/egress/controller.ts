@@ -44,7 +44,10 @@ const GROUP_PATH = `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}`;
 function condition(ready: boolean, reason: string, message: string, previous: unknown): Json {
   const old = Array.isArray(previous) ? (previous as Json[]).find((c) => c.type === 'Ready') : undefined;
   const status = ready ? 'True' : 'False';
-  const lastTransitionTime = old && old.status === status && typeof old.lastTransitionTime === 'string' ? old.lastTransitionTime : new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+  const lastTransitionTime =
+    old && old.status === status && typeof old.lastTransitionTime === 'string'
+      ? old.lastTransitionTime
+      : new Date().toISOString().replace(/\.\d+Z$/, 'Z');
   return { type: 'Ready', status, reason, message, lastTransitionTime };
 }
 
@@ -78,7 +81,8 @@ export class EgressController {
 
   constructor(options: ControllerOptions) {
     this.#options = options;
-    const informer = (path: string, query?: Record<string, string>) => new Informer({ http: options.http, path, log: options.log, onChange: () => this.#loop.poke(), ...(query ? { query } : {}) });
+    const informer = (path: string, query?: Record<string, string>) =>
+      new Informer({ http: options.http, path, log: options.log, onChange: () => this.#loop.poke(), ...(query ? { query } : {}) });
     this.#gateways = informer(`${GROUP_PATH}/egressgateways`);
     this.#policies = informer(`${GROUP_PATH}/egresspolicies`);
     this.#clusterPolicies = informer(`${GROUP_PATH}/egressclusterpolicies`);
@@ -92,17 +96,37 @@ export class EgressController {
   }
 
   get #all(): Informer[] {
-    return [this.#gateways, this.#policies, this.#clusterPolicies, this.#endpoints, this.#nodes, this.#pods, this.#namespaces, this.#heartbeats, this.#floatingIps, this.#portForwards];
+    return [
+      this.#gateways,
+      this.#policies,
+      this.#clusterPolicies,
+      this.#endpoints,
+      this.#nodes,
+      this.#pods,
+      this.#namespaces,
+      this.#heartbeats,
+      this.#floatingIps,
+      this.#portForwards,
+    ];
   }
 
   /** Runs until `signal` aborts. */
   async run(signal: AbortSignal): Promise<void> {
     const running = this.#all.map((i) => i.run(signal));
     try {
-      await this.#loop.run({
-        signal, ready: Promise.all(this.#all.map((i) => i.synced)).then(() => this.#options.log.info('egress controller synced; placing policies')),
-        periodMs: this.#options.passMs ?? 500, retryMs: 500, log: this.#options.log, what: 'egress controller pass',
-      }, () => this.#pass(signal));
+      await this.#loop.run(
+        {
+          signal,
+          ready: Promise.all(this.#all.map((i) => i.synced)).then(() =>
+            this.#options.log.info('egress controller synced; placing policies'),
+          ),
+          periodMs: this.#options.passMs ?? 500,
+          retryMs: 500,
+          log: this.#options.log,
+          what: 'egress controller pass',
+        },
+        () => this.#pass(signal),
+      );
     } finally {
       await Promise.all(running);
     }
@@ -135,7 +159,11 @@ export class EgressController {
         const s = isJson(o.status) ? o.status : {};
         if (typeof s.node !== 'string') continue;
         const eip = isJson(s.eip) ? s.eip : {};
-        this.#previous.set(id, { node: s.node, ...(typeof eip.ipv4 === 'string' ? { ipv4: eip.ipv4 } : {}), ...(typeof eip.ipv6 === 'string' ? { ipv6: eip.ipv6 } : {}) });
+        this.#previous.set(id, {
+          node: s.node,
+          ...(typeof eip.ipv4 === 'string' ? { ipv4: eip.ipv4 } : {}),
+          ...(typeof eip.ipv6 === 'string' ? { ipv6: eip.ipv6 } : {}),
+        });
       }
     }
     const renewed = this.#liveness(now);
@@ -147,12 +175,21 @@ export class EgressController {
     }));
     const inbound = inboundObjects.map(([x]) => x).filter((x): x is Inbound => !('invalid' in x));
     const conflicts = forwardConflicts(inbound.filter((x): x is PortForward => x.kind === 'PortForward'), this.#previous);
-    const refused = new Map<string, InboundStatus>(conflicts.map((c) => [c.id, { ready: false, reason: 'PortInUse', message: c.message, podIPs: [] }]));
-    for (const [x] of inboundObjects) if ('invalid' in x) refused.set(x.id, { ready: false, reason: 'Invalid', message: x.invalid, podIPs: [] });
+    const refused = new Map<string, InboundStatus>(
+      conflicts.map((c) => [c.id, { ready: false, reason: 'PortInUse', message: c.message, podIPs: [] }]),
+    );
+    for (const [x] of inboundObjects) {
+      if ('invalid' in x) refused.set(x.id, { ready: false, reason: 'Invalid', message: x.invalid, podIPs: [] });
+    }
     const placeable = inbound.filter((x) => !refused.has(x.id));
     const result = place({
       gateways: [...this.#gateways.objects.values()].map(parseGateway),
-      policies: [...policies, ...placeable.map(inboundPolicy)], nodes, previous: this.#previous, now, livenessTimeoutMs: this.#options.livenessTimeoutMs, random: Math.random,
+      policies: [...policies, ...placeable.map(inboundPolicy)],
+      nodes,
+      previous: this.#previous,
+      now,
+      livenessTimeoutMs: this.#options.livenessTimeoutMs,
+      random: Math.random,
     });
     this.#previous = new Map(result.policies.filter((s) => s.placement).map((s) => [s.id, s.placement!]));
     const named = new Map<string, EgressPod>();
@@ -161,7 +198,12 @@ export class EgressController {
       if (pod) named.set(key, pod);
     }
     const pods = [...named.values()];
-    const namespaces = new Map([...this.#namespaces.objects.values()].map(parseEgressNamespace).filter((n): n is EgressNamespace => n !== undefined).map((n) => [n.name, n]));
+    const namespaces = new Map(
+      [...this.#namespaces.objects.values()]
+        .map(parseEgressNamespace)
+        .filter((n): n is EgressNamespace => n !== undefined)
+        .map((n) => [n.name, n]),
+    );
     const valid = policies.filter((p): p is Policy => !('invalid' in p));
     const inboundIds = new Set(placeable.map((x) => x.id));
     const built = buildInbound(placeable, new Map(result.policies.filter((s) => inboundIds.has(s.id)).map((s) => [s.id, s])), named);
@@ -186,9 +228,16 @@ export class EgressController {
     for (const [name, spec] of wanted) {
       const have = this.#endpoints.objects.get(name);
       if (have && isDeepStrictEqual(have.spec, spec)) continue;
-      const body = { apiVersion: `${EGRESS_GROUP}/${EGRESS_VERSION}`, kind: 'EgressEndpoints', metadata: { name, ...(have ? { resourceVersion: have.metadata?.resourceVersion } : {}) }, spec };
+      const body = {
+        apiVersion: `${EGRESS_GROUP}/${EGRESS_VERSION}`,
+        kind: 'EgressEndpoints',
+        metadata: { name, ...(have ? { resourceVersion: have.metadata?.resourceVersion } : {}) },
+        spec,
+      };
       await this.#write(`EgressEndpoints ${name}`, async () => {
-        const stored = await (have ? this.#options.http.update<KubeObject>(`${path}/${name}`, body, { signal }) : this.#options.http.create<KubeObject>(path, body, { signal }));
+        const stored = await (have
+          ? this.#options.http.update<KubeObject>(`${path}/${name}`, body, { signal })
+          : this.#options.http.create<KubeObject>(path, body, { signal }));
         this.#endpoints.objects.set(name, stored);
       });
     }
@@ -207,20 +256,43 @@ export class EgressController {
     const status = { node: s.placement?.node, eip, conditions: [condition(s.ready, s.reason, s.message, old.conditions)] };
     if (isDeepStrictEqual({ node: old.node, eip: old.eip, conditions: old.conditions }, status)) return;
     const { namespace, name } = o.metadata ?? {};
-    const path = namespace ? `${GROUP_PATH}/namespaces/${namespace}/egresspolicies/${name}/status` : `${GROUP_PATH}/egressclusterpolicies/${name}/status`;
-    if (old.node !== status.node || !isDeepStrictEqual(old.eip, eip)) this.#options.log.info('egress policy placed', { policy: s.id, node: s.placement?.node, eip, reason: s.reason });
-    await this.#write(`the status of egress policy ${s.id}`, () => this.#options.http.mergePatch(path, { status: { node: status.node ?? null, eip: eip ?? null, conditions: status.conditions } }, { signal }));
+    const path = namespace
+      ? `${GROUP_PATH}/namespaces/${namespace}/egresspolicies/${name}/status`
+      : `${GROUP_PATH}/egressclusterpolicies/${name}/status`;
+    if (old.node !== status.node || !isDeepStrictEqual(old.eip, eip)) {
+      this.#options.log.info('egress policy placed', { policy: s.id, node: s.placement?.node, eip, reason: s.reason });
+    }
+    await this.#write(`the status of egress policy ${s.id}`, () =>
+      this.#options.http.mergePatch(
+        path,
+        { status: { node: status.node ?? null, eip: eip ?? null, conditions: status.conditions } },
+        { signal },
+      ),
+    );
   }
 
   async #inboundStatus(id: string, s: InboundStatus, o: KubeObject, signal: AbortSignal): Promise<void> {
     const old = isJson(o.status) ? o.status : {};
     const eip = eipOf(s.placement);
-    const status = { node: s.placement?.node, eip, podIPs: s.podIPs, conditions: [condition(s.ready, s.reason, s.message, old.conditions)] };
+    const status = {
+      node: s.placement?.node,
+      eip,
+      podIPs: s.podIPs,
+      conditions: [condition(s.ready, s.reason, s.message, old.conditions)],
+    };
     if (isDeepStrictEqual({ node: old.node, eip: old.eip, podIPs: old.podIPs ?? [], conditions: old.conditions }, status)) return;
     const { namespace, name } = o.metadata ?? {};
     const path = `${GROUP_PATH}/namespaces/${namespace}/${id.startsWith('FloatingIP') ? 'floatingips' : 'portforwards'}/${name}/status`;
-    if (old.node !== status.node || !isDeepStrictEqual(old.eip, eip) || old.conditions === undefined) this.#options.log.info('inbound EIP placed', { id, node: status.node, eip, reason: s.reason });
-    await this.#write(`the status of ${id}`, () => this.#options.http.mergePatch(path, { status: { node: status.node ?? null, eip: eip ?? null, podIPs: s.podIPs, conditions: status.conditions } }, { signal }));
+    if (old.node !== status.node || !isDeepStrictEqual(old.eip, eip) || old.conditions === undefined) {
+      this.#options.log.info('inbound EIP placed', { id, node: status.node, eip, reason: s.reason });
+    }
+    await this.#write(`the status of ${id}`, () =>
+      this.#options.http.mergePatch(
+        path,
+        { status: { node: status.node ?? null, eip: eip ?? null, podIPs: s.podIPs, conditions: status.conditions } },
+        { signal },
+      ),
+    );
   }
 
   async #gatewayStatus(g: GatewayStatus, signal: AbortSignal): Promise<void> {
@@ -229,6 +301,8 @@ export class EgressController {
     const old = isJson(o.status) ? o.status : {};
     const status = { nodes: g.nodes, conditions: [condition(g.ready, g.reason, g.message, old.conditions)] };
     if (isDeepStrictEqual({ nodes: old.nodes, conditions: old.conditions }, status)) return;
-    await this.#write(`the status of EgressGateway ${g.name}`, () => this.#options.http.mergePatch(`${GROUP_PATH}/egressgateways/${g.name}/status`, { status }, { signal }));
+    await this.#write(`the status of EgressGateway ${g.name}`, () =>
+      this.#options.http.mergePatch(`${GROUP_PATH}/egressgateways/${g.name}/status`, { status }, { signal }),
+    );
   }
 }

@@ -256,10 +256,13 @@ function renderNft(plan: DataplanePlan): string {
   for (const f of plan.families) sets.push(set(`inside${f}`, f, plan.inside[f]));
   for (const p of plan.policies) {
     const kw = nfKeyword(p.family);
-    const match = (src: string) => `${kw} saddr @${src} ${kw} daddr != @inside${p.family}${p.dst.length > 0 ? ` ${kw} daddr @${setName('dst', p.index, p.family)}` : ''}`;
+    const match = (src: string) =>
+      `${kw} saddr @${src} ${kw} daddr != @inside${p.family}${p.dst.length > 0 ? ` ${kw} daddr @${setName('dst', p.index, p.family)}` : ''}`;
     if (p.steer) {
       sets.push(set(setName('local', p.index, p.family), p.family, p.steer.local));
-      marks.push(`${match(setName('local', p.index, p.family))} meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(p.steer.mark)}`);
+      marks.push(
+        `${match(setName('local', p.index, p.family))} meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(p.steer.mark)}`,
+      );
     }
     if (p.snat) {
       sets.push(set(setName('all', p.index, p.family), p.family, p.snat.all));
@@ -273,20 +276,35 @@ function renderNft(plan: DataplanePlan): string {
       ? `${kw} daddr ${d.eip} meta l4proto ${d.protocol} th dport ${d.port} dnat ${kw} to ${d.family === 4 ? d.ip : `[${d.ip}]`}:${d.podPort}`
       : `${kw} daddr ${d.eip} dnat ${kw} to ${d.ip}`;
   });
-  const keepSource = plan.keepSource.map(({ family, eip }) => `ct status dnat ct original ${nfKeyword(family)} daddr ${eip} snat ${nfKeyword(family)} to ${nfKeyword(family)} saddr`);
+  const keepSource = plan.keepSource.map(
+    ({ family, eip }) =>
+      `ct status dnat ct original ${nfKeyword(family)} daddr ${eip} snat ${nfKeyword(family)} to ${nfKeyword(family)} saddr`,
+  );
   const connMarks = plan.connMarks.map((c) => {
     const kw = nfKeyword(c.family);
     return `ct state new ${kw} saddr != @inside${c.family} ${kw} daddr ${c.ip}${c.protocol ? ` meta l4proto ${c.protocol} th dport ${c.podPort}` : ''} ct mark set ct mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(c.mark)}`;
   });
-  const replyMarks = [...new Set(plan.connMarks.map((c) => c.mark))].map((m) => `ct direction reply ct mark & ${hex(EGRESS_MARK_MASK)} == ${hex(m)} meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(m)}`);
+  const replyMarks = [...new Set(plan.connMarks.map((c) => c.mark))].map(
+    (m) =>
+      `ct direction reply ct mark & ${hex(EGRESS_MARK_MASK)} == ${hex(m)} meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(m)}`,
+  );
   // Replies of inbound connections last: they go back to the gateway they came through, even from a pod an egress policy sends elsewhere.
   const steering = [...connMarks, ...marks, ...replyMarks];
-  const identity = steering.length === 0 ? [] : plan.families.map((f) => `meta mark & ${hex(EGRESS_MARK_MASK)} != 0 snat ${nfKeyword(f)} to ${nfKeyword(f)} saddr`);
+  const identity =
+    steering.length === 0
+      ? []
+      : plan.families.map((f) => `meta mark & ${hex(EGRESS_MARK_MASK)} != 0 snat ${nfKeyword(f)} to ${nfKeyword(f)} saddr`);
   const chains = [
     ...(steering.length > 0 ? [chain('prerouting', 'filter', 'prerouting', 'mangle', steering)] : []),
     ...(dnat.length > 0 ? [chain('inbound', 'nat', 'prerouting', DNAT_PRIORITY, dnat)] : []),
     chain('postrouting', 'nat', 'postrouting', NAT_PRIORITY, [...identity, ...keepSource, ...nat]),
-    ...(steering.length > 0 ? [chain('unmark', 'filter', 'postrouting', 'srcnat + 10', [`meta mark & ${hex(EGRESS_MARK_MASK)} != 0 meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)}`])] : []),
+    ...(steering.length > 0
+      ? [
+          chain('unmark', 'filter', 'postrouting', 'srcnat + 10', [
+            `meta mark & ${hex(EGRESS_MARK_MASK)} != 0 meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)}`,
+          ]),
+        ]
+      : []),
   ];
   return `table inet ${NFT_EGRESS_TABLE} {\n${[...sets, ...chains].join('\n')}\n}\n`;
 }

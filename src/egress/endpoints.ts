@@ -86,7 +86,12 @@ export function selects(policy: Policy, pod: EgressPod, namespaces: ReadonlyMap<
 }
 
 /** The endpoints of every placed policy, by object name. */
-export function buildEndpoints(policies: readonly Policy[], statuses: readonly PolicyStatus[], pods: readonly EgressPod[], namespaces: ReadonlyMap<string, EgressNamespace>): Map<string, EndpointsSpec> {
+export function buildEndpoints(
+  policies: readonly Policy[],
+  statuses: readonly PolicyStatus[],
+  pods: readonly EgressPod[],
+  namespaces: ReadonlyMap<string, EgressNamespace>,
+): Map<string, EndpointsSpec> {
   const byId = new Map(policies.map((p) => [p.id, p]));
   const out = new Map<string, EndpointsSpec>();
   for (const s of statuses) {
@@ -127,7 +132,9 @@ export function parseEndpoints(o: unknown): NodeEndpoints | string {
   const bad = (why: string) => `EgressEndpoints ${name}: ${why}`;
   const spec = isJson(o) ? o.spec : undefined;
   if (!isJson(spec)) return bad('spec: required');
-  if (typeof spec.policy !== 'string' || typeof spec.gateway !== 'string' || spec.gateway === '') return bad('spec.policy and spec.gateway: required');
+  if (typeof spec.policy !== 'string' || typeof spec.gateway !== 'string' || spec.gateway === '') {
+    return bad('spec.policy and spec.gateway: required');
+  }
   const eip = parseEip(spec.eip);
   if (typeof eip === 'string') return bad(eip);
   const destinations: CIDR[] = [];
@@ -160,10 +167,19 @@ export function parseEndpoints(o: unknown): NodeEndpoints | string {
       continue;
     }
     const ports = [t.port, t.podPort];
-    if (!FORWARD_PROTOCOLS.includes(t.protocol as ForwardProtocol) || ports.some((p) => !Number.isInteger(p) || (p as number) < 1 || (p as number) > 65535)) {
+    if (
+      !FORWARD_PROTOCOLS.includes(t.protocol as ForwardProtocol) ||
+      ports.some((p) => !Number.isInteger(p) || (p as number) < 1 || (p as number) > 65535)
+    ) {
       return bad(`${field}: a forward needs protocol (${FORWARD_PROTOCOLS.join(', ')}), port and podPort (1-65535)`);
     }
-    inbound.push({ node: t.node, ip: formatIP(ip), protocol: t.protocol as ForwardProtocol, port: t.port as number, podPort: t.podPort as number });
+    inbound.push({
+      node: t.node,
+      ip: formatIP(ip),
+      protocol: t.protocol as ForwardProtocol,
+      port: t.port as number,
+      podPort: t.podPort as number,
+    });
   }
   return { policy: spec.policy, gateway: spec.gateway, eip, destinations, sources, inbound };
 }

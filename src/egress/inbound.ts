@@ -56,7 +56,9 @@ export interface InvalidInbound {
 }
 
 const port = (v: unknown, field: string): number | string =>
-  Number.isInteger(v) && (v as number) >= 1 && (v as number) <= 65535 ? (v as number) : `${field}: must be an integer 1-65535, not ${JSON.stringify(v)}`;
+  Number.isInteger(v) && (v as number) >= 1 && (v as number) <= 65535
+    ? (v as number)
+    : `${field}: must be an integer 1-65535, not ${JSON.stringify(v)}`;
 
 /** Parses a FloatingIP or PortForward object; a malformed one becomes an invalid value naming the field. */
 export function parseInbound(kind: Inbound['kind'], o: unknown): Inbound | InvalidInbound {
@@ -72,11 +74,21 @@ export function parseInbound(kind: Inbound['kind'], o: unknown): Inbound | Inval
   }
   const eip = parseEip(spec.eip);
   if (typeof eip === 'string') return invalid(eip);
-  const base = { id, namespace, name, gateway: spec.gateway as string, pod: spec.pod as string, eip, created: typeof meta.creationTimestamp === 'string' ? meta.creationTimestamp : '' };
+  const base = {
+    id,
+    namespace,
+    name,
+    gateway: spec.gateway as string,
+    pod: spec.pod as string,
+    eip,
+    created: typeof meta.creationTimestamp === 'string' ? meta.creationTimestamp : '',
+  };
   if (kind === 'FloatingIP') return { kind, ...base };
   if (eip.ipv4 === undefined && eip.ipv6 === undefined) return invalid('spec.eip: a port forward needs its EIP (ipv4, ipv6 or both)');
   const protocol = spec.protocol ?? 'TCP';
-  if (!FORWARD_PROTOCOLS.includes(protocol as ForwardProtocol)) return invalid(`spec.protocol: must be one of ${FORWARD_PROTOCOLS.join(', ')}, not ${JSON.stringify(protocol)}`);
+  if (!FORWARD_PROTOCOLS.includes(protocol as ForwardProtocol)) {
+    return invalid(`spec.protocol: must be one of ${FORWARD_PROTOCOLS.join(', ')}, not ${JSON.stringify(protocol)}`);
+  }
   const p = port(spec.port, 'spec.port');
   const podPort = spec.podPort === undefined ? p : port(spec.podPort, 'spec.podPort');
   if (typeof p === 'string') return invalid(p);
@@ -104,11 +116,16 @@ export function forwardConflicts(forwards: readonly PortForward[], previous: Rea
   const holder = new Map<string, PortForward>();
   const out: ForwardConflict[] = [];
   for (const f of [...forwards].sort(before)) {
-    const keys = [f.eip.ipv4, f.eip.ipv6].filter((a): a is string => a !== undefined).map((a) => `${f.gateway} ${a} ${f.protocol} ${f.port}`);
+    const keys = [f.eip.ipv4, f.eip.ipv6]
+      .filter((a): a is string => a !== undefined)
+      .map((a) => `${f.gateway} ${a} ${f.protocol} ${f.port}`);
     const taken = keys.map((k) => holder.get(k)).find((h) => h !== undefined);
     if (taken) {
       const addr = [f.eip.ipv4, f.eip.ipv6].filter(Boolean).join('/');
-      out.push({ id: f.id, message: `${f.protocol} port ${f.port} of EIP ${addr} is already forwarded by PortForward ${taken.namespace}/${taken.name}` });
+      out.push({
+        id: f.id,
+        message: `${f.protocol} port ${f.port} of EIP ${addr} is already forwarded by PortForward ${taken.namespace}/${taken.name}`,
+      });
       continue;
     }
     for (const k of keys) holder.set(k, f);
@@ -143,7 +160,11 @@ export interface InboundStatus {
  * IP's pod is also a source leaving from the EIP (one egress-like rule); a forward's is not.
  * `statuses` are placement's, by id; `pods` by `namespace/name`.
  */
-export function buildInbound(items: readonly Inbound[], statuses: ReadonlyMap<string, PolicyStatus>, pods: ReadonlyMap<string, Pick<EgressPod, 'node' | 'ips'>>): {
+export function buildInbound(
+  items: readonly Inbound[],
+  statuses: ReadonlyMap<string, PolicyStatus>,
+  pods: ReadonlyMap<string, Pick<EgressPod, 'node' | 'ips'>>,
+): {
   statuses: Map<string, InboundStatus>;
   endpoints: Map<string, EndpointsSpec>;
 } {
@@ -165,17 +186,42 @@ export function buildInbound(items: readonly Inbound[], statuses: ReadonlyMap<st
     for (const a of [eip.ipv4, eip.ipv6]) {
       const ip = a === undefined ? undefined : pod?.ips.find((p) => p.includes(':') === a.includes(':'));
       if (ip === undefined) continue;
-      targets.push({ node: pod!.node, ip, ...(x.kind === 'PortForward' ? { protocol: x.protocol, port: x.port, podPort: x.podPort } : {}) });
+      targets.push({
+        node: pod!.node,
+        ip,
+        ...(x.kind === 'PortForward' ? { protocol: x.protocol, port: x.port, podPort: x.podPort } : {}),
+      });
     }
     if (!pod) {
-      out.set(x.id, { ready: false, reason: 'PodNotFound', message: `pod ${x.namespace}/${x.pod} not found (or without an address); EIP ${addrs} stays on node ${node} for it`, placement: s.placement, podIPs });
+      out.set(x.id, {
+        ready: false,
+        reason: 'PodNotFound',
+        message: `pod ${x.namespace}/${x.pod} not found (or without an address); EIP ${addrs} stays on node ${node} for it`,
+        placement: s.placement,
+        podIPs,
+      });
     } else if (targets.length === 0) {
-      out.set(x.id, { ready: false, reason: 'PodNotFound', message: `pod ${x.namespace}/${x.pod} has no address of EIP ${addrs}'s family`, placement: s.placement, podIPs });
+      out.set(x.id, {
+        ready: false,
+        reason: 'PodNotFound',
+        message: `pod ${x.namespace}/${x.pod} has no address of EIP ${addrs}'s family`,
+        placement: s.placement,
+        podIPs,
+      });
     } else {
-      out.set(x.id, { ready: true, reason: 'Forwarding', message: `${what} of EIP ${addrs} on node ${node} reaches pod ${x.pod} on node ${pod.node}`, placement: s.placement, podIPs });
+      out.set(x.id, {
+        ready: true,
+        reason: 'Forwarding',
+        message: `${what} of EIP ${addrs} on node ${node} reaches pod ${x.pod} on node ${pod.node}`,
+        placement: s.placement,
+        podIPs,
+      });
     }
     endpoints.set(inboundEndpointsName(x), {
-      policy: x.id, gateway: node, eip, destinations: [],
+      policy: x.id,
+      gateway: node,
+      eip,
+      destinations: [],
       sources: x.kind === 'FloatingIP' && pod ? [{ node: pod.node, ips: targets.map((t) => t.ip).sort() }] : [],
       inbound: targets,
     });

@@ -59,7 +59,14 @@ export function renderIptables(plan: DataplanePlan, f: Family): IptablesEgressTa
   const inside = plan.inside[f];
   const out: IptablesEgressTable[] = [];
   /** `out` chain: inside destinations return, each pod jumps to its policy's chain, which ends with `target`. */
-  const perPolicy = (t: IptablesEgressTable, chain: string, prefix: string, ps: PolicyRules[], pods: (p: PolicyRules) => string[], target: (p: PolicyRules) => string) => {
+  const perPolicy = (
+    t: IptablesEgressTable,
+    chain: string,
+    prefix: string,
+    ps: PolicyRules[],
+    pods: (p: PolicyRules) => string[],
+    target: (p: PolicyRules) => string,
+  ) => {
     t.chains.push(chain);
     t.rules.push(...inside.map((c) => `-A ${chain} -d ${c} -j RETURN`));
     for (const p of ps) {
@@ -70,15 +77,30 @@ export function renderIptables(plan: DataplanePlan, f: Family): IptablesEgressTa
     }
   };
   if (steered.length > 0 || connMarks.length > 0) {
-    const t: IptablesEgressTable = { table: 'mangle', chains: [C('PRE')], jumps: [{ hook: 'PREROUTING', chain: C('PRE') }, { hook: 'POSTROUTING', chain: C('POST') }], rules: [] };
+    const t: IptablesEgressTable = {
+      table: 'mangle',
+      chains: [C('PRE')],
+      jumps: [
+        { hook: 'PREROUTING', chain: C('PRE') },
+        { hook: 'POSTROUTING', chain: C('POST') },
+      ],
+      rules: [],
+    };
     if (connMarks.length > 0) t.rules.push(`-A ${C('PRE')} -m conntrack --ctstate NEW -j ${C('INB')}`);
     if (steered.length > 0) t.rules.push(`-A ${C('PRE')} -j ${C('OUT')}`);
     // Replies of inbound connections last: they go back to the gateway they came through.
-    for (const m of new Set(connMarks.map((c) => c.mark))) t.rules.push(`-A ${C('PRE')} -m conntrack --ctdir REPLY -m connmark --mark ${xmark(m)} -j MARK --set-xmark ${xmark(m)}`);
+    for (const m of new Set(connMarks.map((c) => c.mark))) {
+      t.rules.push(`-A ${C('PRE')} -m conntrack --ctdir REPLY -m connmark --mark ${xmark(m)} -j MARK --set-xmark ${xmark(m)}`);
+    }
     if (connMarks.length > 0) {
       t.chains.push(C('INB'));
       t.rules.push(...inside.map((c) => `-A ${C('INB')} -s ${c} -j RETURN`));
-      t.rules.push(...connMarks.map((c) => `-A ${C('INB')} -d ${c.ip}${c.protocol ? ` -p ${c.protocol} -m ${c.protocol} --dport ${c.podPort}` : ''} -j CONNMARK --set-xmark ${xmark(c.mark)}`));
+      t.rules.push(
+        ...connMarks.map(
+          (c) =>
+            `-A ${C('INB')} -d ${c.ip}${c.protocol ? ` -p ${c.protocol} -m ${c.protocol} --dport ${c.podPort}` : ''} -j CONNMARK --set-xmark ${xmark(c.mark)}`,
+        ),
+      );
     }
     if (steered.length > 0) perPolicy(t, C('OUT'), 'M', steered, (p) => p.steer!.local, (p) => `MARK --set-xmark ${xmark(p.steer!.mark)}`);
     t.chains.push(C('POST'));
@@ -90,7 +112,12 @@ export function renderIptables(plan: DataplanePlan, f: Family): IptablesEgressTa
     if (dnat.length > 0) {
       t.chains.push(C('DNAT'));
       t.jumps.push({ hook: 'PREROUTING', chain: C('DNAT') });
-      t.rules.push(...dnat.map((d) => `-A ${C('DNAT')} -d ${d.eip}${d.protocol ? ` -p ${d.protocol} -m ${d.protocol} --dport ${d.port}` : ''} -j DNAT --to-destination ${d.protocol ? `${f === 4 ? d.ip : `[${d.ip}]`}:${d.podPort}` : d.ip}`));
+      t.rules.push(
+        ...dnat.map(
+          (d) =>
+            `-A ${C('DNAT')} -d ${d.eip}${d.protocol ? ` -p ${d.protocol} -m ${d.protocol} --dport ${d.port}` : ''} -j DNAT --to-destination ${d.protocol ? `${f === 4 ? d.ip : `[${d.ip}]`}:${d.podPort}` : d.ip}`,
+        ),
+      );
     }
     t.chains.push(C('SNAT'));
     t.jumps.push({ hook: 'POSTROUTING', chain: C('SNAT') });

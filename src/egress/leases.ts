@@ -45,7 +45,11 @@ export interface ElectionOptions {
  * Runs for election until `signal` aborts; while this candidate leads, `lead(signal)` runs with a
  * signal that aborts when leadership is lost.
  */
-export async function runElection(options: ElectionOptions, signal: AbortSignal, lead: (signal: AbortSignal) => Promise<void>): Promise<void> {
+export async function runElection(
+  options: ElectionOptions,
+  signal: AbortSignal,
+  lead: (signal: AbortSignal) => Promise<void>,
+): Promise<void> {
   const now = options.now ?? Date.now;
   const path = `${leasesPath(options.namespace)}/${CONTROLLER_LEASE}`;
   let seen: { key: string; at: number } | undefined;
@@ -67,9 +71,22 @@ export async function runElection(options: ElectionOptions, signal: AbortSignal,
         } catch (e) {
           if (statusOf(e) !== 404) throw e;
         }
-        const spec = { holderIdentity: options.identity, leaseDurationSeconds: Math.ceil(options.leaseDurationMs / 1000), renewTime: microTime(t) };
+        const spec = {
+          holderIdentity: options.identity,
+          leaseDurationSeconds: Math.ceil(options.leaseDurationMs / 1000),
+          renewTime: microTime(t),
+        };
         if (!lease) {
-          await options.http.create(leasesPath(options.namespace), { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: CONTROLLER_LEASE }, spec: { ...spec, acquireTime: microTime(t), leaseTransitions: 0 } }, { signal });
+          await options.http.create(
+            leasesPath(options.namespace),
+            {
+              apiVersion: 'coordination.k8s.io/v1',
+              kind: 'Lease',
+              metadata: { name: CONTROLLER_LEASE },
+              spec: { ...spec, acquireTime: microTime(t), leaseTransitions: 0 },
+            },
+            { signal },
+          );
         } else if (lease.spec?.holderIdentity === options.identity) {
           await options.http.update(path, { ...lease, spec: { ...lease.spec, ...spec } }, { signal, timeoutMs: options.retryMs * 2 });
         } else {
@@ -81,18 +98,30 @@ export async function runElection(options: ElectionOptions, signal: AbortSignal,
             await sleep(options.retryMs, signal);
             continue;
           }
-          await options.http.update(path, { ...lease, spec: { ...spec, acquireTime: microTime(t), leaseTransitions: (lease.spec?.leaseTransitions ?? 0) + 1 } }, { signal });
+          await options.http.update(
+            path,
+            { ...lease, spec: { ...spec, acquireTime: microTime(t), leaseTransitions: (lease.spec?.leaseTransitions ?? 0) + 1 } },
+            { signal },
+          );
           options.log.info('took over the egress controller Lease', { from: lease.spec?.holderIdentity || undefined });
         }
         if (!leading) {
           const ctl = new AbortController();
           options.log.info('leading the egress controller');
-          leading = { ctl, renewedAt: t, done: lead(AbortSignal.any([ctl.signal, signal])).catch((e: unknown) => options.log.error('the egress controller failed', { err: e })) };
+          leading = {
+            ctl,
+            renewedAt: t,
+            done: lead(AbortSignal.any([ctl.signal, signal])).catch((e: unknown) =>
+              options.log.error('the egress controller failed', { err: e }),
+            ),
+          };
         }
         leading.renewedAt = t;
       } catch (e) {
         if (signal.aborted) break;
-        if (leading && now() - leading.renewedAt > options.leaseDurationMs * 0.8) await stopLeading(`could not renew the Lease: ${(e as Error).message}`);
+        if (leading && now() - leading.renewedAt > options.leaseDurationMs * 0.8) {
+          await stopLeading(`could not renew the Lease: ${(e as Error).message}`);
+        }
         else if (statusOf(e) !== 409) options.log.warn('failed to read or write the egress controller Lease', { err: e });
       }
       await sleep(options.retryMs, signal).catch(() => undefined);

@@ -91,7 +91,12 @@ export class EgressNode {
   constructor(options: EgressNodeOptions) {
     this.#options = options;
     this.#state = join(dirname(options.subnetFile), 'weft-egress.json');
-    this.#endpoints = new Informer({ http: options.http, path: `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}/egressendpoints`, log: options.log, onChange: () => this.#loop.poke() });
+    this.#endpoints = new Informer({
+      http: options.http,
+      path: `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}/egressendpoints`,
+      log: options.log,
+      onChange: () => this.#loop.poke(),
+    });
   }
 
   /** Keeps the data plane until `signal` aborts (which leaves it in place). */
@@ -99,9 +104,19 @@ export class EgressNode {
     const informing = this.#endpoints.run(signal);
     const unsubscribe = this.#options.table.subscribe(() => this.#loop.poke());
     try {
-      await this.#loop.run({ signal, ready: this.#endpoints.synced, periodMs: this.#options.resyncMs, retryMs: 500, log: this.#options.log, what: 'applying the egress data plane' }, async () => {
-        await this.reconcile();
-      });
+      await this.#loop.run(
+        {
+          signal,
+          ready: this.#endpoints.synced,
+          periodMs: this.#options.resyncMs,
+          retryMs: 500,
+          log: this.#options.log,
+          what: 'applying the egress data plane',
+        },
+        async () => {
+          await this.reconcile();
+        },
+      );
     } finally {
       unsubscribe();
       await informing;
@@ -127,7 +142,9 @@ export class EgressNode {
     for (const l of [own, ...leases]) {
       for (const ip of [l.attrs.publicIP, l.attrs.publicIPv6]) if (ip) inside.push({ ip, prefix: ip.family === 4 ? 32 : 128 });
     }
-    for (const a of [this.#options.ext.ifaceAddr, this.#options.ext.ifaceAddr6, this.#options.ext.extAddr, this.#options.ext.extAddr6]) if (a) inside.push(hostCidr(a));
+    for (const a of [this.#options.ext.ifaceAddr, this.#options.ext.ifaceAddr6, this.#options.ext.extAddr, this.#options.ext.extAddr6]) {
+      if (a) inside.push(hostCidr(a));
+    }
     const hops = new Map<string, NextHop>();
     for (const e of endpoints) {
       const lease = this.#options.table.get(e.gateway);
@@ -135,13 +152,21 @@ export class EgressNode {
       const plan = await this.#options.backend.plan(own, lease);
       for (const [f, subnet] of [[4, lease.subnet], [6, lease.ipv6Subnet]] as const) {
         const r = subnet && plan.state.routes.find((x) => x.dst === formatCIDR(subnet));
-        if (r?.gateway) hops.set(`${e.gateway} ${f}`, { gateway: r.gateway, linkIndex: r.linkIndex ?? this.#options.ext.link.index, onlink: r.onlink });
+        if (r?.gateway) {
+          hops.set(`${e.gateway} ${f}`, { gateway: r.gateway, linkIndex: r.linkIndex ?? this.#options.ext.link.index, onlink: r.onlink });
+        }
       }
     }
     const result = renderDataplane({
-      node: this.#options.node, endpoints, families: this.#families, inside,
+      node: this.#options.node,
+      endpoints,
+      families: this.#families,
+      inside,
       nextHop: (node, f) => hops.get(`${node} ${f}`),
-      ownAddress: { ...(this.#options.ext.ifaceAddr ? { 4: this.#options.ext.ifaceAddr } : {}), ...(this.#options.ext.ifaceAddr6 ? { 6: this.#options.ext.ifaceAddr6 } : {}) },
+      ownAddress: {
+        ...(this.#options.ext.ifaceAddr ? { 4: this.#options.ext.ifaceAddr } : {}),
+        ...(this.#options.ext.ifaceAddr6 ? { 6: this.#options.ext.ifaceAddr6 } : {}),
+      },
     });
     for (const w of result.warnings) this.#warnOnce(w);
     await this.#eips(result.eips);
@@ -149,7 +174,9 @@ export class EgressNode {
     await this.#rules(result);
     if (this.#options.engine === 'iptables') {
       for (const f of [4, 6] as const) {
-        if (this.#families.includes(f) || !this.#otherChecked) await this.#iptables(f, result.plan && this.#families.includes(f) ? renderIptables(result.plan, f) : []);
+        if (this.#families.includes(f) || !this.#otherChecked) {
+          await this.#iptables(f, result.plan && this.#families.includes(f) ? renderIptables(result.plan, f) : []);
+        }
       }
       if (!this.#otherChecked) await this.#nft(undefined, OTHER_ENGINE);
     } else {
@@ -174,14 +201,19 @@ export class EgressNode {
     if (applied?.want === key && applied.listing === listing) return;
     const script = iptablesEgressRestore(want, have);
     if (script === undefined) return;
-    if (applied?.want === key) this.#options.log.warn('the egress rules drifted; putting them back', { iptables: save.replace('-save', '') });
+    if (applied?.want === key) {
+      this.#options.log.warn('the egress rules drifted; putting them back', { iptables: save.replace('-save', '') });
+    }
     await mustRun(run, `apply the IPv${f} egress rules`, [restore, '--noflush', '--wait'], script);
     if (want.length === 0) {
       this.#iptApplied.delete(f);
       this.#options.log.info(`removed the egress rules: ${why}`, { iptables: save.replace('-save', '') });
       return;
     }
-    this.#iptApplied.set(f, { want: key, listing: JSON.stringify([...iptablesEgressState(await mustRun(run, `read the IPv${f} iptables rules`, [save]))]) });
+    this.#iptApplied.set(f, {
+      want: key,
+      listing: JSON.stringify([...iptablesEgressState(await mustRun(run, `read the IPv${f} iptables rules`, [save]))]),
+    });
   }
 
   #warnOnce(w: string): void {
@@ -203,37 +235,83 @@ export class EgressNode {
       return;
     }
     if (this.#applied?.script === script && this.#applied.listing === listing) return;
-    if (this.#applied?.script === script) this.#options.log.warn('the egress rules drifted; putting them back', { table: `inet ${NFT_EGRESS_TABLE}` });
-    await mustRun(run, `replace table inet ${NFT_EGRESS_TABLE}`, ['nft', '-f', '-'], `table inet ${NFT_EGRESS_TABLE} {}\ndelete table inet ${NFT_EGRESS_TABLE}\n${script}`);
-    this.#applied = { script, listing: await mustRun(run, `list table inet ${NFT_EGRESS_TABLE}`, ['nft', 'list', 'table', 'inet', NFT_EGRESS_TABLE]) };
+    if (this.#applied?.script === script) {
+      this.#options.log.warn('the egress rules drifted; putting them back', { table: `inet ${NFT_EGRESS_TABLE}` });
+    }
+    await mustRun(
+      run,
+      `replace table inet ${NFT_EGRESS_TABLE}`,
+      ['nft', '-f', '-'],
+      `table inet ${NFT_EGRESS_TABLE} {}\ndelete table inet ${NFT_EGRESS_TABLE}\n${script}`,
+    );
+    this.#applied = {
+      script,
+      listing: await mustRun(run, `list table inet ${NFT_EGRESS_TABLE}`, ['nft', 'list', 'table', 'inet', NFT_EGRESS_TABLE]),
+    };
   }
 
   async #rules(result: DataplaneResult): Promise<void> {
     for (const f of [4, 6] as const) {
       const flag = f === 4 ? '-4' : '-6';
-      const listed = JSON.parse((await mustRun(this.#options.run, 'list ip rules', ['ip', flag, '-j', 'rule', 'show'])) || '[]') as { priority?: number; fwmark?: string; fwmask?: string; table?: string }[];
+      const listed = JSON.parse((await mustRun(this.#options.run, 'list ip rules', ['ip', flag, '-j', 'rule', 'show'])) || '[]') as {
+        priority?: number;
+        fwmark?: string;
+        fwmask?: string;
+        table?: string;
+      }[];
       // `ip -j` prints the mark and its mask apart.
-      const ours = listed.filter((r) => r.priority === EGRESS_RULE_PRIORITY).map((r) => ({ fwmark: r.fwmark && r.fwmask ? `${r.fwmark}/${r.fwmask}` : r.fwmark, table: r.table }));
+      const ours = listed
+        .filter((r) => r.priority === EGRESS_RULE_PRIORITY)
+        .map((r) => ({ fwmark: r.fwmark && r.fwmask ? `${r.fwmark}/${r.fwmask}` : r.fwmark, table: r.table }));
       const want = result.rules.filter((r) => r.family === f);
       for (const r of want) {
         if (ours.some((h) => h.fwmark === r.fwmark && h.table === String(r.table))) continue;
-        await mustRun(this.#options.run, 'add an egress ip rule', ['ip', flag, 'rule', 'add', 'priority', String(EGRESS_RULE_PRIORITY), 'fwmark', r.fwmark, 'lookup', String(r.table)]);
+        await mustRun(this.#options.run, 'add an egress ip rule', [
+          'ip',
+          flag,
+          'rule',
+          'add',
+          'priority',
+          String(EGRESS_RULE_PRIORITY),
+          'fwmark',
+          r.fwmark,
+          'lookup',
+          String(r.table),
+        ]);
       }
       for (const h of ours) {
         if (want.some((r) => h.fwmark === r.fwmark && h.table === String(r.table))) continue;
-        await mustRun(this.#options.run, 'delete a stale egress ip rule', ['ip', flag, 'rule', 'del', 'priority', String(EGRESS_RULE_PRIORITY), ...(h.fwmark ? ['fwmark', h.fwmark] : []), ...(h.table ? ['lookup', h.table] : [])]);
+        await mustRun(this.#options.run, 'delete a stale egress ip rule', [
+          'ip',
+          flag,
+          'rule',
+          'del',
+          'priority',
+          String(EGRESS_RULE_PRIORITY),
+          ...(h.fwmark ? ['fwmark', h.fwmark] : []),
+          ...(h.table ? ['lookup', h.table] : []),
+        ]);
       }
     }
   }
 
   async #routes(result: DataplaneResult): Promise<void> {
     const { handle } = this.#options;
-    const have = (await handle.routeList({ protocol: EGRESS_RTPROT })).filter((r) => r.table >= EGRESS_TABLE_BASE && r.table < EGRESS_TABLE_BASE + MAX_GATEWAYS);
+    const have = (await handle.routeList({ protocol: EGRESS_RTPROT })).filter(
+      (r) => r.table >= EGRESS_TABLE_BASE && r.table < EGRESS_TABLE_BASE + MAX_GATEWAYS,
+    );
     for (const w of result.routes) {
       const dst = DEFAULT_DST[w.family];
       const h = have.find((r) => r.table === w.table && r.family === w.family && r.dst === dst);
       if (h && h.gateway === w.hop.gateway && h.linkIndex === w.hop.linkIndex && h.onlink === w.hop.onlink) continue;
-      await handle.routeReplace({ dst, gateway: w.hop.gateway, linkIndex: w.hop.linkIndex, onlink: w.hop.onlink, table: w.table, protocol: EGRESS_RTPROT });
+      await handle.routeReplace({
+        dst,
+        gateway: w.hop.gateway,
+        linkIndex: w.hop.linkIndex,
+        onlink: w.hop.onlink,
+        table: w.table,
+        protocol: EGRESS_RTPROT,
+      });
     }
     for (const h of have) {
       if (result.routes.some((w) => w.table === h.table && w.family === h.family && DEFAULT_DST[w.family] === h.dst)) continue;
@@ -264,7 +342,12 @@ export class EgressNode {
     let added = false;
     for (const w of wanted) {
       if (on.has(w.address)) continue;
-      await handle.addrReplace({ linkIndex: ext.link.index, address: w.address, prefixLen: w.family === 4 ? 32 : 128, flags: w.family === 6 ? IFA_F_NODAD : 0 });
+      await handle.addrReplace({
+        linkIndex: ext.link.index,
+        address: w.address,
+        prefixLen: w.family === 4 ? 32 : 128,
+        flags: w.family === 6 ? IFA_F_NODAD : 0,
+      });
       this.#options.log.info('egress IP added to the external interface', { eip: w.address, iface: ext.link.name });
       added = true;
     }
@@ -281,7 +364,9 @@ export class EgressNode {
   async #announce(): Promise<void> {
     const { ext, sysctl, handle } = this.#options;
     for (const key of [`net.ipv4.conf.${ext.link.name}.arp_notify`, `net.ipv6.conf.${ext.link.name}.ndisc_notify`]) {
-      await sysctl.write(key, '1').catch((e: unknown) => this.#warnOnce(`cannot set ${key}, so moved EIPs are not announced: ${(e as Error).message}`));
+      await sysctl
+        .write(key, '1')
+        .catch((e: unknown) => this.#warnOnce(`cannot set ${key}, so moved EIPs are not announced: ${(e as Error).message}`));
     }
     const link = await handle.linkByIndex(ext.link.index);
     await handle.linkSetMac(link.index, link.mac);

@@ -20,7 +20,10 @@ export class PassLoop {
    * Waits for `ready` (e.g. the informers' first lists), then runs `pass` until `signal` aborts;
    * resolves then, without a rejection.
    */
-  async run(o: { signal: AbortSignal; ready: Promise<unknown>; periodMs: number; retryMs: number; log: Logger; what: string }, pass: () => Promise<void>): Promise<void> {
+  async run(
+    o: { signal: AbortSignal; ready: Promise<unknown>; periodMs: number; retryMs: number; log: Logger; what: string },
+    pass: () => Promise<void>,
+  ): Promise<void> {
     const { signal } = o;
     let aborted: () => void = () => {};
     const abort = new Promise<void>((resolve) => (aborted = resolve));

@@ -108,7 +108,13 @@ export interface PlacementResult {
 
 const byKey = <T>(key: (t: T) => string) => (a: T, b: T) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0);
 
-const failed = (id: string, gateway: string, reason: PolicyReason, message: string): PolicyStatus => ({ id, gateway, ready: false, reason, message });
+const failed = (id: string, gateway: string, reason: PolicyReason, message: string): PolicyStatus => ({
+  id,
+  gateway,
+  ready: false,
+  reason,
+  message,
+});
 
 /** Places every policy on its gateway; see the design notes above. */
 export function place(input: PlacementInput): PlacementResult {
@@ -122,7 +128,8 @@ export function place(input: PlacementInput): PlacementResult {
     }
     const g = gateways.get(p.gateway);
     if (!g) statuses.push(failed(p.id, p.gateway, 'GatewayNotFound', `EgressGateway "${p.gateway}" not found`));
-    else if ('invalid' in g) statuses.push(failed(p.id, p.gateway, 'GatewayInvalid', `EgressGateway "${p.gateway}" is invalid: ${g.invalid}`));
+    else if ('invalid' in g)
+      statuses.push(failed(p.id, p.gateway, 'GatewayInvalid', `EgressGateway "${p.gateway}" is invalid: ${g.invalid}`));
     else perGateway.set(p.gateway, [...(perGateway.get(p.gateway) ?? []), p]);
   }
   const out: GatewayStatus[] = [];
@@ -226,7 +233,10 @@ class GatewayRound {
     const gw = `EgressGateway "${this.#g.name}"`;
     const fail = (reason: PolicyReason, message: string) => this.statuses.push(failed(p.id, this.#g.name, reason, message));
     if (this.#load.size === 0) {
-      fail('NoReadyGatewayNode', `no node of ${gw} serves: ${this.#nodes.length === 0 ? 'its nodeSelector matches no node' : this.#nodes.map((n) => `${n.name} (${n.why})`).join(', ')}`);
+      fail(
+        'NoReadyGatewayNode',
+        `no node of ${gw} serves: ${this.#nodes.length === 0 ? 'its nodeSelector matches no node' : this.#nodes.map((n) => `${n.name} (${n.why})`).join(', ')}`,
+      );
       return;
     }
     const full = `every serving node of ${gw} has ${this.#nodeLimit} policies (nodeSelection.limit)`;
@@ -299,7 +309,9 @@ class GatewayRound {
     const name = [e.ipv4, e.ipv6].filter(Boolean).join('/');
     const fip = this.#exclusive.get(eip);
     if (fip !== undefined) return `EIP ${name} is taken by ${fip}`;
-    if (p.exclusive && this.#users(eip) > 0) return `EIP ${name} is used by ${this.#eipUsers.get(eip)!.join(', ')}, and a floating IP's EIP has no other user`;
+    if (p.exclusive && this.#users(eip) > 0) {
+      return `EIP ${name} is used by ${this.#eipUsers.get(eip)!.join(', ')}, and a floating IP's EIP has no other user`;
+    }
     return undefined;
   }
 
@@ -326,7 +338,10 @@ class GatewayRound {
       return i;
     };
     const pick = (better: (a: number, b: number) => boolean) =>
-      usable.reduce<bigint | undefined>((best, i) => (best === undefined || better(this.#users(i), this.#users(best)) ? i : best), undefined);
+      usable.reduce<bigint | undefined>(
+        (best, i) => (best === undefined || better(this.#users(i), this.#users(best)) ? i : best),
+        undefined,
+      );
     switch (this.#g.eipAllocation.mode) {
       case 'PreferUnused':
         return unused > 0n ? freeAt(0n) : pick((a, b) => a < b);
@@ -354,7 +369,14 @@ class GatewayRound {
       Object.assign(placement, addrs);
     }
     const via = eip === undefined ? 'its own address' : `EIP ${[placement.ipv4, placement.ipv6].filter(Boolean).join('/')}`;
-    this.statuses.push({ id: p.id, gateway: this.#g.name, ready: true, reason: 'Placed', message: `leaves through node ${node} with ${via}`, placement });
+    this.statuses.push({
+      id: p.id,
+      gateway: this.#g.name,
+      ready: true,
+      reason: 'Placed',
+      message: `leaves through node ${node} with ${via}`,
+      placement,
+    });
   }
 
   #status(): GatewayStatus {

@@ -82,7 +82,9 @@ export class EipPool {
       const ip = tryParseIP(text);
       const i = ip && ip.family === family ? list?.indexOf(ip) : undefined;
       if (i === undefined || i >= this.size) return `${text} is not in the pool`;
-      if (found !== undefined && found !== i) return `${ipv4} and ${ipv6} are not one EIP (the pool pairs the Nth IPv4 with the Nth IPv6 address)`;
+      if (found !== undefined && found !== i) {
+        return `${ipv4} and ${ipv6} are not one EIP (the pool pairs the Nth IPv4 with the Nth IPv6 address)`;
+      }
       found = i;
     }
     if (found === undefined) return 'no address given';

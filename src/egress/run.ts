@@ -31,8 +31,13 @@ export interface EgressSettings {
  * naming the flag or variable, so weftd refuses to start rather than run without egress.
  */
 export function egressSettings(flags: Flags, env: NodeJS.ProcessEnv = process.env): EgressSettings {
-  if (!flags.kubeSubnetMgr) throw new ConfigError('--egress-gateways', 'needs --kube-subnet-mgr (egress gateways are Kubernetes resources)');
-  const inside = [...flags.egressServiceCidr.map((c) => parseCIDR(c, '--egress-service-cidr')), ...flags.egressExcludeCidr.map((c) => parseCIDR(c, '--egress-exclude-cidr'))];
+  if (!flags.kubeSubnetMgr) {
+    throw new ConfigError('--egress-gateways', 'needs --kube-subnet-mgr (egress gateways are Kubernetes resources)');
+  }
+  const inside = [
+    ...flags.egressServiceCidr.map((c) => parseCIDR(c, '--egress-service-cidr')),
+    ...flags.egressExcludeCidr.map((c) => parseCIDR(c, '--egress-exclude-cidr')),
+  ];
   const node = env.NODE_NAME;
   if (!node) throw new ConfigError('NODE_NAME', 'egress gateways need the env variable NODE_NAME (the downward API\'s spec.nodeName)');
   return {

@@ -108,16 +108,26 @@ async function fromDefaultRoute(view: KernelView, links: readonly Link[], opts: 
     const route = routes.find((r) => r.table === RT_TABLE_MAIN && r.dst === any && r.linkIndex !== undefined);
     const link = byIndex(links, route?.linkIndex);
     if (link === undefined) {
-      throw new ConfigError('--iface', `no IPv${family} default route to pick the external interface from; set --iface, --iface-regex or --iface-can-reach`);
+      throw new ConfigError(
+        '--iface',
+        `no IPv${family} default route to pick the external interface from; set --iface, --iface-regex or --iface-can-reach`,
+      );
     }
     picked.set(family, link);
   }
   const [first, second] = [...picked.values()];
   if (first && second && first.index !== second.index) {
-    throw new ConfigError('--iface', `the IPv4 default route uses ${first.name} but the IPv6 one uses ${second.name}; dual stack needs one interface, set --iface`);
+    throw new ConfigError(
+      '--iface',
+      `the IPv4 default route uses ${first.name} but the IPv6 one uses ${second.name}; dual stack needs one interface, set --iface`,
+    );
   }
   const link = first!;
-  return { link, fixed: {}, reason: `it carries the default route${picked.size > 1 ? 's (IPv4 and IPv6)' : ` (IPv${[...picked.keys()][0]})`}` };
+  return {
+    link,
+    fixed: {},
+    reason: `it carries the default route${picked.size > 1 ? 's (IPv4 and IPv6)' : ` (IPv${[...picked.keys()][0]})`}`,
+  };
 }
 
 function fromIface(value: string, links: readonly Link[], addrs: readonly Addr[]): Choice | undefined {
@@ -214,7 +224,10 @@ export async function selectExternalInterface(view: KernelView, opts: IfaceOptio
   for (const family of families(opts)) {
     const addr = fixed[family] ?? pickAddress(addrs, link.index, family);
     if (addr === undefined) {
-      throw new ConfigError('--iface', `interface ${link.name} has no usable IPv${family} address (IPv${family} is enabled in the network config)`);
+      throw new ConfigError(
+        '--iface',
+        `interface ${link.name} has no usable IPv${family} address (IPv${family} is enabled in the network config)`,
+      );
     }
     if (family === 4) {
       result.ifaceAddr = addr;

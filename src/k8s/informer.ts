@@ -48,7 +48,11 @@ export class Informer {
       this.#resolveSynced = resolve;
     });
     this.#reflector = new Reflector<KubeObject>({
-      http: options.http, path: options.path, resource: options.path.split('/').pop() ?? options.path, log: options.log, ...(options.query ? { query: options.query } : {}),
+      http: options.http,
+      path: options.path,
+      resource: options.path.split('/').pop() ?? options.path,
+      log: options.log,
+      ...(options.query ? { query: options.query } : {}),
       parse: (x) => x as KubeObject,
       onList: (items) => {
         this.objects.clear();

@@ -21,7 +21,12 @@ const OPERATORS = new Set(['In', 'NotIn', 'Exists', 'DoesNotExist']);
 export function parseLabelSelector(v: unknown, field: string): LabelSelector | string {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) return `${field}: must be a label selector object`;
   const { matchLabels = {}, matchExpressions = [] } = v as { matchLabels?: unknown; matchExpressions?: unknown };
-  if (typeof matchLabels !== 'object' || matchLabels === null || Array.isArray(matchLabels) || Object.values(matchLabels).some((x) => typeof x !== 'string')) {
+  if (
+    typeof matchLabels !== 'object' ||
+    matchLabels === null ||
+    Array.isArray(matchLabels) ||
+    Object.values(matchLabels).some((x) => typeof x !== 'string')
+  ) {
     return `${field}.matchLabels: must map label keys to strings`;
   }
   if (!Array.isArray(matchExpressions)) return `${field}.matchExpressions: must be a list`;

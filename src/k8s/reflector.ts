@@ -165,7 +165,11 @@ export class Reflector<T> {
         if (err instanceof KubeApiError && err.status === 410 && (cont !== undefined || from !== '')) {
           // The snapshot behind the continue token was compacted, or the cache cannot serve the
           // version asked for: start over with a consistent list.
-          log.info(cont !== undefined ? `the ${this.#name} list expired between pages; listing again` : `the API server cannot list ${this.#name} from its cache; listing from etcd`);
+          log.info(
+            cont !== undefined
+              ? `the ${this.#name} list expired between pages; listing again`
+              : `the API server cannot list ${this.#name} from its cache; listing from etcd`,
+          );
           items = new Map();
           cont = undefined;
           from = '';
@@ -215,7 +219,12 @@ export class Reflector<T> {
         cancel?.();
         stop.removeEventListener('abort', onStop);
         this.#seen = last;
-        resolve({ rv: end.relist ? undefined : last, progressed, ...(end.why ? { why: end.why } : {}), ...(end.error ? { error: end.error } : {}) });
+        resolve({
+          rv: end.relist ? undefined : last,
+          progressed,
+          ...(end.why ? { why: end.why } : {}),
+          ...(end.error ? { error: end.error } : {}),
+        });
       };
       const onStop = () => finish({});
       if (stop.aborted) {
@@ -244,7 +253,11 @@ export class Reflector<T> {
             return;
           case 'ERROR':
             if (obj.code === 410) finish({ relist: true, why: `410 Gone (${obj.message ?? 'resource version too old'})` });
-            else finish({ error: new DatastoreUnavailableError(`failed to watch ${resource}: ${obj.message ?? 'ERROR event'} (code ${obj.code})`) });
+            else {
+              finish({
+                error: new DatastoreUnavailableError(`failed to watch ${resource}: ${obj.message ?? 'ERROR event'} (code ${obj.code})`),
+              });
+            }
             return;
           default:
             log.debug('ignoring a watch event of unknown type', { type, resource });

@@ -46,8 +46,16 @@ export function localRequest(path: string, body: Record<string, unknown>, option
     s.on('end', () => {
       const answer = decodeAnswer(Buffer.concat(chunks));
       if (answer === undefined) return done(new LocalSocketError('malformed', path, 'the answer is not a local socket answer'));
-      if (answer.protocol !== options.protocol) return done(new LocalSocketError('protocol', path, `the server speaks protocol ${answer.protocol}, this client ${options.protocol}`));
-      if (!answer.ok) return done(new LocalSocketError('failed', path, `${answer.error.code}: ${answer.error.message}`, { remoteCode: answer.error.code }));
+      if (answer.protocol !== options.protocol) {
+        return done(
+          new LocalSocketError('protocol', path, `the server speaks protocol ${answer.protocol}, this client ${options.protocol}`),
+        );
+      }
+      if (!answer.ok) {
+        return done(
+          new LocalSocketError('failed', path, `${answer.error.code}: ${answer.error.message}`, { remoteCode: answer.error.code }),
+        );
+      }
       done(undefined, answer.result);
     });
     s.on('error', (e: NodeJS.ErrnoException) => {

@@ -53,7 +53,13 @@ export function decodeRequest(bytes: Buffer, protocol: number): RequestCheck {
   }
   if (!isJson(v)) return { ok: false, error: { code: LOCAL_CODE.BAD_REQUEST, message: 'request is not a JSON object' } };
   if (v['protocol'] !== protocol) {
-    return { ok: false, error: { code: LOCAL_CODE.PROTOCOL, message: `request speaks protocol ${JSON.stringify(v['protocol'])}, this socket speaks ${protocol}` } };
+    return {
+      ok: false,
+      error: {
+        code: LOCAL_CODE.PROTOCOL,
+        message: `request speaks protocol ${JSON.stringify(v['protocol'])}, this socket speaks ${protocol}`,
+      },
+    };
   }
   return { ok: true, request: v };
 }

@@ -178,12 +178,16 @@ export class LocalServer {
     const late = new AbortController();
     const timer = setTimeout(() => late.abort(new WeftError(LOCAL_CODE.TIMEOUT, `no answer within ${ms} ms`)), ms);
     const signal = AbortSignal.any([clientGone, late.signal]);
-    const expired = new Promise<never>((_, reject) => signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true }));
+    const expired = new Promise<never>((_, reject) =>
+      signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true }),
+    );
     expired.catch(() => undefined);
     try {
       return encodeResult(this.#options.protocol, await Promise.race([this.#options.handler(request, signal), expired]));
     } catch (e) {
-      if (!(e instanceof WeftError) || (e.code !== LOCAL_CODE.TIMEOUT && e.code !== LOCAL_CODE.GONE)) this.#options.log.debug('local socket request failed', { socket: this.path, err: e });
+      if (!(e instanceof WeftError) || (e.code !== LOCAL_CODE.TIMEOUT && e.code !== LOCAL_CODE.GONE)) {
+        this.#options.log.debug('local socket request failed', { socket: this.path, err: e });
+      }
       return encodeFailure(this.#options.protocol, failureOf(e));
     } finally {
       clearTimeout(timer);

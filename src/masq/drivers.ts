@@ -53,7 +53,8 @@ export class NftablesDriver implements Driver {
 
   /** `nft -c` (check only, nothing committed) of a fully-random masquerade. */
   async fullyRandomSupported(): Promise<boolean> {
-    const probe = 'table inet weft-probe {\n\tchain p {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\tmeta l4proto udp masquerade fully-random\n\t}\n}\n';
+    const probe =
+      'table inet weft-probe {\n\tchain p {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\tmeta l4proto udp masquerade fully-random\n\t}\n}\n';
     return (await this.#run(['nft', '-c', '-f', '-'], probe)).code === 0;
   }
 
@@ -77,7 +78,9 @@ export class NftablesDriver implements Driver {
     const script = nftScript(want);
     const d: string[] = [];
     const tables = await this.#tables();
-    for (const [family, name] of FLANNEL_NFT_TABLES) if (tables.has(`${family} ${name}`)) d.push(`flanneld's table ${family} ${name} present`);
+    for (const [family, name] of FLANNEL_NFT_TABLES) {
+      if (tables.has(`${family} ${name}`)) d.push(`flanneld's table ${family} ${name} present`);
+    }
     const listing = tables.has(`inet ${NFT_TABLE}`) ? await this.#list() : undefined;
     const wantsTable = script.includes(`table inet ${NFT_TABLE} {\n`);
     const golden = await this.#golden?.catch(() => undefined);
@@ -188,7 +191,13 @@ export class IptablesDriver implements Driver {
     const f = want ? (family === 4 ? want.v4 : want.v6) : undefined;
     const have = await this.#observe(family, f !== undefined);
     if (!have) {
-      if (f) throw new TrafficRulesError(`apply IPv${family} iptables rules`, [TOOLS[family].save], { code: 127, stdout: '', stderr: 'not installed' });
+      if (f) {
+        throw new TrafficRulesError(`apply IPv${family} iptables rules`, [TOOLS[family].save], {
+          code: 127,
+          stdout: '',
+          stderr: 'not installed',
+        });
+      }
       return;
     }
     const script = iptablesRestoreScript(iptablesRules(f, want?.fullyRandom ?? false), have);

@@ -166,12 +166,19 @@ export class TrafficRules {
     const want = wantedRules(nets, { ipMasq: this.#opts.ipMasq ?? false, forwardRules: this.#opts.forwardRules ?? true, fullyRandom });
 
     const prev = describe(opts.previous);
-    if (opts.previous && prev !== describe(nets)) this.#log.info('network or subnet changed; recycling traffic rules', { previous: prev, current: describe(nets) });
+    if (opts.previous && prev !== describe(nets)) {
+      this.#log.info('network or subnet changed; recycling traffic rules', { previous: prev, current: describe(nets) });
+    }
     await driver.apply(want);
     this.#driver = driver;
     this.#want = want;
     this.#log.info(`traffic rules installed with ${driver.name}`, {
-      driver: driver.name, why, fullyRandom, ipMasq: !!(want.v4?.masq ?? want.v6?.masq), forward: !!(want.v4?.forward ?? want.v6?.forward), networks: describe(nets),
+      driver: driver.name,
+      why,
+      fullyRandom,
+      ipMasq: !!(want.v4?.masq ?? want.v6?.masq),
+      forward: !!(want.v4?.forward ?? want.v6?.forward),
+      networks: describe(nets),
     });
 
     this.#stopLoop();
@@ -301,7 +308,11 @@ export class TrafficRules {
       try {
         await sysctl.write(key, '1');
       } catch (e) {
-        throw new WeftError('EFORWARDING', `${key} is ${was} and could not be set to 1 (${(e as Error).message}): pods cannot reach other nodes; set it on the host or give weftd a writable /proc/sys`, { cause: e });
+        throw new WeftError(
+          'EFORWARDING',
+          `${key} is ${was} and could not be set to 1 (${(e as Error).message}): pods cannot reach other nodes; set it on the host or give weftd a writable /proc/sys`,
+          { cause: e },
+        );
       }
       changed.push({ sysctl: key, was });
     }
@@ -338,7 +349,10 @@ export class TrafficRules {
     if (noNft === undefined && noIpt === undefined && (this.#opts.forwardRules ?? true)) {
       for (const family of this.#families()) {
         if (await this.#iptables.forwardDrops(family)) {
-          return { driver: this.#drivers.iptables, why: `auto: the IPv${family} iptables FORWARD policy is DROP, which only FLANNEL-FWD's accepts can let pod traffic through` };
+          return {
+            driver: this.#drivers.iptables,
+            why: `auto: the IPv${family} iptables FORWARD policy is DROP, which only FLANNEL-FWD's accepts can let pod traffic through`,
+          };
         }
       }
     }

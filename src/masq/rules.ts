@@ -87,7 +87,10 @@ export const IPT_FWD_COMMENT = 'flanneld forward';
 /** Weft's nftables table (family `inet`). */
 export const NFT_TABLE = 'weft';
 /** flanneld's nftables tables, removed wherever Weft installs its own set. */
-export const FLANNEL_NFT_TABLES: readonly (readonly [family: 'ip' | 'ip6', name: string])[] = [['ip', 'flannel-ipv4'], ['ip6', 'flannel-ipv6']];
+export const FLANNEL_NFT_TABLES: readonly (readonly [family: 'ip' | 'ip6', name: string])[] = [
+  ['ip', 'flannel-ipv4'],
+  ['ip6', 'flannel-ipv6'],
+];
 
 /** The wanted rules for these networks and flags; a family without network and subnet gets none. */
 export function wantedRules(nets: TrafficNetworks, flags: TrafficFlags): WantedRules {
@@ -250,7 +253,9 @@ export function iptablesPartDrift(p: IptablesPart, want: IptablesLines | undefin
   }
   const d: string[] = [];
   if (!have.chainExists) return [`${where}: chain missing`];
-  if (have.jumps.length !== 1 || have.jumps[0] !== want.jump) d.push(`${where}: jumps from ${p.hook} are ${JSON.stringify(have.jumps)}, wanted exactly ${JSON.stringify(want.jump)}`);
+  if (have.jumps.length !== 1 || have.jumps[0] !== want.jump) {
+    d.push(`${where}: jumps from ${p.hook} are ${JSON.stringify(have.jumps)}, wanted exactly ${JSON.stringify(want.jump)}`);
+  }
   if (have.rules.length !== want.rules.length || have.rules.some((l, i) => l !== want.rules[i])) {
     const missing = want.rules.filter((l) => !have.rules.includes(l));
     const extra = have.rules.filter((l) => !want.rules.includes(l));
@@ -266,7 +271,10 @@ export function iptablesPartDrift(p: IptablesPart, want: IptablesLines | undefin
  * re-declared (created or flushed), every existing jump to them deleted and one appended; chains
  * wanted absent are emptied and deleted. Undefined when there is nothing to write.
  */
-export function iptablesRestoreScript(want: Map<IptablesPart, IptablesLines | undefined>, have: Map<IptablesPart, IptablesPartState>): string | undefined {
+export function iptablesRestoreScript(
+  want: Map<IptablesPart, IptablesLines | undefined>,
+  have: Map<IptablesPart, IptablesPartState>,
+): string | undefined {
   const out: string[] = [];
   for (const table of ['nat', 'filter'] as const) {
     const decl: string[] = [];
@@ -338,10 +346,20 @@ export function nftScript(want: WantedRules): string {
   if (postrouting.length + forward.length > 0) {
     lines.push(`table inet ${NFT_TABLE} {`);
     if (postrouting.length > 0) {
-      lines.push('\tchain postrouting {', '\t\ttype nat hook postrouting priority srcnat; policy accept;', ...postrouting.map((l) => `\t\t${l}`), '\t}');
+      lines.push(
+        '\tchain postrouting {',
+        '\t\ttype nat hook postrouting priority srcnat; policy accept;',
+        ...postrouting.map((l) => `\t\t${l}`),
+        '\t}',
+      );
     }
     if (forward.length > 0) {
-      lines.push('\tchain forward {', '\t\ttype filter hook forward priority filter; policy accept;', ...forward.map((l) => `\t\t${l}`), '\t}');
+      lines.push(
+        '\tchain forward {',
+        '\t\ttype filter hook forward priority filter; policy accept;',
+        ...forward.map((l) => `\t\t${l}`),
+        '\t}',
+      );
     }
     lines.push('}');
   }

@@ -45,7 +45,9 @@ export function execRunner(prefix: readonly string[] = []): Runner {
       child.stderr.on('data', (b: Buffer) => err.push(b));
       child.stdin.on('error', () => {});
       child.on('error', (e) => resolve({ code: 127, stdout: '', stderr: e.message }));
-      child.on('close', (code) => resolve({ code: code ?? 1, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }));
+      child.on('close', (code) =>
+        resolve({ code: code ?? 1, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }),
+      );
       child.stdin.end(stdin ?? '');
     });
 }
@@ -134,7 +136,11 @@ const SETTLE_MS = 100;
  * (`full` false) but for one every `fullEveryMs`; when it dies, every check is full again. A
  * failed check is logged and tried again next period. Returns when `signal` aborts.
  */
-export async function runWatchedChecks(options: WatchedChecksOptions, signal: AbortSignal, check: (full: boolean) => Promise<void>): Promise<void> {
+export async function runWatchedChecks(
+  options: WatchedChecksOptions,
+  signal: AbortSignal,
+  check: (full: boolean) => Promise<void>,
+): Promise<void> {
   const delay = options.delay ?? sleep;
   let changed = false;
   let wake: (() => void) | undefined;
@@ -187,6 +193,9 @@ export async function runWatchedChecks(options: WatchedChecksOptions, signal: Ab
 export async function requireNft(run: Runner, flag: string, what: string): Promise<void> {
   const r = await run(['nft', 'list', 'tables']);
   if (r.code !== 0) {
-    throw new ConfigError(flag, `${what} is applied with nftables (whatever --traffic-rules says), and nft does not work here: nft list tables: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`);
+    throw new ConfigError(
+      flag,
+      `${what} is applied with nftables (whatever --traffic-rules says), and nft does not work here: nft list tables: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`,
+    );
   }
 }

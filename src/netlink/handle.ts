@@ -310,9 +310,25 @@ function rawOp(o: Operation): RawOp {
     case 'linkAddBridge':
       return { op: o.op, name: o.name, mtu: o.mtu };
     case 'linkAddVeth':
-      return { op: o.op, name: o.veth.name, peerName: o.veth.peerName, peerNsFd: o.veth.peerNetnsFd, mtu: o.veth.mtu, master: o.veth.master, up: o.veth.up };
+      return {
+        op: o.op,
+        name: o.veth.name,
+        peerName: o.veth.peerName,
+        peerNsFd: o.veth.peerNetnsFd,
+        mtu: o.veth.mtu,
+        master: o.veth.master,
+        up: o.veth.up,
+      };
     case 'linkSet':
-      return { op: o.op, index: o.index, up: o.changes.up, mtu: o.changes.mtu, mac: o.changes.mac, master: o.changes.master, group: o.changes.group };
+      return {
+        op: o.op,
+        index: o.index,
+        up: o.changes.up,
+        mtu: o.changes.mtu,
+        mac: o.changes.mac,
+        master: o.changes.master,
+        group: o.changes.group,
+      };
     case 'linkSetHairpin':
       return { op: o.op, index: o.index, on: o.on };
     case 'linkDelGroup':
@@ -329,7 +345,13 @@ export function describe(o: Operation): { verb: string; object: string } {
     case 'routeReplace':
     case 'routeDel': {
       const r = o.route;
-      const parts = [r.dst, r.nhid ? `nhid ${r.nhid}` : '', r.gateway ? `via ${r.gateway}` : '', r.linkIndex ? `dev #${r.linkIndex}` : '', r.onlink ? 'onlink' : ''];
+      const parts = [
+        r.dst,
+        r.nhid ? `nhid ${r.nhid}` : '',
+        r.gateway ? `via ${r.gateway}` : '',
+        r.linkIndex ? `dev #${r.linkIndex}` : '',
+        r.onlink ? 'onlink' : '',
+      ];
       return { verb: `${o.op.slice(5).toLowerCase()} route`, object: parts.filter(Boolean).join(' ') };
     }
     case 'nexthopAdd':
@@ -681,7 +703,8 @@ export class NetlinkHandle {
 
   /** {@link neighList}, each neighbour handed to `sink` as it is read. */
   neighEach(filter: { family?: Family; linkIndex?: number }, sink: (n: Neigh) => void): Promise<void> {
-    const dump = () => this.#raw.dump('neigh', { family: filter.family ? afOf(filter.family) : 0, index: filter.linkIndex ?? 0, chunk: DUMP_CHUNK });
+    const dump = () =>
+      this.#raw.dump('neigh', { family: filter.family ? afOf(filter.family) : 0, index: filter.linkIndex ?? 0, chunk: DUMP_CHUNK });
     return this.#each('neighbours', dump, (r) => (r.family === AF_BRIDGE ? undefined : neighFromRaw(r)), sink);
   }
 

@@ -207,7 +207,14 @@ export function routeFromRaw(r: RawRoute): Route {
 /** A single-gateway nexthop object; groups and blackholes (which Weft never writes) are undefined. */
 export function nexthopFromRaw(r: RawNexthop): Nexthop | undefined {
   if (r.group || r.blackhole) return undefined;
-  return { id: r.id, family: familyOf(r.family), gateway: r.gateway ?? '', linkIndex: r.oif, onlink: (r.flags & RTNH_F_ONLINK) !== 0, protocol: r.protocol };
+  return {
+    id: r.id,
+    family: familyOf(r.family),
+    gateway: r.gateway ?? '',
+    linkIndex: r.oif,
+    onlink: (r.flags & RTNH_F_ONLINK) !== 0,
+    protocol: r.protocol,
+  };
 }
 
 export function neighFromRaw(r: RawNeigh): Neigh {
@@ -252,7 +259,14 @@ export function nexthopKey(n: Pick<Nexthop, 'gateway' | 'linkIndex' | 'onlink'>)
 }
 
 export function nexthopEqual(a: Nexthop, b: Nexthop): boolean {
-  return a.id === b.id && a.family === b.family && a.gateway === b.gateway && a.linkIndex === b.linkIndex && a.onlink === b.onlink && a.protocol === b.protocol;
+  return (
+    a.id === b.id &&
+    a.family === b.family &&
+    a.gateway === b.gateway &&
+    a.linkIndex === b.linkIndex &&
+    a.onlink === b.onlink &&
+    a.protocol === b.protocol
+  );
 }
 
 export function neighKey(n: Pick<Neigh, 'linkIndex' | 'ip'>): string {

@@ -124,7 +124,9 @@ export class PolicyEnforcer {
       this.#synced.reject(e);
     }));
     this.#tasks = [...watches, this.#repairLoop(stop)];
-    stop.addEventListener('abort', () => this.#synced.reject(new WeftError('ESTOPPED', 'network policy enforcement stopped')), { once: true });
+    stop.addEventListener('abort', () => this.#synced.reject(new WeftError('ESTOPPED', 'network policy enforcement stopped')), {
+      once: true,
+    });
   }
 
   /** Resolves once the first rules (or none) enforcing every listed object are applied. */
@@ -233,7 +235,10 @@ export class PolicyEnforcer {
       if (applies !== this.#applies) return;
       this.#golden = listing;
       this.#goldenOf = applies;
-      this.#log.debug('network policy: listed the applied rules for the repair', { list_ms: Math.round(performance.now() - started), bytes: listing?.length ?? 0 });
+      this.#log.debug('network policy: listed the applied rules for the repair', {
+        list_ms: Math.round(performance.now() - started),
+        bytes: listing?.length ?? 0,
+      });
     }, (e: unknown) => {
       if (applies !== this.#applies) return;
       // Without a listing the repair cannot tell drift until the next change, which then loads
@@ -256,11 +261,17 @@ export class PolicyEnforcer {
     this.#applies++;
     const rendered = performance.now();
     await mustRun(this.#run, `apply nftables table inet ${NFT_POLICY_TABLE}`, ['nft', '-f', '-'], script);
-    this.#log.debug('network policy: rules applied', { render_ms: Math.round(rendered - started), nft_ms: Math.round(performance.now() - rendered), bytes: script.length, whole: !this.#appliedKnown });
+    this.#log.debug('network policy: rules applied', {
+      render_ms: Math.round(rendered - started),
+      nft_ms: Math.round(performance.now() - rendered),
+      bytes: script.length,
+      whole: !this.#appliedKnown,
+    });
     this.#applied = next;
     this.#appliedKnown = true;
     if (!next && had) this.#log.info(`network policy: no policy selects a pod of this node; table inet ${NFT_POLICY_TABLE} removed`);
-    else if (next && !had) this.#log.info(`network policy: enforcing in table inet ${NFT_POLICY_TABLE}`, { policies: this.#inputs.policyCount });
+    else if (next && !had)
+      this.#log.info(`network policy: enforcing in table inet ${NFT_POLICY_TABLE}`, { policies: this.#inputs.policyCount });
     return true;
   }
 
@@ -324,7 +335,9 @@ export class PolicyEnforcer {
         this.#log.error(`network policy: ${why}`);
         continue;
       }
-      if (starting) this.#log.info(`network policy: set ${key}=1 (was ${value}) so the forward hook sees traffic between pods of this node`);
+      if (starting) {
+        this.#log.info(`network policy: set ${key}=1 (was ${value}) so the forward hook sees traffic between pods of this node`);
+      }
       else this.#log.warn(`network policy: ${key} was switched to ${value}; set it back to 1`);
     }
   }

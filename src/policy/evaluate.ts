@@ -59,7 +59,9 @@ export function byNamespace<T extends { namespace: string }>(list: readonly T[])
 /** The policies of a direction that select `pod` (none: it is not isolated in that direction). */
 export function policiesSelecting(model: PolicyModel, pod: Pod, dir: Direction): NetworkPolicy[] {
   if (pod.hostNetwork) return [];
-  return (byNamespace(model.policies).get(pod.namespace) ?? []).filter((p) => p[dir] !== undefined && matchesLabels(p.podSelector, pod.labels));
+  return (byNamespace(model.policies).get(pod.namespace) ?? []).filter(
+    (p) => p[dir] !== undefined && matchesLabels(p.podSelector, pod.labels),
+  );
 }
 
 /** Namespace labels by name, built once per namespace list: peers are matched pods × rules times. */
@@ -78,7 +80,9 @@ function namespaceLabels(model: PolicyModel, name: string): Readonly<Record<stri
 export function peerMatches(model: PolicyModel, peer: Peer, policyNs: string, pod: Pod | undefined, ip: IP): boolean {
   if (peer.kind === 'ipBlock') return contains(peer.cidr, ip) && !peer.except.some((e) => contains(e, ip));
   if (!pod || pod.hostNetwork) return false;
-  if (peer.namespaceSelector ? !matchesLabels(peer.namespaceSelector, namespaceLabels(model, pod.namespace)) : pod.namespace !== policyNs) return false;
+  if (peer.namespaceSelector ? !matchesLabels(peer.namespaceSelector, namespaceLabels(model, pod.namespace)) : pod.namespace !== policyNs) {
+    return false;
+  }
   return !peer.podSelector || matchesLabels(peer.podSelector, pod.labels);
 }
 
@@ -110,8 +114,20 @@ function portsMatch(ports: readonly PolicyPort[], dst: Pod | undefined, proto: P
   });
 }
 
-function ruleAllows(model: PolicyModel, policy: NetworkPolicy, rule: PolicyRule, peer: Pod | undefined, peerIP: IP, dst: Pod | undefined, proto: Protocol, port: number): boolean {
-  return portsMatch(rule.ports, dst, proto, port) && (rule.peers.length === 0 || rule.peers.some((p) => peerMatches(model, p, policy.namespace, peer, peerIP)));
+function ruleAllows(
+  model: PolicyModel,
+  policy: NetworkPolicy,
+  rule: PolicyRule,
+  peer: Pod | undefined,
+  peerIP: IP,
+  dst: Pod | undefined,
+  proto: Protocol,
+  port: number,
+): boolean {
+  return (
+    portsMatch(rule.ports, dst, proto, port) &&
+    (rule.peers.length === 0 || rule.peers.some((p) => peerMatches(model, p, policy.namespace, peer, peerIP)))
+  );
 }
 
 interface Resolved {
@@ -173,7 +189,15 @@ export function allowed(model: PolicyModel, src: Endpoint, dst: Endpoint, proto:
 }
 
 /** Whether `self` (when a pod) lets the connection through in `dir`, the other end being `other`. */
-function direction(model: PolicyModel, self: Pod | undefined, other: Resolved, dir: Direction, dst: Pod | undefined, proto: Protocol, port: number): boolean {
+function direction(
+  model: PolicyModel,
+  self: Pod | undefined,
+  other: Resolved,
+  dir: Direction,
+  dst: Pod | undefined,
+  proto: Protocol,
+  port: number,
+): boolean {
   if (!self) return true;
   const policies = policiesSelecting(model, self, dir);
   if (policies.length === 0) return true;

@@ -141,7 +141,9 @@ function protocol(v: unknown, field: string): Protocol {
 }
 
 function portNumber(v: unknown, field: string): number {
-  if (!Number.isInteger(v) || (v as number) < 1 || (v as number) > 65535) throw new Bad(`${field}: must be a port number 1-65535, not ${JSON.stringify(v)}`);
+  if (!Number.isInteger(v) || (v as number) < 1 || (v as number) > 65535) {
+    throw new Bad(`${field}: must be a port number 1-65535, not ${JSON.stringify(v)}`);
+  }
   return v as number;
 }
 
@@ -163,7 +165,9 @@ function peer(v: unknown, field: string): Peer {
   const p = object(v, field);
   const { podSelector, namespaceSelector, ipBlock } = p;
   if (ipBlock !== undefined && ipBlock !== null) {
-    if (podSelector !== undefined || namespaceSelector !== undefined) throw new Bad(`${field}: ipBlock cannot be combined with podSelector or namespaceSelector`);
+    if (podSelector !== undefined || namespaceSelector !== undefined) {
+      throw new Bad(`${field}: ipBlock cannot be combined with podSelector or namespaceSelector`);
+    }
     const b = object(ipBlock, `${field}.ipBlock`);
     const c = cidr(b.cidr, `${field}.ipBlock.cidr`);
     const except = list(b.except, `${field}.ipBlock.except`).map((e, i) => {
@@ -175,7 +179,9 @@ function peer(v: unknown, field: string): Peer {
     });
     return { kind: 'ipBlock', cidr: c, except };
   }
-  if (podSelector === undefined && namespaceSelector === undefined) throw new Bad(`${field}: must have podSelector, namespaceSelector or ipBlock`);
+  if (podSelector === undefined && namespaceSelector === undefined) {
+    throw new Bad(`${field}: must have podSelector, namespaceSelector or ipBlock`);
+  }
   const out: Peer = { kind: 'pods' };
   if (podSelector !== undefined) out.podSelector = selector(podSelector, `${field}.podSelector`);
   if (namespaceSelector !== undefined) out.namespaceSelector = selector(namespaceSelector, `${field}.namespaceSelector`);
@@ -286,7 +292,10 @@ export function parsePod(o: unknown): Pod | Invalid {
       for (const [j, p] of list(object(c, `spec.containers[${i}]`).ports, `spec.containers[${i}].ports`).entries()) {
         const at = `spec.containers[${i}].ports[${j}]`;
         const cp = object(p, at);
-        const port: ContainerPort = { port: portNumber(cp.containerPort, `${at}.containerPort`), protocol: protocol(cp.protocol, `${at}.protocol`) };
+        const port: ContainerPort = {
+          port: portNumber(cp.containerPort, `${at}.containerPort`),
+          protocol: protocol(cp.protocol, `${at}.protocol`),
+        };
         if (cp.name !== undefined && cp.name !== null && cp.name !== '') {
           if (typeof cp.name !== 'string' || !isPortName(cp.name)) throw new Bad(`${at}.name: not a port name: ${JSON.stringify(cp.name)}`);
           port.name = cp.name;

@@ -178,7 +178,9 @@ function remotePortElements(f: Family, parts: readonly Part[]): string[] {
   const any: Range = [0n, (1n << BigInt(bits(f))) - 1n];
   const protos = [...new Set(parts.flatMap((p) => [...p.ports!.keys()]))].sort();
   return protos.flatMap((proto) => {
-    const boxes = parts.flatMap((p) => (p.remote ?? [any]).flatMap((r) => (p.ports!.get(proto) ?? []).map((ports): [Range, Range] => [r, ports])));
+    const boxes = parts.flatMap((p) =>
+      (p.remote ?? [any]).flatMap((r) => (p.ports!.get(proto) ?? []).map((ports): [Range, Range] => [r, ports])),
+    );
     return disjointBoxes(boxes).flatMap(([r, ports]) => ports.map((x) => `${formatRange(f, r)} . ${protoName(proto)} . ${formatPorts(x)}`));
   });
 }
@@ -198,7 +200,10 @@ function targetsOf(policy: NetworkPolicy, local: readonly Pod[]): Pod[] {
 function groupName(dir: Direction, f: Family, policies: readonly NetworkPolicy[]): string {
   const hash = (text: string) => createHash('sha256').update(text).digest('hex').slice(0, 16);
   const prefix = `${dir === 'ingress' ? 'in' : 'eg'}${f}_`;
-  const name = policies.length === 1 ? `${prefix}${policies[0]!.namespace}_${policies[0]!.name}` : `${prefix}g${hash(policies.map(policyKey).join('\n'))}`;
+  const name =
+    policies.length === 1
+      ? `${prefix}${policies[0]!.namespace}_${policies[0]!.name}`
+      : `${prefix}g${hash(policies.map(policyKey).join('\n'))}`;
   return name.length <= MAX_SET_NAME ? name : `${name.slice(0, MAX_SET_NAME - 17)}_${hash(name)}`;
 }
 
@@ -208,7 +213,16 @@ function groupName(dir: Direction, f: Family, policies: readonly NetworkPolicy[]
  * parts of one shape go into one set, so the chain has at most three lookups and a `drop`,
  * whatever the number of policies.
  */
-function groupChain(model: PolicyModel, shared: (policy: NetworkPolicy, rule: PolicyRule) => Part[], sets: NftSet[], dir: Direction, f: Family, name: string, policies: readonly NetworkPolicy[], targets: readonly [Pod, IP][]): string[] {
+function groupChain(
+  model: PolicyModel,
+  shared: (policy: NetworkPolicy, rule: PolicyRule) => Part[],
+  sets: NftSet[],
+  dir: Direction,
+  f: Family,
+  name: string,
+  policies: readonly NetworkPolicy[],
+  targets: readonly [Pod, IP][],
+): string[] {
   const parts: Part[] = [];
   for (const policy of policies) {
     const own = targets.filter(([pod]) => pod.namespace === policy.namespace && matchesLabels(policy.podSelector, pod.labels));
@@ -227,12 +241,35 @@ function groupChain(model: PolicyModel, shared: (policy: NetworkPolicy, rule: Po
     rules.push(`${match} @${name}_${suffix} return`);
   };
   const peers = merge(parts.filter((p) => !p.ports).flatMap((p) => p.remote!));
-  set('peers', addrType(f), peers.map((r) => formatRange(f, r)), `${ip} ${remote}`);
-  set('ports', `${addrType(f)} . inet_proto . inet_service`, remotePortElements(f, parts.filter((p) => p.ports && !p.local)), `${ip} ${remote} . meta l4proto . th dport`);
+  set(
+    'peers',
+    addrType(f),
+    peers.map((r) => formatRange(f, r)),
+    `${ip} ${remote}`,
+  );
+  set(
+    'ports',
+    `${addrType(f)} . inet_proto . inet_service`,
+    remotePortElements(
+      f,
+      parts.filter((p) => p.ports && !p.local),
+    ),
+    `${ip} ${remote} . meta l4proto . th dport`,
+  );
   const named = parts.filter((p) => p.local);
   const locals = [...new Map(named.map((p) => [p.local!.value, p.local!])).values()].sort(byValue);
-  const namedElements = locals.flatMap((a) => remotePortElements(f, named.filter((p) => p.local!.value === a.value)).map((e) => `${formatIP(a)} . ${e}`));
-  set('named', `${addrType(f)} . ${addrType(f)} . inet_proto . inet_service`, namedElements, `${ip} daddr . ${ip} saddr . meta l4proto . th dport`);
+  const namedElements = locals.flatMap((a) =>
+    remotePortElements(
+      f,
+      named.filter((p) => p.local!.value === a.value),
+    ).map((e) => `${formatIP(a)} . ${e}`),
+  );
+  set(
+    'named',
+    `${addrType(f)} . ${addrType(f)} . inet_proto . inet_service`,
+    namedElements,
+    `${ip} daddr . ${ip} saddr . meta l4proto . th dport`,
+  );
   return [...rules, 'drop'];
 }
 
@@ -326,7 +363,11 @@ export class PolicyRenderer {
         for (const name of [...members.keys()].sort()) {
           const { policies, targets: held } = members.get(name)!;
           const was = this.#groups.get(name);
-          const same = was && sameObjects(was.policies, policies) && was.targets.length === held.length && was.targets.every(([p, a], i) => p === held[i]![0] && a === held[i]![1]);
+          const same =
+            was &&
+            sameObjects(was.policies, policies) &&
+            was.targets.length === held.length &&
+            was.targets.every(([p, a], i) => p === held[i]![0] && a === held[i]![1]);
           let group: RenderedGroup;
           if (same) {
             group = was;
@@ -361,7 +402,13 @@ export class PolicyRenderer {
     }
     // Neighbour discovery between two pods of the bridge passes the IPv6 hooks too (br_netfilter).
     const nd = isolated.get(6)!.length > 0 ? ['icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept'] : [];
-    chains.set('forward', ['type filter hook forward priority filter; policy accept;', 'ct state established,related accept', ...nd, ...loops, ...dispatch]);
+    chains.set('forward', [
+      'type filter hook forward priority filter; policy accept;',
+      'ct state established,related accept',
+      ...nd,
+      ...loops,
+      ...dispatch,
+    ]);
     return { sets: [...loopSets, ...sets, ...maps], chains };
   }
 }

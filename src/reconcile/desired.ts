@@ -121,7 +121,12 @@ class Index<T extends object> implements Wanted<T> {
 
 /** The operations that (re)write `state`: L2 entries and nexthops before the routes that need them. */
 export function replaceOps(state: KernelState): Operation[] {
-  return [...state.neighs.map(neighReplace), ...state.fdb.map(fdbReplace), ...(state.nexthops ?? []).map(nexthopSpec), ...state.routes.map(routeSpec)];
+  return [
+    ...state.neighs.map(neighReplace),
+    ...state.fdb.map(fdbReplace),
+    ...(state.nexthops ?? []).map(nexthopSpec),
+    ...state.routes.map(routeSpec),
+  ];
 }
 
 /**
@@ -310,14 +315,25 @@ export class DesiredState {
       ...replaceOps(after),
       ...stillGone(goneRoutes, this.#routes, routeKey).map((r): Operation => ({ op: 'routeDel', route: routeSpec(r).route })),
       ...nexthopsGone.map((n): Operation => ({ op: 'nexthopDel', nexthop: { id: n.id } })),
-      ...stillGone(goneNeighs, this.#neighs, neighKey).map((n): Operation => ({ op: 'neighDel', neigh: { linkIndex: n.linkIndex, ip: n.ip } })),
-      ...stillGone(goneFdb, this.#fdb, fdbKey).map((f): Operation => ({ op: 'fdbDel', fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst } })),
+      ...stillGone(goneNeighs, this.#neighs, neighKey).map((n): Operation => ({
+        op: 'neighDel',
+        neigh: { linkIndex: n.linkIndex, ip: n.ip },
+      })),
+      ...stillGone(goneFdb, this.#fdb, fdbKey).map((f): Operation => ({
+        op: 'fdbDel',
+        fdb: { linkIndex: f.linkIndex, mac: f.mac, dst: f.dst },
+      })),
     ];
   }
 
   /** The whole desired state, one entry per key. */
   all(): KernelState {
-    return { routes: this.#routes.values(), neighs: this.#neighs.values(), fdb: this.#fdb.values(), ...(this.#ids ? { nexthops: this.#nexthops.values() } : {}) };
+    return {
+      routes: this.#routes.values(),
+      neighs: this.#neighs.values(),
+      fdb: this.#fdb.values(),
+      ...(this.#ids ? { nexthops: this.#nexthops.values() } : {}),
+    };
   }
 
   /** The whole desired state by key, for a full pass to stream a dump against (no copy of it is made). */

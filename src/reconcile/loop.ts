@@ -222,7 +222,13 @@ export class Reconciler {
         }
         const durationMs = performance.now() - start;
         if (full) this.#schedule(resyncPeriodMs(this.#opts.resyncPeriodMs, durationMs));
-        this.#opts.onPass?.({ ...report, reasons, durationMs, kind: full ? 'full' : 'fast', ...(full ? { nextResyncMs: this.#period } : {}) });
+        this.#opts.onPass?.({
+          ...report,
+          reasons,
+          durationMs,
+          kind: full ? 'full' : 'fast',
+          ...(full ? { nextResyncMs: this.#period } : {}),
+        });
         // A device being deleted refuses repairs before its deletion is reported: hold then too.
         if (!full && report.failures.some((f) => f.errno === 'ENODEV')) this.#deviceGone('a repair found a device of ours gone (ENODEV)');
         if (!full && report.failures.length > 0) this.trigger('operations of a fast pass failed');
@@ -269,7 +275,10 @@ export class Reconciler {
     const desired = this.#opts.desired;
     const repair = (entry: Partial<KernelState>, why: string) => {
       this.#repairs++;
-      this.#fast(replaceOps({ routes: entry.routes ?? [], neighs: entry.neighs ?? [], fdb: entry.fdb ?? [], nexthops: entry.nexthops ?? [] }), why);
+      this.#fast(
+        replaceOps({ routes: entry.routes ?? [], neighs: entry.neighs ?? [], fdb: entry.fdb ?? [], nexthops: entry.nexthops ?? [] }),
+        why,
+      );
     };
     for (const e of events) {
       switch (e.kind) {
@@ -297,7 +306,9 @@ export class Reconciler {
         case 'neigh':
           if (devices.has(e.neigh.linkIndex)) {
             const want = desired.neigh(neighKey(e.neigh));
-            if (want && (e.action === 'del' || want.mac !== e.neigh.mac)) repair({ neighs: [want] }, `neighbour ${e.neigh.ip} ${e.action === 'del' ? 'deleted' : 'changed'}`);
+            if (want && (e.action === 'del' || want.mac !== e.neigh.mac)) {
+              repair({ neighs: [want] }, `neighbour ${e.neigh.ip} ${e.action === 'del' ? 'deleted' : 'changed'}`);
+            }
           }
           break;
         case 'fdb':

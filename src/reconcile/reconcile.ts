@@ -87,10 +87,22 @@ export async function reconcileOnce(h: NetlinkHandle, desired: WantedState, own:
   const perDevice = <T>(each: (linkIndex: number, sink: (e: T) => void) => Promise<void>) => async (sink: (e: T) => void) => {
     for (const linkIndex of own.devices) await each(linkIndex, sink);
   };
-  const routes = await kind((sink) => h.routeEach({ protocol: own.protocol }, sink), (r) => r.protocol === own.protocol, scanRoutes(desired.routes));
+  const routes = await kind(
+    (sink) => h.routeEach({ protocol: own.protocol }, sink),
+    (r) => r.protocol === own.protocol,
+    scanRoutes(desired.routes),
+  );
   // A kernel without nexthop objects (before Linux 5.3) refuses the dump: it holds none of ours.
-  const nexthops = await kind((sink) => h.nexthopEach(sink).catch(() => {}), (n) => n.protocol === own.protocol, scanNexthops(desired.nexthops ?? new Map<string, Nexthop>()));
-  const neighs = await kind(perDevice((linkIndex, sink) => h.neighEach({ linkIndex }, sink)), (n) => isOurNeigh(n, devices), scanNeighs(desired.neighs));
+  const nexthops = await kind(
+    (sink) => h.nexthopEach(sink).catch(() => {}),
+    (n) => n.protocol === own.protocol,
+    scanNexthops(desired.nexthops ?? new Map<string, Nexthop>()),
+  );
+  const neighs = await kind(
+    perDevice((linkIndex, sink) => h.neighEach({ linkIndex }, sink)),
+    (n) => isOurNeigh(n, devices),
+    scanNeighs(desired.neighs),
+  );
   const fdb = await kind(perDevice((linkIndex, sink) => h.fdbEach({ linkIndex }, sink)), (f) => isOurFdb(f, devices), scanFdb(desired.fdb));
   const ops = ordered({ routes, nexthops, neighs, fdb });
   return { ops, failures: await apply(h, ops), desired: entries(desired), observed };

@@ -82,7 +82,16 @@ export function routeSpec(r: Route): Operation & { op: 'routeReplace' } {
   if (r.nhid !== undefined) {
     return {
       op: 'routeReplace',
-      route: { dst: r.dst, nhid: r.nhid, table: r.table, protocol: r.protocol, scope: r.scope, type: r.type, metric: r.metric, prefsrc: r.prefsrc },
+      route: {
+        dst: r.dst,
+        nhid: r.nhid,
+        table: r.table,
+        protocol: r.protocol,
+        scope: r.scope,
+        type: r.type,
+        metric: r.metric,
+        prefsrc: r.prefsrc,
+      },
     };
   }
   return {
@@ -104,7 +113,10 @@ export function routeSpec(r: Route): Operation & { op: 'routeReplace' } {
 
 /** The replace operation that writes nexthop object `n`. */
 export function nexthopSpec(n: Nexthop): Operation & { op: 'nexthopReplace' } {
-  return { op: 'nexthopReplace', nexthop: { id: n.id, gateway: n.gateway, linkIndex: n.linkIndex, onlink: n.onlink, protocol: n.protocol } };
+  return {
+    op: 'nexthopReplace',
+    nexthop: { id: n.id, gateway: n.gateway, linkIndex: n.linkIndex, onlink: n.onlink, protocol: n.protocol },
+  };
 }
 
 /** The replace operation that writes neighbour `n`, permanent. */
@@ -184,7 +196,13 @@ export function scanRoutes(want: Wanted<Route>): KindScan<Route> {
  * A kind with one entry per key: a held entry under no wanted key is deleted, and a wanted one the
  * kernel lacks or holds otherwise (`same` false) is replaced.
  */
-function scanByKey<T>(want: Wanted<T>, key: (e: T) => string, same: (held: T, wanted: T) => boolean, replace: (w: T) => Operation, del: (h: T) => Operation): KindScan<T> {
+function scanByKey<T>(
+  want: Wanted<T>,
+  key: (e: T) => string,
+  same: (held: T, wanted: T) => boolean,
+  replace: (w: T) => Operation,
+  del: (h: T) => Operation,
+): KindScan<T> {
   const out: KindDiff = { replaces: [], deletes: [] };
   const matched = new Set<T>();
   return {
@@ -215,7 +233,13 @@ export function scanNeighs(want: Wanted<Neigh>): KindScan<Neigh> {
 
 /** FDB entries, by device, MAC and remote (the key is the whole entry). */
 export function scanFdb(want: Wanted<Fdb>): KindScan<Fdb> {
-  return scanByKey(want, fdbKey, () => true, fdbReplace, (h) => ({ op: 'fdbDel', fdb: { linkIndex: h.linkIndex, mac: h.mac, dst: h.dst } }));
+  return scanByKey(
+    want,
+    fdbKey,
+    () => true,
+    fdbReplace,
+    (h) => ({ op: 'fdbDel', fdb: { linkIndex: h.linkIndex, mac: h.mac, dst: h.dst } }),
+  );
 }
 
 /** The kinds' differences in the order of the design notes: L2, nexthop and route replaces, then route, nexthop and L2 deletes. */

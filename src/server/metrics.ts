@@ -99,7 +99,12 @@ export class Metrics {
   /** Reads the number of remote leases when scraped; set once the LeaseTable exists. */
   leaseCount: () => number = () => 0;
   readonly #leases = new Family('weft_leases', 'gauge', 'Remote leases known');
-  readonly #kernelEntries = new Family('weft_kernel_entries', 'gauge', 'Routes, neighbour and FDB entries of Weft: desired, and present at the last full pass', 'state');
+  readonly #kernelEntries = new Family(
+    'weft_kernel_entries',
+    'gauge',
+    'Routes, neighbour and FDB entries of Weft: desired, and present at the last full pass',
+    'state',
+  );
   readonly #runs = new Family('weft_reconcile_runs_total', 'counter', 'Reconcile passes', 'kind');
   readonly #duration = new HistogramFamily('weft_reconcile_duration_seconds', 'Duration of reconcile passes', 'kind');
   readonly #repairs = new Family('weft_repairs_total', 'counter', 'Kernel entries restored or removed because the kernel drifted');
@@ -140,7 +145,8 @@ export class Metrics {
   text(): string {
     this.#leases.set('', this.leaseCount());
     return [this.#leases, this.#kernelEntries, this.#runs, this.#duration, this.#repairs, this.#watchRestarts, this.#renewals, this.#errors]
-      .map((f) => f.render()).join('\n');
+      .map((f) => f.render())
+      .join('\n');
   }
 
   readonly contentType = 'text/plain; version=0.0.4; charset=utf-8';

@@ -66,14 +66,18 @@ export function parseSubnetEnv(text: string, file = 'subnet.env'): SubnetEnv & {
   const ipv6Networks = cidrs(values, 'FLANNEL_IPV6_NETWORK', file);
   const subnet = cidrs(values, 'FLANNEL_SUBNET', file)[0];
   const ipv6Subnet = cidrs(values, 'FLANNEL_IPV6_SUBNET', file)[0];
-  if (networks.length === 0 && ipv6Networks.length === 0) throw new ConfigError(`${file}: FLANNEL_NETWORK`, 'missing (and no FLANNEL_IPV6_NETWORK)');
+  if (networks.length === 0 && ipv6Networks.length === 0) {
+    throw new ConfigError(`${file}: FLANNEL_NETWORK`, 'missing (and no FLANNEL_IPV6_NETWORK)');
+  }
   if (!subnet && !ipv6Subnet) throw new ConfigError(`${file}: FLANNEL_SUBNET`, 'missing (and no FLANNEL_IPV6_SUBNET)');
   for (const [key, c, family] of [['FLANNEL_SUBNET', subnet, 4], ['FLANNEL_IPV6_SUBNET', ipv6Subnet, 6]] as const) {
     if (c && c.ip.family !== family) throw new ConfigError(`${file}: ${key}`, `${formatCIDR(c)} is not an IPv${family} subnet`);
   }
   const mtuText = values.get('FLANNEL_MTU');
   if (mtuText === undefined) throw new ConfigError(`${file}: FLANNEL_MTU`, 'missing');
-  if (!/^\d{1,10}$/.test(mtuText) || Number(mtuText) > 0xffffffff) throw new ConfigError(`${file}: FLANNEL_MTU`, `not an unsigned integer: ${JSON.stringify(mtuText)}`);
+  if (!/^\d{1,10}$/.test(mtuText) || Number(mtuText) > 0xffffffff) {
+    throw new ConfigError(`${file}: FLANNEL_MTU`, `not an unsigned integer: ${JSON.stringify(mtuText)}`);
+  }
   const masq = values.get('FLANNEL_IPMASQ');
   if (masq === undefined) throw new ConfigError(`${file}: FLANNEL_IPMASQ`, 'missing');
   const result: SubnetEnv & { networks: CIDR[]; ipv6Networks: CIDR[] } = {

@@ -94,7 +94,14 @@ export function chooseLease(input: ChooseInput): Choice {
 }
 
 /** One family's subnet: the previous one if it fits and is free, else a random free one; a string says why none. */
-function pickFamily(family: 4 | 6, cfg: NetConfig, previous: CIDR | undefined, taken: readonly CIDR[], random: () => number, reasons: string[]): CIDR | string {
+function pickFamily(
+  family: 4 | 6,
+  cfg: NetConfig,
+  previous: CIDR | undefined,
+  taken: readonly CIDR[],
+  random: () => number,
+  reasons: string[],
+): CIDR | string {
   const v4 = family === 4;
   if ((v4 ? fitsV4(cfg, previous) : fitsV6(cfg, previous)) && free(previous!, taken)) {
     reasons.push(`${formatCIDR(previous!)} from the subnet file is still free`);

@@ -174,14 +174,18 @@ function compare(c: Compare): ICompare {
 
 function requestOp(op: TxnOp): IRequestOp {
   if ('put' in op) {
-    return { request_put: { key: Buffer.from(op.put.key), value: Buffer.from(op.put.value), ...(op.put.lease ? { lease: op.put.lease } : {}) } };
+    return {
+      request_put: { key: Buffer.from(op.put.key), value: Buffer.from(op.put.value), ...(op.put.lease ? { lease: op.put.lease } : {}) },
+    };
   }
   return { request_delete_range: { key: Buffer.from(op.delete.key) } };
 }
 
 /** Why etcd cancelled a watch: a compacted revision, or its reason. */
 function cancelled(res: IWatchResponse, from: string): string {
-  return res.compact_revision !== '0' ? `revision ${from} compacted (oldest kept: ${res.compact_revision})` : res.cancel_reason || 'cancelled by etcd';
+  return res.compact_revision !== '0'
+    ? `revision ${from} compacted (oldest kept: ${res.compact_revision})`
+    : res.cancel_reason || 'cancelled by etcd';
 }
 
 /** A watch creation etcd refused for the token it carried (etcd 3.4 says "permission denied", 3.5 "invalid auth token"). */
@@ -203,7 +207,10 @@ export class EtcdClient {
   }
 
   /** Keys in [key, rangeEnd), or `key` alone; `limit` 0 is no limit; `revision` 0 is the latest. */
-  async range(key: string, options: { rangeEnd?: Buffer; limit?: number; revision?: string } = {}): Promise<{ revision: string; kvs: KeyValue[]; more: boolean }> {
+  async range(
+    key: string,
+    options: { rangeEnd?: Buffer; limit?: number; revision?: string } = {},
+  ): Promise<{ revision: string; kvs: KeyValue[]; more: boolean }> {
     const res = await this.#etcd.kv.range({
       key: Buffer.from(key),
       ...(options.rangeEnd ? { range_end: options.rangeEnd } : {}),
@@ -300,7 +307,13 @@ export class EtcdClient {
    * One watch stream: resolves when etcd cancels the watch or `signal` aborts; rejects when the
    * stream breaks or is not created within the call timeout. `each` gets undefined once created.
    */
-  async #watchOnce(key: string, rangeEnd: Buffer, from: string, signal: AbortSignal, each: (res: WatchResponse | undefined) => void): Promise<{ why: string; refusedToken: boolean } | undefined> {
+  async #watchOnce(
+    key: string,
+    rangeEnd: Buffer,
+    from: string,
+    signal: AbortSignal,
+    each: (res: WatchResponse | undefined) => void,
+  ): Promise<{ why: string; refusedToken: boolean } | undefined> {
     const stream = await this.#etcd.watchClient.watch();
     const createMs = this.#options.callTimeoutMs ?? 10_000;
     return new Promise((resolve, reject) => {

@@ -41,14 +41,19 @@ async function readFlagFile(flag: string, path: string): Promise<Buffer> {
 export async function clientOptions(flags: EtcdConnectionFlags): Promise<EtcdClientOptions> {
   if (flags.endpoints.length === 0) throw new ConfigError('--etcd-endpoints', 'no endpoint given');
   for (const ep of flags.endpoints) {
-    if (!/^(https?:\/\/[^/]+\/?|unix:\/\/.+)$/.test(ep)) throw new ConfigError('--etcd-endpoints', `${JSON.stringify(ep)} is not an http://, https:// or unix:// URL`);
+    if (!/^(https?:\/\/[^/]+\/?|unix:\/\/.+)$/.test(ep)) {
+      throw new ConfigError('--etcd-endpoints', `${JSON.stringify(ep)} is not an http://, https:// or unix:// URL`);
+    }
   }
   const secure = flags.endpoints.filter((e) => e.startsWith('https://')).length;
   if (secure > 0 && secure < flags.endpoints.length) {
     throw new ConfigError('--etcd-endpoints', 'endpoints must all be https:// or none: one TLS setting serves every endpoint');
   }
   if (Boolean(flags.keyFile) !== Boolean(flags.certFile)) {
-    throw new ConfigError(flags.keyFile ? '--etcd-certfile' : '--etcd-keyfile', 'TLS client authentication needs both --etcd-keyfile and --etcd-certfile');
+    throw new ConfigError(
+      flags.keyFile ? '--etcd-certfile' : '--etcd-keyfile',
+      'TLS client authentication needs both --etcd-keyfile and --etcd-certfile',
+    );
   }
   const options: EtcdClientOptions = {
     endpoints: flags.endpoints.map((e) => (e.startsWith('unix:') ? e : e.replace(/\/$/, ''))),

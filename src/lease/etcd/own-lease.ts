@@ -135,12 +135,20 @@ export class OwnLease {
       if (text !== null) {
         const cfg = checkNetworkConfig(parseNetConfig(text, key));
         if (!cfg.enableIPv4) {
-          throw new ConfigError('EnableIPv4', `the etcd registry has no key form for IPv6-only leases (${key}); enable IPv4 or use --kube-subnet-mgr`);
+          throw new ConfigError(
+            'EnableIPv4',
+            `the etcd registry has no key form for IPv6-only leases (${key}); enable IPv4 or use --kube-subnet-mgr`,
+          );
         }
         this.#config = cfg;
         // A listing from before a wait for the configuration is too old to choose from.
         if (!waiting) this.#prefetched = prefetch;
-        this.#log.info('read the network configuration', { key, network: cfg.network && formatCIDR(cfg.network), ipv6Network: cfg.ipv6Network && formatCIDR(cfg.ipv6Network), backend: cfg.backend.type });
+        this.#log.info('read the network configuration', {
+          key,
+          network: cfg.network && formatCIDR(cfg.network),
+          ipv6Network: cfg.ipv6Network && formatCIDR(cfg.ipv6Network),
+          backend: cfg.backend.type,
+        });
         return cfg;
       }
       if (!waiting) {
@@ -181,7 +189,13 @@ export class OwnLease {
    */
   async #acquireOnce(cfg: NetConfig, req: AcquireRequest, signal: AbortSignal): Promise<Lease | undefined> {
     const { entries, revision } = await this.#listEntries();
-    const choice = chooseLease({ config: cfg, entries, publicIP: req.attrs.publicIP, previous: req.previous, random: this.#options.random });
+    const choice = chooseLease({
+      config: cfg,
+      entries,
+      publicIP: req.attrs.publicIP,
+      previous: req.previous,
+      random: this.#options.random,
+    });
     switch (choice.kind) {
       case 'exhausted':
         throw new WeftError('EOUTOFSUBNETS', `failed to acquire a lease: ${choice.reason}`);
@@ -205,7 +219,12 @@ export class OwnLease {
         if (!written) throw new LeaseConflictError(formatCIDR(subnets.subnet));
         signal.throwIfAborted();
         this.#adopt({ lease, key, value, etcdLeaseId: written });
-        this.#log.info('acquired lease', { key, subnet: formatCIDR(subnets.subnet), ipv6Subnet: subnets.ipv6Subnet && formatCIDR(subnets.ipv6Subnet), reason: choice.reason });
+        this.#log.info('acquired lease', {
+          key,
+          subnet: formatCIDR(subnets.subnet),
+          ipv6Subnet: subnets.ipv6Subnet && formatCIDR(subnets.ipv6Subnet),
+          reason: choice.reason,
+        });
         return lease;
       }
     }
@@ -246,19 +265,34 @@ export class OwnLease {
    * under the subnets prefix was written after that revision); returns the etcd lease ID or
    * undefined.
    */
-  async #write(key: string, value: string, guard: { absent: true } | { mod: string } | { value: string }, unchangedSince?: string): Promise<string | undefined> {
+  async #write(
+    key: string,
+    value: string,
+    guard: { absent: true } | { mod: string } | { value: string },
+    unchangedSince?: string,
+  ): Promise<string | undefined> {
     let id: string;
     try {
       id = await this.#client.leaseGrant(this.#options.leaseTtlSeconds ?? 86_400);
     } catch (e) {
       throw unavailable('grant an etcd lease', e);
     }
-    const compare: Compare[] = ['absent' in guard
-      ? { key, target: 'version', result: 'equal', operand: '0' }
-      : 'mod' in guard ? { key, target: 'mod', result: 'equal', operand: guard.mod } : { key, target: 'value', result: 'equal', operand: guard.value }];
+    const compare: Compare[] = [
+      'absent' in guard
+        ? { key, target: 'version', result: 'equal', operand: '0' }
+        : 'mod' in guard
+          ? { key, target: 'mod', result: 'equal', operand: guard.mod }
+          : { key, target: 'value', result: 'equal', operand: guard.value },
+    ];
     if (unchangedSince !== undefined) {
       const prefix = subnetsPrefix(this.#options.prefix);
-      compare.push({ key: prefix, rangeEnd: prefixEnd(prefix), target: 'mod', result: 'less', operand: String(BigInt(unchangedSince) + 1n) });
+      compare.push({
+        key: prefix,
+        rangeEnd: prefixEnd(prefix),
+        target: 'mod',
+        result: 'less',
+        operand: String(BigInt(unchangedSince) + 1n),
+      });
     }
     // Ambiguous outcomes: a deadline or a broken connection says nothing of whether the write
     // landed, and a failed guard may be the client library's retry meeting our own landed write.
@@ -292,7 +326,10 @@ export class OwnLease {
 
   async #guardedDelete(entry: RegistryEntry): Promise<void> {
     try {
-      await this.#client.txn([{ key: entry.key, target: 'mod', result: 'equal', operand: entry.modRevision }], [{ delete: { key: entry.key } }]);
+      await this.#client.txn(
+        [{ key: entry.key, target: 'mod', result: 'equal', operand: entry.modRevision }],
+        [{ delete: { key: entry.key } }],
+      );
     } catch (e) {
       throw unavailable(`delete lease ${entry.key}`, e);
     }
@@ -372,7 +409,10 @@ export class OwnLease {
     if (same) {
       this.#log.warn('re-acquired the same subnet', { key: lease.peer });
     } else {
-      this.#log.error('re-acquired a DIFFERENT subnet; pods of the old one lose connectivity until restarted', { old: old.key, new: lease.peer });
+      this.#log.error('re-acquired a DIFFERENT subnet; pods of the old one lose connectivity until restarted', {
+        old: old.key,
+        new: lease.peer,
+      });
       this.onMoved?.(lease);
     }
   }

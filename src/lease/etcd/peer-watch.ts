@@ -146,7 +146,8 @@ export class PeerWatch {
     if (res.events.length === 0) return;
     const batch = watchBatch(res.events, this.#own.own);
     if (batch.own && 'deleted' in batch.own) this.#own.lost('our key was deleted (expired or removed by hand)');
-    else if (batch.own) this.#log.warn('our lease key was overwritten by someone else', { key: this.#own.own?.key, value: batch.own.overwrittenWith });
+    else if (batch.own)
+      this.#log.warn('our lease key was overwritten by someone else', { key: this.#own.own?.key, value: batch.own.overwrittenWith });
     const upserts: Lease[] = [];
     for (const [key, value] of batch.puts) {
       const lease = this.#decode(key, value, table.get(key));

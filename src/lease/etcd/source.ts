@@ -29,7 +29,13 @@ export class EtcdLeaseSource implements LeaseSource {
     const log = options.log.child({ component: 'etcd' });
     this.#client = client;
     this.#own = new OwnLease(options, client, log);
-    this.#peers = new PeerWatch({ client, prefix: options.prefix, log, ...(options.observer ? { observer: options.observer } : {}), own: this.#own });
+    this.#peers = new PeerWatch({
+      client,
+      prefix: options.prefix,
+      log,
+      ...(options.observer ? { observer: options.observer } : {}),
+      own: this.#own,
+    });
   }
 
   /** Validates the options (ConfigError naming the flag) and creates the client; connects lazily. */

@@ -49,7 +49,10 @@ export function annotationKeys(prefix: string): AnnotationKeys {
   let p = slashes === 0 ? `${prefix}/` : prefix;
   if (!p.endsWith('/') && !p.endsWith('-')) p += '-';
   if (!PREFIX_FORM.test(p)) {
-    throw new ConfigError('--kube-annotation-prefix', `${JSON.stringify(prefix)} must be in the form "my-domain.com/prefix-" or "my-domain.com/"`);
+    throw new ConfigError(
+      '--kube-annotation-prefix',
+      `${JSON.stringify(prefix)} must be in the form "my-domain.com/prefix-" or "my-domain.com/"`,
+    );
   }
   return {
     subnetKubeManaged: `${p}kube-subnet-manager`,
@@ -83,7 +86,11 @@ export function encodeBackendData(data: unknown): string {
  * vxlan with IPv4 data and for every other backend, the IPv6 pair for vxlan with IPv6 data and for
  * host-gw with a public IPv6 address.
  */
-export function ownAnnotationChanges(keys: AnnotationKeys, attrs: LeaseAttrs, current: Readonly<Record<string, string>> = {}): Record<string, string> {
+export function ownAnnotationChanges(
+  keys: AnnotationKeys,
+  attrs: LeaseAttrs,
+  current: Readonly<Record<string, string>> = {},
+): Record<string, string> {
   const want: Record<string, string> = {};
   const type = attrs.backendType;
   want[keys.backendType] = type;
@@ -117,7 +124,10 @@ export function nodePublicIPs(keys: AnnotationKeys, node: NodeLike): { publicIP?
     const value = a[key];
     if (!value) continue;
     if (tryParseIP(value)?.family !== family) {
-      throw new ConfigError(`annotation ${key}`, `not an IPv${family} address on Node ${JSON.stringify(node.metadata?.name ?? '')}: ${JSON.stringify(value)}`);
+      throw new ConfigError(
+        `annotation ${key}`,
+        `not an IPv${family} address on Node ${JSON.stringify(node.metadata?.name ?? '')}: ${JSON.stringify(value)}`,
+      );
     }
     out[field] = value;
   }
@@ -155,9 +165,17 @@ export function ownSubnets(node: NodeLike, config: NetConfig): { subnet?: CIDR; 
   for (const [family, network, netField] of [[4, config.network, 'Network'], [6, config.ipv6Network, 'IPv6Network']] as const) {
     if (family === 4 ? !config.enableIPv4 : !config.enableIPv6) continue;
     const cidr = ofFamily(cidrs, family);
-    if (!cidr) throw new ConfigError('spec.podCIDRs', `Node ${JSON.stringify(name)} has no IPv${family} pod CIDR (${cidrs.map(formatCIDR).join(', ')}) but IPv${family} is enabled`);
+    if (!cidr) {
+      throw new ConfigError(
+        'spec.podCIDRs',
+        `Node ${JSON.stringify(name)} has no IPv${family} pod CIDR (${cidrs.map(formatCIDR).join(', ')}) but IPv${family} is enabled`,
+      );
+    }
     if (network && !containsCIDR(network, cidr)) {
-      throw new ConfigError(netField, `${formatCIDR(network)} does not contain the pod CIDR ${formatCIDR(cidr)} of Node ${JSON.stringify(name)}`);
+      throw new ConfigError(
+        netField,
+        `${formatCIDR(network)} does not contain the pod CIDR ${formatCIDR(cidr)} of Node ${JSON.stringify(name)}`,
+      );
     }
     if (family === 4) out.subnet = cidr;
     else out.ipv6Subnet = cidr;
@@ -205,16 +223,34 @@ export function remoteLease(node: NodeLike, ctx: RemoteContext): Lease | undefin
   const attrs: LeaseAttrs = { backendType: a[ctx.keys.backendType] ?? '' };
   const lease: Lease = { peer: name, attrs };
   const families = [
-    { on: ctx.config.enableIPv4, family: 4 as const, network: ctx.config.network, ownSubnet: ctx.own?.subnet, ipKey: ctx.keys.backendPublicIP, dataKey: ctx.keys.backendData },
-    { on: ctx.config.enableIPv6, family: 6 as const, network: ctx.config.ipv6Network, ownSubnet: ctx.own?.ipv6Subnet, ipKey: ctx.keys.backendPublicIPv6, dataKey: ctx.keys.backendV6Data },
+    {
+      on: ctx.config.enableIPv4,
+      family: 4 as const,
+      network: ctx.config.network,
+      ownSubnet: ctx.own?.subnet,
+      ipKey: ctx.keys.backendPublicIP,
+      dataKey: ctx.keys.backendData,
+    },
+    {
+      on: ctx.config.enableIPv6,
+      family: 6 as const,
+      network: ctx.config.ipv6Network,
+      ownSubnet: ctx.own?.ipv6Subnet,
+      ipKey: ctx.keys.backendPublicIPv6,
+      dataKey: ctx.keys.backendV6Data,
+    },
   ];
   for (const f of families) {
     if (!f.on) continue;
     const ip = publicAddress(name, a, f.ipKey, f.family);
     const cidr = ofFamily(cidrs, f.family);
     if (!cidr) throw new PeerDataError(name, `no IPv${f.family} pod CIDR in spec.podCIDRs/spec.podCIDR`);
-    if (f.network && !containsCIDR(f.network, cidr)) throw new PeerDataError(name, `pod CIDR ${formatCIDR(cidr)} lies outside the network ${formatCIDR(f.network)}`);
-    if (f.ownSubnet && overlaps(f.ownSubnet, cidr)) throw new PeerDataError(name, `pod CIDR ${formatCIDR(cidr)} overlaps our own subnet ${formatCIDR(f.ownSubnet)}`);
+    if (f.network && !containsCIDR(f.network, cidr)) {
+      throw new PeerDataError(name, `pod CIDR ${formatCIDR(cidr)} lies outside the network ${formatCIDR(f.network)}`);
+    }
+    if (f.ownSubnet && overlaps(f.ownSubnet, cidr)) {
+      throw new PeerDataError(name, `pod CIDR ${formatCIDR(cidr)} overlaps our own subnet ${formatCIDR(f.ownSubnet)}`);
+    }
     const data = backendData(name, a, f.dataKey);
     if (f.family === 4) {
       lease.subnet = cidr;

@@ -39,12 +39,17 @@ export function kubeConfigFromFlags(f: ClientFlags, env: NodeJS.ProcessEnv = pro
     return kc;
   }
   if (f.apiUrl) {
-    if (!/^https?:\/\/[^/]+/.test(f.apiUrl)) throw new ConfigError('--kube-api-url', `${JSON.stringify(f.apiUrl)} is not an http:// or https:// URL`);
+    if (!/^https?:\/\/[^/]+/.test(f.apiUrl)) {
+      throw new ConfigError('--kube-api-url', `${JSON.stringify(f.apiUrl)} is not an http:// or https:// URL`);
+    }
     kc.loadFromClusterAndUser({ name: 'weft', server: f.apiUrl.replace(/\/+$/, ''), skipTLSVerify: false }, { name: 'weft' });
     return kc;
   }
   if (!env.KUBERNETES_SERVICE_HOST || !env.KUBERNETES_SERVICE_PORT) {
-    throw new ConfigError('--kubeconfig-file', 'not running in a cluster (KUBERNETES_SERVICE_HOST/PORT unset); give --kubeconfig-file or --kube-api-url');
+    throw new ConfigError(
+      '--kubeconfig-file',
+      'not running in a cluster (KUBERNETES_SERVICE_HOST/PORT unset); give --kubeconfig-file or --kube-api-url',
+    );
   }
   const prefix = f.inClusterPathPrefix ?? '';
   const token = `${prefix}/var/run/secrets/kubernetes.io/serviceaccount/token`;
@@ -105,10 +110,22 @@ export function kubeError(verb: string, resource: string, name: string | undefin
     return new DatastoreUnavailableError(`failed to ${verb} ${what}: ${status ? `HTTP ${status}: ` : ''}${detail}`, { cause: e });
   }
   if (status === 401) {
-    return new KubeApiError(verb, resource, status, `failed to ${verb} ${what}: unauthorized (HTTP 401): the API server rejected the credentials of the kubeconfig or service account`, { cause: e });
+    return new KubeApiError(
+      verb,
+      resource,
+      status,
+      `failed to ${verb} ${what}: unauthorized (HTTP 401): the API server rejected the credentials of the kubeconfig or service account`,
+      { cause: e },
+    );
   }
   if (status === 403) {
-    return new KubeApiError(verb, resource, status, `failed to ${verb} ${what}: forbidden (HTTP 403): RBAC must allow verb "${verb}" on resource "${resource}"${detail ? ` (${detail})` : ''}`, { cause: e });
+    return new KubeApiError(
+      verb,
+      resource,
+      status,
+      `failed to ${verb} ${what}: forbidden (HTTP 403): RBAC must allow verb "${verb}" on resource "${resource}"${detail ? ` (${detail})` : ''}`,
+      { cause: e },
+    );
   }
   return new KubeApiError(verb, resource, status, `failed to ${verb} ${what}: HTTP ${status}${detail ? `: ${detail}` : ''}`, { cause: e });
 }

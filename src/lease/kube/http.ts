@@ -60,23 +60,39 @@ export class KubeHttp {
     this.#kc = kc;
   }
 
-  async #open(method: string, path: string, query: Record<string, string> | undefined, headers: Record<string, string>): Promise<{ url: URL; opts: RequestOptions }> {
+  async #open(
+    method: string,
+    path: string,
+    query: Record<string, string> | undefined,
+    headers: Record<string, string>,
+  ): Promise<{ url: URL; opts: RequestOptions }> {
     const cluster = this.#kc.getCurrentCluster();
     if (!cluster) throw new ConfigError('--kubeconfig-file', 'no current cluster');
     const url = new URL(`${cluster.server.replace(/\/+$/, '')}${path}`);
     for (const [k, v] of Object.entries(query ?? {})) url.searchParams.set(k, v);
     const opts: RequestOptions = {};
     await this.#kc.applyToHTTPSOptions(opts);
-    return { url, opts: { ...opts, method, headers: { ...(opts.headers as Record<string, string> | undefined), Accept: 'application/json', ...headers } } };
+    return {
+      url,
+      opts: {
+        ...opts,
+        method,
+        headers: { ...(opts.headers as Record<string, string> | undefined), Accept: 'application/json', ...headers },
+      },
+    };
   }
 
   async #call(method: string, path: string, options: CallOptions, body?: { type: string; text: string }): Promise<unknown> {
     const { url, opts } = await this.#open(method, path, options.query, body ? { 'Content-Type': body.type } : {});
     const timeoutMs = options.timeoutMs ?? 60_000;
     const { status, text } = await new Promise<{ status: number; text: string }>((resolve, reject) => {
-      const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, { ...opts, timeout: timeoutMs, ...(options.signal ? { signal: options.signal } : {}) }, (res) => {
-        readBody(res).then((t) => resolve({ status: res.statusCode ?? 0, text: t }), reject);
-      });
+      const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(
+        url,
+        { ...opts, timeout: timeoutMs, ...(options.signal ? { signal: options.signal } : {}) },
+        (res) => {
+          readBody(res).then((t) => resolve({ status: res.statusCode ?? 0, text: t }), reject);
+        },
+      );
       req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
       req.on('error', reject);
       req.end(body?.text);
@@ -128,38 +144,41 @@ export class KubeHttp {
       finished = true;
       done(err);
     };
-    this.#open('GET', path, { ...query, watch: 'true' }, {}).then(({ url, opts }) => {
-      if (ctl.signal.aborted) return;
-      const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, { ...opts, signal: ctl.signal }, (res) => {
-        if (res.statusCode !== 200) {
-          readBody(res).then((t) => end(new ApiHttpError(res.statusCode ?? 0, t)), end);
-          return;
-        }
-        res.setEncoding('utf8');
-        let buffered = '';
-        res.on('data', (chunk: string) => {
-          buffered += chunk;
-          for (let nl = buffered.indexOf('\n'); nl >= 0 && !finished; nl = buffered.indexOf('\n')) {
-            const line = buffered.slice(0, nl);
-            buffered = buffered.slice(nl + 1);
-            if (line.trim() === '') continue;
-            let event: WatchEvent;
-            try {
-              event = JSON.parse(line) as WatchEvent;
-            } catch (e) {
-              end(new Error(`the API server sent a watch line that is not JSON: ${(e as Error).message}`));
-              req.destroy();
-              return;
-            }
-            onEvent(event);
+    this.#open('GET', path, { ...query, watch: 'true' }, {}).then(
+      ({ url, opts }) => {
+        if (ctl.signal.aborted) return;
+        const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, { ...opts, signal: ctl.signal }, (res) => {
+          if (res.statusCode !== 200) {
+            readBody(res).then((t) => end(new ApiHttpError(res.statusCode ?? 0, t)), end);
+            return;
           }
+          res.setEncoding('utf8');
+          let buffered = '';
+          res.on('data', (chunk: string) => {
+            buffered += chunk;
+            for (let nl = buffered.indexOf('\n'); nl >= 0 && !finished; nl = buffered.indexOf('\n')) {
+              const line = buffered.slice(0, nl);
+              buffered = buffered.slice(nl + 1);
+              if (line.trim() === '') continue;
+              let event: WatchEvent;
+              try {
+                event = JSON.parse(line) as WatchEvent;
+              } catch (e) {
+                end(new Error(`the API server sent a watch line that is not JSON: ${(e as Error).message}`));
+                req.destroy();
+                return;
+              }
+              onEvent(event);
+            }
+          });
+          res.on('end', () => end(null));
+          res.on('error', (e) => end(e));
         });
-        res.on('end', () => end(null));
-        res.on('error', (e) => end(e));
-      });
-      req.on('error', (e) => end(ctl.signal.aborted ? null : e));
-      req.end();
-    }, (e: unknown) => end(e as Error));
+        req.on('error', (e) => end(ctl.signal.aborted ? null : e));
+        req.end();
+      },
+      (e: unknown) => end(e as Error),
+    );
     return () => {
       finished = true;
       ctl.abort();

@@ -15,7 +15,12 @@ export async function resolveNodeName(env: NodeJS.ProcessEnv, readPod: PodNodeNa
   if (env.NODE_NAME) return env.NODE_NAME;
   const pod = env.POD_NAME;
   const ns = env.POD_NAMESPACE;
-  if (!pod || !ns) throw new ConfigError(pod ? 'POD_NAMESPACE' : 'POD_NAME', 'NODE_NAME is unset, so the env variables POD_NAME and POD_NAMESPACE must be set');
+  if (!pod || !ns) {
+    throw new ConfigError(
+      pod ? 'POD_NAMESPACE' : 'POD_NAME',
+      'NODE_NAME is unset, so the env variables POD_NAME and POD_NAMESPACE must be set',
+    );
+  }
   const node = await readPod(ns, pod);
   if (!node) throw new ConfigError('POD_NAME', `pod ${ns}/${pod} has no spec.nodeName (not scheduled yet?)`);
   return node;

@@ -58,7 +58,12 @@ import { KubeHttp } from './http.ts';
 import { resolveNodeName } from './identity.ts';
 
 /** The NetworkUnavailable condition flanneld sets once up (reason and message as flanneld's). */
-export const NETWORK_UP_CONDITION = { type: 'NetworkUnavailable', status: 'False', reason: 'FlannelIsUp', message: 'Flannel is running on this node' } as const;
+export const NETWORK_UP_CONDITION = {
+  type: 'NetworkUnavailable',
+  status: 'False',
+  reason: 'FlannelIsUp',
+  message: 'Flannel is running on this node',
+} as const;
 
 export interface KubeSourceOptions extends ClientFlags {
   /** --kube-annotation-prefix; default `flannel.alpha.coreos.com`. */
@@ -153,19 +158,30 @@ export class KubeLeaseSource implements LeaseSource {
     // Kube mode parses only; SubnetLen/Min/Max do not apply (pod CIDRs are authoritative).
     const cfg = parseNetConfig(text, this.#options.netConfigPath);
     this.#config = cfg;
-    this.#log.info('read the network configuration', { file: this.#options.netConfigPath, network: cfg.network && formatCIDR(cfg.network), ipv6Network: cfg.ipv6Network && formatCIDR(cfg.ipv6Network), backend: cfg.backend.type });
+    this.#log.info('read the network configuration', {
+      file: this.#options.netConfigPath,
+      network: cfg.network && formatCIDR(cfg.network),
+      ipv6Network: cfg.ipv6Network && formatCIDR(cfg.ipv6Network),
+      backend: cfg.backend.type,
+    });
     return cfg;
   }
 
   /** Our Node's name, resolved once (NODE_NAME or the pod's spec.nodeName). */
   nodeName(signal: AbortSignal): Promise<string> {
-    this.#nodeName ??= this.#retry('find our Node name', signal, () => resolveNodeName(this.#options.env ?? process.env, async (namespace, name) => {
-      try {
-        return (await this.#http.get<{ spec?: { nodeName?: string } }>(`/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}`)).spec?.nodeName;
-      } catch (e) {
-        throw kubeError('get', 'pods', `${namespace}/${name}`, e);
-      }
-    }));
+    this.#nodeName ??= this.#retry('find our Node name', signal, () =>
+      resolveNodeName(this.#options.env ?? process.env, async (namespace, name) => {
+        try {
+          return (
+            await this.#http.get<{ spec?: { nodeName?: string } }>(
+              `/api/v1/namespaces/${encodeURIComponent(namespace)}/pods/${encodeURIComponent(name)}`,
+            )
+          ).spec?.nodeName;
+        } catch (e) {
+          throw kubeError('get', 'pods', `${namespace}/${name}`, e);
+        }
+      }),
+    );
     this.#nodeName.catch(() => {
       this.#nodeName = undefined;
     });
@@ -219,7 +235,11 @@ export class KubeLeaseSource implements LeaseSource {
           await this.#publish(name, req.attrs, node);
           const lease: Lease = { peer: name, ...subnets, attrs: req.attrs };
           this.#own = lease;
-          this.#log.info('acquired lease', { node: name, subnet: subnets.subnet && formatCIDR(subnets.subnet), ipv6Subnet: subnets.ipv6Subnet && formatCIDR(subnets.ipv6Subnet) });
+          this.#log.info('acquired lease', {
+            node: name,
+            subnet: subnets.subnet && formatCIDR(subnets.subnet),
+            ipv6Subnet: subnets.ipv6Subnet && formatCIDR(subnets.ipv6Subnet),
+          });
           return lease;
         }
         wait = `Node ${JSON.stringify(name)} has no pod CIDR assigned yet (spec.podCIDR; is kube-controller-manager running with --allocate-node-cidrs?)`;
@@ -345,7 +365,10 @@ export class KubeLeaseSource implements LeaseSource {
       if (!(e instanceof PeerDataError)) throw e;
       if (this.#warned.get(name) !== e.message) {
         this.#warned.set(name, e.message);
-        this.#log.warn(last ? 'ignoring an unusable update of a Node, keeping its last good lease' : 'skipping Node', { node: name, err: e });
+        this.#log.warn(last ? 'ignoring an unusable update of a Node, keeping its last good lease' : 'skipping Node', {
+          node: name,
+          err: e,
+        });
       }
       return last;
     }
@@ -371,13 +394,19 @@ export class KubeLeaseSource implements LeaseSource {
       const lease: Lease = { peer: own.peer, ...subnets, attrs: own.attrs };
       this.#own = lease;
       this.#log.error('our Node has a DIFFERENT pod CIDR now; pods of the old one lose connectivity until restarted', {
-        node: own.peer, subnet: subnets.subnet && formatCIDR(subnets.subnet), ipv6Subnet: subnets.ipv6Subnet && formatCIDR(subnets.ipv6Subnet),
+        node: own.peer,
+        subnet: subnets.subnet && formatCIDR(subnets.subnet),
+        ipv6Subnet: subnets.ipv6Subnet && formatCIDR(subnets.ipv6Subnet),
       });
       this.#onOwnLease?.(lease);
     }
     if (Object.keys(ownAnnotationChanges(this.#keys, own.attrs, node.metadata?.annotations)).length === 0) return;
     this.#ownWork = this.#ownWork
-      .then(() => this.#retry(`publish the annotations of Node ${own.peer}`, this.#closed.signal, async () => this.#publish(own.peer, own.attrs, await this.#readNode(own.peer))))
+      .then(() =>
+        this.#retry(`publish the annotations of Node ${own.peer}`, this.#closed.signal, async () =>
+          this.#publish(own.peer, own.attrs, await this.#readNode(own.peer)),
+        ),
+      )
       .catch((e: unknown) => {
         if (!this.#closed.signal.aborted) this.#log.error('failed to publish our annotations again', { node: own.peer, err: e });
       });
@@ -399,7 +428,9 @@ export class KubeLeaseSource implements LeaseSource {
         const c = node.status?.conditions?.find((x) => x.type === NETWORK_UP_CONDITION.type);
         if (c?.status === 'False' && c.reason === NETWORK_UP_CONDITION.reason && c.message === NETWORK_UP_CONDITION.message) return;
         const now = rfc3339(new Date());
-        await this.#patchStatus(name, { status: { conditions: [{ ...NETWORK_UP_CONDITION, lastHeartbeatTime: now, lastTransitionTime: now }] } });
+        await this.#patchStatus(name, {
+          status: { conditions: [{ ...NETWORK_UP_CONDITION, lastHeartbeatTime: now, lastTransitionTime: now }] },
+        });
         this.#log.info('set NetworkUnavailable=False on our Node', { node: name });
         return;
       } catch (e) {
