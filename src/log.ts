@@ -33,7 +33,8 @@ function bigints(_k: string, v: unknown): unknown {
 
 function stamp(d: Date): string {
   const p = (n: number, w = 2) => String(n).padStart(w, '0');
-  return `${p(d.getMonth() + 1)}${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}.${p(d.getMilliseconds(), 3)}`;
+  const time = `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}.${p(d.getMilliseconds(), 3)}`;
+  return `${p(d.getMonth() + 1)}${p(d.getDate())} ${time}`;
 }
 
 /**

@@ -67,9 +67,10 @@ export function checkKernel(f: DoctorFacts): CheckResult {
   const k = s.kernel;
   const down = s.weftd.running ? '' : ' (weftd is not running: nothing repairs this until it starts)';
   if (k.missing.length > 0) {
+    const shown = `${k.missing.slice(0, 5).join('; ')}${k.missing.length > 5 ? '; ...' : ''}`;
     return fail(
       'kernel entries',
-      `${k.missing.length} of ${k.desired} wanted entries missing or different${down}: ${k.missing.slice(0, 5).join('; ')}${k.missing.length > 5 ? '; ...' : ''}`,
+      `${k.missing.length} of ${k.desired} wanted entries missing or different${down}: ${shown}`,
       s.weftd.running
         ? 'weftd repairs within milliseconds; if this persists, see weftd\'s log for refused operations (weftctl log-level debug)'
         : 'start weftd (kubectl -n kube-flannel rollout restart ds, or systemctl start weftd): its first pass writes what is missing',
@@ -110,8 +111,10 @@ export function checkMtu(f: DoctorFacts): CheckResult {
   if (podMtu > room || (device && device.mtu > room)) {
     return fail(
       'MTU',
-      `${what}${device && device.mtu > room ? `, ${device.name} MTU ${device.mtu}` : ''}: packets larger than ${room} bytes are dropped across nodes`,
-      `restart weftd so it writes FLANNEL_MTU=${room} to subnet.env and sets the device, then recreate the pods (their eth0 keeps the old MTU); or raise the underlay MTU to ${podMtu + overhead(f.status)}`,
+      `${what}${device && device.mtu > room ? `, ${device.name} MTU ${device.mtu}` : ''}: ` +
+        `packets larger than ${room} bytes are dropped across nodes`,
+      `restart weftd so it writes FLANNEL_MTU=${room} to subnet.env and sets the device, ` +
+        `then recreate the pods (their eth0 keeps the old MTU); or raise the underlay MTU to ${podMtu + overhead(f.status)}`,
     );
   }
   if (podMtu < room) {
@@ -155,8 +158,10 @@ export function checkRpFilter(f: DoctorFacts): CheckResult {
     const names = strict.map((r) => r.iface);
     return fail(
       'rp_filter',
-      `strict reverse-path filtering (rp_filter=1) on ${names.join(', ')}: packets from other nodes' pods arrive where the route back differs and are dropped`,
-      `${names.map((n) => `sysctl -w net.ipv4.conf.${n.replaceAll('.', '/')}.rp_filter=2`).join('; ')}; and net.ipv4.conf.all.rp_filter=2 if it is 1 (the kernel uses the larger of "all" and the interface's)`,
+      `strict reverse-path filtering (rp_filter=1) on ${names.join(', ')}: ` +
+        'packets from other nodes\' pods arrive where the route back differs and are dropped',
+      `${names.map((n) => `sysctl -w net.ipv4.conf.${n.replaceAll('.', '/')}.rp_filter=2`).join('; ')}; ` +
+        'and net.ipv4.conf.all.rp_filter=2 if it is 1 (the kernel uses the larger of "all" and the interface\'s)',
     );
   }
   if (f.rpFilterDefault === 1) {
@@ -204,7 +209,8 @@ export function checkForwardPolicy(f: DoctorFacts): CheckResult {
   return fail(
     'FORWARD policy',
     `${fw.policy} and no rule accepts the pod network: forwarded pod traffic is dropped (Docker sets DROP when it starts)`,
-    'run weftd with --iptables-forward-rules=true (the default), or iptables -A FORWARD -s <network> -j ACCEPT; iptables -A FORWARD -d <network> -j ACCEPT',
+    'run weftd with --iptables-forward-rules=true (the default), ' +
+      'or iptables -A FORWARD -s <network> -j ACCEPT; iptables -A FORWARD -d <network> -j ACCEPT',
   );
 }
 
@@ -212,10 +218,15 @@ export function checkForwardPolicy(f: DoctorFacts): CheckResult {
 export function checkAgents(f: DoctorFacts): CheckResult {
   const { flanneld, weftd } = f.processes;
   if (flanneld.length > 0 || weftd.length > 1) {
+    const running = [
+      ...(flanneld.length > 0 ? [`flanneld running (pid ${flanneld.join(', ')})`] : []),
+      ...(weftd.length > 1 ? [`${weftd.length} weftd processes (pid ${weftd.join(', ')})`] : []),
+    ];
     return fail(
       'agents',
-      `${flanneld.length > 0 ? `flanneld running (pid ${flanneld.join(', ')})` : ''}${flanneld.length > 0 && weftd.length > 1 ? ' and ' : ''}${weftd.length > 1 ? `${weftd.length} weftd processes (pid ${weftd.join(', ')})` : ''}: agents fight over the same kernel entries`,
-      'run one agent per node: remove flanneld\'s DaemonSet (kubectl -n kube-flannel delete ds kube-flannel-ds) or stop the extra weftd',
+      `${running.join(' and ')}: agents fight over the same kernel entries`,
+      'run one agent per node: remove flanneld\'s DaemonSet (kubectl -n kube-flannel delete ds kube-flannel-ds) ' +
+        'or stop the extra weftd',
     );
   }
   if (weftd.length === 0) return warn('agents', 'no weftd running in this network namespace', 'start weftd');
@@ -242,7 +253,8 @@ export function checkDuplicates(f: DoctorFacts): CheckResult {
     return fail(
       'duplicates',
       dup.join('; '),
-      'a node was cloned or re-registered: delete the stale lease (etcdctl del <key>, or the Node\'s flannel annotations) and restart weftd on the clone so it gets a new MAC',
+      'a node was cloned or re-registered: delete the stale lease (etcdctl del <key>, or the Node\'s flannel annotations) ' +
+        'and restart weftd on the clone so it gets a new MAC',
     );
   }
   if (s.skipped.length > 0) {
@@ -265,7 +277,8 @@ export function checkReach(f: DoctorFacts): CheckResult {
   if (bad.length === 0) return ok('reachability', `all ${f.reach.length} peers answer on their public IP`);
   const list = bad.slice(0, 5).map((r) => `${r.peer} ${r.publicIP}`).join(', ');
   const fix =
-    'check the underlay between the nodes (routes, security groups allowing UDP 8472 for vxlan), or whether those nodes are down and their leases linger';
+    'check the underlay between the nodes (routes, security groups allowing UDP 8472 for vxlan), ' +
+    'or whether those nodes are down and their leases linger';
   if (bad.length === f.reach.length) return fail('reachability', `no peer answers on its public IP: ${list}`, fix);
   return warn('reachability', `${bad.length} of ${f.reach.length} peers do not answer: ${list}`, fix);
 }
@@ -287,7 +300,8 @@ export function checkSubnetEnv(f: DoctorFacts): CheckResult {
   if (env.subnet !== s.own.subnet || (s.own.ipv6Subnet !== undefined && env.ipv6Subnet === undefined)) {
     return fail(
       'subnet.env',
-      `FLANNEL_SUBNET=${env.subnet ?? '-'} but this node's lease is ${s.own.subnet ?? '-'}: new pods get addresses other nodes route elsewhere`,
+      `FLANNEL_SUBNET=${env.subnet ?? '-'} but this node's lease is ${s.own.subnet ?? '-'}: ` +
+        'new pods get addresses other nodes route elsewhere',
       'restart weftd (it rewrites subnet.env), then recreate pods created since the lease changed',
     );
   }

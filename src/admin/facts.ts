@@ -100,9 +100,8 @@ async function leftovers(h: NetlinkHandle, s: NodeStatus): Promise<string[]> {
   const ours = s.backend?.device;
   for (const l of links) {
     if (l.kind !== 'vxlan' || l.name === ours || !/^flannel(-v6)?\.\d+$/.test(l.name)) continue;
-    found.push(
-      `device ${l.name} (VNI ${l.vxlan?.vni}, port ${l.vxlan?.port})${s.backend?.vni !== undefined ? `, Weft runs VNI ${s.backend.vni} port ${s.backend.port}` : ''}`,
-    );
+    const weft = s.backend?.vni !== undefined ? `, Weft runs VNI ${s.backend.vni} port ${s.backend.port}` : '';
+    found.push(`device ${l.name} (VNI ${l.vxlan?.vni}, port ${l.vxlan?.port})${weft}`);
   }
   const network = s.subnetEnv?.network;
   if (network) {

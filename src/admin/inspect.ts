@@ -44,7 +44,8 @@ export interface KernelDiff {
 /** `ip route` style text of a route; `dev` names a link by its index. */
 function routeText(r: RouteSpec, dev: (index: number) => string): string {
   if (r.type === RTN_BLACKHOLE) return `route blackhole ${r.dst}`;
-  return `route ${r.dst}${r.gateway ? ` via ${r.gateway}` : ''}${r.linkIndex ? ` dev ${dev(r.linkIndex)}` : ''}${r.onlink ? ' onlink' : ''}`;
+  const via = r.gateway ? ` via ${r.gateway}` : '';
+  return `route ${r.dst}${via}${r.linkIndex ? ` dev ${dev(r.linkIndex)}` : ''}${r.onlink ? ' onlink' : ''}`;
 }
 
 /** `ip neigh` style text of a neighbour entry. */

@@ -43,15 +43,16 @@ export function renderStatus(s: NodeStatus): string {
     ]);
   }
   if (s.iface) {
-    lines.push([
-      'interface',
-      `${s.iface.name} ${s.iface.address ?? ''}${s.iface.publicIP && s.iface.publicIP !== s.iface.address ? ` (public ${s.iface.publicIP})` : ''} MTU ${s.iface.mtu}: ${s.iface.reason}`,
-    ]);
+    const pub = s.iface.publicIP && s.iface.publicIP !== s.iface.address ? ` (public ${s.iface.publicIP})` : '';
+    lines.push(['interface', `${s.iface.name} ${s.iface.address ?? ''}${pub} MTU ${s.iface.mtu}: ${s.iface.reason}`]);
   }
   if (s.own) {
     lines.push([
       'lease',
-      `${[s.own.subnet, s.own.ipv6Subnet].filter(Boolean).join(' ')}${s.own.publicIP ? `, public IP ${s.own.publicIP}` : ''}${s.own.vtepMac ? `, VTEP MAC ${s.own.vtepMac}` : ''}${s.own.expires ? `, expires ${s.own.expires}` : ''}`,
+      [s.own.subnet, s.own.ipv6Subnet].filter(Boolean).join(' ') +
+        (s.own.publicIP ? `, public IP ${s.own.publicIP}` : '') +
+        (s.own.vtepMac ? `, VTEP MAC ${s.own.vtepMac}` : '') +
+        (s.own.expires ? `, expires ${s.own.expires}` : ''),
     ]);
   }
   const env = s.subnetEnv;
@@ -65,7 +66,8 @@ export function renderStatus(s: NodeStatus): string {
   lines.push(['peers', `${s.peers.length} (${s.peers.length - bad} ok${bad ? `, ${bad} NOT OK` : ''}), ${s.skipped.length} skipped`]);
   lines.push([
     'kernel',
-    `${s.kernel.desired} entries wanted, ${s.kernel.present} of Weft's present, ${s.kernel.missing.length} missing, ${s.kernel.extra.length} extra`,
+    `${s.kernel.desired} entries wanted, ${s.kernel.present} of Weft's present, ` +
+      `${s.kernel.missing.length} missing, ${s.kernel.extra.length} extra`,
   ]);
   const c = s.counters;
   if (c) {
@@ -76,10 +78,8 @@ export function renderStatus(s: NodeStatus): string {
   }
   const r = s.trafficRules;
   if (r) {
-    lines.push([
-      'rules',
-      `${r.driver ?? 'not installed'}${r.lastCheck ? `, last checked ${r.lastCheck}: ${r.lastDrift.length === 0 ? 'no drift' : `drift ${r.lastDrift.join('; ')}`}` : ''}`,
-    ]);
+    const drift = r.lastDrift.length === 0 ? 'no drift' : `drift ${r.lastDrift.join('; ')}`;
+    lines.push(['rules', `${r.driver ?? 'not installed'}${r.lastCheck ? `, last checked ${r.lastCheck}: ${drift}` : ''}`]);
   }
   return table(lines.map(([k, v]) => [k, v]));
 }
@@ -106,7 +106,8 @@ export function renderDiff(s: NodeStatus): string {
   const k = s.kernel;
   const lines = [...k.missing.map((m) => `+ ${m}`), ...k.extra.map((e) => `- ${e}`)];
   const head = s.weftd.running ? '' : `weftd is not running: ${s.weftd.note}\n`;
-  return `${head}${lines.length === 0 ? `the kernel holds the ${k.desired} wanted entries and nothing else of Weft's` : `${lines.join('\n')}\n(+ missing from the kernel, - in the kernel beyond what Weft wants)`}`;
+  if (lines.length === 0) return `${head}the kernel holds the ${k.desired} wanted entries and nothing else of Weft's`;
+  return `${head}${lines.join('\n')}\n(+ missing from the kernel, - in the kernel beyond what Weft wants)`;
 }
 
 /** `weftctl doctor`: one line per check, the fix under each that is not ok. */

@@ -33,7 +33,9 @@ export class HostGwBackend implements Backend {
       if (pub !== iface) {
         throw new ConfigError(
           flag,
-          `host-gw routes other nodes' pod traffic straight to this node's public address, so it must be ${ext.link.name}'s own address ${iface ?? '(none)'}; ${pub ?? '(none)'} differs (NAT?): use the vxlan backend instead`,
+          'host-gw routes other nodes\' pod traffic straight to this node\'s public address, ' +
+            `so it must be ${ext.link.name}'s own address ${iface ?? '(none)'}; ${pub ?? '(none)'} differs (NAT?): ` +
+            'use the vxlan backend instead',
         );
       }
     }

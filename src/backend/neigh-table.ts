@@ -75,7 +75,8 @@ export async function ensureNeighbourRoom(
     );
   } catch (e) {
     log.warn(
-      `${name}=${current} limits this node to about ${Math.max(0, current - NEIGH_HEADROOM)} vxlan peers on this kernel (${release}), and ${peers} are known: set it to ${want} or more (sysctl -w ${name}=${want})`,
+      `${name}=${current} limits this node to about ${Math.max(0, current - NEIGH_HEADROOM)} vxlan peers ` +
+        `on this kernel (${release}), and ${peers} are known: set it to ${want} or more (sysctl -w ${name}=${want})`,
       { err: e },
     );
   }

@@ -107,7 +107,9 @@ async function main(argv: string[]): Promise<number> {
     .addOption(new Option('--etcd-password <password>', 'password for etcd authentication').default('').env('FLANNELD_ETCD_PASSWORD'))
     .addOption(new Option('--kube-subnet-mgr', 'read the leases from Node annotations when weftd is down').default(false))
     .addOption(
-      new Option('--kubeconfig-file <path>', 'kubeconfig (default: the pod\'s service account)').default('').env('FLANNELD_KUBECONFIG_FILE'),
+      new Option('--kubeconfig-file <path>', 'kubeconfig (default: the pod\'s service account)')
+        .default('')
+        .env('FLANNELD_KUBECONFIG_FILE'),
     )
     .addOption(new Option('--kube-api-url <url>', 'API server URL').default('').env('FLANNELD_KUBE_API_URL'))
     .addOption(

@@ -62,7 +62,8 @@ export function parseArgs(env: Readonly<Record<string, string | undefined>>): Cn
   if (containerId !== undefined && (!CONTAINER_ID.test(containerId) || containerId.length > 1024)) {
     throw invalid(
       'CNI_CONTAINERID',
-      `${JSON.stringify(containerId.slice(0, 80))} is not a container ID (letters, digits, "_", "." and "-", starting with a letter or digit)`,
+      `${JSON.stringify(containerId.slice(0, 80))} is not a container ID ` +
+        '(letters, digits, "_", "." and "-", starting with a letter or digit)',
     );
   }
   const ifname = present('CNI_IFNAME', 'ifname');

@@ -168,7 +168,9 @@ const SPECS: FlagSpec[] = [
   {
     name: 'traffic-rules',
     group: WEFT,
-    help: 'rules engine: auto (nftables when nft works, else iptables), nftables or iptables; EnableNFTables in net-conf.json means nftables',
+    help:
+      'rules engine: auto (nftables when nft works, else iptables), nftables or iptables; ' +
+      'EnableNFTables in net-conf.json means nftables',
     default: 'auto',
     own: true,
     choices: ['auto', 'nftables', 'iptables'],
@@ -224,7 +226,9 @@ const SPECS: FlagSpec[] = [
   {
     name: 'vxlan-on-demand',
     group: WEFT,
-    help: 'vxlan: program a peer only once this node sends to it (the kernel asks weftd through L3/L2 miss notifications; idle entries expire), for clusters where a route per peer is too much',
+    help:
+      'vxlan: program a peer only once this node sends to it (the kernel asks weftd through L3/L2 miss notifications; ' +
+      'idle entries expire), for clusters where a route per peer is too much',
     kind: 'bool',
     default: false,
     own: true,
@@ -232,7 +236,9 @@ const SPECS: FlagSpec[] = [
   {
     name: 'resync-period',
     group: WEFT,
-    help: 'seconds between full reconciles of the kernel state, at least (stretched to 100 times what the last one took, 15 minutes at most)',
+    help:
+      'seconds between full reconciles of the kernel state, at least ' +
+      '(stretched to 100 times what the last one took, 15 minutes at most)',
     kind: { min: 1, max: 86400 },
     default: 30,
     own: true,
@@ -270,7 +276,8 @@ function normaliseDashes(argv: readonly string[]): string[] {
 export function buildCommand(): Command {
   const cmd = new Command('weftd')
     .description(
-      'Weft node network agent: leases a pod subnet and keeps routes, FDB and neighbour entries in line with every other node (flannel-compatible)',
+      'Weft node network agent: leases a pod subnet and keeps routes, FDB and neighbour entries ' +
+        'in line with every other node (flannel-compatible)',
     )
     .version(VERSION, '--version', 'print the version and exit')
     .helpOption('-h, --help', 'show this help')

@@ -125,7 +125,8 @@ function setName(kind: string, index: number, f: Family): string {
 }
 
 function set(name: string, f: Family, elements: readonly string[]): string {
-  return `\tset ${name} {\n\t\ttype ${setType(f)}; flags interval; auto-merge;\n${elements.length > 0 ? `\t\telements = { ${elements.join(', ')} }\n` : ''}\t}`;
+  const listed = elements.length > 0 ? `\t\telements = { ${elements.join(', ')} }\n` : '';
+  return `\tset ${name} {\n\t\ttype ${setType(f)}; flags interval; auto-merge;\n${listed}\t}`;
 }
 
 /** One policy's rules for one family: steering of this node's pods, SNAT on its gateway. */
@@ -256,8 +257,8 @@ function renderNft(plan: DataplanePlan): string {
   for (const f of plan.families) sets.push(set(`inside${f}`, f, plan.inside[f]));
   for (const p of plan.policies) {
     const kw = nfKeyword(p.family);
-    const match = (src: string) =>
-      `${kw} saddr @${src} ${kw} daddr != @inside${p.family}${p.dst.length > 0 ? ` ${kw} daddr @${setName('dst', p.index, p.family)}` : ''}`;
+    const dst = p.dst.length > 0 ? ` ${kw} daddr @${setName('dst', p.index, p.family)}` : '';
+    const match = (src: string) => `${kw} saddr @${src} ${kw} daddr != @inside${p.family}${dst}`;
     if (p.steer) {
       sets.push(set(setName('local', p.index, p.family), p.family, p.steer.local));
       marks.push(
@@ -272,8 +273,9 @@ function renderNft(plan: DataplanePlan): string {
   }
   const dnat = plan.dnat.map((d) => {
     const kw = nfKeyword(d.family);
+    const pod = d.family === 4 ? d.ip : `[${d.ip}]`;
     return d.protocol
-      ? `${kw} daddr ${d.eip} meta l4proto ${d.protocol} th dport ${d.port} dnat ${kw} to ${d.family === 4 ? d.ip : `[${d.ip}]`}:${d.podPort}`
+      ? `${kw} daddr ${d.eip} meta l4proto ${d.protocol} th dport ${d.port} dnat ${kw} to ${pod}:${d.podPort}`
       : `${kw} daddr ${d.eip} dnat ${kw} to ${d.ip}`;
   });
   const keepSource = plan.keepSource.map(
@@ -282,11 +284,16 @@ function renderNft(plan: DataplanePlan): string {
   );
   const connMarks = plan.connMarks.map((c) => {
     const kw = nfKeyword(c.family);
-    return `ct state new ${kw} saddr != @inside${c.family} ${kw} daddr ${c.ip}${c.protocol ? ` meta l4proto ${c.protocol} th dport ${c.podPort}` : ''} ct mark set ct mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(c.mark)}`;
+    const port = c.protocol ? ` meta l4proto ${c.protocol} th dport ${c.podPort}` : '';
+    return (
+      `ct state new ${kw} saddr != @inside${c.family} ${kw} daddr ${c.ip}${port} ` +
+      `ct mark set ct mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(c.mark)}`
+    );
   });
   const replyMarks = [...new Set(plan.connMarks.map((c) => c.mark))].map(
     (m) =>
-      `ct direction reply ct mark & ${hex(EGRESS_MARK_MASK)} == ${hex(m)} meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(m)}`,
+      `ct direction reply ct mark & ${hex(EGRESS_MARK_MASK)} == ${hex(m)} ` +
+      `meta mark set meta mark & ${hex(~EGRESS_MARK_MASK >>> 0)} | ${hex(m)}`,
   );
   // Replies of inbound connections last: they go back to the gateway they came through, even from a pod an egress policy sends elsewhere.
   const steering = [...connMarks, ...marks, ...replyMarks];
@@ -310,7 +317,8 @@ function renderNft(plan: DataplanePlan): string {
 }
 
 function chain(name: string, type: string, hook: string, priority: string, lines: readonly string[]): string {
-  return `\tchain ${name} {\n\t\ttype ${type} hook ${hook} priority ${priority}; policy accept;\n${lines.map((l) => `\t\t${l}\n`).join('')}\t}`;
+  const rules = lines.map((l) => `\t\t${l}\n`).join('');
+  return `\tchain ${name} {\n\t\ttype ${type} hook ${hook} priority ${priority}; policy accept;\n${rules}\t}`;
 }
 
 function dedupe(eips: { family: Family; address: string }[]): { family: Family; address: string }[] {

@@ -98,7 +98,8 @@ export function renderIptables(plan: DataplanePlan, f: Family): IptablesEgressTa
       t.rules.push(
         ...connMarks.map(
           (c) =>
-            `-A ${C('INB')} -d ${c.ip}${c.protocol ? ` -p ${c.protocol} -m ${c.protocol} --dport ${c.podPort}` : ''} -j CONNMARK --set-xmark ${xmark(c.mark)}`,
+            `-A ${C('INB')} -d ${c.ip}${c.protocol ? ` -p ${c.protocol} -m ${c.protocol} --dport ${c.podPort}` : ''} ` +
+            `-j CONNMARK --set-xmark ${xmark(c.mark)}`,
         ),
       );
     }
@@ -115,7 +116,8 @@ export function renderIptables(plan: DataplanePlan, f: Family): IptablesEgressTa
       t.rules.push(
         ...dnat.map(
           (d) =>
-            `-A ${C('DNAT')} -d ${d.eip}${d.protocol ? ` -p ${d.protocol} -m ${d.protocol} --dport ${d.port}` : ''} -j DNAT --to-destination ${d.protocol ? `${f === 4 ? d.ip : `[${d.ip}]`}:${d.podPort}` : d.ip}`,
+            `-A ${C('DNAT')} -d ${d.eip}${d.protocol ? ` -p ${d.protocol} -m ${d.protocol} --dport ${d.port}` : ''} ` +
+            `-j DNAT --to-destination ${d.protocol ? `${f === 4 ? d.ip : `[${d.ip}]`}:${d.podPort}` : d.ip}`,
         ),
       );
     }

@@ -233,10 +233,8 @@ class GatewayRound {
     const gw = `EgressGateway "${this.#g.name}"`;
     const fail = (reason: PolicyReason, message: string) => this.statuses.push(failed(p.id, this.#g.name, reason, message));
     if (this.#load.size === 0) {
-      fail(
-        'NoReadyGatewayNode',
-        `no node of ${gw} serves: ${this.#nodes.length === 0 ? 'its nodeSelector matches no node' : this.#nodes.map((n) => `${n.name} (${n.why})`).join(', ')}`,
-      );
+      const why = this.#nodes.length === 0 ? 'its nodeSelector matches no node' : this.#nodes.map((n) => `${n.name} (${n.why})`).join(', ');
+      fail('NoReadyGatewayNode', `no node of ${gw} serves: ${why}`);
       return;
     }
     const full = `every serving node of ${gw} has ${this.#nodeLimit} policies (nodeSelection.limit)`;

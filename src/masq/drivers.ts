@@ -54,7 +54,8 @@ export class NftablesDriver implements Driver {
   /** `nft -c` (check only, nothing committed) of a fully-random masquerade. */
   async fullyRandomSupported(): Promise<boolean> {
     const probe =
-      'table inet weft-probe {\n\tchain p {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\tmeta l4proto udp masquerade fully-random\n\t}\n}\n';
+      'table inet weft-probe {\n\tchain p {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n' +
+      '\t\tmeta l4proto udp masquerade fully-random\n\t}\n}\n';
     return (await this.#run(['nft', '-c', '-f', '-'], probe)).code === 0;
   }
 

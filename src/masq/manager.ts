@@ -310,7 +310,8 @@ export class TrafficRules {
       } catch (e) {
         throw new WeftError(
           'EFORWARDING',
-          `${key} is ${was} and could not be set to 1 (${(e as Error).message}): pods cannot reach other nodes; set it on the host or give weftd a writable /proc/sys`,
+          `${key} is ${was} and could not be set to 1 (${(e as Error).message}): pods cannot reach other nodes; ` +
+            'set it on the host or give weftd a writable /proc/sys',
           { cause: e },
         );
       }

@@ -195,7 +195,8 @@ export async function requireNft(run: Runner, flag: string, what: string): Promi
   if (r.code !== 0) {
     throw new ConfigError(
       flag,
-      `${what} is applied with nftables (whatever --traffic-rules says), and nft does not work here: nft list tables: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`,
+      `${what} is applied with nftables (whatever --traffic-rules says), and nft does not work here: ` +
+        `nft list tables: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`,
     );
   }
 }

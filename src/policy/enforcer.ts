@@ -321,7 +321,9 @@ export class PolicyEnforcer {
       try {
         value = await this.#sysctl.read(key);
       } catch (e) {
-        const why = `${key} cannot be read (${(e as Error).message}): br_netfilter is not loaded (modprobe br_netfilter), so traffic between two pods of this node would pass unchecked`;
+        const why =
+          `${key} cannot be read (${(e as Error).message}): br_netfilter is not loaded (modprobe br_netfilter), ` +
+          'so traffic between two pods of this node would pass unchecked';
         if (starting) throw new ConfigError('--network-policy', why, { cause: e });
         this.#log.error(`network policy: ${why}`);
         continue;
@@ -330,7 +332,9 @@ export class PolicyEnforcer {
       try {
         await this.#sysctl.write(key, '1');
       } catch (e) {
-        const why = `${key} is ${value} and could not be set to 1 (${(e as Error).message}): traffic between two pods of this node would pass unchecked; set it on the host or give weftd a writable /proc/sys`;
+        const why =
+          `${key} is ${value} and could not be set to 1 (${(e as Error).message}): ` +
+          'traffic between two pods of this node would pass unchecked; set it on the host or give weftd a writable /proc/sys';
         if (starting) throw new ConfigError('--network-policy', why, { cause: e });
         this.#log.error(`network policy: ${why}`);
         continue;

@@ -86,7 +86,10 @@ export function peerMatches(model: PolicyModel, peer: Peer, policyNs: string, po
   return !peer.podSelector || matchesLabels(peer.podSelector, pod.labels);
 }
 
-/** The pods a pod peer (podSelector / namespaceSelector) of a policy in `policyNs` matches: as {@link peerMatches}, namespace by namespace. */
+/**
+ * The pods a pod peer (podSelector / namespaceSelector) of a policy in `policyNs` matches: as {@link peerMatches},
+ * namespace by namespace.
+ */
 export function podsMatching(model: PolicyModel, peer: Peer & { kind: 'pods' }, policyNs: string): Pod[] {
   const out: Pod[] = [];
   for (const [ns, pods] of byNamespace(model.pods)) {

@@ -113,7 +113,11 @@ function pickFamily(
   const picked = pickRandom(min, max, len, taken, random);
   const what = v4 ? '' : 'IPv6 ';
   if (!picked) {
-    return `out of ${what}subnets: all of ${formatCIDR(network)} in /${len} blocks between ${v4 ? '' : 'IPv6'}SubnetMin and ${v4 ? '' : 'IPv6'}SubnetMax are taken; leases held: ${taken.length}`;
+    const field = v4 ? '' : 'IPv6';
+    return (
+      `out of ${what}subnets: all of ${formatCIDR(network)} in /${len} blocks between ${field}SubnetMin and ${field}SubnetMax ` +
+      `are taken; leases held: ${taken.length}`
+    );
   }
   reasons.push(`${formatCIDR(picked)} picked at random among the first ${PICK_AMONG} free ${what}subnets`);
   return picked;

@@ -123,7 +123,8 @@ export function kubeError(verb: string, resource: string, name: string | undefin
       verb,
       resource,
       status,
-      `failed to ${verb} ${what}: forbidden (HTTP 403): RBAC must allow verb "${verb}" on resource "${resource}"${detail ? ` (${detail})` : ''}`,
+      `failed to ${verb} ${what}: forbidden (HTTP 403): ` +
+        `RBAC must allow verb "${verb}" on resource "${resource}"${detail ? ` (${detail})` : ''}`,
       { cause: e },
     );
   }

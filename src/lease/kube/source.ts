@@ -242,7 +242,9 @@ export class KubeLeaseSource implements LeaseSource {
           });
           return lease;
         }
-        wait = `Node ${JSON.stringify(name)} has no pod CIDR assigned yet (spec.podCIDR; is kube-controller-manager running with --allocate-node-cidrs?)`;
+        wait =
+          `Node ${JSON.stringify(name)} has no pod CIDR assigned yet ` +
+          '(spec.podCIDR; is kube-controller-manager running with --allocate-node-cidrs?)';
       } catch (e) {
         if (e instanceof KubeApiError && e.notFound) wait = `Node ${JSON.stringify(name)} does not exist yet`;
         else if (isRetryable(e)) wait = (e as Error).message;
