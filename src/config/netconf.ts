@@ -181,18 +181,12 @@ interface FamilyRules {
 const V4: FamilyRules = {
   family: 4,
   names: { network: 'Network', len: 'SubnetLen', min: 'SubnetMin', max: 'SubnetMax' },
-  maxLen: 30,
-  maxPrefix: 28,
-  small: 22,
-  dflt: 24,
+  maxLen: 30, maxPrefix: 28, small: 22, dflt: 24,
 };
 const V6: FamilyRules = {
   family: 6,
   names: { network: 'IPv6Network', len: 'IPv6SubnetLen', min: 'IPv6SubnetMin', max: 'IPv6SubnetMax' },
-  maxLen: 126,
-  maxPrefix: 124,
-  small: 62,
-  dflt: 64,
+  maxLen: 126, maxPrefix: 124, small: 62, dflt: 64,
 };
 
 function checkFamily(network: CIDR, given: { len: number; min?: IP; max?: IP }, r: FamilyRules): { len: number; min: IP; max: IP } {

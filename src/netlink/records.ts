@@ -260,12 +260,8 @@ export function nexthopKey(n: Pick<Nexthop, 'gateway' | 'linkIndex' | 'onlink'>)
 
 export function nexthopEqual(a: Nexthop, b: Nexthop): boolean {
   return (
-    a.id === b.id &&
-    a.family === b.family &&
-    a.gateway === b.gateway &&
-    a.linkIndex === b.linkIndex &&
-    a.onlink === b.onlink &&
-    a.protocol === b.protocol
+    a.id === b.id && a.family === b.family && a.gateway === b.gateway &&
+    a.linkIndex === b.linkIndex && a.onlink === b.onlink && a.protocol === b.protocol
   );
 }
 
