@@ -258,12 +258,10 @@ export function checkDuplicates(f: DoctorFacts): CheckResult {
     );
   }
   if (s.skipped.length > 0) {
+    const shown = s.skipped.slice(0, 3).map((k) => `${k.peer} (${k.reason})`).join('; ');
     return warn(
       'duplicates',
-      `no duplicates; ${s.skipped.length} lease(s) skipped: ${s.skipped
-        .slice(0, 3)
-        .map((k) => `${k.peer} (${k.reason})`)
-        .join('; ')}`,
+      `no duplicates; ${s.skipped.length} lease(s) skipped: ${shown}`,
       'fix or delete the skipped leases: their pods are unreachable from this node',
     );
   }
