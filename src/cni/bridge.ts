@@ -41,17 +41,7 @@ export interface BridgePlan {
 }
 
 const DELEGATE_KEYS = new Set([
-  'cniVersion',
-  'name',
-  'type',
-  'bridge',
-  'isGateway',
-  'isDefaultGateway',
-  'hairpinMode',
-  'ipMasq',
-  'mtu',
-  'ipam',
-  'runtimeConfig',
+  'cniVersion', 'name', 'type', 'bridge', 'isGateway', 'isDefaultGateway', 'hairpinMode', 'ipMasq', 'mtu', 'ipam', 'runtimeConfig',
 ]);
 const IPAM_KEYS = new Set(['type', 'ranges', 'routes', 'dataDir']);
 

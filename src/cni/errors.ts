@@ -42,19 +42,7 @@ export interface CniErrorJSON {
 }
 
 const IO_ERRNOS = new Set([
-  'EACCES',
-  'EPERM',
-  'EIO',
-  'ENOSPC',
-  'EROFS',
-  'EDQUOT',
-  'EMFILE',
-  'ENFILE',
-  'ENOTDIR',
-  'EISDIR',
-  'ENOENT',
-  'EEXIST',
-  'ENAMETOOLONG',
+  'EACCES', 'EPERM', 'EIO', 'ENOSPC', 'EROFS', 'EDQUOT', 'EMFILE', 'ENFILE', 'ENOTDIR', 'EISDIR', 'ENOENT', 'EEXIST', 'ENAMETOOLONG',
 ]);
 
 /**

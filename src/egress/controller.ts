@@ -97,16 +97,8 @@ export class EgressController {
 
   get #all(): Informer[] {
     return [
-      this.#gateways,
-      this.#policies,
-      this.#clusterPolicies,
-      this.#endpoints,
-      this.#nodes,
-      this.#pods,
-      this.#namespaces,
-      this.#heartbeats,
-      this.#floatingIps,
-      this.#portForwards,
+      this.#gateways, this.#policies, this.#clusterPolicies, this.#endpoints, this.#nodes,
+      this.#pods, this.#namespaces, this.#heartbeats, this.#floatingIps, this.#portForwards,
     ];
   }
 

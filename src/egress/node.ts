@@ -267,27 +267,13 @@ export class EgressNode {
       for (const r of want) {
         if (ours.some((h) => h.fwmark === r.fwmark && h.table === String(r.table))) continue;
         await mustRun(this.#options.run, 'add an egress ip rule', [
-          'ip',
-          flag,
-          'rule',
-          'add',
-          'priority',
-          String(EGRESS_RULE_PRIORITY),
-          'fwmark',
-          r.fwmark,
-          'lookup',
-          String(r.table),
+          'ip', flag, 'rule', 'add', 'priority', String(EGRESS_RULE_PRIORITY), 'fwmark', r.fwmark, 'lookup', String(r.table),
         ]);
       }
       for (const h of ours) {
         if (want.some((r) => h.fwmark === r.fwmark && h.table === String(r.table))) continue;
         await mustRun(this.#options.run, 'delete a stale egress ip rule', [
-          'ip',
-          flag,
-          'rule',
-          'del',
-          'priority',
-          String(EGRESS_RULE_PRIORITY),
+          'ip', flag, 'rule', 'del', 'priority', String(EGRESS_RULE_PRIORITY),
           ...(h.fwmark ? ['fwmark', h.fwmark] : []),
           ...(h.table ? ['lookup', h.table] : []),
         ]);
