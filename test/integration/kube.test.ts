@@ -12,7 +12,7 @@ import { formatCIDR, formatIP, parseIP } from '../../src/ip/ip.ts';
 import type { LeaseAttrs } from '../../src/lease/lease.ts';
 import { KubeApiError, kubeConfigFromFlags } from '../../src/lease/kube/client.ts';
 import { KubeLeaseSource } from '../../src/lease/kube/source.ts';
-import type { KubeSourceOptions } from '../../src/lease/kube/source.ts';
+import type { KubeSourceOptions } from '../../src/lease/kube/options.ts';
 import { LeaseTable } from '../../src/lease/table.ts';
 import type { LeaseEvent } from '../../src/lease/table.ts';
 import { memoryLogger, silentLogger } from '../../src/log.ts';

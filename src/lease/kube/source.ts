@@ -48,14 +48,14 @@ import type { CIDR } from '../../ip/ip.ts';
 import type { Logger } from '../../log.ts';
 import { Backoff, sleep } from '../../retry.ts';
 import type { Lease, LeaseAttrs } from '../lease.ts';
-import type { AcquireRequest, LeaseSource, PublishedOwn, SourceObserver } from '../source.ts';
+import type { AcquireRequest, LeaseSource, PublishedOwn } from '../source.ts';
 import type { LeaseTable } from '../table.ts';
 import { DEFAULT_ANNOTATION_PREFIX, annotationKeys, nodePublicIPs, ownAnnotationChanges, ownSubnets, remoteLease } from './annotations.ts';
 import type { AnnotationKeys, NodeLike } from './annotations.ts';
 import { KubeApiError, kubeConfigFromFlags, kubeError } from './client.ts';
-import type { ClientFlags } from './client.ts';
 import { KubeHttp } from './http.ts';
 import { resolveNodeName } from './identity.ts';
+import type { KubeSourceOptions } from './options.ts';
 
 /** The NetworkUnavailable condition flanneld sets once up (reason and message as flanneld's). */
 export const NETWORK_UP_CONDITION = {
@@ -64,37 +64,6 @@ export const NETWORK_UP_CONDITION = {
   reason: 'FlannelIsUp',
   message: 'Flannel is running on this node',
 } as const;
-
-export interface KubeSourceOptions extends ClientFlags {
-  /** --kube-annotation-prefix; default `flannel.alpha.coreos.com`. */
-  annotationPrefix?: string;
-  /** --net-config-path: the net-conf.json file, read once. */
-  netConfigPath: string;
-  /** --set-node-network-unavailable; default true: complete() sets NetworkUnavailable=False. */
-  setNodeNetworkUnavailable?: boolean;
-  /** NODE_NAME, POD_NAME, POD_NAMESPACE (and KUBERNETES_SERVICE_HOST/PORT in-cluster); default process.env. */
-  env?: NodeJS.ProcessEnv;
-  log: Logger;
-  /** Metrics hooks. */
-  observer?: SourceObserver;
-  /**
-   * A watch delivering nothing (not even a bookmark) this long is dropped and started again from
-   * the last resourceVersion seen (a relist if that is gone); default 60 s.
-   */
-  watchSilenceMs?: number;
-  /** Server-side timeout asked for each watch; default random in [5, 10) min, as client-go's reflector. */
-  watchTimeoutSeconds?: number;
-  /** Nodes per list page; default 250. */
-  listPageSize?: number;
-  /** Deadline of one list page; default 60 s. */
-  listTimeoutMs?: number;
-  /** How long complete() keeps retrying the condition patch; default 30 s (flanneld's patch retry). */
-  completeTimeoutMs?: number;
-  /** Waiting, injectable for tests; default a timer. Rejects when `signal` aborts. */
-  delay?: (ms: number, signal: AbortSignal) => Promise<void>;
-  /** Milliseconds of a monotonic clock; default performance.now. */
-  now?: () => number;
-}
 
 /** A Node as the watch keeps it: our own Node, or a remote one's lease (undefined: none usable). */
 type Watched = { own: NodeLike } | Lease | undefined;
