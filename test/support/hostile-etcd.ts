@@ -76,8 +76,9 @@ export class HostileEtcd {
       socket.pipe(upstream).pipe(socket);
       return;
     }
-    // Every other connection is cut inside its first frame; the rest misbehave call by call.
-    if (this.#connections++ % 2 === 1) {
+    // Every other connection is cut inside its first frame until that has been served twice (each
+    // one costs the client a reconnection backoff); the rest misbehave call by call.
+    if (this.#connections++ % 2 === 1 && this.served['truncated-frame'] < 2) {
       this.served['truncated-frame']++;
       // The first 7 of a SETTINGS frame's 9 header bytes, then the end.
       socket.end(Buffer.from([0, 0, 6, HTTP2_SETTINGS_FRAME, 0, 0, 0]));
