@@ -94,8 +94,8 @@ dist/weft-cni: native/plugin/weft-cni.c
 	gcc -static -Os -std=c11 -Wall -Wextra -Werror -o $@ $<
 
 # The image (Dockerfile) built from Debian's and npm's registries alone. Both bases are made here
-# with mmdebstrap from the package lists the Dockerfile names, so its apt-get steps find nothing to
-# install: the build base adds the pinned Node (the binary the tests run on, with its headers) and
+# with mmdebstrap from the package lists the Dockerfile names, so its install steps find nothing to
+# do and need no network: the build base adds the pinned Node (the binary the tests run on, with its headers) and
 # npm; the run base gets only Node, copied from the build stage. Documentation, manuals and
 # translations are left out as dpkg unpacks them. The result is saved as a docker-archive that
 # `podman load` and `ctr -n k8s.io images import` take, named as daemonset.yaml names it
