@@ -392,7 +392,8 @@ int main(void) {
     if (c) decode_string(c, end, &code);
     if (m) decode_string(m, end, &msg);
     if (code.p && strcmp(code.p, "EPROTOCOL") == 0) return fallback();
-    return fail(code.p && strcmp(code.p, "ETIMEDOUT") == 0 ? 11 : 999, "weft: weftd: %s", msg.p ? msg.p : "failed");
+    int again = code.p && (strcmp(code.p, "ETIMEDOUT") == 0 || strcmp(code.p, "EBUSY") == 0);
+    return fail(again ? 11 : 999, "weft: weftd: %s", msg.p ? msg.p : "failed");
   }
   const char* result = ok && strncmp(ok, "true", 4) == 0 ? find_key(ans.p, end, "result", 0) : NULL;
   if (!result) return fail(999, "weft: weftd's answer is not one");

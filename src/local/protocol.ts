@@ -24,6 +24,8 @@ export const LOCAL_CODE = {
   INTERNAL: 'EINTERNAL',
   /** The client hung up before its answer (the reason the handler's signal carries). */
   GONE: 'ECLIENTGONE',
+  /** Every handler slot is busy and the queue for them is full: try again later. */
+  BUSY: 'EBUSY',
 } as const;
 
 /** A failed answer's error. */

@@ -9,8 +9,10 @@
  *   not a socket, is an error. Closing removes the file only while it is still this server's.
  * - **Bounded.** A request larger than `maxRequestBytes`, or not complete within
  *   `requestTimeoutMs`, is answered with a failure; a handler running longer than
- *   `handlerTimeoutMs` has its signal aborted and the client is told. At most `maxConnections`
- *   are served at once; further ones wait in the kernel's backlog.
+ *   `handlerTimeoutMs` has its signal aborted and the client is told. Every connection is
+ *   accepted (Node's `maxConnections` would close the ones beyond it at once); at most
+ *   `maxConcurrent` handlers run, and up to `maxQueued` further requests wait for one in order
+ *   (their wait counts against `handlerTimeoutMs`), beyond which a request is answered `EBUSY`.
  * - **One request never stops the server**: every failure is an answer (or a closed connection
  *   when the client is gone), never an exception out of the server.
  */
@@ -44,8 +46,10 @@ export interface LocalServerOptions {
   requestTimeoutMs?: number;
   /** Time for the handler to answer; default 60 s. */
   handlerTimeoutMs?: number;
-  /** Connections served at once; default 64. */
-  maxConnections?: number;
+  /** Handlers running at once; default 64. */
+  maxConcurrent?: number;
+  /** Requests waiting for a handler slot; default 1024. */
+  maxQueued?: number;
 }
 
 function failureOf(e: unknown): LocalFailure {
@@ -70,6 +74,9 @@ export class LocalServer {
   readonly path: string;
   readonly #options: LocalServerOptions;
   readonly #connections = new Set<Socket>();
+  /** Requests waiting for a handler slot, oldest first. */
+  readonly #queue: (() => void)[] = [];
+  #running = 0;
   #server: Server | undefined;
   /** Device and inode of the socket file this server bound, to remove only its own. */
   #ino: { dev: number; ino: number } | undefined;
@@ -91,7 +98,6 @@ export class LocalServer {
     if (existing && !existing.isSocket()) throw new ConfigError(path, 'exists and is not a socket: not replacing it');
     if (existing && (await answers(path))) throw new ConfigError(path, 'another server is answering on this socket');
     const server = createServer({ allowHalfOpen: true }, (s) => this.#serve(s));
-    server.maxConnections = this.#options.maxConnections ?? 64;
     const private_ = mkdtempSync(join(dir, '.weft-sock-'));
     const temp = join(private_, 's');
     try {
@@ -115,6 +121,11 @@ export class LocalServer {
     server.on('error', (e) => this.#options.log.error('local socket server error', { socket: path, err: e }));
     this.#server = server;
     this.#options.log.info('serving local socket', { socket: path, protocol: this.#options.protocol });
+  }
+
+  /** Requests waiting for a handler slot. */
+  get waiting(): number {
+    return this.#queue.length;
   }
 
   /** Stops accepting, drops open connections and removes the socket file if still ours. Idempotent. */
@@ -172,7 +183,41 @@ export class LocalServer {
     });
   }
 
-  /** Runs the handler within its time; resolves with the answer's bytes, never rejects. */
+  /**
+   * Waits for a handler slot (at once when one is free); resolves with its release. Rejects with
+   * EBUSY when the queue is full, or with `signal`'s reason when it aborts first.
+   */
+  async #slot(signal: AbortSignal): Promise<() => void> {
+    const release = () => {
+      const next = this.#queue.shift();
+      if (next) next();
+      else this.#running--;
+    };
+    if (this.#running < (this.#options.maxConcurrent ?? 64)) {
+      this.#running++;
+      return release;
+    }
+    const maxQueued = this.#options.maxQueued ?? 1024;
+    if (this.#queue.length >= maxQueued) {
+      throw new WeftError(LOCAL_CODE.BUSY, `every handler is busy and ${maxQueued} requests wait already`);
+    }
+    signal.throwIfAborted();
+    return new Promise((resolve, reject) => {
+      // A released slot passes straight to the next waiter, so #running stays as it is.
+      const take = () => {
+        signal.removeEventListener('abort', leave);
+        resolve(release);
+      };
+      const leave = () => {
+        this.#queue.splice(this.#queue.indexOf(take), 1);
+        reject(signal.reason as Error);
+      };
+      this.#queue.push(take);
+      signal.addEventListener('abort', leave, { once: true });
+    });
+  }
+
+  /** Runs the handler within its time, once it has a slot; resolves with the answer's bytes, never rejects. */
   async #handle(request: Json, clientGone: AbortSignal): Promise<string> {
     const ms = this.#options.handlerTimeoutMs ?? 60_000;
     const late = new AbortController();
@@ -182,7 +227,9 @@ export class LocalServer {
       signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true }),
     );
     expired.catch(() => undefined);
+    let release: (() => void) | undefined;
     try {
+      release = await this.#slot(signal);
       return encodeResult(this.#options.protocol, await Promise.race([this.#options.handler(request, signal), expired]));
     } catch (e) {
       if (!(e instanceof WeftError) || (e.code !== LOCAL_CODE.TIMEOUT && e.code !== LOCAL_CODE.GONE)) {
@@ -191,6 +238,7 @@ export class LocalServer {
       return encodeFailure(this.#options.protocol, failureOf(e));
     } finally {
       clearTimeout(timer);
+      release?.();
     }
   }
 }

@@ -208,3 +208,47 @@ test('a WeftError thrown by the handler keeps its message', async () => {
     assert.match(e.message, /custom failure/);
   });
 });
+
+test('a node\'s burst: 220 requests at once are all answered, each with its own answer, at most maxConcurrent handled at a time', async () => {
+  let running = 0;
+  let most = 0;
+  let gate!: () => void;
+  const opened = new Promise<void>((resolve) => (gate = resolve));
+  const handler: LocalHandler = async (r) => {
+    running++;
+    most = Math.max(most, running);
+    if (running === 64) gate();
+    await opened;
+    await new Promise((resolve) => setImmediate(resolve));
+    running--;
+    return { got: r };
+  };
+  await withServer(handler, async (s) => {
+    const answers = await Promise.all(Array.from({ length: 220 }, (_, i) => localRequest(s.path, { i }, { protocol: 3 })));
+    assert.deepEqual(answers.map((a) => (a as { got: { i: number } }).got.i), Array.from({ length: 220 }, (_, i) => i));
+  });
+  assert.equal(most, 64, 'the default maxConcurrent, never more');
+});
+
+test('a full queue is answered EBUSY at once, and the queued requests are served once a slot frees', async () => {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const started: number[] = [];
+  const handler: LocalHandler = async (r) => {
+    started.push((r as { i: number }).i);
+    await held;
+    return { got: r };
+  };
+  await withServer(handler, async (s) => {
+    const ask = (i: number) => localRequest(s.path, { i }, { protocol: 3 });
+    const first = ask(1);
+    const queued = [ask(2), ask(3)];
+    while (started.length < 1 || s.waiting < 2) await new Promise((resolve) => setImmediate(resolve));
+    await rejectsWith(ask(4), 'failed', LOCAL_CODE.BUSY);
+    release();
+    assert.deepEqual(await first, { got: { i: 1, protocol: 3 } });
+    assert.deepEqual(await Promise.all(queued), [{ got: { i: 2, protocol: 3 } }, { got: { i: 3, protocol: 3 } }]);
+    assert.deepEqual([...started].sort(), [1, 2, 3]);
+    assert.equal(started.length, 3, 'the refused request was never handled');
+  }, { maxConcurrent: 1, maxQueued: 2 });
+});
