@@ -66,13 +66,20 @@ export function renderForAdd(args: CniArgs, conf: PluginConf, env: Env): { plugi
 function add(args: CniArgs, conf: PluginConf, env: Env): string {
   const id = args.containerId!;
   const { plugin, bytes } = renderForAdd(args, conf, env);
+  // State already there is an earlier ADD's that succeeded (or whose rollback failed): the
+  // delegate's DEL would take its veth and addresses, so a failure of this one only puts it back.
+  const prior = loadState(conf.dataDir, id);
   saveState(conf.dataDir, id, bytes);
   try {
     return JSON.stringify(convertResult(execPlugin(plugin, 'ADD', bytes, env), conf.cniVersion));
   } catch (e) {
     try {
-      execPlugin(plugin, 'DEL', bytes, env);
-      removeState(conf.dataDir, id);
+      if (prior === undefined) {
+        execPlugin(plugin, 'DEL', bytes, env);
+        removeState(conf.dataDir, id);
+      } else {
+        saveState(conf.dataDir, id, prior);
+      }
     } catch {
       // the ADD error is the one to report; the runtime's DEL retries with the state kept
     }

@@ -99,8 +99,9 @@ function openNetns(netns: string): number {
  * Wires the pod onto the bridge (from {@link ensureBridge}): the veth pair (host end enslaved and
  * up as it is created), hairpin, then on the pod's side the addresses, link up and routes while
  * the host side is read back. The bridge and the addresses may still be on their way (the kernel
- * creates the veth while host-local's files are written). On failure the caller runs
- * {@link unwirePod} (the pod's end takes the host end with it).
+ * creates the veth while host-local's files are written). On failure the veth pair this call made
+ * is deleted again, and nothing else: an interface of that name that was there before (a
+ * duplicate ADD) belongs to the ADD that made it.
  */
 export async function wirePod(
   host: NetlinkHandle,
@@ -137,38 +138,56 @@ export async function wirePod(
     } finally {
       closeSync(fd);
     }
-    const hostSide = (async () => {
-      const link = await host.linkByName(hostVeth);
-      if (plan.hairpin) await host.linkSetHairpin(link.index, true);
-      return { hostVethMac: link.mac, bridgeMac: (await host.linkByIndex(bridge.index)).mac };
-    })();
-    const podSide = (async () => {
-      const link = await pod.linkByName(ifname);
-      const allocations = await allocated;
-      const ops: Operation[] = allocations.map((a) => ({
-        op: 'addrAdd',
-        addr: {
-          linkIndex: link.index,
-          address: formatIP(a.address),
-          prefixLen: a.subnet.prefix,
-          flags: a.address.family === 6 ? IFA_F_NODAD : 0,
-        },
-      }));
-      ops.push({ op: 'linkSet', index: link.index, changes: { up: true } });
-      for (const r of podRoutes(plan, allocations)) {
-        ops.push({ op: 'routeAdd', route: { dst: r.dst, gateway: r.gw, linkIndex: link.index } });
-      }
-      const failed = (await pod.batch(ops)).find((r) => r !== null);
-      if (failed) throw failed;
-      return link.mac;
-    })();
-    hostSide.catch(() => undefined);
-    podSide.catch(() => undefined);
-    const [h, podMac] = await Promise.all([hostSide, podSide]);
-    return { ...h, hostVeth, podMac };
+    return await configure(host, pod, plan, bridge, allocated, hostVeth, ifname).catch(async (e: unknown) => {
+      // the pod's end takes the host end with it
+      const made = await linkOptional(pod, ifname);
+      if (made) await pod.linkDel(made.index).catch(unlessNotFound);
+      throw e;
+    });
   } finally {
     pod.close();
   }
+}
+
+/** {@link wirePod}'s second half: the pod's addresses, link and routes, and the host side read back. */
+async function configure(
+  host: NetlinkHandle,
+  pod: NetlinkHandle,
+  plan: BridgePlan,
+  bridge: Link,
+  allocated: Promise<readonly Allocation[]>,
+  hostVeth: string,
+  ifname: string,
+): Promise<Wired> {
+  const hostSide = (async () => {
+    const link = await host.linkByName(hostVeth);
+    if (plan.hairpin) await host.linkSetHairpin(link.index, true);
+    return { hostVethMac: link.mac, bridgeMac: (await host.linkByIndex(bridge.index)).mac };
+  })();
+  const podSide = (async () => {
+    const link = await pod.linkByName(ifname);
+    const allocations = await allocated;
+    const ops: Operation[] = allocations.map((a) => ({
+      op: 'addrAdd',
+      addr: {
+        linkIndex: link.index,
+        address: formatIP(a.address),
+        prefixLen: a.subnet.prefix,
+        flags: a.address.family === 6 ? IFA_F_NODAD : 0,
+      },
+    }));
+    ops.push({ op: 'linkSet', index: link.index, changes: { up: true } });
+    for (const r of podRoutes(plan, allocations)) {
+      ops.push({ op: 'routeAdd', route: { dst: r.dst, gateway: r.gw, linkIndex: link.index } });
+    }
+    const failed = (await pod.batch(ops)).find((r) => r !== null);
+    if (failed) throw failed;
+    return link.mac;
+  })();
+  hostSide.catch(() => undefined);
+  podSide.catch(() => undefined);
+  const [h, podMac] = await Promise.all([hostSide, podSide]);
+  return { ...h, hostVeth, podMac };
 }
 
 /** `handle`'s link by name or index, or undefined when there is none. */
@@ -181,12 +200,18 @@ async function linkOptional(handle: NetlinkHandle, nameOrIndex: string | number)
   }
 }
 
-/** A handle in the pod's namespace, or undefined when the namespace is gone (or is none). */
+/**
+ * A handle in the pod's namespace, or undefined when the namespace is gone: its path no longer
+ * exists (ENOENT) or is no namespace any more (EINVAL: the runtime unmounted it and left the
+ * file). Any other failure (EMFILE, EPERM, ENOMEM...) says nothing about the pod, whose interface
+ * may still be up: it is code 11, so the runtime retries rather than an address being freed.
+ */
 function openPod(netns: string): NetlinkHandle | undefined {
   try {
     return NetlinkHandle.open(netns);
-  } catch {
-    return undefined; // its interfaces went with it
+  } catch (e) {
+    if (e instanceof NetlinkError && (e.errno === 'ENOENT' || e.errno === 'EINVAL')) return undefined; // its interfaces went with it
+    throw new CniError(CNI_CODE.TRY_AGAIN_LATER, `CNI_NETNS: cannot enter network namespace ${netns}: ${(e as Error).message}`);
   }
 }
 

@@ -34,7 +34,7 @@ import type { NetlinkHandle } from '../netlink/index.ts';
 import { podOfArgs } from './args.ts';
 import type { CniArgs } from './args.ts';
 import { bridgeResult, planBridge } from './bridge.ts';
-import type { BridgePlan } from './bridge.ts';
+import type { BridgePlan, Wired } from './bridge.ts';
 import type { PluginConf } from './config.ts';
 import { CNI_CODE, CniError, toCniError } from './errors.ts';
 import { HostLocalStore } from './host-local.ts';
@@ -220,12 +220,16 @@ export class CniServer {
     const bridge = ensureBridge(this.#options.host, plan);
     bridge.catch(() => undefined);
     await this.#notUnwired(netns, ifname);
+    // An ADD of a container that has state repeats one that succeeded (or whose rollback failed):
+    // if this one fails, the state, interface and addresses stay the first one's.
+    const prior = loadState(conf.dataDir, id);
     const durable = saveStateVisible(conf.dataDir, id, bytes);
     durable.catch(() => undefined);
     const allocated = store.locked(() => store.allocate(id, ifname, plan.ranges));
     allocated.catch(() => undefined);
+    let wired: Wired | undefined;
     try {
-      const wired = await wirePod(this.#options.host, plan, bridge, allocated, ifname, netns);
+      wired = await wirePod(this.#options.host, plan, bridge, allocated, ifname, netns);
       const allocations = await allocated;
       await durable;
       const pod = podOfArgs(env);
@@ -239,12 +243,16 @@ export class CniServer {
       return { exitCode: 0, stdout: JSON.stringify(convertResult(bridgeResult(plan, allocations, wired, ifname, netns), conf.cniVersion)) };
     } catch (e) {
       try {
-        this.#options.pods?.unwired(id);
-        await unwirePod(this.#options.host, ifname, netns);
-        await this.#deleteBatch();
-        if ((await allocated.catch(() => [])).length > 0) await store.locked(() => store.release(id, ifname));
+        if (wired) {
+          this.#options.pods?.unwired(id);
+          await unwirePod(this.#options.host, ifname, netns);
+          await this.#deleteBatch();
+        }
+        const mine = await allocated.catch(() => []);
+        if (mine.length > 0) await store.locked(() => store.release(id, ifname));
         await durable.catch(() => undefined);
-        removeState(conf.dataDir, id);
+        if (prior === undefined) removeState(conf.dataDir, id);
+        else await saveStateVisible(conf.dataDir, id, prior);
       } catch (rollback) {
         // the ADD error is the one to report; the runtime's DEL retries with the state kept
         this.#options.log.warn('failed to roll back a failed CNI ADD', { container: id, err: rollback });

@@ -17,29 +17,24 @@ import { HostLocalStore } from '../../src/cni/host-local.ts';
 import { planBridge } from '../../src/cni/bridge.ts';
 import type { BridgePlan } from '../../src/cni/bridge.ts';
 import { UNWIRED_GROUP, ensureBridge, unwirePod, wirePod } from '../../src/cni/pod.ts';
-import { CNI_PROTOCOL, cniSocketPath, startCniServer } from '../../src/cni/server.ts';
-import type { CniSocket } from '../../src/cni/server.ts';
+import { CNI_PROTOCOL, cniSocketPath } from '../../src/cni/server.ts';
 import { saveState } from '../../src/cni/state.ts';
 import { LocalSocketError } from '../../src/errors.ts';
 import { localRequest } from '../../src/local/client.ts';
-import { memoryLogger } from '../../src/log.ts';
-import type { LogRecord } from '../../src/log.ts';
-import { NetlinkHandle } from '../../src/netlink/index.ts';
 import { DEBIAN_CNI_DIR, PLUGIN_BIN, WEFT_BIN, callPlugin } from '../support/cni.ts';
-import type { CniCall, CniReply } from '../support/cni.ts';
-import { RUN_PREFIX, createNetns, needsRoot } from '../support/netns.ts';
+import { NOTHING, SUBNET_ENV, leftovers, podState, withNode, withPods } from '../support/cni-node.ts';
+import type { CniNode } from '../support/cni-node.ts';
+import type { CniCall } from '../support/cni.ts';
+import { createNetns, needsRoot } from '../support/netns.ts';
 import { until } from '../support/until.ts';
 import { connectAsNobody } from '../support/local.ts';
 import type { Netns } from '../support/netns.ts';
 
 const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
 
-const SUBNET_ENV = 'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.7.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n';
-const STORE = '/var/lib/cni/networks';
 const VERSIONS = ['0.3.1', '0.4.0', '1.0.0', '1.1.0'];
 
 let dir: string;
-let networks = 0;
 
 before(async () => {
   dir = await mkdtemp(join(tmpdir(), 'weft-cni-server-'));
@@ -49,81 +44,6 @@ before(async () => {
 after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
-
-/** A node with its own subnet.env (so its own socket), data directory and host-local network. */
-interface Node {
-  ns: Netns;
-  name: string;
-  subnetFile: string;
-  dataDir: string;
-  store: string;
-  host: NetlinkHandle;
-  log: LogRecord[];
-  server: CniSocket | undefined;
-  serve(batch?: { batchQuietMs?: number }): Promise<void>;
-  stop(): Promise<void>;
-  conf(version?: string, extra?: object): Record<string, unknown>;
-  plugin(call: CniCall, conf: object | string): Promise<CniReply>;
-}
-
-async function withNode(body: (n: Node) => Promise<void>): Promise<void> {
-  const ns = await createNetns('node');
-  const name = `${RUN_PREFIX}-srv${++networks}`;
-  const nodeDir = join(dir, name);
-  const subnetFile = join(nodeDir, 'subnet.env');
-  await mkdir(nodeDir, { recursive: true });
-  await writeFile(subnetFile, SUBNET_ENV);
-  const host = NetlinkHandle.open(ns.path);
-  const log: LogRecord[] = [];
-  const node: Node = {
-    ns, name, subnetFile, dataDir: join(nodeDir, 'cni'), store: join(STORE, name), host, log, server: undefined,
-    async serve(batch: { batchQuietMs?: number } = {}) {
-      node.server = await startCniServer({ subnetFile, host, log: memoryLogger(log), ...batch });
-    },
-    async stop() {
-      await node.server?.close();
-      node.server = undefined;
-    },
-    conf: (version = '1.0.0', extra = {}) => ({ cniVersion: version, name, type: 'flannel', subnetFile, dataDir: join(nodeDir, 'cni'), delegate: { hairpinMode: true, isDefaultGateway: true }, ...extra }),
-    plugin: (call, conf) => callPlugin(PLUGIN_BIN, ns, call, conf),
-  };
-  try {
-    await body(node);
-  } finally {
-    await node.stop();
-    host.close();
-    await ns.remove();
-    await rm(join(STORE, name), { recursive: true, force: true });
-  }
-}
-
-/** What a pod leaves behind on the node: address files, host veths, state files. */
-async function leftovers(node: Node): Promise<{ ips: string[]; veths: string[]; states: string[] }> {
-  await node.server?.settled();
-  const ips = existsSync(node.store) ? readdirSync(node.store).filter((f) => /^[0-9.]+$|:/.test(f)) : [];
-  const veths = (await node.ns.ipJson<{ ifname: string }[]>('link', 'show', 'type', 'veth')).map((l) => l.ifname);
-  const states = existsSync(node.dataDir) ? readdirSync(node.dataDir).filter((f) => !f.startsWith('.')) : [];
-  return { ips, veths, states };
-}
-
-const NOTHING = { ips: [], veths: [], states: [] };
-
-/** Runs `fn` with `n` fresh pod namespaces, removed afterwards. */
-async function withPods(n: number, fn: (pods: Netns[]) => Promise<void>): Promise<void> {
-  const pods: Netns[] = [];
-  try {
-    for (let i = 0; i < n; i++) pods.push(await createNetns(`pod${i}`));
-    await fn(pods);
-  } finally {
-    for (const pod of pods) await pod.remove();
-  }
-}
-
-async function podState(pod: Netns): Promise<{ addrs: string[]; routes: string[]; mtu: number; up: boolean }> {
-  const [eth0] = await pod.ipJson<{ mtu: number; flags: string[]; addr_info: { local: string; prefixlen: number; family: string }[] }[]>('addr', 'show', 'eth0');
-  const routes = (await pod.ipJson<{ dst: string; gateway?: string }[]>('route', 'show')).map((r) => `${r.dst}${r.gateway ? ` via ${r.gateway}` : ''}`);
-  return { addrs: eth0!.addr_info.filter((a) => a.family === 'inet').map((a) => `${a.local}/${a.prefixlen}`), routes, mtu: eth0!.mtu, up: eth0!.flags.includes('UP') };
-}
 
 /** The result's shape with the values that differ per run (MACs, veth name, address) blanked. */
 function shape(result: Record<string, unknown>): unknown {
@@ -436,7 +356,7 @@ test('the bridge keeps its MAC as pods come and go, so pods never lose their gat
 });
 
 /** Whether `id` is wholly there (state, address, pod interface) or wholly gone; throws when half. */
-async function whole(node: Node, id: string, pod: Netns): Promise<boolean> {
+async function whole(node: CniNode, id: string, pod: Netns): Promise<boolean> {
   await node.server?.settled();
   const state = existsSync(join(node.dataDir, id));
   const ips = existsSync(node.store) ? readdirSync(node.store).filter((f) => /^[0-9.]+$/.test(f) && readFileSync(join(node.store, f), 'utf8').startsWith(`${id}\r\n`)) : [];
@@ -588,7 +508,7 @@ test('a user other than root cannot reach the CNI socket', { skip: asRoot }, asy
 });
 
 /** Serves `answer` on the node's CNI socket in place of weftd; returns a function that stops it. */
-async function fakeWeftd(node: Node, answer: string): Promise<{ requests: string[]; close: () => Promise<void> }> {
+async function fakeWeftd(node: CniNode, answer: string): Promise<{ requests: string[]; close: () => Promise<void> }> {
   const requests: string[] = [];
   const server = createServer({ allowHalfOpen: true }, (c) => {
     const chunks: Buffer[] = [];

@@ -1,0 +1,94 @@
+/**
+ * Pods as users configure them, through weftd's CNI server and through the TypeScript fallback
+ * (the server stopped): repeated ADDs, DELs that cannot reach the pod, a node's full burst.
+ */
+import assert from 'node:assert/strict';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { DEBIAN_CNI_DIR } from '../support/cni.ts';
+import { NOTHING, leftovers, podState, withNode, withPods } from '../support/cni-node.ts';
+import type { CniNode } from '../support/cni-node.ts';
+import { needsRoot } from '../support/netns.ts';
+
+const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+
+/** Runs `body` once with weftd's server serving and once through the fallback. */
+async function bothPaths(body: (node: CniNode, path: string) => Promise<void>): Promise<void> {
+  for (const served of [true, false]) {
+    await withNode(async (node) => {
+      if (served) await node.serve();
+      await body(node, served ? 'served' : 'fallback');
+    });
+  }
+}
+
+/** Address files of the node's network and the container each belongs to. */
+function owners(node: CniNode): Record<string, string> {
+  if (!existsSync(node.store)) return {};
+  const out: Record<string, string> = {};
+  for (const f of readdirSync(node.store).filter((n) => /^[0-9.]+$/.test(n))) out[f] = readFileSync(join(node.store, f), 'utf8').split('\r\n')[0]!;
+  return out;
+}
+
+test('a failed duplicate ADD leaves the first ADD\'s interface, address and state alone', { skip }, async () => {
+  await bothPaths(async (node, path) => withPods(1, async ([pod]) => {
+    const call = { containerId: 'dup', ifname: 'eth0', netns: pod!.path };
+    const first = await node.plugin({ ...call, command: 'ADD' }, node.conf());
+    assert.equal(first.code, 0, `${path}: ${first.stdout}`);
+    const state = readFileSync(join(node.dataDir, 'dup'), 'utf8');
+    const before = { owners: owners(node), pod: await podState(pod!) };
+    const again = await node.plugin({ ...call, command: 'ADD' }, node.conf());
+    assert.notEqual(again.code, 0, `${path}: a second ADD of one container and interface fails`);
+    assert.match(again.stdout, /already exists|duplicate allocation/, path);
+    assert.deepEqual({ owners: owners(node), pod: await podState(pod!) }, before, `${path}: the first ADD's address and interface`);
+    assert.equal(readFileSync(join(node.dataDir, 'dup'), 'utf8'), state, `${path}: the first ADD's state`);
+    assert.equal((await node.plugin({ ...call, command: 'DEL' }, node.conf())).code, 0, path);
+    assert.deepEqual(await leftovers(node), NOTHING, path);
+  }));
+});
+
+test('a DEL that cannot enter the pod\'s namespace fails with code 11 and frees nothing; a gone namespace is success', { skip }, async () => {
+  await bothPaths(async (node, path) => withPods(1, async ([pod]) => {
+    const call = { containerId: 'busy', ifname: 'eth0', netns: pod!.path };
+    assert.equal((await node.plugin({ ...call, command: 'ADD' }, node.conf())).code, 0, path);
+    const held = owners(node);
+    // A path that exists and is no namespace file: open(2) fails with ENXIO, as EMFILE or EPERM
+    // would fail it, which says nothing about whether the pod's interface is still up.
+    const socketPath = join(node.dataDir, 'not-a-netns.sock');
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(socketPath, resolve));
+    try {
+      const del = await node.plugin({ ...call, netns: socketPath, command: 'DEL' }, node.conf());
+      assert.notEqual(del.code, 0, `${path}: ${del.stdout}`);
+      if (path === 'served') assert.equal((JSON.parse(del.stdout) as { code: number }).code, 11, del.stdout);
+      assert.deepEqual(owners(node), held, `${path}: the address stays with its pod`);
+      assert.ok(existsSync(join(node.dataDir, 'busy')), `${path}: the state stays`);
+    } finally {
+      server.close();
+    }
+    assert.equal((await node.plugin({ ...call, command: 'DEL' }, node.conf())).code, 0, path);
+    assert.deepEqual(await leftovers(node), NOTHING, path);
+    // A namespace that is gone: the runtime's DEL after the sandbox went.
+    assert.equal((await node.plugin({ ...call, command: 'ADD' }, node.conf())).code, 0, path);
+    await pod!.remove();
+    const del = await node.plugin({ ...call, command: 'DEL' }, node.conf());
+    assert.equal(del.code, 0, `${path}: ${del.stdout}`);
+    assert.deepEqual((await leftovers(node)).ips, [], path);
+  }));
+});
+
+test('220 concurrent ADDs (twice a node\'s pods) are all answered by weftd: none refused, none left to the fallback', { skip }, async () => {
+  await withNode(async (node) => withPods(220, async (pods) => {
+    await node.serve();
+    const calls = pods.map((pod, i) => ({ containerId: `burst-${i}`, ifname: 'eth0', netns: pod.path }));
+    const replies = await Promise.all(calls.map((call) => node.plugin({ ...call, command: 'ADD' }, node.conf())));
+    const failed = replies.filter((r) => r.code !== 0);
+    assert.deepEqual(failed.map((r) => r.stdout), [], 'every ADD succeeded');
+    assert.equal(node.log.filter((r) => r.msg === 'wired pod').length, 220, 'weftd wired every pod itself');
+    assert.equal(new Set(replies.map((r) => JSON.stringify((r.json!['ips'] as { address: string }[])[0]!.address))).size, 220);
+    await Promise.all(calls.map((call) => node.plugin({ ...call, command: 'DEL' }, node.conf())));
+    assert.deepEqual(await leftovers(node), NOTHING);
+  }));
+});
