@@ -11,10 +11,13 @@
  *   2. 200 cycles with the server stopped: the plugin falls back to the TypeScript plugin, which
  *      runs Debian's bridge + host-local;
  *   3. 200 cycles of the same delegate config (the bytes the server saved) given to bridge directly;
- *   4. a burst of 100 ADDs, 20 at a time, through the server (then their DELs, untimed).
+ *   4. a burst of 100 ADDs, 20 at a time, through the server (then their DELs, untimed);
+ *   5. a node's full burst: 220 ADDs at once (twice kubelet's 110 pods per node), each from a
+ *      runtime process of its own: the time until the last answer, and how many weftd did not
+ *      wire itself (refused, failed or left to the fallback).
  *
  * Last line: cni_add_p50_ms=<> cni_add_p99_ms=<> cni_del_p50_ms=<> fallback_add_p50_ms=<>
- * delegate_add_p50_ms=<> burst100_s=<>
+ * delegate_add_p50_ms=<> burst100_s=<> burst220_s=<> burst220_refused=<>
  *
  * Percentiles as bench/support/stats.ts defines them: the nearest rank.
  */
@@ -25,6 +28,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { startCniServer } from '../src/cni/server.ts';
 import { silentLogger } from '../src/log.ts';
+import type { Logger } from '../src/log.ts';
 import { NetlinkHandle } from '../src/netlink/index.ts';
 import { DEBIAN_CNI_DIR, PLUGIN_BIN } from '../test/support/cni.ts';
 import { RUN_PREFIX, createNetns } from '../test/support/netns.ts';
@@ -90,7 +94,9 @@ async function cycles(plugin: string, config: string, tag: string): Promise<{ ad
   return { add: add.sort((x, y) => x - y), del: del.sort((x, y) => x - y) };
 }
 
-const server = await startCniServer({ subnetFile, host, log: silentLogger });
+let wiredByWeftd = 0;
+const counting: Logger = { ...silentLogger, info: (msg) => void (msg === 'wired pod' && wiredByWeftd++), child: () => counting };
+const server = await startCniServer({ subnetFile, host, log: counting });
 try {
   const served = await cycles(PLUGIN_BIN, conf, 'served');
   // The delegate config, captured from the state file of one more ADD.
@@ -109,6 +115,18 @@ try {
   const burst = (performance.now() - t0) / 1000;
   for (let i = 0; i < 100; i++) await r.run(PLUGIN_BIN, 'DEL', `burst-${i}`, pods[i]!, conf);
 
+  // A node's full burst: 220 ADDs at once, one runtime process each.
+  for (let i = 100; i < 220; i++) pods.push(await createNetns(`pod${i}`));
+  const wide = Array.from({ length: 220 }, (_, i) => runner(node, timer, dir, 20 + i));
+  lanes.push(...wide);
+  await server.settled();
+  wiredByWeftd = 0;
+  const t1 = performance.now();
+  const answers = await Promise.allSettled(wide.map((lane, i) => lane.run(PLUGIN_BIN, 'ADD', `full-${i}`, pods[i]!, conf)));
+  const burst220 = (performance.now() - t1) / 1000;
+  const refused = answers.length - Math.min(wiredByWeftd, answers.filter((a) => a.status === 'fulfilled').length);
+  for (let i = 0; i < 220; i++) await r.run(PLUGIN_BIN, 'DEL', `full-${i}`, pods[i]!, conf).catch(() => undefined);
+
   await server.close();
   const fallback = await cycles(PLUGIN_BIN, conf, 'fallback');
   const direct = await cycles(join(DEBIAN_CNI_DIR, 'bridge'), delegate, 'direct');
@@ -117,8 +135,8 @@ try {
   const p = (xs: number[], q: number) => f(percentile(xs, q));
   console.log(`served over ${CYCLES} cycles: ADD p50 ${p(served.add, 50)} ms p90 ${p(served.add, 90)} ms p99 ${p(served.add, 99)} ms, DEL p50 ${p(served.del, 50)} ms p99 ${p(served.del, 99)} ms`);
   console.log(`fallback: ADD p50 ${p(fallback.add, 50)} ms p99 ${p(fallback.add, 99)} ms, DEL p50 ${p(fallback.del, 50)} ms; bridge directly: ADD p50 ${p(direct.add, 50)} ms, DEL p50 ${p(direct.del, 50)} ms`);
-  console.log(`burst of 100 ADDs, 20 at a time, served: ${burst.toFixed(2)} s`);
-  console.log(`cni_add_p50_ms=${p(served.add, 50)} cni_add_p99_ms=${p(served.add, 99)} cni_del_p50_ms=${p(served.del, 50)} fallback_add_p50_ms=${p(fallback.add, 50)} delegate_add_p50_ms=${p(direct.add, 50)} burst100_s=${burst.toFixed(2)}`);
+  console.log(`burst of 100 ADDs, 20 at a time, served: ${burst.toFixed(2)} s; 220 at once: ${burst220.toFixed(2)} s, ${refused} not wired by weftd`);
+  console.log(`cni_add_p50_ms=${p(served.add, 50)} cni_add_p99_ms=${p(served.add, 99)} cni_del_p50_ms=${p(served.del, 50)} fallback_add_p50_ms=${p(fallback.add, 50)} delegate_add_p50_ms=${p(direct.add, 50)} burst100_s=${burst.toFixed(2)} burst220_s=${burst220.toFixed(2)} burst220_refused=${refused}`);
 } finally {
   await server.close();
   for (const lane of lanes) lane.stop();
