@@ -123,7 +123,7 @@ export function planBridge(delegate: unknown): BridgePlan | string {
 }
 
 /** host-local's range of a subnet: first usable (network + 1) to last (IPv4: before broadcast). */
-function rangeOf(subnet: CIDR): { start: IP; end: IP } {
+export function rangeOf(subnet: CIDR): { start: IP; end: IP } {
   const last = lastIP(subnet);
   return { start: nextIP(subnet.ip)!, end: subnet.ip.family === 4 ? { family: 4, value: last.value - 1n } : last };
 }

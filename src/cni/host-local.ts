@@ -10,15 +10,21 @@
  */
 import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync, constants } from 'node:fs';
 import { join } from 'node:path';
-import { contains, formatIP, tryParseIP } from '../ip/ip.ts';
+import { contains, formatIP, gatewayOf, tryParseIP } from '../ip/ip.ts';
 import type { CIDR, IP } from '../ip/ip.ts';
 import { tryFlock } from '../netlink/index.ts';
 import { sleep } from '../retry.ts';
-import { hostLocalOrder } from './bridge.ts';
+import { hostLocalOrder, rangeOf } from './bridge.ts';
 import type { Allocation } from './bridge.ts';
 import { CNI_CODE, CniError } from './errors.ts';
 
 const LINE_BREAK = '\r\n';
+
+/** host-local's text for a range set of one range: `<first>-<last>`. */
+function rangeText(subnet: CIDR): string {
+  const { start, end } = rangeOf(subnet);
+  return `${formatIP(start)}-${formatIP(end)}`;
+}
 const queues = new Map<string, Promise<unknown>>();
 
 /** One network's directory of host-local's store. */
@@ -98,50 +104,70 @@ export class HostLocalStore {
 
   /**
    * Reserves one address per subnet for container `id` on `ifname`, as host-local's allocator:
-   * after the range set's last reserved address, skipping the gateway and every address with a
-   * file. Fails with host-local's messages when the container already holds an address in a range
-   * set or a range is full. Call inside {@link locked}; on failure, what this call reserved is
-   * released.
+   * an address of `requested` inside the subnet's range when there is one (host-local's IP= and
+   * `ips`), else the next free one after the range set's last reserved address, skipping the gateway
+   * and every address with a file. An address whose file holds `reservation` (a fixed address kept
+   * for this pod, see fixed.ts) counts as free for this call. Fails with host-local's messages when
+   * the container already holds an address in a range set, a requested address is the gateway,
+   * taken or in no range, or a range is full. Call inside {@link locked}; on failure, what this call
+   * reserved is released (reservations put back).
    */
-  allocate(id: string, ifname: string, subnets: readonly CIDR[]): Allocation[] {
+  allocate(id: string, ifname: string, subnets: readonly CIDR[], requested: readonly IP[] = [], reservation?: string): Allocation[] {
     const key = `${id}${LINE_BREAK}${ifname}`;
     const entries = this.#entries();
     const done: Allocation[] = [];
+    const reclaimed: string[] = [];
+    const left = [...requested];
+    const take = (name: string, i: number): boolean => {
+      try {
+        writeFileSync(join(this.dir, name), key, { flag: 'wx', mode: 0o644 });
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+        if (reservation === undefined || readFileSync(join(this.dir, name), 'utf8').trim() !== reservation) return false;
+        writeFileSync(join(this.dir, name), key, { mode: 0o644 });
+        reclaimed.push(name);
+      }
+      writeFileSync(join(this.dir, `last_reserved_ip.${i}`), name, { mode: 0o644 });
+      return true;
+    };
     try {
       subnets.forEach((subnet, i) => {
+        const fail = (why: string) => new CniError(CNI_CODE.UNKNOWN, `failed to allocate for range ${i}: ${why}`);
         const dup = entries.find((e) => e.owner === key && contains(subnet, e.ip));
-        if (dup) {
-          throw new CniError(
-            CNI_CODE.UNKNOWN,
-            `failed to allocate for range ${i}: ${dup.name} has been allocated to ${id}, duplicate allocation is not allowed`,
-          );
+        if (dup) throw fail(`${dup.name} has been allocated to ${id}, duplicate allocation is not allowed`);
+        const range = rangeOf(subnet);
+        const wanted = left.findIndex((ip) => ip.family === range.start.family && ip.value >= range.start.value && ip.value <= range.end.value);
+        if (wanted >= 0) {
+          const [ip] = left.splice(wanted, 1);
+          const name = formatIP(ip!);
+          if (ip!.value === gatewayOf(subnet).value) throw fail(`requested ip ${name} is subnet's gateway`);
+          if (!take(name, i)) throw fail(`requested IP address ${name} is not available in range set ${rangeText(subnet)}`);
+          done.push({ address: ip!, subnet });
+          return;
         }
-        const lastFile = join(this.dir, `last_reserved_ip.${i}`);
         let last: IP | undefined;
         try {
-          last = tryParseIP(readFileSync(lastFile, 'utf8').trim());
+          last = tryParseIP(readFileSync(join(this.dir, `last_reserved_ip.${i}`), 'utf8').trim());
         } catch (e) {
           if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
         }
         for (const ip of hostLocalOrder(subnet, last)) {
-          const name = formatIP(ip);
-          try {
-            writeFileSync(join(this.dir, name), key, { flag: 'wx', mode: 0o644 });
-          } catch (e) {
-            if ((e as NodeJS.ErrnoException).code === 'EEXIST') continue;
-            throw e;
+          if (take(formatIP(ip), i)) {
+            done.push({ address: ip, subnet });
+            return;
           }
-          done.push({ address: ip, subnet });
-          writeFileSync(lastFile, name, { mode: 0o644 });
-          return;
         }
-        throw new CniError(
-          CNI_CODE.UNKNOWN,
-          `failed to allocate for range ${i}: no IP addresses available in range set ${formatIP(subnet.ip)}/${subnet.prefix}`,
-        );
+        throw fail(`no IP addresses available in range set: ${rangeText(subnet)}`);
       });
+      if (left.length > 0) {
+        throw new CniError(CNI_CODE.UNKNOWN, `failed to allocate all requested IPs: ${left.map(formatIP).join(' ')}`);
+      }
     } catch (e) {
-      for (const a of done) rmSync(join(this.dir, formatIP(a.address)), { force: true });
+      for (const a of done) {
+        const name = formatIP(a.address);
+        if (reclaimed.includes(name)) writeFileSync(join(this.dir, name), reservation!, { mode: 0o644 });
+        else rmSync(join(this.dir, name), { force: true });
+      }
       throw e;
     }
     return done;

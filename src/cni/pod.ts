@@ -98,7 +98,8 @@ function openNetns(netns: string): number {
 /**
  * Wires the pod onto the bridge (from {@link ensureBridge}): the veth pair (host end enslaved and
  * up as it is created), hairpin, then on the pod's side the addresses, link up and routes while
- * the host side is read back. The bridge and the addresses may still be on their way (the kernel
+ * the host side is read back; the pod's interface takes `mac` when the runtime asked for one.
+ * The bridge and the addresses may still be on their way (the kernel
  * creates the veth while host-local's files are written). On failure the veth pair this call made
  * is deleted again, and nothing else: an interface of that name that was there before (a
  * duplicate ADD) belongs to the ADD that made it.
@@ -110,6 +111,7 @@ export async function wirePod(
   allocated: Promise<readonly Allocation[]>,
   ifname: string,
   netns: string,
+  mac?: string,
 ): Promise<Wired> {
   const fd = openNetns(netns);
   let pod: NetlinkHandle;
@@ -138,7 +140,7 @@ export async function wirePod(
     } finally {
       closeSync(fd);
     }
-    return await configure(host, pod, plan, bridge, allocated, hostVeth, ifname).catch(async (e: unknown) => {
+    return await configure(host, pod, plan, bridge, allocated, hostVeth, ifname, mac).catch(async (e: unknown) => {
       // the pod's end takes the host end with it
       const made = await linkOptional(pod, ifname);
       if (made) await pod.linkDel(made.index).catch(unlessNotFound);
@@ -158,6 +160,7 @@ async function configure(
   allocated: Promise<readonly Allocation[]>,
   hostVeth: string,
   ifname: string,
+  mac: string | undefined,
 ): Promise<Wired> {
   const hostSide = (async () => {
     const link = await host.linkByName(hostVeth);
@@ -176,13 +179,13 @@ async function configure(
         flags: a.address.family === 6 ? IFA_F_NODAD : 0,
       },
     }));
-    ops.push({ op: 'linkSet', index: link.index, changes: { up: true } });
+    ops.push({ op: 'linkSet', index: link.index, changes: mac === undefined ? { up: true } : { mac, up: true } });
     for (const r of podRoutes(plan, allocations)) {
       ops.push({ op: 'routeAdd', route: { dst: r.dst, gateway: r.gw, linkIndex: link.index } });
     }
     const failed = (await pod.batch(ops)).find((r) => r !== null);
     if (failed) throw failed;
-    return link.mac;
+    return mac ?? link.mac;
   })();
   hostSide.catch(() => undefined);
   podSide.catch(() => undefined);

@@ -41,6 +41,7 @@ import { HostLocalStore } from './host-local.ts';
 import { errorVersion, parseCall, renderForAdd, savedDelegate, status } from './plugin.ts';
 import type { ParsedCall } from './plugin.ts';
 import { checkPod, deleteUnwired, ensureBridge, unwirePod, wirePod } from './pod.ts';
+import { requestedOf } from './requests.ts';
 import { loadState, removeState, saveStateVisible } from './state.ts';
 import { CURRENT_VERSION, convertResult, versionInfo } from './version.ts';
 
@@ -213,6 +214,11 @@ export class CniServer {
     const { bytes } = renderForAdd(args, conf, env);
     const plan = this.#plan(JSON.parse(bytes), 'ADD', id);
     if (plan === undefined) return { fallback: true };
+    const wanted = requestedOf(env, conf.runtimeConfig);
+    if (typeof wanted === 'string') {
+      this.#options.log.info('CNI request left to the fallback plugin', { verb: 'ADD', container: id, reason: wanted });
+      return { fallback: true };
+    }
     const store = new HostLocalStore(plan.storeDir, plan.network);
     // Kernel and files at once: the bridge and the veth are made on the netlink thread while the
     // state and host-local's files are written on this one. The state is in place before anything
@@ -225,11 +231,11 @@ export class CniServer {
     const prior = loadState(conf.dataDir, id);
     const durable = saveStateVisible(conf.dataDir, id, bytes);
     durable.catch(() => undefined);
-    const allocated = store.locked(() => store.allocate(id, ifname, plan.ranges));
+    const allocated = store.locked(() => store.allocate(id, ifname, plan.ranges, wanted.ips));
     allocated.catch(() => undefined);
     let wired: Wired | undefined;
     try {
-      wired = await wirePod(this.#options.host, plan, bridge, allocated, ifname, netns);
+      wired = await wirePod(this.#options.host, plan, bridge, allocated, ifname, netns, wanted.mac);
       const allocations = await allocated;
       await durable;
       const pod = podOfArgs(env);

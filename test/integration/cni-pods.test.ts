@@ -92,3 +92,43 @@ test('220 concurrent ADDs (twice a node\'s pods) are all answered by weftd: none
     assert.deepEqual(await leftovers(node), NOTHING);
   }));
 });
+
+test('addresses and MACs asked for (runtimeConfig ips and mac, IP= in CNI_ARGS) are honoured alike by both paths, with host-local\'s errors', { skip }, async () => {
+  const replies: Record<string, unknown[]> = {};
+  await bothPaths(async (node, path) => withPods(3, async ([a, b, c]) => {
+    const seen: unknown[] = (replies[path] = []);
+    const asked = node.conf('1.0.0', { runtimeConfig: { ips: ['10.244.7.50/24'], mac: '0A:58:0A:F4:07:32', portMappings: [] } });
+    const add = await node.plugin({ containerId: 'asked', ifname: 'eth0', netns: a!.path, command: 'ADD' }, asked);
+    assert.equal(add.code, 0, `${path}: ${add.stdout}`);
+    const [eth0] = await a!.ipJson<{ address: string; addr_info: { local: string }[] }[]>('addr', 'show', 'eth0');
+    seen.push((add.json!['ips'] as { address: string }[])[0]!.address, (add.json!['interfaces'] as { mac: string }[])[2]!.mac, eth0!.address, eth0!.addr_info[0]!.local);
+    const k8s = 'IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0';
+    const byArg = await node.plugin({ containerId: 'by-arg', ifname: 'eth0', netns: b!.path, command: 'ADD', env: { CNI_ARGS: `${k8s};IP=10.244.7.60` } }, node.conf());
+    assert.equal(byArg.code, 0, `${path}: ${byArg.stdout}`);
+    seen.push((byArg.json!['ips'] as { address: string }[])[0]!.address);
+    for (const [runtimeConfig, args] of [
+      [{ ips: ['10.244.7.50'] }, k8s], // taken
+      [{ ips: ['10.244.8.5/24'] }, k8s], // in no range
+      [{ ips: ['10.244.7.1'] }, k8s], // the gateway
+      [{}, 'K8S_POD_NAME=web-1;IP=10.244.7.70'], // unknown keys without IgnoreUnknown
+    ] as const) {
+      const r = await node.plugin({ containerId: 'refused', ifname: 'eth0', netns: c!.path, command: 'ADD', env: { CNI_ARGS: args } }, node.conf('1.0.0', { runtimeConfig }));
+      assert.equal(r.code, 1, `${path}: ${r.stdout}`);
+      seen.push(String(r.json!['msg']).replace(/^delegate \S+ ADD failed: /, '')); // the fallback names the delegate
+    }
+    assert.deepEqual((await leftovers(node)).ips.sort(), ['10.244.7.50', '10.244.7.60'], `${path}: refused ADDs leave no address`);
+    // The bridge plugin refuses the unknown CNI_ARGS on the rollback's DEL too: the state stays for the runtime's DEL.
+    assert.equal((await node.plugin({ containerId: 'refused', ifname: 'eth0', netns: c!.path, command: 'DEL' }, node.conf())).code, 0);
+    for (const [id, pod] of [['asked', a!], ['by-arg', b!]] as const) {
+      assert.equal((await node.plugin({ containerId: id, ifname: 'eth0', netns: pod.path, command: 'DEL' }, node.conf())).code, 0);
+    }
+    assert.deepEqual(await leftovers(node), NOTHING, path);
+    if (path === 'served') {
+      const left = node.log.filter((r) => /left to the fallback/.test(r.msg)).map((r) => String(r.fields['reason']));
+      assert.deepEqual(left, ['CNI_ARGS K8S_POD_NAME without IgnoreUnknown'], 'only the unknown CNI_ARGS went to the fallback');
+    }
+  }));
+  assert.deepEqual(replies['served']!.slice(0, 5), ['10.244.7.50/24', '0a:58:0a:f4:07:32', '0a:58:0a:f4:07:32', '10.244.7.50', '10.244.7.60/24']);
+  assert.match(String(replies['served']![5]), /^failed to allocate for range 0: requested IP address 10\.244\.7\.50 is not available in range set 10\.244\.7\.1-10\.244\.7\.254$/);
+  assert.deepEqual(replies['served'], replies['fallback'], 'the server answers as bridge and host-local do');
+});

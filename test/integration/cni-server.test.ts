@@ -478,7 +478,7 @@ test('a full range: host-local\'s error, and the failed ADD leaves nothing of it
     assert.equal((first.json?.ips as { address: string }[] | undefined)?.[0]?.address, '10.244.7.2/30', first.stdout);
     const full = await node.plugin({ containerId: 'nospace', ifname: 'eth0', netns: b!.path, command: 'ADD' }, node.conf());
     assert.equal(full.code, 1);
-    assert.match(String(full.json?.msg), /no IP addresses available in range set 10\.244\.7\.0\/30/);
+    assert.match(String(full.json?.msg), /no IP addresses available in range set: 10\.244\.7\.1-10\.244\.7\.2$/);
     assert.deepEqual(await b!.ipJson('link', 'show', 'type', 'veth'), []);
     const left = await leftovers(node);
     assert.deepEqual({ ips: left.ips, states: left.states }, { ips: ['10.244.7.2'], states: ['only'] }, 'the first pod keeps its address and state');
