@@ -38,7 +38,14 @@ export interface PluginConf {
   prevResult: unknown;
   /** GC's list of attachments still in use; undefined on other verbs. */
   validAttachments: Attachment[] | undefined;
+  /** Weft's `fixedAddress`: every pod named in CNI_ARGS keeps its addresses and MAC on its node (fixed.ts). */
+  fixedAddress: boolean;
+  /** Weft's `fixedAddressGracePeriod` in seconds (default 3600): how long a deleted pod's addresses are kept. */
+  fixedAddressGraceSeconds: number;
 }
+
+/** How long a fixed-address pod's addresses outlive its container by default: an hour. */
+export const DEFAULT_FIXED_GRACE_SECONDS = 3600;
 
 /** What the delegate needs of subnet.env (the shape `parseSubnetEnv` returns). */
 export interface DelegateEnv {
@@ -62,6 +69,20 @@ function optionalString(conf: Json, name: string): string | undefined {
   const v = field(conf, name);
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'string') throw new ConfigError(name, `must be a string, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+function optionalBool(conf: Json, name: string): boolean {
+  const v = field(conf, name);
+  if (v === undefined || v === null) return false;
+  if (typeof v !== 'boolean') throw new ConfigError(name, `must be true or false, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+function optionalSeconds(conf: Json, name: string, fallback: number): number {
+  const v = field(conf, name);
+  if (v === undefined || v === null) return fallback;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new ConfigError(name, `must be a whole number of seconds, got ${JSON.stringify(v)}`);
   return v;
 }
 
@@ -112,6 +133,8 @@ export function parseNetConf(stdin: string): PluginConf {
     runtimeConfig: field(conf, 'runtimeConfig') ?? undefined,
     prevResult: field(conf, 'prevResult') ?? undefined,
     validAttachments: attachments(conf['cni.dev/valid-attachments']),
+    fixedAddress: optionalBool(conf, 'fixedAddress'),
+    fixedAddressGraceSeconds: optionalSeconds(conf, 'fixedAddressGracePeriod', DEFAULT_FIXED_GRACE_SECONDS),
   };
 }
 

@@ -6,7 +6,13 @@
  */
 import { isJson } from '../json.ts';
 import type { Json } from '../json.ts';
+import { join } from 'node:path';
+import { contains, formatIP, gatewayOf, parseCIDR, parseIP } from '../ip/ip.ts';
 import { parseSubnetEnv } from '../subnetenv/subnetenv.ts';
+import { podOfArgs } from './args.ts';
+import { HOST_LOCAL_STORE } from './bridge.ts';
+import { FixedAddresses, heldText } from './fixed.ts';
+import { requestedOf } from './requests.ts';
 import { parseArgs } from './args.ts';
 import type { CniArgs } from './args.ts';
 import { delegateBytes, parseNetConf, renderDelegate } from './config.ts';
@@ -63,17 +69,82 @@ export function renderForAdd(args: CniArgs, conf: PluginConf, env: Env): { plugi
   return { plugin, bytes: delegateBytes(version === conf.cniVersion ? wanted : renderDelegate(conf, subnetEnv, version)) };
 }
 
+/** host-local's directory of a delegate config, or undefined when its IPAM is not host-local. */
+function storeOf(delegate: Json): string | undefined {
+  const ipam = delegate['ipam'];
+  if (!isJson(ipam) || ipam['type'] !== 'host-local' || typeof delegate['name'] !== 'string') return undefined;
+  return join(typeof ipam['dataDir'] === 'string' ? ipam['dataDir'] : HOST_LOCAL_STORE, delegate['name']);
+}
+
+/**
+ * The fallback's side of fixed addresses (fixed.ts), when the config asks for them and CNI_ARGS
+ * names the pod (and the runtime asks for no address or MAC of its own). A pod with an entry is
+ * wired by the delegate with the `static` IPAM plugin and the entry's MAC, after its reserved
+ * address files are claimed for the container: host-local would refuse an address that has a
+ * file, and removing the file first would let another allocation take it. The saved state keeps
+ * host-local's config, so DEL and CHECK run as for any pod (DEL parks the addresses first).
+ */
+function fixedFor(conf: PluginConf, env: Env, bytes: string) {
+  const pod = podOfArgs(env);
+  const delegate = JSON.parse(bytes) as Json;
+  const dir = storeOf(delegate);
+  const wanted = requestedOf(env, conf.runtimeConfig);
+  if (!conf.fixedAddress || !pod || !dir || typeof wanted === 'string' || wanted.ips.length > 0 || wanted.mac !== undefined) return undefined;
+  const fixed = new FixedAddresses(dir);
+  fixed.expire(Date.now(), conf.fixedAddressGraceSeconds * 1000);
+  const entry = fixed.lookup(pod);
+  return {
+    /** The delegate config to run ADD with. */
+    claim(id: string, ifname: string): string {
+      if (entry === undefined) return bytes;
+      const ipam = delegate['ipam'] as Json;
+      const subnets = (ipam['ranges'] as { subnet: string }[][]).map((set) => parseCIDR(set[0]!.subnet, 'ipam.ranges'));
+      const addresses = entry.ips.map((text) => {
+        const ip = parseIP(text, entry.pod);
+        const subnet = subnets.find((s) => contains(s, ip));
+        if (subnet === undefined) throw new CniError(CNI_CODE.UNKNOWN, `fixed address ${text} of pod ${entry.pod} is in no range of ${dir}`);
+        return { address: `${text}/${subnet.prefix}`, gateway: formatIP(gatewayOf(subnet)) };
+      });
+      fixed.claim(entry, id, ifname);
+      const runtimeConfig = { ...(isJson(delegate['runtimeConfig']) ? delegate['runtimeConfig'] : {}), mac: entry.mac };
+      return goJson({ ...delegate, ipam: { type: 'static', addresses, routes: ipam['routes'] ?? [] }, runtimeConfig });
+    },
+    /** Records a new entry from the delegate's result. */
+    record(id: string, ifname: string, result: Json): void {
+      if (entry !== undefined) return;
+      const interfaces = Array.isArray(result['interfaces']) ? (result['interfaces'] as Json[]) : [];
+      const mac = interfaces.find((i) => i['name'] === ifname && i['sandbox'] !== undefined)?.['mac'];
+      const ips = (Array.isArray(result['ips']) ? (result['ips'] as Json[]) : []).map((ip) => parseIP(String(ip['address']).split('/')[0]!, 'result'));
+      if (typeof mac === 'string') fixed.record(pod, id, ifname, ips, mac);
+    },
+    /** Puts the pod's addresses back into its reservation. */
+    park(id: string): void {
+      fixed.park(pod, id, Date.now());
+    },
+    /** `e`, naming the entries that hold addresses when it is a full range's error. */
+    explained(e: unknown): unknown {
+      if (!(e instanceof CniError) || !/no IP addresses available/.test(e.message)) return e;
+      return new CniError(e.cniCode, e.message + heldText(fixed.entries()), e.details);
+    },
+  };
+}
+
 function add(args: CniArgs, conf: PluginConf, env: Env): string {
   const id = args.containerId!;
   const { plugin, bytes } = renderForAdd(args, conf, env);
   // State already there is an earlier ADD's that succeeded (or whose rollback failed): the
   // delegate's DEL would take its veth and addresses, so a failure of this one only puts it back.
   const prior = loadState(conf.dataDir, id);
+  const fixed = fixedFor(conf, env, bytes);
   saveState(conf.dataDir, id, bytes);
   try {
-    return JSON.stringify(convertResult(execPlugin(plugin, 'ADD', bytes, env), conf.cniVersion));
+    const run = fixed === undefined ? bytes : fixed.claim(id, args.ifname!);
+    const result = execPlugin(plugin, 'ADD', run, env);
+    fixed?.record(id, args.ifname!, convertResult(result, CURRENT_VERSION));
+    return JSON.stringify(convertResult(result, conf.cniVersion));
   } catch (e) {
     try {
+      fixed?.park(id);
       if (prior === undefined) {
         execPlugin(plugin, 'DEL', bytes, env);
         removeState(conf.dataDir, id);
@@ -83,7 +154,7 @@ function add(args: CniArgs, conf: PluginConf, env: Env): string {
     } catch {
       // the ADD error is the one to report; the runtime's DEL retries with the state kept
     }
-    throw e;
+    throw fixed ? fixed.explained(e) : e;
   }
 }
 
@@ -103,6 +174,10 @@ function del(args: CniArgs, conf: PluginConf, env: Env): string {
     unreadable = true;
   }
   const saved = savedDelegate(bytes);
+  const pod = podOfArgs(env);
+  const store = saved === undefined ? undefined : storeOf(saved);
+  // A pod with fixed addresses keeps them: host-local's DEL then finds none of them to release.
+  if (pod && store) new FixedAddresses(store).park(pod, id, Date.now());
   if (saved !== undefined) {
     execPlugin(findPlugin(saved.type, args.path), 'DEL', bytes!, env);
   } else if (bytes !== undefined || unreadable) {

@@ -111,7 +111,7 @@ export async function wirePod(
   allocated: Promise<readonly Allocation[]>,
   ifname: string,
   netns: string,
-  mac?: string,
+  mac?: Promise<string | undefined> | string,
 ): Promise<Wired> {
   const fd = openNetns(netns);
   let pod: NetlinkHandle;
@@ -160,7 +160,7 @@ async function configure(
   allocated: Promise<readonly Allocation[]>,
   hostVeth: string,
   ifname: string,
-  mac: string | undefined,
+  macWanted: Promise<string | undefined> | string | undefined,
 ): Promise<Wired> {
   const hostSide = (async () => {
     const link = await host.linkByName(hostVeth);
@@ -170,6 +170,7 @@ async function configure(
   const podSide = (async () => {
     const link = await pod.linkByName(ifname);
     const allocations = await allocated;
+    const mac = await macWanted;
     const ops: Operation[] = allocations.map((a) => ({
       op: 'addrAdd',
       addr: {

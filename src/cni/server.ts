@@ -37,6 +37,7 @@ import { bridgeResult, planBridge } from './bridge.ts';
 import type { BridgePlan, Wired } from './bridge.ts';
 import type { PluginConf } from './config.ts';
 import { CNI_CODE, CniError, toCniError } from './errors.ts';
+import { FixedAddresses, allocateFixed } from './fixed.ts';
 import { HostLocalStore } from './host-local.ts';
 import { errorVersion, parseCall, renderForAdd, savedDelegate, status } from './plugin.ts';
 import type { ParsedCall } from './plugin.ts';
@@ -125,7 +126,7 @@ export class CniServer {
         case 'ADD':
           return await this.#serially(id!, () => this.#add(args, conf, env));
         case 'DEL':
-          return await this.#serially(id!, () => this.#del(args, conf));
+          return await this.#serially(id!, () => this.#del(args, conf, env));
         case 'CHECK':
           return await this.#serially(id!, () => this.#check(args, conf));
         case 'STATUS':
@@ -231,14 +232,21 @@ export class CniServer {
     const prior = loadState(conf.dataDir, id);
     const durable = saveStateVisible(conf.dataDir, id, bytes);
     durable.catch(() => undefined);
-    const allocated = store.locked(() => store.allocate(id, ifname, plan.ranges, wanted.ips));
+    const pod = podOfArgs(env);
+    // A pod that asks for addresses or a MAC gets those; fixed addresses are for the others.
+    const fixed = conf.fixedAddress && pod !== undefined && wanted.ips.length === 0 && wanted.mac === undefined ? pod : undefined;
+    const claimed = store.locked(() => fixed === undefined
+      ? { allocations: store.allocate(id, ifname, plan.ranges, wanted.ips), mac: wanted.mac }
+      : allocateFixed(store, fixed, id, ifname, plan.ranges, conf.fixedAddressGraceSeconds * 1000));
+    const allocated = claimed.then((c) => c.allocations);
     allocated.catch(() => undefined);
+    const mac = claimed.then((c) => c.mac);
+    mac.catch(() => undefined);
     let wired: Wired | undefined;
     try {
-      wired = await wirePod(this.#options.host, plan, bridge, allocated, ifname, netns, wanted.mac);
+      wired = await wirePod(this.#options.host, plan, bridge, allocated, ifname, netns, mac);
       const allocations = await allocated;
       await durable;
-      const pod = podOfArgs(env);
       if (pod && this.#options.pods) await this.#options.pods.wired({ ...pod, containerId: id, ips: allocations.map((a) => a.address) });
       this.#options.log.info('wired pod', {
         container: id,
@@ -255,7 +263,13 @@ export class CniServer {
           await this.#deleteBatch();
         }
         const mine = await allocated.catch(() => []);
-        if (mine.length > 0) await store.locked(() => store.release(id, ifname));
+        if (mine.length > 0) {
+          await store.locked(() => {
+            // a fixed pod's addresses stay its own for the runtime's retry
+            if (fixed) new FixedAddresses(store.dir).park(fixed, id, Date.now());
+            store.release(id, ifname);
+          });
+        }
         await durable.catch(() => undefined);
         if (prior === undefined) removeState(conf.dataDir, id);
         else await saveStateVisible(conf.dataDir, id, prior);
@@ -267,7 +281,7 @@ export class CniServer {
     }
   }
 
-  async #del(args: CniArgs, conf: PluginConf): Promise<CniAnswer> {
+  async #del(args: CniArgs, conf: PluginConf, env: Env): Promise<CniAnswer> {
     const id = args.containerId!;
     const ifname = args.ifname!;
     const saved = savedDelegate(loadState(conf.dataDir, id));
@@ -286,9 +300,15 @@ export class CniServer {
     }
     this.#options.pods?.unwired(id);
     const store = new HostLocalStore(plan.storeDir, plan.network);
-    await store.locked(() => store.release(id, ifname));
+    const pod = podOfArgs(env);
+    let kept = false;
+    await store.locked(() => {
+      // whatever the switch says today: a pod that has fixed addresses keeps them
+      if (pod) kept = new FixedAddresses(store.dir).park(pod, id, Date.now());
+      store.release(id, ifname);
+    });
     removeState(conf.dataDir, id);
-    this.#options.log.info('unwired pod', { container: id, ifname });
+    this.#options.log.info('unwired pod', { container: id, ifname, ...(kept ? { fixedAddressKept: true } : {}) });
     return { exitCode: 0, stdout: '' };
   }
 

@@ -5,10 +5,11 @@
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
-import { NOTHING, leftovers, podState, withNode, withPods } from '../support/cni-node.ts';
+import { NOTHING, SUBNET_ENV, leftovers, podState, withNode, withPods } from '../support/cni-node.ts';
 import type { CniNode } from '../support/cni-node.ts';
 import { needsRoot } from '../support/netns.ts';
 
@@ -131,4 +132,70 @@ test('addresses and MACs asked for (runtimeConfig ips and mac, IP= in CNI_ARGS) 
   assert.deepEqual(replies['served']!.slice(0, 5), ['10.244.7.50/24', '0a:58:0a:f4:07:32', '0a:58:0a:f4:07:32', '10.244.7.50', '10.244.7.60/24']);
   assert.match(String(replies['served']![5]), /^failed to allocate for range 0: requested IP address 10\.244\.7\.50 is not available in range set 10\.244\.7\.1-10\.244\.7\.254$/);
   assert.deepEqual(replies['served'], replies['fallback'], 'the server answers as bridge and host-local do');
+});
+
+/** CNI_ARGS as kubelet's runtimes set them for pod `name` in namespace default. */
+function podArgs(name: string): Record<string, string> {
+  return { CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=${name};K8S_POD_INFRA_CONTAINER_ID=x` };
+}
+
+test('a fixed-address pod re-created 20 times keeps its IP and MAC, through the server and the fallback by turns', { skip }, async () => {
+  await withNode(async (node) => withPods(2, async ([pod, other]) => {
+    const conf = node.conf('1.0.0', { fixedAddress: true });
+    const seen = new Set<string>();
+    for (let i = 0; i < 20; i++) {
+      // served on even rounds, the fallback on odd ones: each reads what the other wrote
+      if (i % 2 === 0) await node.serve();
+      const id = `web-${i}`;
+      const add = await node.plugin({ containerId: id, ifname: 'eth0', netns: pod!.path, command: 'ADD', env: podArgs('web-0') }, conf);
+      assert.equal(add.code, 0, `round ${i}: ${add.stdout}`);
+      const [eth0] = await pod!.ipJson<{ address: string; addr_info: { local: string; family: string }[] }[]>('addr', 'show', 'eth0');
+      const ip = eth0!.addr_info.find((a) => a.family === 'inet')!.local;
+      seen.add(`${ip} ${eth0!.address} ${(add.json!['ips'] as { address: string }[])[0]!.address} ${(add.json!['interfaces'] as { mac: string }[])[2]!.mac}`);
+      // another pod comes and goes in between, so host-local's round robin moves on
+      const filler = await node.plugin({ containerId: `filler-${i}`, ifname: 'eth0', netns: other!.path, command: 'ADD', env: podArgs(`filler-${i}`) }, node.conf());
+      assert.equal(filler.code, 0, filler.stdout);
+      assert.notEqual((filler.json!['ips'] as { address: string }[])[0]!.address.split('/')[0], ip, 'the fixed address is nobody else\'s');
+      assert.equal((await node.plugin({ containerId: `filler-${i}`, ifname: 'eth0', netns: other!.path, command: 'DEL', env: podArgs(`filler-${i}`) }, node.conf())).code, 0);
+      assert.equal((await node.plugin({ containerId: id, ifname: 'eth0', netns: pod!.path, command: 'DEL', env: podArgs('web-0') }, conf)).code, 0);
+      await node.stop();
+    }
+    assert.equal(seen.size, 1, `one IP and one MAC in 20 rounds: ${[...seen].join(' | ')}`);
+    const [ip, mac] = [...seen][0]!.split(' ');
+    const kept = await leftovers(node);
+    assert.deepEqual(kept, { ...NOTHING, ips: [ip] }, 'the parked address keeps its file');
+    assert.equal(readFileSync(join(node.store, ip!), 'utf8'), 'weft-fixed:default/web-0\r\neth0');
+    const entry = JSON.parse(readFileSync(join(node.store, '.weft-fixed', 'default_web-0'), 'utf8')) as { mac: string; container: unknown };
+    assert.deepEqual([entry.mac, entry.container], [mac, null]);
+  }));
+});
+
+test('fixed addresses: two pods never share one, a full range names who holds it, and the grace period releases them', { skip }, async () => {
+  await bothPaths(async (node, path) => withPods(6, async (pods) => {
+    await writeFile(node.subnetFile, SUBNET_ENV.replace('10.244.7.1/24', '10.244.7.1/29')); // 5 addresses: .2-.6
+    const conf = node.conf('1.0.0', { fixedAddress: true });
+    const add = (i: number, c = conf) => node.plugin({ containerId: `c${i}`, ifname: 'eth0', netns: pods[i]!.path, command: 'ADD', env: podArgs(`p${i}`) }, c);
+    const addrOf = (r: { json?: Record<string, unknown> }) => (r.json!['ips'] as { address: string }[])[0]!.address;
+    const first = await add(0);
+    assert.equal(first.code, 0, `${path}: ${first.stdout}`);
+    assert.equal((await node.plugin({ containerId: 'c0', ifname: 'eth0', netns: pods[0]!.path, command: 'DEL', env: podArgs('p0') }, conf)).code, 0);
+    const taken = new Set<string>();
+    for (let i = 1; i <= 4; i++) {
+      const r = await add(i);
+      assert.equal(r.code, 0, `${path}: ${r.stdout}`);
+      taken.add(addrOf(r));
+    }
+    assert.ok(!taken.has(addrOf(first)), `${path}: p0's parked address went to nobody else`);
+    const full = await add(5);
+    assert.equal(full.code, 1, path);
+    assert.match(String(full.json!['msg']), /no IP addresses available in range set: 10\.244\.7\.1-10\.244\.7\.6 \(1 kept for pods that may come back, see \.weft-fixed: default\/p0 10\.244\.7\.\d\)$/, path);
+    // With no grace left, p0's entry is released at the next ADD and its address is free again.
+    const released = await add(5, node.conf('1.0.0', { fixedAddress: true, fixedAddressGracePeriod: 0 }));
+    assert.equal(released.code, 0, `${path}: ${released.stdout}`);
+    assert.equal(addrOf(released), addrOf(first), path);
+    assert.equal(existsSync(join(node.store, '.weft-fixed', 'default_p0')), false, path);
+    for (let i = 1; i <= 5; i++) {
+      assert.equal((await node.plugin({ containerId: `c${i}`, ifname: 'eth0', netns: pods[i]!.path, command: 'DEL', env: podArgs(`p${i}`) }, node.conf())).code, 0);
+    }
+  }));
 });
