@@ -19,6 +19,7 @@ import type { Logger } from '../log.ts';
 import type { HealthServer } from '../server/http.ts';
 import type { Metrics } from '../server/metrics.ts';
 import type { NetlinkHandle } from '../netlink/index.ts';
+import type { PodDirectory } from '../cni/server.ts';
 import type { PolicyEnforcer } from '../policy/enforcer.ts';
 
 async function leaseSource(flags: Flags, log: Logger, observer: SourceObserver | undefined): Promise<LeaseSource> {
@@ -62,23 +63,36 @@ async function startPolicy(flags: Flags, source: LeaseSource, log: Logger, signa
  */
 async function startCni(
   flags: Flags,
+  source: LeaseSource,
   handle: NetlinkHandle,
   log: Logger,
   policy: PolicyEnforcer | undefined,
+  signal: AbortSignal,
 ): Promise<{ close(): Promise<void> } | undefined> {
   try {
     const { startCniServer } = await import('../cni/server.ts');
     const pods = policy && { wired: policy.podWired.bind(policy), unwired: policy.podUnwired.bind(policy) };
+    const cniLog = log.child({ component: 'cni' });
     return await startCniServer({
       subnetFile: flags.subnetFile,
       host: handle,
-      log: log.child({ component: 'cni' }),
+      log: cniLog,
       ...(pods ? { pods } : {}),
+      ...(flags.kubeSubnetMgr ? { directory: await podDirectory(flags, source, cniLog, signal) } : {}),
     });
   } catch (e) {
     log.warn('not serving CNI requests: the plugin falls back to wiring pods itself', { err: e });
     return undefined;
   }
+}
+
+/** Pods by name from the API server, for the annotation that asks for fixed addresses (kube mode). */
+async function podDirectory(flags: Flags, source: LeaseSource, log: Logger, signal: AbortSignal): Promise<PodDirectory> {
+  const [{ KubePods }, { kubeConfigFromFlags }, { KubeHttp }] = await Promise.all([
+    import('../cni/kube-pods.ts'), import('../lease/kube/client.ts'), import('../lease/kube/http.ts'),
+  ]);
+  const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl }));
+  return new KubePods(http, await (source as KubeLeaseSource).nodeName(signal), log);
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -119,7 +133,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const handle = NetlinkHandle.open();
   const view = new AgentView();
-  const cni = await startCni(flags, handle, log, policy);
+  const cni = await startCni(flags, source, handle, log, policy, stop.signal);
   let health: HealthServer | undefined;
   let admin: { close(): Promise<void> } | undefined;
   try {

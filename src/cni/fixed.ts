@@ -55,13 +55,6 @@ export function reservationOf(pod: string, ifname: string): string {
   return `weft-fixed:${pod}${LINE_BREAK}${ifname}`;
 }
 
-/** A random locally administered unicast MAC, for a pod's first fixed ADD. */
-export function randomMac(): string {
-  const b = crypto.getRandomValues(new Uint8Array(6));
-  b[0] = (b[0]! & 0xfc) | 0x02;
-  return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
-}
-
 function parseEntry(text: string, file: string): FixedEntry | undefined {
   try {
     const v = JSON.parse(text) as unknown;
@@ -196,35 +189,33 @@ export function heldText(entries: readonly FixedEntry[]): string {
 }
 
 /**
- * host-local's allocation for container `id` of `pod` (inside the store's lock): the addresses of
- * the pod's entry when it has one (claimed back from its reservation, with its MAC), else new ones
- * recorded with a new MAC. Entries parked longer than `graceMs` are released first. A full range's
- * error names the entries that hold addresses.
+ * host-local's allocation for container `id` on `ifname` (inside the store's lock): when `pod` has
+ * an entry, its addresses, claimed back from their reservation (the caller sets the entry's MAC);
+ * else the addresses `requested`, or the next free ones. With `graceMs` (the config's switch is
+ * on), entries parked longer are released first. A full range's error names the entries that
+ * hold addresses.
  */
-export function allocateFixed(
+export function allocateFor(
   store: HostLocalStore,
-  pod: PodKey,
+  pod: PodKey | undefined,
   id: string,
   ifname: string,
   ranges: readonly CIDR[],
-  graceMs: number,
-): { allocations: Allocation[]; mac: string } {
+  requested: readonly IP[],
+  graceMs: number | undefined,
+): { allocations: Allocation[]; entry: FixedEntry | undefined } {
   const fixed = new FixedAddresses(store.dir);
-  fixed.expire(Date.now(), graceMs);
-  const entry = fixed.lookup(pod);
+  if (graceMs !== undefined) fixed.expire(Date.now(), graceMs);
+  const entry = pod && fixed.lookup(pod);
   if (entry) {
     const allocations = store.allocate(id, ifname, ranges, entry.ips.map((ip) => parseIP(ip, entry.pod)), reservationOf(entry.pod, entry.ifname));
     fixed.held(entry, id, ifname);
-    return { allocations, mac: entry.mac };
+    return { allocations, entry };
   }
-  let allocations: Allocation[];
   try {
-    allocations = store.allocate(id, ifname, ranges);
+    return { allocations: store.allocate(id, ifname, ranges, requested), entry: undefined };
   } catch (e) {
     if (e instanceof CniError && /no IP addresses available/.test(e.message)) throw new CniError(e.cniCode, e.message + heldText(fixed.entries()));
     throw e;
   }
-  const mac = randomMac();
-  fixed.record(pod, id, ifname, allocations.map((a) => a.address), mac);
-  return { allocations, mac };
 }

@@ -77,8 +77,9 @@ function storeOf(delegate: Json): string | undefined {
 }
 
 /**
- * The fallback's side of fixed addresses (fixed.ts), when the config asks for them and CNI_ARGS
- * names the pod (and the runtime asks for no address or MAC of its own). A pod with an entry is
+ * The fallback's side of fixed addresses (fixed.ts), when CNI_ARGS names the pod (and the runtime
+ * asks for no address or MAC of its own) and the config asks for them or the pod has an entry
+ * (which weftd made for its annotation). A pod with an entry is
  * wired by the delegate with the `static` IPAM plugin and the entry's MAC, after its reserved
  * address files are claimed for the container: host-local would refuse an address that has a
  * file, and removing the file first would let another allocation take it. The saved state keeps
@@ -89,10 +90,12 @@ function fixedFor(conf: PluginConf, env: Env, bytes: string) {
   const delegate = JSON.parse(bytes) as Json;
   const dir = storeOf(delegate);
   const wanted = requestedOf(env, conf.runtimeConfig);
-  if (!conf.fixedAddress || !pod || !dir || typeof wanted === 'string' || wanted.ips.length > 0 || wanted.mac !== undefined) return undefined;
+  if (!pod || !dir || typeof wanted === 'string' || wanted.ips.length > 0 || wanted.mac !== undefined) return undefined;
   const fixed = new FixedAddresses(dir);
-  fixed.expire(Date.now(), conf.fixedAddressGraceSeconds * 1000);
+  if (conf.fixedAddress) fixed.expire(Date.now(), conf.fixedAddressGraceSeconds * 1000);
   const entry = fixed.lookup(pod);
+  // Without the switch, a pod keeps only the entry weftd made for its annotation.
+  if (!conf.fixedAddress && entry === undefined) return undefined;
   return {
     /** The delegate config to run ADD with. */
     claim(id: string, ifname: string): string {

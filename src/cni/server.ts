@@ -37,7 +37,8 @@ import { bridgeResult, planBridge } from './bridge.ts';
 import type { BridgePlan, Wired } from './bridge.ts';
 import type { PluginConf } from './config.ts';
 import { CNI_CODE, CniError, toCniError } from './errors.ts';
-import { FixedAddresses, allocateFixed } from './fixed.ts';
+import { FixedAddresses, allocateFor } from './fixed.ts';
+import type { PodKey } from './fixed.ts';
 import { HostLocalStore } from './host-local.ts';
 import { errorVersion, parseCall, renderForAdd, savedDelegate, status } from './plugin.ts';
 import type { ParsedCall } from './plugin.ts';
@@ -77,12 +78,22 @@ export interface PodObserver {
   unwired(containerId: string): void;
 }
 
+/** What weftd knows of Pods from the API server (kube mode). */
+export interface PodDirectory {
+  /** Whether the Pod asks to keep its addresses and MAC (annotation weft.dev/fixed-address: "true"); false when unknown. */
+  fixedAddress(pod: PodKey): Promise<boolean>;
+  /** Whether the Pod is gone from this node for good: its object absent, or bound to another node; false when unknown. */
+  gone(pod: PodKey): Promise<boolean>;
+}
+
 export interface CniServerOptions {
   /** weftd's own namespace, where the bridge and host ends live. */
   host: NetlinkHandle;
   log: Logger;
   /** Told of pods wired (those whose CNI_ARGS name their Pod) and unwired. */
   pods?: PodObserver;
+  /** Pods' annotations and existence, for fixed addresses (kube mode). */
+  directory?: PodDirectory;
   /** Unwired pod interfaces are deleted once no DEL came for this long; default 50 ms... */
   batchQuietMs?: number;
   /** ...or once the oldest has waited this long; default 10 s. */
@@ -97,6 +108,10 @@ export class CniServer {
   /** Pod interfaces (netns + ifname) a DEL took off the network, to be deleted in the next batch. */
   readonly #unwired = new Set<string>();
   #batch: { timer: NodeJS.Timeout; since: number } | undefined;
+  /** host-local directories this server allocated in: where its fixed-address entries are. */
+  readonly #stores = new Map<string, HostLocalStore>();
+  /** Parked fixed-address pods seen gone by the last sweep, and when. */
+  #goneSince = new Map<string, number>();
   #deleting: Promise<void> = Promise.resolve();
 
   constructor(options: CniServerOptions) {
@@ -146,6 +161,36 @@ export class CniServer {
    */
   async start(): Promise<void> {
     await deleteUnwired(this.#options.host);
+  }
+
+  /**
+   * Releases the fixed addresses of parked pods that are gone for good: their Pod seen absent (or
+   * on another node) by two sweeps at least `confirmMs` apart, so the moment between a StatefulSet
+   * pod's deletion and its re-creation never releases anything. Runs every minute in kube mode.
+   */
+  async sweep(now = Date.now(), confirmMs = 30_000): Promise<void> {
+    const directory = this.#options.directory;
+    if (directory === undefined) return;
+    const gone = new Map<string, number>();
+    for (const store of this.#stores.values()) {
+      const parked = new FixedAddresses(store.dir).entries().filter((e) => e.container === null);
+      for (const entry of parked) {
+        const [namespace, name] = entry.pod.split('/') as [string, string];
+        if (!(await directory.gone({ namespace, name }))) continue;
+        const key = `${store.dir}\0${entry.pod}`;
+        const since = this.#goneSince.get(key) ?? now;
+        gone.set(key, since);
+        if (now - since < confirmMs) continue;
+        await store.locked(() => {
+          const fixed = new FixedAddresses(store.dir);
+          const still = fixed.lookup({ namespace, name });
+          if (still?.container === null) fixed.release(still);
+        });
+        gone.delete(key);
+        this.#options.log.info('released the fixed addresses of a pod that is gone', { pod: entry.pod, addresses: entry.ips });
+      }
+    }
+    this.#goneSince = gone;
   }
 
   /** Resolves once every pod interface a DEL took off the network is deleted. */
@@ -221,6 +266,7 @@ export class CniServer {
       return { fallback: true };
     }
     const store = new HostLocalStore(plan.storeDir, plan.network);
+    this.#stores.set(store.dir, store);
     // Kernel and files at once: the bridge and the veth are made on the netlink thread while the
     // state and host-local's files are written on this one. The state is in place before anything
     // a DEL must find, and on disk before the answer.
@@ -234,18 +280,28 @@ export class CniServer {
     durable.catch(() => undefined);
     const pod = podOfArgs(env);
     // A pod that asks for addresses or a MAC gets those; fixed addresses are for the others.
-    const fixed = conf.fixedAddress && pod !== undefined && wanted.ips.length === 0 && wanted.mac === undefined ? pod : undefined;
-    const claimed = store.locked(() => fixed === undefined
-      ? { allocations: store.allocate(id, ifname, plan.ranges, wanted.ips), mac: wanted.mac }
-      : allocateFixed(store, fixed, id, ifname, plan.ranges, conf.fixedAddressGraceSeconds * 1000));
+    const fixable = pod !== undefined && wanted.ips.length === 0 && wanted.mac === undefined ? pod : undefined;
+    const graceMs = conf.fixedAddress ? conf.fixedAddressGraceSeconds * 1000 : undefined;
+    const claimed = store.locked(() => allocateFor(store, fixable, id, ifname, plan.ranges, wanted.ips, graceMs));
+    claimed.catch(() => undefined);
+    // Whether a pod without an entry gets one: the config's switch, else its Pod's annotation,
+    // asked while the pod is wired.
+    const keep = fixable === undefined ? Promise.resolve(false)
+      : conf.fixedAddress ? Promise.resolve(true)
+        : (this.#options.directory?.fixedAddress(fixable).catch(() => false) ?? Promise.resolve(false));
     const allocated = claimed.then((c) => c.allocations);
     allocated.catch(() => undefined);
-    const mac = claimed.then((c) => c.mac);
+    const mac = claimed.then((c) => c.entry?.mac ?? wanted.mac);
     mac.catch(() => undefined);
     let wired: Wired | undefined;
     try {
       wired = await wirePod(this.#options.host, plan, bridge, allocated, ifname, netns, mac);
       const allocations = await allocated;
+      if ((await claimed).entry === undefined && (await keep)) {
+        const podMac = wired.podMac;
+        await store.locked(() => new FixedAddresses(store.dir).record(fixable!, id, ifname, allocations.map((a) => a.address), podMac));
+        this.#options.log.info('pod keeps its addresses and MAC on this node', { pod: `${fixable!.namespace}/${fixable!.name}`, mac: podMac });
+      }
       await durable;
       if (pod && this.#options.pods) await this.#options.pods.wired({ ...pod, containerId: id, ips: allocations.map((a) => a.address) });
       this.#options.log.info('wired pod', {
@@ -266,7 +322,7 @@ export class CniServer {
         if (mine.length > 0) {
           await store.locked(() => {
             // a fixed pod's addresses stay its own for the runtime's retry
-            if (fixed) new FixedAddresses(store.dir).park(fixed, id, Date.now());
+            if (fixable) new FixedAddresses(store.dir).park(fixable, id, Date.now());
             store.release(id, ifname);
           });
         }
@@ -300,6 +356,7 @@ export class CniServer {
     }
     this.#options.pods?.unwired(id);
     const store = new HostLocalStore(plan.storeDir, plan.network);
+    this.#stores.set(store.dir, store);
     const pod = podOfArgs(env);
     let kept = false;
     await store.locked(() => {
@@ -345,6 +402,8 @@ export interface CniSocket {
   readonly path: string;
   /** Resolves once every pod interface a DEL took off the network is deleted. */
   settled(): Promise<void>;
+  /** {@link CniServer.sweep}, which runs every minute when the server has a Pod directory. */
+  sweep(now?: number, confirmMs?: number): Promise<void>;
   /** Stops serving, then waits for {@link settled}. */
   close(): Promise<void>;
 }
@@ -359,10 +418,16 @@ export async function startCniServer(options: StartCniServerOptions): Promise<Cn
     maxRequestBytes: 8 << 20,
   });
   await server.listen();
+  const sweeper = options.directory && setInterval(() => {
+    cni.sweep().catch((e: unknown) => options.log.warn('failed to sweep fixed addresses', { err: e }));
+  }, 60_000);
+  sweeper?.unref();
   return {
     path: server.path,
     settled: () => cni.settled(),
+    sweep: (now, confirmMs) => cni.sweep(now, confirmMs),
     close: async () => {
+      clearInterval(sweeper);
       await server.close();
       await cni.settled();
     },

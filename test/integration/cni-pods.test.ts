@@ -8,10 +8,16 @@ import { createServer } from 'node:net';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { FIXED_ADDRESS_ANNOTATION, KubePods } from '../../src/cni/kube-pods.ts';
+import { kubeConfigFromFlags } from '../../src/lease/kube/client.ts';
+import { KubeHttp } from '../../src/lease/kube/http.ts';
+import { memoryLogger } from '../../src/log.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
 import { NOTHING, SUBNET_ENV, leftovers, podState, withNode, withPods } from '../support/cni-node.ts';
 import type { CniNode } from '../support/cni-node.ts';
+import { KubeApiServer } from '../support/kube-apiserver.ts';
 import { needsRoot } from '../support/netns.ts';
+import type { Netns } from '../support/netns.ts';
 
 const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
 
@@ -198,4 +204,54 @@ test('fixed addresses: two pods never share one, a full range names who holds it
       assert.equal((await node.plugin({ containerId: `c${i}`, ifname: 'eth0', netns: pods[i]!.path, command: 'DEL', env: podArgs(`p${i}`) }, node.conf())).code, 0);
     }
   }));
+});
+
+test('kube mode: a Pod annotated weft.dev/fixed-address keeps its address and MAC; its entry goes once the Pod is gone for good', { skip }, async () => {
+  const api = await KubeApiServer.start();
+  try {
+    const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: await api.kubeconfig() }));
+    const directory = new KubePods(http, 'node-a', memoryLogger());
+    const pod = (name: string, annotations: Record<string, string> = {}) =>
+      ({ metadata: { name, namespace: 'default', annotations }, spec: { nodeName: 'node-a', containers: [{ name: 'c', image: 'i' }] } });
+    api.seed('pods', pod('db-0', { [FIXED_ADDRESS_ANNOTATION]: 'true' }));
+    api.seed('pods', pod('plain-0'));
+    await withNode(async (node) => withPods(2, async ([a, b]) => {
+      await node.serve({ directory });
+      const run = (command: string, id: string, ns: Netns, name: string) =>
+        node.plugin({ containerId: id, ifname: 'eth0', netns: ns.path, command, env: podArgs(name) }, node.conf());
+      const macOf = async (ns: Netns) => (await ns.ipJson<{ address: string }[]>('link', 'show', 'eth0'))[0]!.address;
+      const first = await run('ADD', 'db-a', a!, 'db-0');
+      assert.equal(first.code, 0, first.stdout);
+      const ip = (first.json!['ips'] as { address: string }[])[0]!.address;
+      const mac = await macOf(a!);
+      assert.equal((await run('ADD', 'plain-a', b!, 'plain-0')).code, 0);
+      assert.deepEqual(readdirSync(join(node.store, '.weft-fixed')), ['default_db-0'], 'only the annotated Pod has an entry');
+      assert.equal((await run('DEL', 'plain-a', b!, 'plain-0')).code, 0);
+      assert.equal((await run('DEL', 'db-a', a!, 'db-0')).code, 0);
+      // Re-created: through the fallback first (weftd away; the entry is enough), then the server.
+      await node.stop();
+      for (const [i, serve] of [[1, false], [2, true]] as const) {
+        if (serve) await node.serve({ directory });
+        const again = await run('ADD', `db-${i}`, a!, 'db-0');
+        assert.equal(again.code, 0, again.stdout);
+        assert.deepEqual([(again.json!['ips'] as { address: string }[])[0]!.address, await macOf(a!)], [ip, mac], `re-creation ${i}`);
+        assert.equal((await run('DEL', `db-${i}`, a!, 'db-0')).code, 0);
+      }
+      // The Pod re-created with the same name between two sweeps keeps the entry; gone at two sweeps 30 s apart, it goes.
+      const t0 = Date.now();
+      api.remove('pods', 'db-0', 'default');
+      await node.server!.sweep(t0);
+      api.seed('pods', pod('db-0', { [FIXED_ADDRESS_ANNOTATION]: 'true' }));
+      await node.server!.sweep(t0 + 40_000);
+      assert.ok(existsSync(join(node.store, '.weft-fixed', 'default_db-0')), 'a re-created Pod keeps its entry');
+      api.remove('pods', 'db-0', 'default');
+      await node.server!.sweep(t0 + 50_000);
+      assert.ok(existsSync(join(node.store, '.weft-fixed', 'default_db-0')), 'seen gone once is not enough');
+      await node.server!.sweep(t0 + 90_000);
+      assert.deepEqual(readdirSync(join(node.store, '.weft-fixed')), [], 'gone for good: released');
+      assert.deepEqual(await leftovers(node), NOTHING);
+    }));
+  } finally {
+    await api.stop();
+  }
 });
