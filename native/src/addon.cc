@@ -6,10 +6,12 @@
 //   handle.linkGet(nameOrIndex) -> Promise<record>
 //   handle.routeGet(dst, oif?) -> Promise<record>
 //   handle.monitor(groups, callback, rcvbuf?) -> Promise<void>; callback(events[])
+//   handle.announce(ifindex, address) -> Promise<void>   gratuitous ARP / unsolicited NA
 //   handle.unmonitor(), handle.close()
 //   flock(fd, "ex" | "sh" | "un") -> boolean   flock(2) with LOCK_NB: false when another holds it
 //
 // Failures reject with an Error carrying `errno` (the kernel's symbolic errno) and `detail`.
+#include "announce.h"
 #include "common.h"
 #include "monitor.h"
 #include "worker.h"
@@ -118,6 +120,14 @@ struct GetJob : Job {
   Napi::Value result(Napi::Env env) override { return recordToJs(env, records[0]); }
 };
 
+struct AnnounceJob : Job {
+  int ifindex = 0;
+  std::string address;
+  using Job::Job;
+  void run(Worker&) override { failure = announce(ifindex, address); }
+  Napi::Value result(Napi::Env env) override { return env.Undefined(); }
+};
+
 struct MonitorJob : Job {
   Handle* handle;
   std::vector<int> groups;
@@ -146,6 +156,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
                            InstanceMethod<&Handle::Dump>("dump"),
                            InstanceMethod<&Handle::LinkGet>("linkGet"),
                            InstanceMethod<&Handle::RouteGet>("routeGet"),
+                           InstanceMethod<&Handle::Announce>("announce"),
                            InstanceMethod<&Handle::MonitorStart>("monitor"),
                            InstanceMethod<&Handle::MonitorStop>("unmonitor"),
                            InstanceMethod<&Handle::Close>("close"),
@@ -350,6 +361,20 @@ class Handle : public Napi::ObjectWrap<Handle> {
       }
       return msg;
     };
+    return submit(env, job);
+  }
+
+  Napi::Value Announce(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!usable(env)) return env.Undefined();
+    if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsString()) {
+      Napi::TypeError::New(env, "announce(ifindex, address): ifindex must be a number and address a string")
+          .ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    auto* job = new AnnounceJob(env);
+    job->ifindex = info[0].As<Napi::Number>().Int32Value();
+    job->address = info[1].As<Napi::String>().Utf8Value();
     return submit(env, job);
   }
 

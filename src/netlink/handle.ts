@@ -612,6 +612,21 @@ export class NetlinkHandle {
     return this.#one({ op: 'addrDel', addr });
   }
 
+  /**
+   * Tells the neighbours on link `ifindex` that `address` is at this link's MAC: for IPv4 a
+   * gratuitous ARP (`arping -U -I <link> <address>`: a broadcast request with sender = target =
+   * the address), for IPv6 an unsolicited neighbour advertisement to ff02::1 with the override flag
+   * and the target link-layer address option (`ndisc6`'s unsolicited NA). Sent from a packet
+   * socket, so nothing on the link changes; the address need not be on the link yet.
+   */
+  async announce(ifindex: number, address: string): Promise<void> {
+    try {
+      await this.#raw.announce(ifindex, address);
+    } catch (e) {
+      throw rejected('announce', `${address} dev #${ifindex}`, e);
+    }
+  }
+
   // ---- routes ----
 
   /**

@@ -1,0 +1,130 @@
+// Announcements of an address that moved to this node, sent as packets on the worker thread (so
+// from the handle's namespace): a gratuitous ARP for IPv4, an unsolicited neighbour advertisement
+// for IPv6. Both go out through an AF_PACKET socket bound to the one link, so nothing about the
+// link changes and no route or source address selection is involved.
+#include "announce.h"
+
+#include <arpa/inet.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <netinet/icmp6.h>
+#include <netinet/if_ether.h>
+#include <netinet/ip6.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace weft {
+
+namespace {
+
+Failure sysFailure(const std::string& what) { return {errno, what + ": " + strerror(errno)}; }
+
+// The link's MAC address (SIOCGIFHWADDR), which must be an Ethernet one.
+Failure linkMac(int fd, int ifindex, unsigned char mac[ETH_ALEN]) {
+  struct ifreq ifr = {};
+  if (!if_indextoname(static_cast<unsigned>(ifindex), ifr.ifr_name))
+    return {ENODEV, "no link with index " + std::to_string(ifindex)};
+  if (ioctl(fd, SIOCGIFHWADDR, &ifr) < 0) return sysFailure(std::string("cannot read the MAC address of ") + ifr.ifr_name);
+  if (ifr.ifr_hwaddr.sa_family != ARPHRD_ETHER)
+    return {EOPNOTSUPP, std::string(ifr.ifr_name) + " is not an Ethernet link"};
+  memcpy(mac, ifr.ifr_hwaddr.sa_data, ETH_ALEN);
+  return {};
+}
+
+// Sends `len` bytes of `payload` as one frame of `ethertype` to `dst` on link `ifindex`; the
+// kernel adds the Ethernet header with the link's own MAC as source.
+Failure sendFrame(int fd, int ifindex, uint16_t ethertype, const unsigned char dst[ETH_ALEN], const void* payload, size_t len) {
+  struct sockaddr_ll to = {};
+  to.sll_family = AF_PACKET;
+  to.sll_protocol = htons(ethertype);
+  to.sll_ifindex = ifindex;
+  to.sll_halen = ETH_ALEN;
+  memcpy(to.sll_addr, dst, ETH_ALEN);
+  ssize_t sent;
+  do sent = sendto(fd, payload, len, 0, reinterpret_cast<struct sockaddr*>(&to), sizeof to);
+  while (sent < 0 && errno == EINTR);
+  if (sent < 0) return sysFailure("cannot send the announcement");
+  return {};
+}
+
+// RFC 5227's ARP announcement: a request whose sender and target are both the address, to the
+// broadcast address, as the kernel itself sends when a link's address changes.
+Failure gratuitousArp(int fd, int ifindex, const unsigned char mac[ETH_ALEN], const in_addr& ip) {
+  struct ether_arp arp = {};
+  arp.arp_hrd = htons(ARPHRD_ETHER);
+  arp.arp_pro = htons(ETHERTYPE_IP);
+  arp.arp_hln = ETH_ALEN;
+  arp.arp_pln = 4;
+  arp.arp_op = htons(ARPOP_REQUEST);
+  memcpy(arp.arp_sha, mac, ETH_ALEN);
+  memcpy(arp.arp_spa, &ip, 4);
+  memcpy(arp.arp_tpa, &ip, 4);
+  const unsigned char broadcast[ETH_ALEN] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  return sendFrame(fd, ifindex, ETH_P_ARP, broadcast, &arp, sizeof arp);
+}
+
+uint16_t checksum(const void* data, size_t len, uint32_t sum) {
+  auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i + 1 < len; i += 2) sum += (p[i] << 8) | p[i + 1];
+  if (len & 1) sum += p[len - 1] << 8;
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+// RFC 4861 7.2.6: an unsolicited neighbour advertisement to all nodes (ff02::1), hop limit 255,
+// override set, solicited clear, with the target link-layer address option. Its source is the
+// address itself (assigned to the link, as 4861 asks), so it needs no other address on the link.
+Failure unsolicitedNa(int fd, int ifindex, const unsigned char mac[ETH_ALEN], const in6_addr& ip) {
+  struct Packet {
+    struct ip6_hdr ip6;
+    struct nd_neighbor_advert na;
+    struct nd_opt_hdr opt;
+    unsigned char lladdr[ETH_ALEN];
+  } pkt = {};
+  static_assert(sizeof pkt == 40 + 24 + 8, "the advertisement is laid out without padding");
+  const size_t icmpLen = sizeof pkt - sizeof pkt.ip6;
+  pkt.ip6.ip6_flow = htonl(6u << 28);
+  pkt.ip6.ip6_plen = htons(static_cast<uint16_t>(icmpLen));
+  pkt.ip6.ip6_nxt = IPPROTO_ICMPV6;
+  pkt.ip6.ip6_hlim = 255;
+  pkt.ip6.ip6_src = ip;
+  inet_pton(AF_INET6, "ff02::1", &pkt.ip6.ip6_dst);
+  pkt.na.nd_na_type = ND_NEIGHBOR_ADVERT;
+  pkt.na.nd_na_flags_reserved = ND_NA_FLAG_OVERRIDE;
+  pkt.na.nd_na_target = ip;
+  pkt.opt.nd_opt_type = ND_OPT_TARGET_LINKADDR;
+  pkt.opt.nd_opt_len = 1;  // in units of 8 bytes: type, length and the MAC
+  memcpy(pkt.lladdr, mac, ETH_ALEN);
+  // The ICMPv6 checksum covers a pseudo-header: source, destination, length and next header.
+  uint32_t sum = 0;
+  for (const in6_addr* a : {&pkt.ip6.ip6_src, &pkt.ip6.ip6_dst})
+    for (int i = 0; i < 16; i += 2) sum += (a->s6_addr[i] << 8) | a->s6_addr[i + 1];
+  sum += static_cast<uint32_t>(icmpLen) + IPPROTO_ICMPV6;
+  pkt.na.nd_na_cksum = htons(checksum(&pkt.na, icmpLen, sum));
+  const unsigned char allNodes[ETH_ALEN] = {0x33, 0x33, 0x00, 0x00, 0x00, 0x01};
+  return sendFrame(fd, ifindex, ETH_P_IPV6, allNodes, &pkt, sizeof pkt);
+}
+
+}  // namespace
+
+Failure announce(int ifindex, const std::string& address) {
+  in_addr v4;
+  in6_addr v6;
+  bool isV4 = inet_pton(AF_INET, address.c_str(), &v4) == 1;
+  if (!isV4 && inet_pton(AF_INET6, address.c_str(), &v6) != 1) return {EINVAL, "invalid address \"" + address + "\""};
+  // SOCK_DGRAM: the kernel builds the Ethernet header; protocol 0: the socket receives nothing.
+  int fd = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return sysFailure("cannot open a packet socket");
+  unsigned char mac[ETH_ALEN];
+  Failure f = linkMac(fd, ifindex, mac);
+  if (!f) f = isV4 ? gratuitousArp(fd, ifindex, mac, v4) : unsolicitedNa(fd, ifindex, mac, v6);
+  close(fd);
+  return f;
+}
+
+}  // namespace weft
