@@ -161,6 +161,8 @@ export interface Wired {
   hostVeth: string;
   hostVethMac: string;
   podMac: string;
+  /** Why the pod's addresses could not be announced, when they could not. */
+  announceError?: Error | undefined;
 }
 
 /** The routes installed in the pod: the ipam routes, then a default per family when asked. */

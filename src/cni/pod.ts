@@ -33,12 +33,14 @@ function unlessNotFound(e: unknown): void {
  * gateway (`ip addr replace`, so a removed one comes back), and its MAC address set. Returns the
  * bridge.
  *
- * The MAC is set to the one it has (pinned): a bridge whose address was never set takes the
- * lowest of its ports' and changes when that port goes, so every pod on it would keep sending to
- * a gateway MAC no longer there until its neighbour entry expires (IPv6 pods lost the node for
- * 30-60 s after a DEL). A bridge made by the bridge plugin is pinned on the first ADD we serve.
+ * The MAC is set to the one it has (pinned) unless `pinned` holds the bridge already: a bridge
+ * whose address was never set takes the lowest of its ports' and changes when that port goes, so
+ * every pod on it would keep sending to a gateway MAC no longer there until its neighbour entry
+ * expires (IPv6 pods lost the node for 30-60 s after a DEL). Setting a MAC, even the same one,
+ * flushes the bridge's neighbour cache, so it is done once per bridge (added to `pinned`), not on
+ * every ADD. A bridge made by the bridge plugin is pinned on the first ADD we serve.
  */
-export async function ensureBridge(host: NetlinkHandle, plan: BridgePlan): Promise<Link> {
+export async function ensureBridge(host: NetlinkHandle, plan: BridgePlan, pinned: Set<number> = new Set()): Promise<Link> {
   let bridge: Link;
   try {
     bridge = await host.linkByName(plan.bridge);
@@ -56,7 +58,8 @@ export async function ensureBridge(host: NetlinkHandle, plan: BridgePlan): Promi
     );
   }
   const ops: Operation[] = [];
-  ops.push({ op: 'linkSet', index: bridge.index, changes: { mac: bridge.mac, ...(bridge.up ? {} : { up: true }) } });
+  const pin = !pinned.has(bridge.index);
+  if (pin || !bridge.up) ops.push({ op: 'linkSet', index: bridge.index, changes: { ...(pin ? { mac: bridge.mac } : {}), ...(bridge.up ? {} : { up: true }) } });
   if (plan.isGateway) {
     for (const subnet of plan.ranges) {
       // nodad: the pod's and gateway's IPv6 addresses are unique by allocation.
@@ -73,6 +76,7 @@ export async function ensureBridge(host: NetlinkHandle, plan: BridgePlan): Promi
   }
   const failed = (await host.batch(ops)).find((r) => r !== null);
   if (failed) throw failed;
+  pinned.add(bridge.index);
   return bridge;
 }
 
@@ -98,7 +102,8 @@ function openNetns(netns: string): number {
 /**
  * Wires the pod onto the bridge (from {@link ensureBridge}): the veth pair (host end enslaved and
  * up as it is created), hairpin, then on the pod's side the addresses, link up and routes while
- * the host side is read back; the pod's interface takes `mac` when the runtime asked for one.
+ * the host side is read back; the pod's interface takes `mac` when the runtime asked for one, and
+ * its addresses are announced (gratuitous ARP, unsolicited NA; a failure to is returned, not thrown).
  * The bridge and the addresses may still be on their way (the kernel
  * creates the veth while host-local's files are written). On failure the veth pair this call made
  * is deleted again, and nothing else: an interface of that name that was there before (a
@@ -186,12 +191,14 @@ async function configure(
     }
     const failed = (await pod.batch(ops)).find((r) => r !== null);
     if (failed) throw failed;
-    return mac ?? link.mac;
+    // A reused address may still be in the neighbours' caches with the MAC of the pod before.
+    const announced = await Promise.all(allocations.map((a) => pod.announce(link.index, formatIP(a.address)).then(() => undefined, (e: unknown) => e as Error)));
+    return { podMac: mac ?? link.mac, announceError: announced.find((e) => e !== undefined) };
   })();
   hostSide.catch(() => undefined);
   podSide.catch(() => undefined);
-  const [h, podMac] = await Promise.all([hostSide, podSide]);
-  return { ...h, hostVeth, podMac };
+  const [h, p] = await Promise.all([hostSide, podSide]);
+  return { ...h, hostVeth, ...p };
 }
 
 /** `handle`'s link by name or index, or undefined when there is none. */

@@ -108,6 +108,8 @@ export class CniServer {
   /** Pod interfaces (netns + ifname) a DEL took off the network, to be deleted in the next batch. */
   readonly #unwired = new Set<string>();
   #batch: { timer: NodeJS.Timeout; since: number } | undefined;
+  /** Bridges whose MAC this server has pinned (see ensureBridge), by index. */
+  readonly #pinned = new Set<number>();
   /** host-local directories this server allocated in: where its fixed-address entries are. */
   readonly #stores = new Map<string, HostLocalStore>();
   /** Parked fixed-address pods seen gone by the last sweep, and when. */
@@ -270,7 +272,7 @@ export class CniServer {
     // Kernel and files at once: the bridge and the veth are made on the netlink thread while the
     // state and host-local's files are written on this one. The state is in place before anything
     // a DEL must find, and on disk before the answer.
-    const bridge = ensureBridge(this.#options.host, plan);
+    const bridge = ensureBridge(this.#options.host, plan, this.#pinned);
     bridge.catch(() => undefined);
     await this.#notUnwired(netns, ifname);
     // An ADD of a container that has state repeats one that succeeded (or whose rollback failed):
@@ -304,6 +306,7 @@ export class CniServer {
       }
       await durable;
       if (pod && this.#options.pods) await this.#options.pods.wired({ ...pod, containerId: id, ips: allocations.map((a) => a.address) });
+      if (wired.announceError) this.#options.log.warn('wired a pod whose addresses could not be announced', { container: id, err: wired.announceError });
       this.#options.log.info('wired pod', {
         container: id,
         ifname,

@@ -17,6 +17,7 @@ import { NOTHING, SUBNET_ENV, leftovers, podState, withNode, withPods } from '..
 import type { CniNode } from '../support/cni-node.ts';
 import { KubeApiServer } from '../support/kube-apiserver.ts';
 import { needsRoot } from '../support/netns.ts';
+import { until } from '../support/until.ts';
 import type { Netns } from '../support/netns.ts';
 
 const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
@@ -254,4 +255,32 @@ test('kube mode: a Pod annotated weft.dev/fixed-address keeps its address and MA
   } finally {
     await api.stop();
   }
+});
+
+test('a pod\'s addresses are announced when it is wired: the node\'s neighbour cache follows a reused IPv4 and IPv6 address to the new MAC', { skip }, async () => {
+  await withNode(async (node) => withPods(2, async ([pod, neighbour]) => {
+    await writeFile(node.subnetFile, `${SUBNET_ENV}FLANNEL_IPV6_NETWORK=fd00:244::/56\nFLANNEL_IPV6_SUBNET=fd00:244:0:7::1/64\n`);
+    await node.serve();
+    // Another pod keeps the bridge's carrier up: a bridge without ports flushes its neighbours.
+    assert.equal((await node.plugin({ containerId: 'neighbour', ifname: 'eth0', netns: neighbour!.path, command: 'ADD' }, node.conf())).code, 0);
+    const ips = ['10.244.7.40', 'fd00:244:0:7::40'];
+    const lladdr = async (ip: string) => (await node.ns.ipJson<{ lladdr?: string }[]>('neigh', 'show', ip, 'dev', 'cni0'))[0]?.lladdr;
+    const add = async (id: string, mac: string) => {
+      const r = await node.plugin({ containerId: id, ifname: 'eth0', netns: pod!.path, command: 'ADD' }, node.conf('1.0.0', { runtimeConfig: { ips, mac } }));
+      assert.equal(r.code, 0, r.stdout);
+    };
+    await add('before', '0a:58:00:00:00:01');
+    for (const ip of ips) await node.ns.exec('ping', '-c', '1', '-W', '2', ip);
+    assert.deepEqual([await lladdr(ips[0]!), await lladdr(ips[1]!)], ['0a:58:00:00:00:01', '0a:58:00:00:00:01']);
+    assert.equal((await node.plugin({ containerId: 'before', ifname: 'eth0', netns: pod!.path, command: 'DEL' }, node.conf())).code, 0);
+    await new Promise((resolve) => setTimeout(resolve, 1100)); // past the kernel's neighbour locktime (1 s)
+    await add('after', '0a:58:00:00:00:02');
+    await until('the node\'s cache to follow both addresses', async () =>
+      (await lladdr(ips[0]!)) === '0a:58:00:00:00:02' && (await lladdr(ips[1]!)) === '0a:58:00:00:00:02', 3000).catch(async (e: unknown) => {
+      throw new Error(`${(e as Error).message}: ${await node.ns.exec('ip', 'neigh', 'show', 'dev', 'cni0')}`);
+    });
+    for (const [id, ns] of [['after', pod!], ['neighbour', neighbour!]] as const) {
+      assert.equal((await node.plugin({ containerId: id, ifname: 'eth0', netns: ns.path, command: 'DEL' }, node.conf())).code, 0);
+    }
+  }));
 });
