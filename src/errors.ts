@@ -140,6 +140,19 @@ export class LocalSocketError extends WeftError {
   }
 }
 
+/** A wireguard device refused a configuration request, or could not be asked (UAPI socket, generic netlink). */
+export class WireguardError extends WeftError {
+  readonly device: string;
+  /** The errno the device answered with (UAPI `errno=`, netlink error), when it answered. */
+  readonly errno: number | undefined;
+
+  constructor(device: string, message: string, options: WeftErrorOptions & { errno?: number } = {}) {
+    super('EWIREGUARD', `failed to ${message} (device ${device})`, { retryable: true, ...options });
+    this.device = device;
+    this.errno = options.errno;
+  }
+}
+
 export function isRetryable(e: unknown): boolean {
   return e instanceof WeftError && e.retryable;
 }

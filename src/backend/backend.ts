@@ -11,8 +11,10 @@ import type { Lease, LeaseAttrs } from '../lease/lease.ts';
 import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
 import type { Link } from '../netlink/records.ts';
+import type { SideKind } from '../reconcile/side.ts';
 import type { KernelState, Ownership } from '../reconcile/state.ts';
 import type { Plan } from './plan.ts';
+import type { WgPeer } from './wireguard/peers.ts';
 
 export interface BackendDeps {
   handle: NetlinkHandle;
@@ -21,6 +23,8 @@ export interface BackendDeps {
   log: Logger;
   /** vxlan --vxlan-on-demand: no entries per peer; the device reports misses (on-demand.ts). */
   onDemand?: boolean;
+  /** A directory of weftd's own beside subnet.env (wireguard: wireguard-go's sockets). */
+  stateDir?: string;
 }
 
 export interface Backend {
@@ -45,4 +49,6 @@ export interface Backend {
   drifted(link: Link): string | undefined;
   /** A device of ours disappeared or drifted: set it up again as it was (same MAC) and configure it. */
   repair(own: Lease): Promise<void>;
+  /** State of this backend outside rtnetlink (wireguard peers), kept by the reconciler; `peers` is what every lease wants. */
+  sides?(peers: () => Iterable<readonly WgPeer[]>): SideKind[];
 }

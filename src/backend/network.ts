@@ -23,6 +23,7 @@ import { failureCounts } from '../reconcile/reconcile.ts';
 import type { MissEvent, PassInfo } from '../reconcile/loop.ts';
 import type { KernelState } from '../reconcile/state.ts';
 import type { Backend } from './backend.ts';
+import type { WgPeer } from './wireguard/peers.ts';
 import { ensureNeighbourRoom, NEIGH_HEADROOM } from './neigh-table.ts';
 import { ownBlackhole } from './plan.ts';
 
@@ -58,6 +59,8 @@ export class Network {
   readonly #warned = new Map<string, string>();
   /** Each peer's last lease that planned without a warning. */
   readonly #lastGood = new Map<string, Lease>();
+  /** wireguard: the device peers each lease wants (Plan.peers), for the backend's side kinds. */
+  readonly #peers = new Map<string, readonly WgPeer[]>();
   #own: Lease;
   /** Lease batches and device repairs, one at a time and in order. */
   #work: Promise<void> = Promise.resolve();
@@ -84,6 +87,10 @@ export class Network {
             ms: Math.round(p.durationMs),
           });
         }
+        if (p.side && p.side.ops.length > 0) options.log.info('reconciled device peers', { reasons: p.reasons.join(', '), ops: p.side.ops });
+        if (p.side && p.side.failures.length > 0) {
+          options.log.warn('a device refused peer changes; a later pass retries them', { first: p.side.failures[0] });
+        }
         // A fast pass that failed is followed by a full pass (or a rebuild), which says what stays refused.
         if (p.nextResyncMs !== undefined) this.#periodChanged(p.nextResyncMs, p.durationMs);
         if (p.kind === 'full' && p.failures.length > 0) {
@@ -97,6 +104,7 @@ export class Network {
       },
       onError: (e) => options.log.error('reconcile pass failed; the next trigger retries', { err: e }),
       onDeviceGone: (why) => this.#queue(() => this.#repair(why)),
+      ...(options.backend.sides ? { sides: options.backend.sides(() => this.#peers.values()) } : {}),
       ...(options.onMiss ? { onMiss: options.onMiss } : {}),
       onDeviceChanged: (link) => {
         const why = options.backend.drifted(link);
@@ -209,18 +217,20 @@ export class Network {
     this.#serial(fn).catch(() => {});
   }
 
-  async #plan(lease: Lease) {
-    let { state, warnings } = await this.#options.backend.plan(this.#own, lease);
+  /** The kernel entries `lease` wants; its device peers go to {@link #peers}, returning whether they changed. */
+  async #plan(lease: Lease): Promise<{ state: KernelState; peersChanged: boolean }> {
+    let { state, warnings, peers } = await this.#options.backend.plan(this.#own, lease);
     const last = this.#lastGood.get(lease.peer);
     if (warnings.length === 0) {
       this.#lastGood.set(lease.peer, lease);
     } else if (last && last !== lease) {
       const kept = await this.#options.backend.plan(this.#own, last);
       if (kept.warnings.length === 0) {
-        state = kept.state;
+        ({ state, peers } = kept);
         warnings = warnings.map((w) => `${w}; keeping its last good entries`);
       }
     }
+    const peersChanged = this.#setPeers(lease.peer, peers);
     const text = warnings.join('; ');
     if (text === '') {
       this.#warned.delete(lease.peer);
@@ -228,7 +238,15 @@ export class Network {
       this.#warned.set(lease.peer, text);
       for (const w of warnings) this.#options.log.warn(w, { peer: lease.peer });
     }
-    return state;
+    return { state, peersChanged };
+  }
+
+  /** Sets the device peers `owner` wants (none: undefined); whether that changed them. */
+  #setPeers(owner: string, peers: readonly WgPeer[] | undefined): boolean {
+    const before = this.#peers.get(owner);
+    if (peers && peers.length > 0) this.#peers.set(owner, peers);
+    else this.#peers.delete(owner);
+    return JSON.stringify(before ?? []) !== JSON.stringify(peers ?? []);
   }
 
   async #planAll(): Promise<void> {
@@ -236,9 +254,10 @@ export class Network {
     this.#desired.put(BACKEND_BASE, this.#options.backend.base?.());
     const leases = this.#options.table.leases();
     const peers = new Set(leases.map((l) => l.peer));
-    for (const l of leases) this.#desired.put(l.peer, await this.#plan(l));
+    for (const l of leases) this.#desired.put(l.peer, (await this.#plan(l)).state);
     for (const peer of this.#warned.keys()) if (!peers.has(peer)) this.#warned.delete(peer);
     for (const peer of this.#lastGood.keys()) if (!peers.has(peer)) this.#lastGood.delete(peer);
+    for (const peer of this.#peers.keys()) if (!peers.has(peer)) this.#peers.delete(peer);
   }
 
   /** Room in the neighbour table for the peers' entries, checked again as they grow by a headroom's worth. */
@@ -254,12 +273,17 @@ export class Network {
 
   async #onBatch(batch: readonly LeaseEvent[]): Promise<void> {
     for (const e of batch) {
+      const why = `lease ${e.lease.peer} ${e.type === 'removed' ? 'removed' : e.previous ? 'changed' : 'added'}`;
       if (e.type === 'removed') {
         this.#warned.delete(e.lease.peer);
         this.#lastGood.delete(e.lease.peer);
-        this.#reconciler.update(e.lease.peer, undefined, `lease ${e.lease.peer} removed`);
+        this.#reconciler.update(e.lease.peer, undefined, why);
+        // Device peers have no fast path: a full pass diffs them (a wireguard node has few other entries).
+        if (this.#setPeers(e.lease.peer, undefined)) this.#reconciler.trigger(why);
       } else {
-        this.#reconciler.update(e.lease.peer, await this.#plan(e.lease), `lease ${e.lease.peer} ${e.previous ? 'changed' : 'added'}`);
+        const { state, peersChanged } = await this.#plan(e.lease);
+        this.#reconciler.update(e.lease.peer, state, why);
+        if (peersChanged) this.#reconciler.trigger(why);
       }
     }
     await this.#sizeNeighbourTable();

@@ -25,6 +25,7 @@ import { NTF_SELF, NUD_PERMANENT, RT_TABLE_MAIN, RTN_BLACKHOLE, RTN_UNICAST, RT_
 import type { Route } from '../netlink/records.ts';
 import { WEFT_RTPROT } from '../reconcile/state.ts';
 import type { KernelState } from '../reconcile/state.ts';
+import type { WgPeer } from './wireguard/peers.ts';
 
 /** A device of ours: its index and, for vxlan, its VTEP MAC. */
 export interface PlanDevice {
@@ -47,6 +48,8 @@ export interface PlanInput {
 
 export interface Plan {
   state: KernelState;
+  /** wireguard: the peers this lease wants on our devices (state outside rtnetlink, see reconcile/side.ts). */
+  peers?: WgPeer[];
   /** One line per skipped peer, for the log. */
   warnings: string[];
 }
