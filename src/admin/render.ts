@@ -39,7 +39,8 @@ export function renderStatus(s: NodeStatus): string {
     const b = s.backend;
     lines.push([
       'backend',
-      `${b?.type ?? 'unknown'}${b?.device ? ` (${b.device}, VNI ${b.vni}, port ${b.port})` : ''}${s.mode ? `, leases from ${s.mode}` : ''}`,
+      `${b?.type ?? 'unknown'}${b?.device ? ` (${[b.device, b.vni !== undefined ? `VNI ${b.vni}` : '', `port ${b.port}`, b.control ?? ''].filter(Boolean).join(', ')})` : ''}` +
+        `${s.mode ? `, leases from ${s.mode}` : ''}`,
     ]);
   }
   if (s.iface) {

@@ -5,11 +5,12 @@
  * a node that changes its key is followed by the others.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { keyToHex, publicKeyOf } from '../../src/backend/wireguard/keys.ts';
 import { parseGet, uapiRequest } from '../../src/backend/wireguard/uapi.ts';
 import { Cluster } from '../support/cluster.ts';
@@ -30,6 +31,16 @@ const socket = (n: ClusterNode, device = 'flannel-wg') => join(n.dir, 'wireguard
 
 async function peersOf(n: ClusterNode, device = 'flannel-wg') {
   return parseGet(device, await uapiRequest(device, socket(n, device), 'get=1\n\n')).peers;
+}
+
+const WEFTCTL = fileURLToPath(new URL('../../bin/weftctl', import.meta.url));
+
+/** bin/weftctl in `n`'s namespace against the cluster's API server: its exit code and output. */
+function weftctl(c: Cluster, n: ClusterNode, ...args: string[]): Promise<{ code: number; stdout: string }> {
+  const registry = ['--kube-subnet-mgr', `--kubeconfig-file=${join(c.dir, 'kubeconfig.json')}`, '--kube-api-url=https://127.0.0.1:6443',
+    `--net-config-path=${join(c.dir, 'net-conf.json')}`];
+  const argv = ['netns', 'exec', n.ns.name, WEFTCTL, `--subnet-file=${join(n.dir, 'subnet.env')}`, ...registry, ...args];
+  return new Promise((resolve) => execFile('ip', argv, (e, stdout) => resolve({ code: e ? (typeof e.code === 'number' ? e.code : 1) : 0, stdout })));
 }
 
 const publicKey = async (n: ClusterNode) => publicKeyOf((await readFile(join(n.dir, 'wgkey'), 'utf8')).trim());
@@ -104,6 +115,34 @@ test('3 nodes, wireguard, dual stack, etcd: pods meet through flannel-wg(-v6); n
       }, 15_000);
       await c.waitPing(pods[0]!, pods[2]!);
       await c.waitPing(pods[2]!, pods[1]!, true);
+    } finally {
+      await stopWireguardGo(c).catch(() => undefined);
+      await c.stop();
+    }
+  });
+
+test('3 nodes, wireguard, kube mode: the Node annotations carry flannel\'s lease data; weftctl status, peers and doctor show the backend',
+  { skip, timeout: 120_000 }, async () => {
+    const c = await Cluster.start({ nodes: 3, backend: 'wireguard', mode: 'kube' });
+    try {
+      const pods: Pod[] = [];
+      for (const n of c.nodes) pods.push(await c.addPod(n));
+      await fullMesh(c, pods, false);
+      const n1 = c.nodes[0]!;
+      const node = c.api!.node('node-1') as { metadata: { annotations: Record<string, string> } };
+      const a = node.metadata.annotations;
+      assert.equal(a['flannel.alpha.coreos.com/backend-type'], 'wireguard');
+      assert.equal(a['flannel.alpha.coreos.com/backend-data'], `{"PublicKey":"${await publicKey(n1)}","Port":51820}`);
+      assert.equal(a['flannel.alpha.coreos.com/public-ip'], '198.51.100.1');
+      const status = await weftctl(c, n1, 'status');
+      assert.match(status.stdout, /^backend\s+wireguard \(flannel-wg, port 51820, userspace\), leases from kube/m);
+      assert.match(status.stdout, /^peers\s+2 /m);
+      const peers = await weftctl(c, n1, 'peers');
+      assert.match(peers.stdout, /node-2/);
+      assert.match(peers.stdout, /node-3/);
+      const doctor = await weftctl(c, n1, 'doctor');
+      assert.match(doctor.stdout, /MTU.*pod MTU 1420, underlay eth0 MTU 1500, encapsulation 80 bytes/);
+      assert.equal(doctor.code, 0, doctor.stdout);
     } finally {
       await stopWireguardGo(c).catch(() => undefined);
       await c.stop();
