@@ -153,6 +153,21 @@ export class WireguardError extends WeftError {
   }
 }
 
+/** An operator's command (extension backend) failed: its exit status (or signal) and what it printed. */
+export class CommandError extends WeftError {
+  readonly command: string;
+  /** The exit status; undefined when it did not exit by itself (signal, not started). */
+  readonly status: number | undefined;
+  readonly output: string;
+
+  constructor(what: string, command: string, outcome: string, output: string, options: WeftErrorOptions & { status?: number } = {}) {
+    super('ECOMMAND', `failed to run ${what} ${JSON.stringify(command)}: ${outcome}${output ? `; output: ${output}` : ''}`, { retryable: true, ...options });
+    this.command = command;
+    this.status = options.status;
+    this.output = output;
+  }
+}
+
 export function isRetryable(e: unknown): boolean {
   return e instanceof WeftError && e.retryable;
 }

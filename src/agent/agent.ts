@@ -107,6 +107,7 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   }
   const backend = createBackend({
     handle, config, ext, log: log.child({ backend: config.backend.type }), onDemand: flags.vxlanOnDemand, stateDir: dirname(flags.subnetFile),
+    signal,
   });
   if (view) Object.assign(view, { ext, backend });
   let previous;

@@ -13,8 +13,7 @@ import type { NetlinkHandle } from '../netlink/handle.ts';
 import type { Link } from '../netlink/records.ts';
 import type { SideKind } from '../reconcile/side.ts';
 import type { KernelState, Ownership } from '../reconcile/state.ts';
-import type { Plan } from './plan.ts';
-import type { WgPeer } from './wireguard/peers.ts';
+import type { Plan, SideEntry } from './plan.ts';
 
 export interface BackendDeps {
   handle: NetlinkHandle;
@@ -25,6 +24,8 @@ export interface BackendDeps {
   onDemand?: boolean;
   /** A directory of weftd's own beside subnet.env (wireguard: wireguard-go's sockets). */
   stateDir?: string;
+  /** Ends set-up steps that wait (extension: a failing pre-startup command retried). */
+  signal?: AbortSignal;
 }
 
 export interface Backend {
@@ -49,6 +50,6 @@ export interface Backend {
   drifted(link: Link): string | undefined;
   /** A device of ours disappeared or drifted: set it up again as it was (same MAC) and configure it. */
   repair(own: Lease): Promise<void>;
-  /** State of this backend outside rtnetlink (wireguard peers), kept by the reconciler; `peers` is what every lease wants. */
-  sides?(peers: () => Iterable<readonly WgPeer[]>): SideKind[];
+  /** State of this backend outside rtnetlink (wireguard peers, extension commands), kept by the reconciler; `wanted` is every lease's. */
+  sides?(wanted: () => Iterable<readonly SideEntry[]>): SideKind[];
 }

@@ -6,6 +6,7 @@ import { SUPPORTED_BACKENDS } from '../config/netconf.ts';
 import { ConfigError } from '../errors.ts';
 import { AllocBackend } from './alloc.ts';
 import type { Backend, BackendDeps } from './backend.ts';
+import { ExtensionBackend } from './extension/backend.ts';
 import { HostGwBackend } from './host-gw.ts';
 import { VxlanBackend } from './vxlan.ts';
 import { WireguardBackend } from './wireguard/backend.ts';
@@ -14,6 +15,7 @@ const REGISTRY: Record<string, (deps: BackendDeps) => Backend> = {
   vxlan: (d) => new VxlanBackend(d),
   'host-gw': (d) => new HostGwBackend(d),
   wireguard: (d) => new WireguardBackend(d),
+  extension: (d) => new ExtensionBackend(d),
   alloc: (d) => new AllocBackend(d),
 };
 

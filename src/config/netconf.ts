@@ -12,7 +12,7 @@ import { bits, cidrOf, contains, formatCIDR, formatIP, lastIP, parseCIDR, parseI
 import type { CIDR, Family, IP } from '../ip/ip.ts';
 import type { JsonValue } from '../json.ts';
 
-export const SUPPORTED_BACKENDS = ['vxlan', 'host-gw', 'wireguard', 'alloc'] as const;
+export const SUPPORTED_BACKENDS = ['vxlan', 'host-gw', 'wireguard', 'extension', 'alloc'] as const;
 export type BackendType = (typeof SUPPORTED_BACKENDS)[number];
 
 /** flannel's backends that Weft does not implement, with why, for the error that names them. */
@@ -60,12 +60,21 @@ export interface WireguardConfig {
   mode: 'separate' | 'auto' | 'ipv4' | 'ipv6';
 }
 
+/** extension: the operator's commands make the data plane ('' for a command not given). */
+export interface ExtensionConfig {
+  type: 'extension';
+  preStartupCommand: string;
+  postStartupCommand: string;
+  subnetAddCommand: string;
+  subnetRemoveCommand: string;
+}
+
 /** alloc: leases only, no data plane. */
 export interface AllocConfig {
   type: 'alloc';
 }
 
-export type BackendConfig = VxlanConfig | HostGwConfig | WireguardConfig | AllocConfig;
+export type BackendConfig = VxlanConfig | HostGwConfig | WireguardConfig | ExtensionConfig | AllocConfig;
 
 const WG_MODES = ['separate', 'auto', 'ipv4', 'ipv6'] as const;
 const WG_KEY = /^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$/;
@@ -184,6 +193,14 @@ function parseBackend(v: JsonValue | undefined): BackendConfig {
       return { type: 'host-gw' };
     case 'wireguard':
       return parseWireguard(v);
+    case 'extension':
+      return {
+        type: 'extension',
+        preStartupCommand: str(v, 'PreStartupCommand', 'Backend.PreStartupCommand') ?? '',
+        postStartupCommand: str(v, 'PostStartupCommand', 'Backend.PostStartupCommand') ?? '',
+        subnetAddCommand: str(v, 'SubnetAddCommand', 'Backend.SubnetAddCommand') ?? '',
+        subnetRemoveCommand: str(v, 'SubnetRemoveCommand', 'Backend.SubnetRemoveCommand') ?? '',
+      };
     case 'alloc':
       return { type: 'alloc' };
     default: {

@@ -22,7 +22,7 @@ import { WEFT_RTPROT } from '../../reconcile/state.ts';
 import type { KernelState, Ownership } from '../../reconcile/state.ts';
 import type { Backend, BackendDeps } from '../backend.ts';
 import { enabledFamilies } from '../plan.ts';
-import type { Plan } from '../plan.ts';
+import type { Plan, SideEntry } from '../plan.ts';
 import { ensureDeviceAddress } from '../vxlan-device.ts';
 import type { WgControl } from './control.ts';
 import { DEFAULT_KEY_FILE, loadOrCreatePrivateKey, publicKeyOf } from './keys.ts';
@@ -138,7 +138,7 @@ export class WireguardBackend implements Backend {
         ...(ext.extAddr6 ? { ipv6: parseIP(ext.extAddr6, '--public-ipv6') } : {}),
       },
     });
-    return { state: { routes: [], neighs: [], fdb: [] }, warnings, peers };
+    return { state: { routes: [], neighs: [], fdb: [] }, warnings, side: peers };
   }
 
   drifted(link: Link): string | undefined {
@@ -154,17 +154,17 @@ export class WireguardBackend implements Backend {
     await this.configure(own);
   }
 
-  sides(peers: () => Iterable<readonly WgPeer[]>): SideKind[] {
-    return [{ name: 'wireguard peers', pollMs: WG_POLL_MS, reconcile: () => this.#reconcilePeers(peers()) }];
+  sides(wanted: () => Iterable<readonly SideEntry[]>): SideKind[] {
+    return [{ name: 'wireguard peers', pollMs: WG_POLL_MS, reconcile: () => this.#reconcilePeers(wanted()) }];
   }
 
   /** Each device's key, port and peers read back and put right (peers.ts diffDevice). */
-  async #reconcilePeers(all: Iterable<readonly WgPeer[]>): Promise<SideReport> {
+  async #reconcilePeers(all: Iterable<readonly SideEntry[]>): Promise<SideReport> {
     const report: SideReport = { ops: [], failures: [] };
     const control = this.#control;
     if (!control) return report;
     const byDevice = new Map<string, WgPeer[]>(this.#devices.map((d) => [d.name, []]));
-    for (const list of all) for (const p of list) byDevice.get(p.device)?.push(p);
+    for (const list of all) for (const p of list) if ('device' in p) byDevice.get(p.device)?.push(p);
     for (const dev of this.#devices) {
       try {
         const change = diffDevice(

@@ -60,13 +60,13 @@ test('every rule names its field and the offending value', () => {
     ['{"Network":"10.244.0.0/16","SubnetMin":"fd00::",' + VX + '}', 'SubnetMin', /must be an IPv4 address, got "fd00::"/],
     ['{"EnableIPv6":true,"Network":"10.244.0.0/16","IPv6Network":"fd00::/125",' + VX + '}', 'IPv6Network', /minimum useful network prefix is \/124/],
     ['{"EnableIPv6":true,"Network":"10.244.0.0/16","IPv6Network":"fd00::/56","IPv6SubnetLen":127,' + VX + '}', 'IPv6SubnetLen', /at most \/126/],
-    ['{"Network":"10.244.0.0/16"}', 'Backend', /missing; set Backend\.Type to one of: vxlan, host-gw, wireguard, alloc/],
-    ['{"Network":"10.244.0.0/16","Backend":{}}', 'Backend.Type', /missing; supported backends: vxlan, host-gw, wireguard, alloc/],
-    ['{"Network":"10.244.0.0/16","Backend":{"Type":"udp"}}', 'Backend.Type', /backend "udp" is flannel's but Weft does not implement it \(.*\); supported backends: vxlan, host-gw, wireguard, alloc$/],
+    ['{"Network":"10.244.0.0/16"}', 'Backend', /missing; set Backend\.Type to one of: vxlan, host-gw, wireguard, extension, alloc/],
+    ['{"Network":"10.244.0.0/16","Backend":{}}', 'Backend.Type', /missing; supported backends: vxlan, host-gw, wireguard, extension, alloc/],
+    ['{"Network":"10.244.0.0/16","Backend":{"Type":"udp"}}', 'Backend.Type', /backend "udp" is flannel's but Weft does not implement it \(.*\); supported backends: vxlan, host-gw, wireguard, extension, alloc$/],
     ['{"Network":"10.244.0.0/16","Backend":{"Type":"IPIP"}}', 'Backend.Type', /backend "IPIP" is flannel's but Weft does not implement it \(it needs the ipip kernel module\); supported backends: vxlan,/],
     ['{"Network":"10.244.0.0/16","Backend":{"Type":"ipsec"}}', 'Backend.Type', /backend "ipsec" is flannel's .*; supported backends: vxlan,/],
     ['{"Network":"10.244.0.0/16","Backend":{"Type":"tencent-vpc"}}', 'Backend.Type', /backend "tencent-vpc" is flannel's .*; supported backends: vxlan,/],
-    ['{"Network":"10.244.0.0/16","Backend":{"Type":"geneve"}}', 'Backend.Type', /^Backend\.Type: unsupported backend "geneve"; supported backends: vxlan, host-gw, wireguard, alloc$/],
+    ['{"Network":"10.244.0.0/16","Backend":{"Type":"geneve"}}', 'Backend.Type', /^Backend\.Type: unsupported backend "geneve"; supported backends: vxlan, host-gw, wireguard, extension, alloc$/],
     ['{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","Mode":"both"}}', 'Backend.Mode', /must be one of separate, auto, ipv4, ipv6, got "both"/],
     ['{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","PSK":"secret"}}', 'Backend.PSK', /32 bytes in base64/],
     ['{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","ListenPort":70000}}', 'Backend.ListenPort', /at most 65535/],
@@ -104,4 +104,8 @@ test('wireguard: flannel\'s keys and defaults; alloc takes none', () => {
     type: 'wireguard', listenPort: 5000, listenPortV6: 5001, mtu: 9000, psk, keepalive: 25, mode: 'auto',
   });
   assert.deepEqual(parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"alloc"}}').backend, { type: 'alloc' });
+  assert.deepEqual(parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"extension","subnetaddcommand":"add $SUBNET"}}').backend, {
+    type: 'extension', preStartupCommand: '', postStartupCommand: '', subnetAddCommand: 'add $SUBNET', subnetRemoveCommand: '',
+  });
+  assert.throws(() => parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"extension","SubnetAddCommand":["a"]}}'), /Backend\.SubnetAddCommand: must be a string/);
 });
