@@ -9,11 +9,11 @@
  * daemonset.yaml and flannel's own manifest run it (without it the bridge delegate installs its
  * own masquerade chain, which every forwarded packet then walks).
  *
- * wireguard: pod to pod through weftd's flannel-wg mesh against the same two node namespaces
- * joined by a wireguard-go tunnel configured by hand (keys, peers, addresses: what an operator
- * would do with wg(8)), in interleaved pairs; wg_ratio is the median of the pairs' ratios. Both
- * run wireguard-go, since this kernel has no WireGuard: the ratio is what weftd's mesh costs
- * (bridge, veth, routes, the mesh's MTU) over the bare tunnel.
+ * wireguard: pod to pod through weftd's flannel-wg mesh, against the same two pods joined by a
+ * wireguard-go tunnel between their nodes configured by hand (keys, peers, a route for the other
+ * node's pods: what an operator would do with wg(8)), in interleaved pairs; wg_ratio is the
+ * median of the pairs' ratios. Both run wireguard-go (this kernel has no WireGuard), so the
+ * ratio is what weftd's way of setting the tunnel up costs, or saves.
  *
  * Last line: vxlan_gbps=<> hostgw_gbps=<> underlay_gbps=<> vxlan_ratio=<> hostgw_ratio=<> wg_gbps=<> wg_ratio=<>
  *
@@ -70,7 +70,7 @@ async function measure(backend: 'vxlan' | 'host-gw'): Promise<{ pod: number; und
   }
 }
 
-/** The hand-made tunnel's device, port and addresses (10.99.0.<node>/24). */
+/** The hand-made tunnel's device and port. */
 const HAND = { device: 'wghand', port: 51900 };
 
 /** wireguard-go for `device` in `node`'s namespace, its socket in `dir` (as weftd runs it, control.ts); returns the process. */
@@ -80,8 +80,11 @@ function wireguardGo(node: ClusterNode, device: string, dir: string) {
     { stdio: 'ignore' });
 }
 
-/** Joins the cluster's two node namespaces by a wireguard-go tunnel configured by hand; returns its processes. */
-async function handTunnel(c: Cluster) {
+/**
+ * A second wireguard-go tunnel between the two nodes, configured by hand (fresh keys, the other
+ * node as peer for its pod subnet), as an operator would with wg(8); returns its processes.
+ */
+async function handTunnel(c: Cluster, podSubnets: string[]) {
   const keys = c.nodes.map(() => generatePrivateKey());
   const procs = c.nodes.map((n) => wireguardGo(n, HAND.device, join(n.dir, 'hand')));
   for (const [i, n] of c.nodes.entries()) {
@@ -91,7 +94,7 @@ async function handTunnel(c: Cluster) {
       try {
         await uapiRequest(HAND.device, sock, formatSet({
           device: HAND.device, privateKey: keys[i]!, listenPort: HAND.port, remove: [],
-          set: [{ device: HAND.device, publicKey: publicKeyOf(keys[other]!), endpoint: `${c.nodes[other]!.address}:${HAND.port}`, allowedIPs: [`10.99.0.${other + 1}/32`], keepalive: 0 }],
+          set: [{ device: HAND.device, publicKey: publicKeyOf(keys[other]!), endpoint: `${c.nodes[other]!.address}:${HAND.port}`, allowedIPs: [podSubnets[other]!], keepalive: 0 }],
         }));
         break;
       } catch (e) {
@@ -99,13 +102,20 @@ async function handTunnel(c: Cluster) {
         await new Promise((r) => setTimeout(r, 50));
       }
     }
-    await n.ns.ip('addr', 'add', `10.99.0.${i + 1}/24`, 'dev', HAND.device);
     await n.ns.ip('link', 'set', HAND.device, 'mtu', '1420', 'up');
   }
   return procs;
 }
 
-/** Interleaved pairs of pod → pod through weftd's wireguard mesh, then node → node through a hand-made wireguard-go tunnel. */
+/** Routes each node's traffic for the other's pods through the hand-made tunnel (more specific than weftd's), or takes that back. */
+async function viaHand(c: Cluster, podSubnets: string[], on: boolean): Promise<void> {
+  for (const [i, n] of c.nodes.entries()) await n.ns.ip('route', on ? 'add' : 'del', podSubnets[1 - i]!, 'dev', HAND.device);
+}
+
+/**
+ * Interleaved pairs of pod → pod through weftd's wireguard mesh, then between the same two pods
+ * through a hand-made wireguard-go tunnel joining their nodes: one path, two ways to configure it.
+ */
 async function measureWireguard(): Promise<{ pod: number; hand: number; ratio: number; ratios: number[] }> {
   const c = await Cluster.start({ nodes: 2, backend: 'wireguard', mode: 'etcd', weftdArgs: ['--ip-masq'] });
   const procs = [];
@@ -113,18 +123,21 @@ async function measureWireguard(): Promise<{ pod: number; hand: number; ratio: n
     const a = await c.addPod(c.nodes[0]!);
     const b = await c.addPod(c.nodes[1]!);
     await c.waitPing(a, b);
-    procs.push(...await handTunnel(c));
+    const podSubnets = await Promise.all(c.nodes.map(async (n) => (await c.subnetEnv(n)).FLANNEL_SUBNET!.replace(/\.1\/24$/, '.0/24')));
+    procs.push(...await handTunnel(c, podSubnets));
     const pods: number[] = [];
     const hands: number[] = [];
     for (let i = 0; i < ROUNDS; i++) {
       pods.push(await iperf(b.ns, a.ns, b.ip));
-      hands.push(await iperf(c.nodes[1]!.ns, c.nodes[0]!.ns, '10.99.0.2'));
+      await viaHand(c, podSubnets, true);
+      hands.push(await iperf(b.ns, a.ns, b.ip));
+      await viaHand(c, podSubnets, false);
     }
     const ratios = pods.map((p, i) => p / hands[i]!);
     return { pod: median(pods), hand: median(hands), ratio: median(ratios), ratios };
   } finally {
     for (const p of procs) p.kill();
-    // weftd's own wireguard-go processes run detached (control.ts): end them with their namespaces' devices.
+    // weftd's own wireguard-go processes run detached (control.ts): deleting their devices ends them.
     for (const n of c.nodes) await n.ns.ip('link', 'del', 'flannel-wg').catch(() => undefined);
     await c.stop();
   }

@@ -25,7 +25,7 @@ import { NTF_SELF, NUD_PERMANENT, RT_TABLE_MAIN, RTN_BLACKHOLE, RTN_UNICAST, RT_
 import type { Route } from '../netlink/records.ts';
 import { WEFT_RTPROT } from '../reconcile/state.ts';
 import type { KernelState } from '../reconcile/state.ts';
-import type { ExtensionSubnet } from './extension/backend.ts';
+import type { ExtensionSubnet } from './extension/subnet.ts';
 import type { WgPeer } from './wireguard/peers.ts';
 
 /** A device of ours: its index and, for vxlan, its VTEP MAC. */

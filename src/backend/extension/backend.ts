@@ -23,21 +23,11 @@ import type { Ownership } from '../../reconcile/state.ts';
 import type { Backend, BackendDeps } from '../backend.ts';
 import type { Plan, SideEntry } from '../plan.ts';
 import { runCommand } from './commands.ts';
+import type { ExtensionSubnet } from './subnet.ts';
 
 /** How often failed commands are retried between lease events. */
 export const EXTENSION_POLL_MS = 5_000;
 const PRE_STARTUP_BACKOFF_MS = [1_000, 2_000, 5_000, 10_000, 30_000];
-
-/** One other node's lease as SubnetAddCommand and SubnetRemoveCommand see it. */
-export interface ExtensionSubnet {
-  peer: string;
-  /** `SUBNET`: the lease's IPv4 subnet ('' without one). */
-  subnet: string;
-  /** `PUBLIC_IP` */
-  publicIP: string;
-  /** Standard input: the node's backend data, a JSON string as its pre-startup command printed it. */
-  data: string;
-}
 
 const same = (a: ExtensionSubnet, b: ExtensionSubnet) => a.subnet === b.subnet && a.publicIP === b.publicIP && a.data === b.data;
 
