@@ -679,6 +679,19 @@ export class NetlinkHandle {
     }
   }
 
+  /**
+   * One generic netlink request (`request`: the whole message, header included) and the messages
+   * the kernel answered with, the closing ack or NLMSG_DONE left out; rejects with the kernel's
+   * errno. `what` names the request in errors. The codec of each family is its user's.
+   */
+  async genl(what: string, request: Uint8Array): Promise<Buffer[]> {
+    try {
+      return await this.#raw.genl(request);
+    } catch (e) {
+      throw rejected(what, 'over generic netlink', e);
+    }
+  }
+
   // ---- nexthop objects ----
 
   /**

@@ -132,6 +132,7 @@ export interface RawHandle {
   dump(kind: 'nexthop', filter?: RawDumpFilter): Promise<RawNexthop[]>;
   linkGet(nameOrIndex: string | number): Promise<RawLink>;
   routeGet(dst: string, oif?: number): Promise<RawRoute>;
+  genl(request: Uint8Array): Promise<Buffer[]>;
   monitor(groups: string[], callback: (events: RawEvent[]) => void, rcvbuf?: number, fdbAdds?: boolean): Promise<void>;
   unmonitor(): void;
   close(): void;

@@ -58,9 +58,9 @@ export async function chooseControl(h: NetlinkHandle, probe: string, dir: string
     }
   }
   if (kernel) {
-    const link = await linkByNameOrNone(h, probe);
-    if (link) await h.linkDel(link.index);
-    log.warn('this kernel has WireGuard, but weftd cannot speak its generic netlink family yet: running wireguard-go instead');
+    const { KernelControl } = await import('./genl.ts');
+    log.info('this kernel has WireGuard: configuring the devices through its generic netlink family');
+    return new KernelControl(h);
   }
   log.info('this kernel has no WireGuard: running wireguard-go for each device and configuring it over its UAPI socket', { dir });
   return new UserspaceControl(h, dir, log);
@@ -97,7 +97,11 @@ export class UserspaceControl implements WgControl {
     }
     await mkdir(this.#dir, { recursive: true, mode: 0o700 });
     const script = 'mkdir -p /var/run/wireguard && mount --bind "$1" /var/run/wireguard && exec wireguard-go --foreground "$2"';
-    const child = spawn('unshare', ['--mount', '--propagation', 'private', '--', 'sh', '-c', script, 'sh', this.#dir, name], {
+    const unshare = ['unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', script, 'sh', this.#dir, name];
+    // The device belongs in the handle's namespace (weftd's own, unless the handle names another).
+    const ns = this.#handle.netnsPath;
+    const [file, ...args] = ns ? ['nsenter', `--net=${ns}`, ...unshare] : unshare;
+    const child = spawn(file!, args, {
       detached: true,
       stdio: 'ignore',
       env: { PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin', LOG_LEVEL: 'error', WG_PROCESS_FOREGROUND: '1' },
