@@ -15,7 +15,7 @@ import { ConfigError } from '../../errors.ts';
 import { formatCIDR, parseIP } from '../../ip/ip.ts';
 import type { Family } from '../../ip/ip.ts';
 import type { Lease, LeaseAttrs } from '../../lease/lease.ts';
-import { RT_SCOPE_LINK, RT_TABLE_MAIN, RTN_UNICAST } from '../../netlink/records.ts';
+import { RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN, RTN_UNICAST } from '../../netlink/records.ts';
 import type { Link, Route } from '../../netlink/records.ts';
 import type { SideKind, SideReport } from '../../reconcile/side.ts';
 import { WEFT_RTPROT } from '../../reconcile/state.ts';
@@ -120,9 +120,10 @@ export class WireguardBackend implements Backend {
       for (const family of dev.families) {
         const network = family === 4 ? this.#deps.config.network : this.#deps.config.ipv6Network;
         if (!network || !dev.link) continue;
+        // The kernel keeps IPv6 routes at universe scope whatever it is asked: want what it keeps.
         routes.push({
           family, dst: formatCIDR(network), linkIndex: dev.link.index, table: RT_TABLE_MAIN, protocol: WEFT_RTPROT,
-          scope: RT_SCOPE_LINK, type: RTN_UNICAST, metric: family === 6 ? 1024 : 0, onlink: false,
+          scope: family === 6 ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK, type: RTN_UNICAST, metric: family === 6 ? 1024 : 0, onlink: false,
         });
       }
     }
