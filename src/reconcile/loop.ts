@@ -18,6 +18,9 @@
  * resync until it succeeds), and runs one full pass when told the device is back ({@link
  * Reconciler.resume}). Work queued meanwhile is kept and folded into that pass.
  *
+ * State outside rtnetlink that a backend keeps (wireguard peers, extension commands: side.ts) is
+ * part of every full pass, and polled, since no kernel event reports its drift.
+ *
  * The periodic pass is a safety net (kernel events cover drift), and at 50,000 leases one costs
  * ~1 s of CPU. So its period adapts: at least --resync-period, and at least {@link
  * RESYNC_COST_FACTOR} times the last full pass took, so the net never costs more than ~1% of a
