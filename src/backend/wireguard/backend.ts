@@ -24,10 +24,9 @@ import type { Backend, BackendDeps } from '../backend.ts';
 import { enabledFamilies } from '../plan.ts';
 import type { Plan, SideEntry } from '../plan.ts';
 import { ensureDeviceAddress } from '../vxlan-device.ts';
-import type { WgControl } from './control.ts';
 import { DEFAULT_KEY_FILE, loadOrCreatePrivateKey, publicKeyOf } from './keys.ts';
 import { diffDevice, planWireguard, WG_OVERHEAD, wgDevices } from './peers.ts';
-import type { WgPeer } from './peers.ts';
+import type { WgControl, WgPeer } from './peers.ts';
 
 /** How often the devices' peers are read back: no kernel event tells of a peer removed by hand. */
 export const WG_POLL_MS = 5_000;

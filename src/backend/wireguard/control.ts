@@ -17,18 +17,8 @@ import { NetlinkError, WireguardError } from '../../errors.ts';
 import type { Logger } from '../../log.ts';
 import type { NetlinkHandle } from '../../netlink/handle.ts';
 import type { Link } from '../../netlink/records.ts';
-import type { WgChange, WgDeviceState } from './peers.ts';
+import type { WgChange, WgControl, WgDeviceState } from './peers.ts';
 import { formatSet, parseGet, uapiRequest } from './uapi.ts';
-
-export interface WgControl {
-  readonly kind: 'kernel' | 'userspace';
-  /** Makes device `name` exist: adopted when it runs, created otherwise. Returns what was done, for the log. */
-  ensureDevice(name: string): Promise<string[]>;
-  /** `wg show <name> dump`: the device's key, port and peers. */
-  get(name: string): Promise<WgDeviceState>;
-  /** `wg set <name> ...` with `change`. */
-  set(change: WgChange): Promise<void>;
-}
 
 /** Kinds of failure that say the kernel has no such link kind. */
 const NO_KIND = new Set(['EOPNOTSUPP', 'ENOTSUP', 'EINVAL', 'EAFNOSUPPORT']);

@@ -13,8 +13,7 @@ import { NetlinkError } from '../../errors.ts';
 import { formatCIDR, formatIP, parseCIDR, parseIP } from '../../ip/ip.ts';
 import type { NetlinkHandle } from '../../netlink/handle.ts';
 import type { Link } from '../../netlink/records.ts';
-import type { WgControl } from './control.ts';
-import type { WgChange, WgDeviceState, WgPeer } from './peers.ts';
+import type { WgChange, WgControl, WgDeviceState, WgPeer } from './peers.ts';
 
 const NLMSG_HDRLEN = 16;
 const GENL_HDRLEN = 4;

@@ -66,6 +66,17 @@ export interface WgChange {
   remove: string[];
 }
 
+/** How devices are made and configured: the kernel's (genl.ts) or wireguard-go's (control.ts). */
+export interface WgControl {
+  readonly kind: 'kernel' | 'userspace';
+  /** Makes device `name` exist: adopted when it runs, created otherwise. Returns what was done, for the log. */
+  ensureDevice(name: string): Promise<string[]>;
+  /** `wg show <name> dump`: the device's key, port and peers. */
+  get(name: string): Promise<WgDeviceState>;
+  /** `wg set <name> ...` with `change`. */
+  set(change: WgChange): Promise<void>;
+}
+
 /** The devices a configuration runs, by family of the traffic they carry. */
 export function wgDevices(mode: WireguardConfig['mode'], enabled: readonly Family[]): { device: string; families: Family[]; port: 4 | 6 }[] {
   if (mode !== 'separate') return [{ device: WG_DEVICE, families: [...enabled], port: 4 }];
