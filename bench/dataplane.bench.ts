@@ -76,8 +76,8 @@ const HAND = { device: 'wghand', port: 51900 };
 /** wireguard-go for `device` in `node`'s namespace, its socket in `dir` (as weftd runs it, control.ts); returns the process. */
 function wireguardGo(node: ClusterNode, device: string, dir: string) {
   const script = 'mkdir -p "$1" /var/run/wireguard && mount --bind "$1" /var/run/wireguard && exec wireguard-go --foreground "$2"';
-  return spawn('ip', ['netns', 'exec', node.ns.name, 'unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', script, 'sh', dir, device],
-    { stdio: 'ignore' });
+  const unshare = ['unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', script, 'sh', dir, device];
+  return spawn('ip', ['netns', 'exec', node.ns.name, ...unshare], { stdio: 'ignore' });
 }
 
 /**
@@ -94,7 +94,10 @@ async function handTunnel(c: Cluster, podSubnets: string[]) {
       try {
         await uapiRequest(HAND.device, sock, formatSet({
           device: HAND.device, privateKey: keys[i]!, listenPort: HAND.port, remove: [],
-          set: [{ device: HAND.device, publicKey: publicKeyOf(keys[other]!), endpoint: `${c.nodes[other]!.address}:${HAND.port}`, allowedIPs: [podSubnets[other]!], keepalive: 0 }],
+          set: [{
+            device: HAND.device, publicKey: publicKeyOf(keys[other]!), endpoint: `${c.nodes[other]!.address}:${HAND.port}`,
+            allowedIPs: [podSubnets[other]!], keepalive: 0,
+          }],
         }));
         break;
       } catch (e) {
@@ -148,8 +151,9 @@ const hostgw = await measure('host-gw');
 const wg = await measureWireguard();
 const underlay = median([vxlan.underlay, hostgw.underlay]);
 const f = (x: number) => x.toFixed(2);
-console.log(`rounds' ratios: vxlan ${vxlan.ratios.map(f).join(' ')}; host-gw ${hostgw.ratios.map(f).join(' ')}; wireguard ${wg.ratios.map(f).join(' ')}`);
-console.log(`iperf3 ${SECONDS} s, median of ${ROUNDS} rounds: pod→pod vxlan ${f(vxlan.pod)} Gbit/s (underlay ${f(vxlan.underlay)}), host-gw ${f(hostgw.pod)} Gbit/s (underlay ${f(hostgw.underlay)}), ` +
-  `wireguard ${f(wg.pod)} Gbit/s (hand-made wireguard-go tunnel ${f(wg.hand)})`);
-console.log(`vxlan_gbps=${f(vxlan.pod)} hostgw_gbps=${f(hostgw.pod)} underlay_gbps=${f(underlay)} vxlan_ratio=${f(vxlan.ratio)} hostgw_ratio=${f(hostgw.ratio)} ` +
-  `wg_gbps=${f(wg.pod)} wg_ratio=${f(wg.ratio)}`);
+console.log(`rounds' ratios: vxlan ${vxlan.ratios.map(f).join(' ')}; host-gw ${hostgw.ratios.map(f).join(' ')}; ` +
+  `wireguard ${wg.ratios.map(f).join(' ')}`);
+console.log(`iperf3 ${SECONDS} s, median of ${ROUNDS} rounds: pod→pod vxlan ${f(vxlan.pod)} Gbit/s (underlay ${f(vxlan.underlay)}), ` +
+  `host-gw ${f(hostgw.pod)} Gbit/s (underlay ${f(hostgw.underlay)}), wireguard ${f(wg.pod)} Gbit/s (hand-made wireguard-go tunnel ${f(wg.hand)})`);
+console.log(`vxlan_gbps=${f(vxlan.pod)} hostgw_gbps=${f(hostgw.pod)} underlay_gbps=${f(underlay)} vxlan_ratio=${f(vxlan.ratio)} ` +
+  `hostgw_ratio=${f(hostgw.ratio)} wg_gbps=${f(wg.pod)} wg_ratio=${f(wg.ratio)}`);

@@ -161,7 +161,8 @@ export class CommandError extends WeftError {
   readonly output: string;
 
   constructor(what: string, command: string, outcome: string, output: string, options: WeftErrorOptions & { status?: number } = {}) {
-    super('ECOMMAND', `failed to run ${what} ${JSON.stringify(command)}: ${outcome}${output ? `; output: ${output}` : ''}`, { retryable: true, ...options });
+    const said = output ? `; output: ${output}` : '';
+    super('ECOMMAND', `failed to run ${what} ${JSON.stringify(command)}: ${outcome}${said}`, { retryable: true, ...options });
     this.command = command;
     this.status = options.status;
     this.output = output;

@@ -106,8 +106,8 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
     throw new ConfigError('--vxlan-on-demand', `needs the vxlan backend, not ${config.backend.type}`);
   }
   const backend = createBackend({
-    handle, config, ext, log: log.child({ backend: config.backend.type }), onDemand: flags.vxlanOnDemand, stateDir: dirname(flags.subnetFile),
-    signal,
+    handle, config, ext, log: log.child({ backend: config.backend.type }), onDemand: flags.vxlanOnDemand,
+    stateDir: dirname(flags.subnetFile), signal,
   });
   if (view) Object.assign(view, { ext, backend });
   let previous;

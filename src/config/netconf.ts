@@ -87,7 +87,9 @@ function parseWireguard(v: Record<string, JsonValue>): WireguardConfig {
     throw new ConfigError('Backend.Mode', `must be one of ${WG_MODES.join(', ')}, got ${describe(mode)}`);
   }
   const psk = str(v, 'PSK', 'Backend.PSK') || undefined;
-  if (psk !== undefined && !WG_KEY.test(psk)) throw new ConfigError('Backend.PSK', 'must be a WireGuard key: 32 bytes in base64 (wg genpsk)');
+  if (psk !== undefined && !WG_KEY.test(psk)) {
+    throw new ConfigError('Backend.PSK', 'must be a WireGuard key: 32 bytes in base64 (wg genpsk)');
+  }
   return {
     type: 'wireguard',
     listenPort: uint(v, 'ListenPort', 'Backend.ListenPort', 51820, 65535),
@@ -205,7 +207,9 @@ function parseBackend(v: JsonValue | undefined): BackendConfig {
       return { type: 'alloc' };
     default: {
       const why = FLANNEL_ONLY[type.toLowerCase()];
-      const what = why ? `backend ${describe(type)} is flannel's but Weft does not implement it (${why})` : `unsupported backend ${describe(type)}`;
+      const what = why
+        ? `backend ${describe(type)} is flannel's but Weft does not implement it (${why})`
+        : `unsupported backend ${describe(type)}`;
       throw new ConfigError('Backend.Type', `${what}; supported backends: ${supported}`);
     }
   }

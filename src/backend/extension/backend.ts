@@ -43,7 +43,9 @@ export class ExtensionBackend implements Backend {
   #postDoneFor: string | undefined;
 
   constructor(deps: BackendDeps) {
-    if (deps.config.backend.type !== 'extension') throw new ConfigError('Backend.Type', `expected extension, got ${deps.config.backend.type}`);
+    if (deps.config.backend.type !== 'extension') {
+      throw new ConfigError('Backend.Type', `expected extension, got ${deps.config.backend.type}`);
+    }
     this.#deps = deps;
     this.#cfg = deps.config.backend;
   }
@@ -98,11 +100,13 @@ export class ExtensionBackend implements Backend {
   async plan(_own: Lease, remote: Lease): Promise<Plan> {
     const empty = { routes: [], neighs: [], fdb: [] };
     if (remote.attrs.backendType.toLowerCase() !== 'extension') {
-      return { state: empty, warnings: [`ignoring peer ${remote.peer}: backend type ${JSON.stringify(remote.attrs.backendType)}, this node runs extension`] };
+      const type = JSON.stringify(remote.attrs.backendType);
+      return { state: empty, warnings: [`ignoring peer ${remote.peer}: backend type ${type}, this node runs extension`] };
     }
     const data = remote.attrs.backendData ?? '';
     if (typeof data !== 'string') {
-      return { state: empty, warnings: [`ignoring peer ${remote.peer}: its backend data is not a JSON string, as an extension node publishes`] };
+      const why = 'its backend data is not a JSON string, as an extension node publishes';
+      return { state: empty, warnings: [`ignoring peer ${remote.peer}: ${why}`] };
     }
     const entry: ExtensionSubnet = {
       peer: remote.peer,
@@ -167,7 +171,8 @@ export class ExtensionBackend implements Backend {
       const done = this.#applied.get(peer);
       if (done && same(done, e)) continue;
       if (done && done.subnet !== e.subnet) continue; // its remove failed above: retried first
-      if (!cfg.subnetAddCommand || (await this.#run(report, 'SubnetAddCommand', cfg.subnetAddCommand, vars(e), e.data))) this.#applied.set(peer, e);
+      const added = !cfg.subnetAddCommand || (await this.#run(report, 'SubnetAddCommand', cfg.subnetAddCommand, vars(e), e.data));
+      if (added) this.#applied.set(peer, e);
     }
     return report;
   }

@@ -13,15 +13,21 @@ export const COMMAND_TIMEOUT_MS = 30_000;
 
 /** The argv of `command` with `env`'s values put in (pure). */
 export function commandLine(command: string, env: Readonly<Record<string, string | undefined>>): string[] {
-  return command.split(/\s+/).filter(Boolean).map((word) =>
-    word.replace(/\$(?:\{([^}]*)\}|([A-Za-z0-9_]+))/g, (_, braced: string | undefined, bare: string | undefined) => env[braced ?? bare!] ?? ''));
+  const value = (_: string, braced: string | undefined, bare: string | undefined) => env[braced ?? bare!] ?? '';
+  return command.split(/\s+/).filter(Boolean).map((word) => word.replace(/\$(?:\{([^}]*)\}|([A-Za-z0-9_]+))/g, value));
 }
 
 /**
  * Runs `command` (`what` names it in errors) with `vars` and `stdin`; resolves with its trimmed
  * output, rejects with a {@link CommandError} carrying the exit status and output.
  */
-export function runCommand(what: string, command: string, vars: Record<string, string>, stdin: string, timeoutMs = COMMAND_TIMEOUT_MS): Promise<string> {
+export function runCommand(
+  what: string,
+  command: string,
+  vars: Record<string, string>,
+  stdin: string,
+  timeoutMs = COMMAND_TIMEOUT_MS,
+): Promise<string> {
   const env = { ...process.env, ...vars };
   const [file, ...args] = commandLine(command, env);
   if (!file) return Promise.reject(new CommandError(what, command, 'it is empty once expanded', ''));

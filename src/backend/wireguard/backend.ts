@@ -47,7 +47,9 @@ export class WireguardBackend implements Backend {
   #privateKey = '';
 
   constructor(deps: BackendDeps) {
-    if (deps.config.backend.type !== 'wireguard') throw new ConfigError('Backend.Type', `expected wireguard, got ${deps.config.backend.type}`);
+    if (deps.config.backend.type !== 'wireguard') {
+      throw new ConfigError('Backend.Type', `expected wireguard, got ${deps.config.backend.type}`);
+    }
     this.#deps = deps;
     this.#cfg = deps.config.backend;
     this.#devices = wgDevices(this.#cfg.mode, enabledFamilies(deps.config)).map((d) => ({
@@ -103,7 +105,8 @@ export class WireguardBackend implements Backend {
         const subnet = family === 4 ? own.subnet : own.ipv6Subnet;
         const network = family === 4 ? this.#deps.config.network : this.#deps.config.ipv6Network;
         if (!subnet || !network || !dev.link) continue;
-        for (const a of await ensureDeviceAddress(this.#deps.handle, dev.link, subnet, network)) this.#deps.log.info(a, { device: dev.name });
+        const actions = await ensureDeviceAddress(this.#deps.handle, dev.link, subnet, network);
+        for (const a of actions) this.#deps.log.info(a, { device: dev.name });
       }
     }
   }
@@ -175,7 +178,9 @@ export class WireguardBackend implements Backend {
         await control.set(change);
         if (change.privateKey !== undefined) report.ops.push(`set the private key of ${dev.name}`);
         if (change.listenPort !== undefined) report.ops.push(`set ${dev.name} listen port ${change.listenPort}`);
-        for (const p of change.set) report.ops.push(`set peer ${p.publicKey} on ${dev.name}: ${p.endpoint} allowed ${p.allowedIPs.join(',')}`);
+        for (const p of change.set) {
+          report.ops.push(`set peer ${p.publicKey} on ${dev.name}: ${p.endpoint} allowed ${p.allowedIPs.join(',')}`);
+        }
         for (const k of change.remove) report.ops.push(`removed peer ${k} from ${dev.name}`);
       } catch (e) {
         report.failures.push(e as Error);

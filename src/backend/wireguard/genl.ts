@@ -186,8 +186,11 @@ function peerAttrs(p: WgPeer): Attr {
     const cidr = parseCIDR(c, 'AllowedIPs');
     return {
       type: 0,
-      value: [u16(WGALLOWEDIP_A_FAMILY, cidr.ip.family === 4 ? AF_INET : AF_INET6), { type: WGALLOWEDIP_A_IPADDR, value: addressBytes(formatIP(cidr.ip)) },
-        u8(WGALLOWEDIP_A_CIDR_MASK, cidr.prefix)],
+      value: [
+        u16(WGALLOWEDIP_A_FAMILY, cidr.ip.family === 4 ? AF_INET : AF_INET6),
+        { type: WGALLOWEDIP_A_IPADDR, value: addressBytes(formatIP(cidr.ip)) },
+        u8(WGALLOWEDIP_A_CIDR_MASK, cidr.prefix),
+      ],
     };
   });
   return {
@@ -206,13 +209,18 @@ function peerAttrs(p: WgPeer): Attr {
 /** The WG_CMD_SET_DEVICE messages of `change` (`wg set`): settings and removals first, peers {@link PEERS_PER_MESSAGE} at a time. */
 export function setDeviceMessages(family: number, change: WgChange, seq = nextSeq): Buffer[] {
   const peers: Attr[] = [
-    ...change.remove.map((k): Attr => ({ type: 0, value: [{ type: WGPEER_A_PUBLIC_KEY, value: Buffer.from(k, 'base64') }, u32(WGPEER_A_FLAGS, WGPEER_F_REMOVE_ME)] })),
+    ...change.remove.map((k): Attr => ({
+      type: 0,
+      value: [{ type: WGPEER_A_PUBLIC_KEY, value: Buffer.from(k, 'base64') }, u32(WGPEER_A_FLAGS, WGPEER_F_REMOVE_ME)],
+    })),
     ...change.set.map(peerAttrs),
   ];
   const messages: Buffer[] = [];
   for (let i = 0; i === 0 || i < peers.length; i += PEERS_PER_MESSAGE) {
     const attrs: Attr[] = [str(WGDEVICE_A_IFNAME, change.device)];
-    if (i === 0 && change.privateKey !== undefined) attrs.push({ type: WGDEVICE_A_PRIVATE_KEY, value: Buffer.from(change.privateKey, 'base64') });
+    if (i === 0 && change.privateKey !== undefined) {
+      attrs.push({ type: WGDEVICE_A_PRIVATE_KEY, value: Buffer.from(change.privateKey, 'base64') });
+    }
     if (i === 0 && change.listenPort !== undefined) attrs.push(u16(WGDEVICE_A_LISTEN_PORT, change.listenPort));
     const chunk = peers.slice(i, i + PEERS_PER_MESSAGE);
     if (chunk.length > 0) attrs.push({ type: WGDEVICE_A_PEERS, value: chunk });

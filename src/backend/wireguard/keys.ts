@@ -46,11 +46,15 @@ export async function loadOrCreatePrivateKey(path: string): Promise<{ privateKey
   try {
     text = await readFile(path, 'utf8');
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw new ConfigError('WIREGUARD_KEY_FILE', `cannot read ${path}: ${(e as Error).message}`);
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') {
+      throw new ConfigError('WIREGUARD_KEY_FILE', `cannot read ${path}: ${(e as Error).message}`);
+    }
   }
   if (text !== undefined) {
     const key = text.trim();
-    if (!isKey(key)) throw new ConfigError('WIREGUARD_KEY_FILE', `${path} holds no WireGuard private key (32 bytes in base64, as wg genkey writes)`);
+    if (!isKey(key)) {
+      throw new ConfigError('WIREGUARD_KEY_FILE', `${path} holds no WireGuard private key (32 bytes in base64, as wg genkey writes)`);
+    }
     return { privateKey: key, created: false };
   }
   const privateKey = generatePrivateKey();

@@ -78,7 +78,10 @@ export interface WgControl {
 }
 
 /** The devices a configuration runs, by family of the traffic they carry. */
-export function wgDevices(mode: WireguardConfig['mode'], enabled: readonly Family[]): { device: string; families: Family[]; port: 4 | 6 }[] {
+export function wgDevices(
+  mode: WireguardConfig['mode'],
+  enabled: readonly Family[],
+): { device: string; families: Family[]; port: 4 | 6 }[] {
   if (mode !== 'separate') return [{ device: WG_DEVICE, families: [...enabled], port: 4 }];
   return enabled.map((f) => ({ device: f === 4 ? WG_DEVICE : WG_DEVICE_V6, families: [f], port: f }));
 }

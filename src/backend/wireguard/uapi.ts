@@ -70,7 +70,8 @@ export function uapiRequest(device: string, path: string, request: string, timeo
     let text = '';
     const fail = (e: unknown, errno?: number) => {
       socket.destroy();
-      reject(e instanceof WireguardError ? e : new WireguardError(device, `ask ${path}: ${(e as Error).message}`, { cause: e, ...(errno === undefined ? {} : { errno }) }));
+      const options = { cause: e, ...(errno === undefined ? {} : { errno }) };
+      reject(e instanceof WireguardError ? e : new WireguardError(device, `ask ${path}: ${(e as Error).message}`, options));
     };
     socket.setTimeout(timeoutMs, () => fail(new Error(`no answer in ${timeoutMs} ms`)));
     socket.on('error', fail);
