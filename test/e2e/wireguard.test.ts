@@ -122,7 +122,7 @@ test('3 nodes, wireguard, dual stack, etcd: pods meet through flannel-wg(-v6); n
     }
   });
 
-test('3 nodes, wireguard, kube mode: the Node annotations carry flannel\'s lease data; weftctl status, peers and doctor show the backend',
+test('3 nodes, wireguard, kube mode: flannel\'s lease data in the annotations; weftctl status, peers and doctor show it; a deleted device rebuilt',
   { skip, timeout: 120_000 }, async () => {
     const c = await Cluster.start({ nodes: 3, backend: 'wireguard', mode: 'kube' });
     try {
@@ -144,6 +144,12 @@ test('3 nodes, wireguard, kube mode: the Node annotations carry flannel\'s lease
       const doctor = await weftctl(c, n1, 'doctor');
       assert.match(doctor.stdout, /MTU.*pod MTU 1420, underlay eth0 MTU 1500, encapsulation 80 bytes/);
       assert.equal(doctor.code, 0, doctor.stdout);
+
+      // The device deleted (its wireguard-go ends with it): weftd sets it up again, peers and all.
+      await n1.ns.ip('link', 'del', 'flannel-wg');
+      await c.waitPing(pods[0]!, pods[1]!);
+      await c.waitPing(pods[2]!, pods[0]!);
+      assert.match(n1.daemon.log(), /device flannel-wg deleted; setting it up again/);
     } finally {
       await stopWireguardGo(c).catch(() => undefined);
       await c.stop();
