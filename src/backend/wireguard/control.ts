@@ -98,7 +98,10 @@ export class UserspaceControl implements WgControl {
     });
     const failed = new Promise<never>((_, reject) => {
       child.once('error', (e) => reject(new WireguardError(name, `start wireguard-go: ${e.message}`, { cause: e })));
-      child.once('exit', (code) => reject(new WireguardError(name, `start wireguard-go: it exited with status ${code}`)));
+      child.once('exit', (code) => {
+        const hint = code === 127 ? ' (not installed? Debian and Ubuntu package it as wireguard-go)' : '';
+        reject(new WireguardError(name, `start wireguard-go: it exited with status ${code}${hint}`));
+      });
     });
     failed.catch(() => {});
     child.unref();
