@@ -16,28 +16,19 @@ import { join } from 'node:path';
 import { NetlinkError, WireguardError } from '../../errors.ts';
 import type { Logger } from '../../log.ts';
 import type { NetlinkHandle } from '../../netlink/handle.ts';
-import type { Link } from '../../netlink/records.ts';
+import { linkIfExists } from '../vxlan-device.ts';
 import type { WgChange, WgControl, WgDeviceState } from './peers.ts';
 import { formatSet, parseGet, uapiRequest } from './uapi.ts';
 
 /** Kinds of failure that say the kernel has no such link kind. */
 const NO_KIND = new Set(['EOPNOTSUPP', 'ENOTSUP', 'EINVAL', 'EAFNOSUPPORT']);
 
-export async function linkByNameOrNone(h: NetlinkHandle, name: string): Promise<Link | undefined> {
-  try {
-    return await h.linkByName(name);
-  } catch (e) {
-    if (e instanceof NetlinkError && e.notFound) return undefined;
-    throw e;
-  }
-}
-
 /**
  * The control for this kernel, found by creating `probe` (the first device weftd needs anyway)
  * as a wireguard link; an existing device of that name tells by its kind.
  */
 export async function chooseControl(h: NetlinkHandle, probe: string, dir: string, log: Logger): Promise<WgControl> {
-  const found = await linkByNameOrNone(h, probe);
+  const found = await linkIfExists(h, probe);
   let kernel = found?.kind === 'wireguard';
   if (!found) {
     try {
@@ -78,7 +69,7 @@ export class UserspaceControl implements WgControl {
   }
 
   async ensureDevice(name: string): Promise<string[]> {
-    const link = await linkByNameOrNone(this.#handle, name);
+    const link = await linkIfExists(this.#handle, name);
     if (link && (await this.#answers(name))) return [];
     const actions: string[] = [];
     if (link) {
@@ -106,7 +97,7 @@ export class UserspaceControl implements WgControl {
     failed.catch(() => {});
     child.unref();
     const deadline = performance.now() + 10_000;
-    while (!(await this.#answers(name)) || !(await linkByNameOrNone(this.#handle, name))) {
+    while (!(await this.#answers(name)) || !(await linkIfExists(this.#handle, name))) {
       await Promise.race([failed, new Promise((r) => setTimeout(r, 50))]);
       if (performance.now() > deadline) throw new WireguardError(name, 'start wireguard-go: its socket did not answer within 10 s');
     }

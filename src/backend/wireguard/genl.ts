@@ -12,7 +12,7 @@
 import { NetlinkError } from '../../errors.ts';
 import { formatCIDR, formatIP, parseCIDR, parseIP } from '../../ip/ip.ts';
 import type { NetlinkHandle } from '../../netlink/handle.ts';
-import type { Link } from '../../netlink/records.ts';
+import { linkIfExists } from '../vxlan-device.ts';
 import type { WgChange, WgControl, WgDeviceState, WgPeer } from './peers.ts';
 
 const NLMSG_HDRLEN = 16;
@@ -288,12 +288,7 @@ export class KernelControl implements WgControl {
   }
 
   async ensureDevice(name: string): Promise<string[]> {
-    let link: Link | undefined;
-    try {
-      link = await this.#handle.linkByName(name);
-    } catch (e) {
-      if (!(e instanceof NetlinkError && e.notFound)) throw e;
-    }
+    const link = await linkIfExists(this.#handle, name);
     if (link?.kind === 'wireguard') return [];
     const actions: string[] = [];
     if (link) {
