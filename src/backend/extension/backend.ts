@@ -18,6 +18,7 @@ import { ConfigError } from '../../errors.ts';
 import { formatCIDR, formatIP, parseIP } from '../../ip/ip.ts';
 import type { Lease, LeaseAttrs } from '../../lease/lease.ts';
 import type { SideKind, SideReport } from '../../reconcile/side.ts';
+import { Backoff, sleep } from '../../retry.ts';
 import { WEFT_RTPROT } from '../../reconcile/state.ts';
 import type { Ownership } from '../../reconcile/state.ts';
 import type { Backend, BackendDeps } from '../backend.ts';
@@ -27,7 +28,7 @@ import type { ExtensionSubnet } from './subnet.ts';
 
 /** How often failed commands are retried between lease events. */
 export const EXTENSION_POLL_MS = 5_000;
-const PRE_STARTUP_BACKOFF_MS = [1_000, 2_000, 5_000, 10_000, 30_000];
+const PRE_STARTUP_BACKOFF_MS = { initial: 1_000, max: 30_000 };
 
 const same = (a: ExtensionSubnet, b: ExtensionSubnet) => a.subnet === b.subnet && a.publicIP === b.publicIP && a.data === b.data;
 
@@ -68,23 +69,16 @@ export class ExtensionBackend implements Backend {
 
   async #preStartup(): Promise<string> {
     const { log, signal } = this.#deps;
-    for (let attempt = 0; ; attempt++) {
+    const backoff = new Backoff(PRE_STARTUP_BACKOFF_MS.initial, PRE_STARTUP_BACKOFF_MS.max);
+    for (;;) {
       try {
         const output = await runCommand('PreStartupCommand', this.#cfg.preStartupCommand, {}, '');
         log.info('ran PreStartupCommand', { output });
         return output;
       } catch (e) {
-        const wait = PRE_STARTUP_BACKOFF_MS[Math.min(attempt, PRE_STARTUP_BACKOFF_MS.length - 1)]!;
+        const wait = backoff.next();
         log.error('PreStartupCommand failed; nothing is published until it succeeds', { err: e, retryInMs: wait });
-        signal?.throwIfAborted();
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, wait);
-          signal?.addEventListener('abort', () => {
-            clearTimeout(timer);
-            resolve();
-          }, { once: true });
-        });
-        signal?.throwIfAborted();
+        await sleep(wait, signal);
       }
     }
   }
