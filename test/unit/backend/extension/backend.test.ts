@@ -49,7 +49,9 @@ test('plan: an extension lease becomes the add command\'s input; another type or
   const own = { peer: 'own', subnet: parseCIDR('10.244.1.0/24', 't'), attrs: { backendType: 'extension' } };
   const remote = { peer: 'n2', subnet: parseCIDR('10.244.2.0/24', 't'), attrs: { backendType: 'extension', publicIP: parseIP('198.51.100.2', 't'), backendData: 'x' } };
   assert.deepEqual((await b.plan(own, remote)).side, [{ peer: 'n2', subnet: '10.244.2.0/24', publicIP: '198.51.100.2', data: 'x' }]);
-  assert.deepEqual((await b.plan(own, { ...remote, attrs: { ...remote.attrs, backendData: undefined } })).side?.[0]?.data, '');
+  assert.deepEqual((await b.plan(own, { ...remote, attrs: { ...remote.attrs, backendData: undefined } })).side, [
+    { peer: 'n2', subnet: '10.244.2.0/24', publicIP: '198.51.100.2', data: '' },
+  ]);
   assert.match((await b.plan(own, { ...remote, attrs: { ...remote.attrs, backendData: { a: 1 } } })).warnings.join(), /not a JSON string/);
   assert.match((await b.plan(own, { ...remote, attrs: { ...remote.attrs, backendType: 'vxlan' } })).warnings.join(), /this node runs extension/);
 });
