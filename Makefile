@@ -6,7 +6,7 @@ NODE := $(CURDIR)/node_modules/.bin/node
 export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 
 DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
-	iproute2 iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool curl \
+	iproute2 iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool curl wireguard-go tcpdump \
 	$(IMAGE_TOOLS)
 # make image and its test: a Debian root file system (mmdebstrap), the build (buildah) and a
 # container runtime to run it as the DaemonSet does (podman with runc: crun refuses this machine's

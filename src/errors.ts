@@ -140,6 +140,35 @@ export class LocalSocketError extends WeftError {
   }
 }
 
+/** A wireguard device refused a configuration request, or could not be asked (UAPI socket, generic netlink). */
+export class WireguardError extends WeftError {
+  readonly device: string;
+  /** The errno the device answered with (UAPI `errno=`, netlink error), when it answered. */
+  readonly errno: number | undefined;
+
+  constructor(device: string, message: string, options: WeftErrorOptions & { errno?: number } = {}) {
+    super('EWIREGUARD', `failed to ${message} (device ${device})`, { retryable: true, ...options });
+    this.device = device;
+    this.errno = options.errno;
+  }
+}
+
+/** An operator's command (extension backend) failed: its exit status (or signal) and what it printed. */
+export class CommandError extends WeftError {
+  readonly command: string;
+  /** The exit status; undefined when it did not exit by itself (signal, not started). */
+  readonly status: number | undefined;
+  readonly output: string;
+
+  constructor(what: string, command: string, outcome: string, output: string, options: WeftErrorOptions & { status?: number } = {}) {
+    const said = output ? `; output: ${output}` : '';
+    super('ECOMMAND', `failed to run ${what} ${JSON.stringify(command)}: ${outcome}${said}`, { retryable: true, ...options });
+    this.command = command;
+    this.status = options.status;
+    this.output = output;
+  }
+}
+
 export function isRetryable(e: unknown): boolean {
   return e instanceof WeftError && e.retryable;
 }

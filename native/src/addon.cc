@@ -5,6 +5,8 @@
 //   handle.dump(kind, filter) -> Promise<record[]>   kind: "link" | "addr" | "route" | "neigh" | "nexthop"
 //   handle.linkGet(nameOrIndex) -> Promise<record>
 //   handle.routeGet(dst, oif?) -> Promise<record>
+//   handle.genl(request)     -> Promise<Buffer[]>: one generic netlink request (bytes, header
+//                               included) and its answer messages
 //   handle.monitor(groups, callback, rcvbuf?) -> Promise<void>; callback(events[])
 //   handle.announce(ifindex, address) -> Promise<void>   gratuitous ARP / unsolicited NA
 //   handle.unmonitor(), handle.close()
@@ -128,6 +130,21 @@ struct AnnounceJob : Job {
   Napi::Value result(Napi::Env env) override { return env.Undefined(); }
 };
 
+// A generic netlink request: raw bytes in, the answer messages out (Worker::genl).
+struct GenlJob : Job {
+  std::vector<uint8_t> request;
+  std::vector<std::vector<uint8_t>> replies;
+  using Job::Job;
+  void run(Worker& w) override { failure = w.genl(request, replies); }
+  Napi::Value result(Napi::Env env) override {
+    Napi::Array arr = Napi::Array::New(env, replies.size());
+    for (size_t i = 0; i < replies.size(); i++) {
+      arr.Set(static_cast<uint32_t>(i), Napi::Buffer<uint8_t>::Copy(env, replies[i].data(), replies[i].size()));
+    }
+    return arr;
+  }
+};
+
 struct MonitorJob : Job {
   Handle* handle;
   std::vector<int> groups;
@@ -157,6 +174,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
                            InstanceMethod<&Handle::LinkGet>("linkGet"),
                            InstanceMethod<&Handle::RouteGet>("routeGet"),
                            InstanceMethod<&Handle::Announce>("announce"),
+                           InstanceMethod<&Handle::Genl>("genl"),
                            InstanceMethod<&Handle::MonitorStart>("monitor"),
                            InstanceMethod<&Handle::MonitorStop>("unmonitor"),
                            InstanceMethod<&Handle::Close>("close"),
@@ -326,6 +344,19 @@ class Handle : public Napi::ObjectWrap<Handle> {
       }
       return msg;
     };
+    return submit(env, job);
+  }
+
+  Napi::Value Genl(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!usable(env)) return env.Undefined();
+    if (info.Length() < 1 || !info[0].IsTypedArray()) {
+      Napi::TypeError::New(env, "genl(request): request must be a Uint8Array").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    Napi::Uint8Array bytes = info[0].As<Napi::Uint8Array>();
+    auto* job = new GenlJob(env);
+    job->request.assign(bytes.Data(), bytes.Data() + bytes.ByteLength());
     return submit(env, job);
   }
 

@@ -166,7 +166,7 @@ Napi::Object failureToJs(Napi::Env env, const Failure& f);
 // ---- requests (requests.cc) ----------------------------------------------------------------------
 
 enum class OpKind {
-  LinkAddVxlan, LinkAddBridge, LinkAddVeth, LinkSet, LinkSetHairpin, LinkDel, LinkDelGroup,
+  LinkAddVxlan, LinkAddBridge, LinkAddType, LinkAddVeth, LinkSet, LinkSetHairpin, LinkDel, LinkDelGroup,
   AddrAdd, AddrReplace, AddrDel,
   RouteAdd, RouteReplace, RouteDel,
   NeighAdd, NeighReplace, NeighAppend, NeighDel,
@@ -191,6 +191,8 @@ struct Op {
   // veth: the peer's name and the namespace it is created in (an open fd; -1: this one)
   std::string peerName;
   int peerNsFd = -1;
+
+  std::string linkKind;  // linkAddType: IFLA_INFO_KIND, e.g. "wireguard"
 
   // vxlan
   uint32_t vni = 0;

@@ -26,6 +26,7 @@ struct OpName {
 
 const OpName kOpNames[] = {
     {"linkAddVxlan", OpKind::LinkAddVxlan}, {"linkAddBridge", OpKind::LinkAddBridge},
+    {"linkAddType", OpKind::LinkAddType},
     {"linkAddVeth", OpKind::LinkAddVeth},   {"linkSetHairpin", OpKind::LinkSetHairpin},
     {"linkSet", OpKind::LinkSet},           {"linkDelGroup", OpKind::LinkDelGroup},
     {"linkDel", OpKind::LinkDel},           {"addrAdd", OpKind::AddrAdd},
@@ -189,8 +190,9 @@ nl_msg* buildLink(const Op& op, Failure& fail) {
   nl_msg* msg = nullptr;
   if (op.kind == OpKind::LinkDel) return fromLibnl(rtnl_link_build_delete_request(link.p, &msg), &msg, fail);
   if (op.kind == OpKind::LinkSet) return fromLibnl(rtnl_link_build_add_request(link.p, 0, &msg), &msg, fail);
-  if (op.kind == OpKind::LinkAddBridge) {
-    if (int rc = rtnl_link_set_type(link.p, "bridge"); rc < 0) return fromLibnl(rc, &msg, fail);
+  if (op.kind == OpKind::LinkAddBridge || op.kind == OpKind::LinkAddType) {
+    const char* kind = op.kind == OpKind::LinkAddBridge ? "bridge" : op.linkKind.c_str();
+    if (int rc = rtnl_link_set_type(link.p, kind); rc < 0) return fromLibnl(rc, &msg, fail);
     return fromLibnl(rtnl_link_build_add_request(link.p, NLM_F_CREATE | NLM_F_EXCL, &msg), &msg, fail);
   }
   if (op.kind == OpKind::LinkAddVeth) {
@@ -413,6 +415,7 @@ Op opFromJs(const Napi::Value& v) {
   r.num("group", op.group, 1, UINT32_MAX);
   r.flag("on", op.on);
   r.str("peerName", op.peerName);
+  r.str("linkKind", op.linkKind);
   r.num("peerNsFd", op.peerNsFd, 0, INT32_MAX);
   r.num("vni", op.vni, 0, 0xffffff);
   r.str("local", op.local);
@@ -453,6 +456,7 @@ nl_msg* buildRequest(const Op& op, Failure& fail) {
   switch (op.kind) {
     case OpKind::LinkAddVxlan:
     case OpKind::LinkAddBridge:
+    case OpKind::LinkAddType:
     case OpKind::LinkAddVeth:
     case OpKind::LinkSet:
     case OpKind::LinkSetHairpin:

@@ -76,6 +76,57 @@ void Worker::loop() {
 Worker::~Worker() {
   if (cb_) nl_cb_put(cb_);
   if (sk_) nl_socket_free(sk_);
+  if (genlFd_ >= 0) close(genlFd_);
+}
+
+Failure Worker::genl(const std::vector<uint8_t>& request, std::vector<std::vector<uint8_t>>& replies) {
+  if (request.size() < sizeof(nlmsghdr)) return {EINVAL, "the request is shorter than a netlink header"};
+  if (genlFd_ < 0) {
+    genlFd_ = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_GENERIC);
+    if (genlFd_ < 0) return {errno, "socket(NETLINK_GENERIC)"};
+    int on = 1;
+    setsockopt(genlFd_, SOL_NETLINK, NETLINK_EXT_ACK, &on, sizeof on);
+    sockaddr_nl local = {};
+    local.nl_family = AF_NETLINK;
+    if (bind(genlFd_, reinterpret_cast<sockaddr*>(&local), sizeof local) < 0) {
+      int err = errno;
+      close(genlFd_);
+      genlFd_ = -1;
+      return {err, "bind(NETLINK_GENERIC)"};
+    }
+  }
+  const auto* head = reinterpret_cast<const nlmsghdr*>(request.data());
+  const uint32_t seq = head->nlmsg_seq;
+  sockaddr_nl kernel = {};
+  kernel.nl_family = AF_NETLINK;
+  if (sendto(genlFd_, request.data(), request.size(), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) < 0) {
+    return {errno, "send to generic netlink"};
+  }
+  std::vector<uint8_t> buf(1 << 16);
+  for (;;) {
+    ssize_t n = recv(genlFd_, buf.data(), buf.size(), MSG_TRUNC);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return {errno, "receive from generic netlink"};
+    }
+    if (static_cast<size_t>(n) > buf.size()) {
+      buf.resize(static_cast<size_t>(n));
+      continue;  // the truncated datagram is gone; the dump continues with the next one
+    }
+    int len = static_cast<int>(n);
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
+      if (h->nlmsg_seq != seq) continue;
+      if (h->nlmsg_type == NLMSG_DONE) return {};
+      if (h->nlmsg_type == NLMSG_ERROR) {
+        const auto* e = static_cast<const nlmsgerr*>(NLMSG_DATA(h));
+        if (e->error == 0) return {};
+        return {-e->error, "the kernel refused the generic netlink request"};
+      }
+      const auto* bytes = reinterpret_cast<const uint8_t*>(h);
+      replies.emplace_back(bytes, bytes + h->nlmsg_len);
+      if (!(h->nlmsg_flags & NLM_F_MULTI) && !(head->nlmsg_flags & NLM_F_ACK)) return {};
+    }
+  }
 }
 
 void Worker::enter(const std::string& netnsPath) {

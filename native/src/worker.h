@@ -48,6 +48,10 @@ class Worker {
   Failure openMonitorSocket(const std::vector<int>& groups, int rcvbuf, struct nl_sock** out);
   // The port ID of the request socket: the kernel stamps it on notifications of our own changes.
   uint32_t requestPort() const;
+  // One generic netlink request, built whole by the caller (header included), on this thread's
+  // NETLINK_GENERIC socket (opened on first use, in the handle's namespace). Every answer message
+  // but the closing ack or NLMSG_DONE goes to `replies`; an error answer is the failure.
+  Failure genl(const std::vector<uint8_t>& request, std::vector<std::vector<uint8_t>>& replies);
 
  private:
   Worker() = default;
@@ -66,6 +70,7 @@ class Worker {
 
   struct nl_sock* sk_ = nullptr;
   struct nl_cb* cb_ = nullptr;
+  int genlFd_ = -1;
   Failure kernelError_;
 
   struct ParseTarget {

@@ -48,11 +48,13 @@ export interface DoctorFacts {
   leftovers: string[];
 }
 
-/** Encapsulation overhead by backend and underlay family: VXLAN over IPv4 50 bytes, IPv6 70. */
+/** Encapsulation overhead by backend and underlay family: VXLAN over IPv4 50 bytes, IPv6 70; WireGuard 80 (flannel's count). */
 export const VXLAN_OVERHEAD_V4 = 50;
 export const VXLAN_OVERHEAD_V6 = 70;
+export const WIREGUARD_OVERHEAD = 80;
 
 function overhead(s: NodeStatus): number {
+  if (s.backend?.type.toLowerCase() === 'wireguard') return WIREGUARD_OVERHEAD;
   if (s.backend?.type.toLowerCase() !== 'vxlan') return 0;
   return s.iface?.address?.includes(':') ? VXLAN_OVERHEAD_V6 : VXLAN_OVERHEAD_V4;
 }

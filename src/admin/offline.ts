@@ -67,7 +67,9 @@ export async function offlineStatus(h: NetlinkHandle, subnetFile: string, why: s
   }
   const wanted = new Map<string, KernelState>();
   const planSkips = new Map<string, string>();
-  if (own && type) {
+  // The other backends want no routes, neighbours or FDB entries per peer (wireguard's peers live in its devices).
+  const planner = type === 'vxlan' ? planVxlan : type === 'host-gw' ? planHostGw : undefined;
+  if (own && planner) {
     for (const lease of remotes) {
       const input = {
         own,
@@ -76,7 +78,7 @@ export async function offlineStatus(h: NetlinkHandle, subnetFile: string, why: s
         extIndex: ext?.index ?? 0,
         ...(vx ? { vxlan: { 4: { index: vx.index, mac: vx.mac } } } : {}),
       };
-      const plan = type === 'vxlan' ? planVxlan(input) : planHostGw(input);
+      const plan = planner(input);
       wanted.set(lease.peer, plan.state);
       if (plan.warnings.length > 0) planSkips.set(lease.peer, plan.warnings.join('; '));
     }

@@ -24,6 +24,11 @@ export function kernelHealthy(s: NodeStatus): boolean {
   return s.kernel.missing.length === 0 && s.peers.every((p) => p.kernel[0] === 'ok' || p.kernel[0] === 'skipped');
 }
 
+/** The backend's device, VNI (vxlan), port and configuration path (wireguard), for `status`. */
+function deviceParts(b: NonNullable<NodeStatus['backend']>): string[] {
+  return [b.device ?? '', b.vni !== undefined ? `VNI ${b.vni}` : '', `port ${b.port}`, b.control ?? ''].filter(Boolean);
+}
+
 /** `weftctl status`: a short summary of the node. */
 export function renderStatus(s: NodeStatus): string {
   const w = s.weftd;
@@ -39,7 +44,7 @@ export function renderStatus(s: NodeStatus): string {
     const b = s.backend;
     lines.push([
       'backend',
-      `${b?.type ?? 'unknown'}${b?.device ? ` (${b.device}, VNI ${b.vni}, port ${b.port})` : ''}${s.mode ? `, leases from ${s.mode}` : ''}`,
+      `${b?.type ?? 'unknown'}${b?.device ? ` (${deviceParts(b).join(', ')})` : ''}${s.mode ? `, leases from ${s.mode}` : ''}`,
     ]);
   }
   if (s.iface) {

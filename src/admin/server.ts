@@ -55,6 +55,10 @@ export async function agentStatus(options: AdminOptions): Promise<NodeStatus> {
       // The kernel's default port when net-conf.json leaves it 0.
       Object.assign(backend, { device: dev(v.backend.ownership().devices[0] ?? 0), vni: cfg.vni, port: cfg.port || 8472 });
     }
+    if (cfg.type === 'wireguard' && v.backend && 'control' in v.backend) {
+      const control = (v.backend as { control?: { kind: string } }).control?.kind;
+      Object.assign(backend, { device: dev(v.backend.ownership().devices[0] ?? 0), port: cfg.listenPort, ...(control ? { control } : {}) });
+    }
   }
   const ext = v.ext;
   const address = ext?.ifaceAddr ?? ext?.ifaceAddr6;

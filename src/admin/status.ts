@@ -35,7 +35,8 @@ export interface NodeStatus {
   weftd: { running: boolean; version?: string; pid?: number; note?: string };
   /** `etcd` or `kube`; absent when weftd is down and no registry was given. */
   mode?: string;
-  backend?: { type: string; device?: string; vni?: number; port?: number };
+  /** `control`: how a wireguard device is configured (`kernel`, `userspace`). */
+  backend?: { type: string; device?: string; vni?: number; port?: number; control?: string };
   iface?: { name: string; address?: string; publicIP?: string; mtu: number; reason: string };
   own?: { subnet?: string; ipv6Subnet?: string; publicIP?: string; vtepMac?: string; expires?: string };
   /** The pod MTU weftd writes (FLANNEL_MTU), and subnet.env as read from disk. */

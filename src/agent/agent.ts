@@ -5,6 +5,7 @@
  * Stopping tears nothing down: devices, routes, rules, subnet.env and the lease all stay, so
  * pods keep working across a restart.
  */
+import { dirname } from 'node:path';
 import { createBackend } from '../backend/registry.ts';
 import { Network } from '../backend/network.ts';
 import type { VxlanBackend } from '../backend/vxlan.ts';
@@ -104,7 +105,10 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
   if (flags.vxlanOnDemand && config.backend.type !== 'vxlan') {
     throw new ConfigError('--vxlan-on-demand', `needs the vxlan backend, not ${config.backend.type}`);
   }
-  const backend = createBackend({ handle, config, ext, log: log.child({ backend: config.backend.type }), onDemand: flags.vxlanOnDemand });
+  const backend = createBackend({
+    handle, config, ext, log: log.child({ backend: config.backend.type }), onDemand: flags.vxlanOnDemand,
+    stateDir: dirname(flags.subnetFile), signal,
+  });
   if (view) Object.assign(view, { ext, backend });
   let previous;
   try {

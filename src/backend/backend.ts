@@ -11,8 +11,9 @@ import type { Lease, LeaseAttrs } from '../lease/lease.ts';
 import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
 import type { Link } from '../netlink/records.ts';
+import type { SideKind } from '../reconcile/side.ts';
 import type { KernelState, Ownership } from '../reconcile/state.ts';
-import type { Plan } from './plan.ts';
+import type { Plan, SideEntry } from './plan.ts';
 
 export interface BackendDeps {
   handle: NetlinkHandle;
@@ -21,6 +22,10 @@ export interface BackendDeps {
   log: Logger;
   /** vxlan --vxlan-on-demand: no entries per peer; the device reports misses (on-demand.ts). */
   onDemand?: boolean;
+  /** A directory of weftd's own beside subnet.env (wireguard: wireguard-go's sockets). */
+  stateDir?: string;
+  /** Ends set-up steps that wait (extension: a failing pre-startup command retried). */
+  signal?: AbortSignal;
 }
 
 export interface Backend {
@@ -45,4 +50,6 @@ export interface Backend {
   drifted(link: Link): string | undefined;
   /** A device of ours disappeared or drifted: set it up again as it was (same MAC) and configure it. */
   repair(own: Lease): Promise<void>;
+  /** State of this backend outside rtnetlink (wireguard peers, extension commands), kept by the reconciler; `wanted` is every lease's. */
+  sides?(wanted: () => Iterable<readonly SideEntry[]>): SideKind[];
 }

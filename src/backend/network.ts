@@ -23,6 +23,7 @@ import { failureCounts } from '../reconcile/reconcile.ts';
 import type { MissEvent, PassInfo } from '../reconcile/loop.ts';
 import type { KernelState } from '../reconcile/state.ts';
 import type { Backend } from './backend.ts';
+import type { SideEntry } from './plan.ts';
 import { ensureNeighbourRoom, NEIGH_HEADROOM } from './neigh-table.ts';
 import { ownBlackhole } from './plan.ts';
 
@@ -58,6 +59,8 @@ export class Network {
   readonly #warned = new Map<string, string>();
   /** Each peer's last lease that planned without a warning. */
   readonly #lastGood = new Map<string, Lease>();
+  /** What each lease wants outside rtnetlink (Plan.side: wireguard peers, extension commands), for the backend's side kinds. */
+  readonly #side = new Map<string, readonly SideEntry[]>();
   #own: Lease;
   /** Lease batches and device repairs, one at a time and in order. */
   #work: Promise<void> = Promise.resolve();
@@ -84,6 +87,11 @@ export class Network {
             ms: Math.round(p.durationMs),
           });
         }
+        const side = p.side;
+        if (side && side.ops.length > 0) options.log.info('reconciled state outside rtnetlink', { reasons: p.reasons.join(', '), ops: side.ops });
+        if (side && side.failures.length > 0) {
+          options.log.warn('changes outside rtnetlink failed; a later pass retries them', { failures: side.failures.length, first: side.failures[0] });
+        }
         // A fast pass that failed is followed by a full pass (or a rebuild), which says what stays refused.
         if (p.nextResyncMs !== undefined) this.#periodChanged(p.nextResyncMs, p.durationMs);
         if (p.kind === 'full' && p.failures.length > 0) {
@@ -97,6 +105,7 @@ export class Network {
       },
       onError: (e) => options.log.error('reconcile pass failed; the next trigger retries', { err: e }),
       onDeviceGone: (why) => this.#queue(() => this.#repair(why)),
+      ...(options.backend.sides ? { sides: options.backend.sides(() => this.#side.values()) } : {}),
       ...(options.onMiss ? { onMiss: options.onMiss } : {}),
       onDeviceChanged: (link) => {
         const why = options.backend.drifted(link);
@@ -209,18 +218,20 @@ export class Network {
     this.#serial(fn).catch(() => {});
   }
 
-  async #plan(lease: Lease) {
-    let { state, warnings } = await this.#options.backend.plan(this.#own, lease);
+  /** The kernel entries `lease` wants; its side entries go to {@link #side}, with whether they changed. */
+  async #plan(lease: Lease): Promise<{ state: KernelState; sideChanged: boolean }> {
+    let { state, warnings, side } = await this.#options.backend.plan(this.#own, lease);
     const last = this.#lastGood.get(lease.peer);
     if (warnings.length === 0) {
       this.#lastGood.set(lease.peer, lease);
     } else if (last && last !== lease) {
       const kept = await this.#options.backend.plan(this.#own, last);
       if (kept.warnings.length === 0) {
-        state = kept.state;
+        ({ state, side } = kept);
         warnings = warnings.map((w) => `${w}; keeping its last good entries`);
       }
     }
+    const sideChanged = this.#setSide(lease.peer, side);
     const text = warnings.join('; ');
     if (text === '') {
       this.#warned.delete(lease.peer);
@@ -228,7 +239,15 @@ export class Network {
       this.#warned.set(lease.peer, text);
       for (const w of warnings) this.#options.log.warn(w, { peer: lease.peer });
     }
-    return state;
+    return { state, sideChanged };
+  }
+
+  /** Sets the side entries `owner` wants (none: undefined); whether that changed them. */
+  #setSide(owner: string, side: readonly SideEntry[] | undefined): boolean {
+    const before = this.#side.get(owner);
+    if (side && side.length > 0) this.#side.set(owner, side);
+    else this.#side.delete(owner);
+    return JSON.stringify(before ?? []) !== JSON.stringify(side ?? []);
   }
 
   async #planAll(): Promise<void> {
@@ -236,9 +255,10 @@ export class Network {
     this.#desired.put(BACKEND_BASE, this.#options.backend.base?.());
     const leases = this.#options.table.leases();
     const peers = new Set(leases.map((l) => l.peer));
-    for (const l of leases) this.#desired.put(l.peer, await this.#plan(l));
+    for (const l of leases) this.#desired.put(l.peer, (await this.#plan(l)).state);
     for (const peer of this.#warned.keys()) if (!peers.has(peer)) this.#warned.delete(peer);
     for (const peer of this.#lastGood.keys()) if (!peers.has(peer)) this.#lastGood.delete(peer);
+    for (const peer of this.#side.keys()) if (!peers.has(peer)) this.#side.delete(peer);
   }
 
   /** Room in the neighbour table for the peers' entries, checked again as they grow by a headroom's worth. */
@@ -254,12 +274,17 @@ export class Network {
 
   async #onBatch(batch: readonly LeaseEvent[]): Promise<void> {
     for (const e of batch) {
+      const why = `lease ${e.lease.peer} ${e.type === 'removed' ? 'removed' : e.previous ? 'changed' : 'added'}`;
       if (e.type === 'removed') {
         this.#warned.delete(e.lease.peer);
         this.#lastGood.delete(e.lease.peer);
-        this.#reconciler.update(e.lease.peer, undefined, `lease ${e.lease.peer} removed`);
+        this.#reconciler.update(e.lease.peer, undefined, why);
+        // Side entries have no fast path: a full pass diffs them (such a node has few other entries).
+        if (this.#setSide(e.lease.peer, undefined)) this.#reconciler.trigger(why);
       } else {
-        this.#reconciler.update(e.lease.peer, await this.#plan(e.lease), `lease ${e.lease.peer} ${e.previous ? 'changed' : 'added'}`);
+        const { state, sideChanged } = await this.#plan(e.lease);
+        this.#reconciler.update(e.lease.peer, state, why);
+        if (sideChanged) this.#reconciler.trigger(why);
       }
     }
     await this.#sizeNeighbourTable();

@@ -25,6 +25,8 @@ import { NTF_SELF, NUD_PERMANENT, RT_TABLE_MAIN, RTN_BLACKHOLE, RTN_UNICAST, RT_
 import type { Route } from '../netlink/records.ts';
 import { WEFT_RTPROT } from '../reconcile/state.ts';
 import type { KernelState } from '../reconcile/state.ts';
+import type { ExtensionSubnet } from './extension/subnet.ts';
+import type { WgPeer } from './wireguard/peers.ts';
 
 /** A device of ours: its index and, for vxlan, its VTEP MAC. */
 export interface PlanDevice {
@@ -45,8 +47,13 @@ export interface PlanInput {
   directlyReachable?: (ip: IP) => boolean;
 }
 
+/** One entry of state outside rtnetlink; each backend sees only its own kind. */
+export type SideEntry = WgPeer | ExtensionSubnet;
+
 export interface Plan {
   state: KernelState;
+  /** What this lease wants outside rtnetlink (reconcile/side.ts): wireguard peers, extension commands. */
+  side?: SideEntry[];
   /** One line per skipped peer, for the log. */
   warnings: string[];
 }

@@ -4,13 +4,19 @@
  */
 import { SUPPORTED_BACKENDS } from '../config/netconf.ts';
 import { ConfigError } from '../errors.ts';
+import { AllocBackend } from './alloc.ts';
 import type { Backend, BackendDeps } from './backend.ts';
+import { ExtensionBackend } from './extension/backend.ts';
 import { HostGwBackend } from './host-gw.ts';
 import { VxlanBackend } from './vxlan.ts';
+import { WireguardBackend } from './wireguard/backend.ts';
 
 const REGISTRY: Record<string, (deps: BackendDeps) => Backend> = {
   vxlan: (d) => new VxlanBackend(d),
   'host-gw': (d) => new HostGwBackend(d),
+  wireguard: (d) => new WireguardBackend(d),
+  extension: (d) => new ExtensionBackend(d),
+  alloc: (d) => new AllocBackend(d),
 };
 
 /** The backend named by Backend.Type (case-insensitive). */

@@ -67,7 +67,8 @@ function incompatibility(link: Link, spec: VxlanDeviceSpec): string | undefined 
   return diffs.length > 0 ? diffs.join(', ') : undefined;
 }
 
-async function existing(h: NetlinkHandle, name: string): Promise<Link | undefined> {
+/** `ip link show <name>`, or undefined when there is none (the wireguard devices use it too). */
+export async function linkIfExists(h: NetlinkHandle, name: string): Promise<Link | undefined> {
   try {
     return await h.linkByName(name);
   } catch (e) {
@@ -82,7 +83,7 @@ async function existing(h: NetlinkHandle, name: string): Promise<Link | undefine
  */
 export async function ensureVxlanDevice(h: NetlinkHandle, spec: VxlanDeviceSpec): Promise<EnsuredDevice> {
   const actions: string[] = [];
-  let link = await existing(h, spec.name);
+  let link = await linkIfExists(h, spec.name);
   if (link) {
     const why = incompatibility(link, spec);
     if (why) {

@@ -12,8 +12,19 @@ import { bits, cidrOf, contains, formatCIDR, formatIP, lastIP, parseCIDR, parseI
 import type { CIDR, Family, IP } from '../ip/ip.ts';
 import type { JsonValue } from '../json.ts';
 
-export const SUPPORTED_BACKENDS = ['vxlan', 'host-gw'] as const;
+export const SUPPORTED_BACKENDS = ['vxlan', 'host-gw', 'wireguard', 'extension', 'alloc'] as const;
 export type BackendType = (typeof SUPPORTED_BACKENDS)[number];
+
+/** flannel's backends that Weft does not implement, with why, for the error that names them. */
+const FLANNEL_ONLY: Record<string, string> = {
+  ipip: 'it needs the ipip kernel module',
+  udp: 'flannel keeps it for debugging only',
+  ipsec: 'it needs strongSwan',
+  'tencent-vpc': 'it is a cloud provider\'s route table',
+  'ali-vpc': 'it is a cloud provider\'s route table',
+  'aws-vpc': 'it is a cloud provider\'s route table',
+  gce: 'it is a cloud provider\'s route table',
+};
 
 export interface VxlanConfig {
   type: 'vxlan';
@@ -32,7 +43,63 @@ export interface HostGwConfig {
   type: 'host-gw';
 }
 
-export type BackendConfig = VxlanConfig | HostGwConfig;
+/** wireguard (reference §1, §5.3): flannel's keys and defaults. */
+export interface WireguardConfig {
+  type: 'wireguard';
+  /** UDP port of flannel-wg (51820). */
+  listenPort: number;
+  /** UDP port of flannel-wg-v6 in separate mode (51821). */
+  listenPortV6: number;
+  /** Underlay MTU; 0 means the external interface's. The devices get it less 80. */
+  mtu: number;
+  /** A preshared key for every peer (base64 of 32 bytes), or none. */
+  psk?: string;
+  /** PersistentKeepaliveInterval in seconds; 0 is off. */
+  keepalive: number;
+  /** `separate`: one device per family; the others one device flannel-wg reaching peers over IPv4, IPv6 or either. */
+  mode: 'separate' | 'auto' | 'ipv4' | 'ipv6';
+}
+
+/** extension: the operator's commands make the data plane ('' for a command not given). */
+export interface ExtensionConfig {
+  type: 'extension';
+  preStartupCommand: string;
+  postStartupCommand: string;
+  subnetAddCommand: string;
+  subnetRemoveCommand: string;
+}
+
+/** alloc: leases only, no data plane. */
+export interface AllocConfig {
+  type: 'alloc';
+}
+
+export type BackendConfig = VxlanConfig | HostGwConfig | WireguardConfig | ExtensionConfig | AllocConfig;
+
+const WG_MODES = ['separate', 'auto', 'ipv4', 'ipv6'] as const;
+const WG_KEY = /^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$/;
+
+function parseWireguard(v: Record<string, JsonValue>): WireguardConfig {
+  const mtu = uint(v, 'MTU', 'Backend.MTU', 0, 65535);
+  if (mtu !== 0 && mtu < 1360) throw new ConfigError('Backend.MTU', `must be 0 (the interface MTU) or at least 1360, got ${mtu}`);
+  const mode = (str(v, 'Mode', 'Backend.Mode') || 'separate').toLowerCase();
+  if (!(WG_MODES as readonly string[]).includes(mode)) {
+    throw new ConfigError('Backend.Mode', `must be one of ${WG_MODES.join(', ')}, got ${describe(mode)}`);
+  }
+  const psk = str(v, 'PSK', 'Backend.PSK') || undefined;
+  if (psk !== undefined && !WG_KEY.test(psk)) {
+    throw new ConfigError('Backend.PSK', 'must be a WireGuard key: 32 bytes in base64 (wg genpsk)');
+  }
+  return {
+    type: 'wireguard',
+    listenPort: uint(v, 'ListenPort', 'Backend.ListenPort', 51820, 65535),
+    listenPortV6: uint(v, 'ListenPortV6', 'Backend.ListenPortV6', 51821, 65535),
+    mtu,
+    ...(psk ? { psk } : {}),
+    keepalive: uint(v, 'PersistentKeepaliveInterval', 'Backend.PersistentKeepaliveInterval', 0, 65535),
+    mode: mode as WireguardConfig['mode'],
+  };
+}
 
 export interface NetConfig {
   enableIPv4: boolean;
@@ -126,8 +193,25 @@ function parseBackend(v: JsonValue | undefined): BackendConfig {
     }
     case 'host-gw':
       return { type: 'host-gw' };
-    default:
-      throw new ConfigError('Backend.Type', `unsupported backend ${describe(type)}; supported backends: ${supported}`);
+    case 'wireguard':
+      return parseWireguard(v);
+    case 'extension':
+      return {
+        type: 'extension',
+        preStartupCommand: str(v, 'PreStartupCommand', 'Backend.PreStartupCommand') ?? '',
+        postStartupCommand: str(v, 'PostStartupCommand', 'Backend.PostStartupCommand') ?? '',
+        subnetAddCommand: str(v, 'SubnetAddCommand', 'Backend.SubnetAddCommand') ?? '',
+        subnetRemoveCommand: str(v, 'SubnetRemoveCommand', 'Backend.SubnetRemoveCommand') ?? '',
+      };
+    case 'alloc':
+      return { type: 'alloc' };
+    default: {
+      const why = FLANNEL_ONLY[type.toLowerCase()];
+      const what = why
+        ? `backend ${describe(type)} is flannel's but Weft does not implement it (${why})`
+        : `unsupported backend ${describe(type)}`;
+      throw new ConfigError('Backend.Type', `${what}; supported backends: ${supported}`);
+    }
   }
 }
 

@@ -131,6 +131,7 @@ export type Operation =
   | { op: 'addrAdd' | 'addrReplace' | 'addrDel'; addr: AddrSpec }
   | { op: 'linkAddVxlan'; vxlan: VxlanSpec }
   | { op: 'linkAddBridge'; name: string; mtu?: number }
+  | { op: 'linkAddType'; name: string; kind: string; mtu?: number }
   | { op: 'linkAddVeth'; veth: VethSpec }
   | { op: 'linkSet'; index: number; changes: LinkChanges }
   | { op: 'linkSetHairpin'; index: number; on: boolean }
@@ -309,6 +310,8 @@ function rawOp(o: Operation): RawOp {
     }
     case 'linkAddBridge':
       return { op: o.op, name: o.name, mtu: o.mtu };
+    case 'linkAddType':
+      return { op: o.op, name: o.name, linkKind: o.kind, mtu: o.mtu };
     case 'linkAddVeth':
       return {
         op: o.op,
@@ -387,6 +390,8 @@ export function describe(o: Operation): { verb: string; object: string } {
       return { verb: 'add vxlan link', object: `${o.vxlan.name} id ${o.vxlan.vni}` };
     case 'linkAddBridge':
       return { verb: 'add bridge', object: o.name };
+    case 'linkAddType':
+      return { verb: `add ${o.kind} link`, object: o.name };
     case 'linkAddVeth':
       return { verb: 'add veth pair', object: `${o.veth.name} peer ${o.veth.peerName}` };
     case 'linkSet':
@@ -528,6 +533,11 @@ export class NetlinkHandle {
   /** `ip link add <name> [mtu N] type bridge`; fails if it exists. */
   bridgeAdd(name: string, mtu?: number): Promise<void> {
     return this.#one({ op: 'linkAddBridge', name, mtu });
+  }
+
+  /** `ip link add <name> [mtu N] type <kind>` for kinds without settings of their own (wireguard); fails if it exists. */
+  linkAddType(name: string, kind: string, mtu?: number): Promise<void> {
+    return this.#one({ op: 'linkAddType', name, kind, mtu });
   }
 
   /**
@@ -681,6 +691,19 @@ export class NetlinkHandle {
       return routeFromRaw(await this.#raw.routeGet(dst, linkIndex));
     } catch (e) {
       throw rejected('get route to', dst, e);
+    }
+  }
+
+  /**
+   * One generic netlink request (`request`: the whole message, header included) and the messages
+   * the kernel answered with, the closing ack or NLMSG_DONE left out; rejects with the kernel's
+   * errno. `what` names the request in errors. The codec of each family is its user's.
+   */
+  async genl(what: string, request: Uint8Array): Promise<Buffer[]> {
+    try {
+      return await this.#raw.genl(request);
+    } catch (e) {
+      throw rejected(what, 'over generic netlink', e);
     }
   }
 

@@ -133,6 +133,7 @@ export interface RawHandle {
   linkGet(nameOrIndex: string | number): Promise<RawLink>;
   routeGet(dst: string, oif?: number): Promise<RawRoute>;
   announce(ifindex: number, address: string): Promise<void>;
+  genl(request: Uint8Array): Promise<Buffer[]>;
   monitor(groups: string[], callback: (events: RawEvent[]) => void, rcvbuf?: number, fdbAdds?: boolean): Promise<void>;
   unmonitor(): void;
   close(): void;

@@ -18,6 +18,9 @@
  * resync until it succeeds), and runs one full pass when told the device is back ({@link
  * Reconciler.resume}). Work queued meanwhile is kept and folded into that pass.
  *
+ * State outside rtnetlink that a backend keeps (wireguard peers, extension commands: side.ts) is
+ * part of every full pass, and polled, since no kernel event reports its drift.
+ *
  * The periodic pass is a safety net (kernel events cover drift), and at 50,000 leases one costs
  * ~1 s of CPU. So its period adapts: at least --resync-period, and at least {@link
  * RESYNC_COST_FACTOR} times the last full pass took, so the net never costs more than ~1% of a
@@ -30,6 +33,8 @@ import { replaceOps } from './desired.ts';
 import type { DesiredState } from './desired.ts';
 import { apply, reconcileOnce } from './reconcile.ts';
 import type { PassReport } from './reconcile.ts';
+import { reconcileSides } from './side.ts';
+import type { SideKind } from './side.ts';
 import type { KernelState, Ownership } from './state.ts';
 
 /**
@@ -85,6 +90,8 @@ export interface ReconcilerOptions {
   onDeviceChanged?: (link: Link) => void;
   /** Called with the L2/L3 misses a device of ours reports (vxlan on-demand mode). */
   onMiss?: (miss: MissEvent) => void;
+  /** State outside rtnetlink (wireguard peers): part of every full pass, and polled. */
+  sides?: readonly SideKind[];
 }
 
 /** A vxlan device asking for a neighbour's MAC (l3miss) or a MAC's remote (l2miss). */
@@ -101,6 +108,7 @@ export class Reconciler {
   #busy = false;
   #monitor: Monitor | undefined;
   #timer: NodeJS.Timeout | undefined;
+  #polls: NodeJS.Timeout[] = [];
   /** The current period between periodic passes. */
   #period = 0;
   #stopped = false;
@@ -123,6 +131,11 @@ export class Reconciler {
     this.#monitor = await this.#opts.handle.monitor(groups, (events) => this.#onEvents(events), { fdbAdds: false, rcvbuf: MONITOR_RCVBUF });
     signal?.addEventListener('abort', () => this.stop(), { once: true });
     this.#schedule(this.#opts.resyncPeriodMs);
+    for (const side of this.#opts.sides ?? []) {
+      const poll = setInterval(() => this.trigger(`poll of ${side.name}`), side.pollMs);
+      poll.unref();
+      this.#polls.push(poll);
+    }
     this.trigger('start-up');
     await this.idle();
   }
@@ -132,6 +145,7 @@ export class Reconciler {
     this.#monitor?.stop();
     this.#monitor = undefined;
     clearTimeout(this.#timer);
+    for (const poll of this.#polls.splice(0)) clearInterval(poll);
   }
 
   /** The next periodic pass in `ms` (replacing the one scheduled). */
@@ -215,6 +229,7 @@ export class Reconciler {
         let report: PassReport;
         if (full) {
           report = await reconcileOnce(this.#opts.handle, this.#opts.desired.wanted(), this.#opts.ownership());
+          if (this.#opts.sides?.length) report.side = await reconcileSides(this.#opts.sides);
         } else {
           const ops = this.#fastOps;
           this.#fastOps = [];

@@ -6,6 +6,7 @@ import type { NetlinkError } from '../errors.ts';
 import type { NetlinkHandle, Operation } from '../netlink/handle.ts';
 import type { Nexthop } from '../netlink/records.ts';
 import { isOurFdb, isOurNeigh, ordered, ours, scanFdb, scanNeighs, scanNexthops, scanRoutes } from './state.ts';
+import type { SideReport } from './side.ts';
 import type { KernelState, KindDiff, KindScan, Ownership, WantedState } from './state.ts';
 
 /**
@@ -40,6 +41,8 @@ export interface PassReport {
   /** Full passes: how many entries are desired, and how many of Weft's the kernel held before applying. */
   desired?: number;
   observed?: number;
+  /** Full passes: what the state outside rtnetlink (side.ts) needed. */
+  side?: SideReport;
 }
 
 function entries(s: WantedState): number {

@@ -7,6 +7,11 @@ import { test } from 'node:test';
 import fc from 'fast-check';
 import { CNI_CODE } from '../../src/cni/errors.ts';
 import { runPlugin } from '../../src/cni/plugin.ts';
+import type { BackendDeps } from '../../src/backend/backend.ts';
+import { ExtensionBackend } from '../../src/backend/extension/backend.ts';
+import { genlMessage, parseGetDevice, str } from '../../src/backend/wireguard/genl.ts';
+import { planWireguard } from '../../src/backend/wireguard/peers.ts';
+import { parseGet } from '../../src/backend/wireguard/uapi.ts';
 import { checkNetworkConfig, parseNetConfig } from '../../src/config/netconf.ts';
 import { ConfigError, PeerDataError } from '../../src/errors.ts';
 import { decodeLease } from '../../src/lease/etcd/codec.ts';
@@ -64,6 +69,61 @@ test('net-conf.json: random JSON, random text and mutated documents → ConfigEr
     Backend: fc.oneof(value, fc.record({ Type: fc.oneof(value, fc.constantFrom('vxlan', 'host-gw')), VNI: value, Port: value, MTU: value, GBP: value })),
   }, { requiredKeys: [] });
   fc.assert(fc.property(doc, (d) => onlyConfigErrors(() => checkNetworkConfig(parseNetConfig(JSON.stringify(d))))), RUNS);
+});
+
+test('net-conf.json of the wireguard and extension backends: any value of their keys → a config or ConfigError', () => {
+  const value = fc.oneof(fc.string(), fc.integer(), fc.double(), fc.boolean(), fc.constant(null), fc.array(fc.nat()), fc.constant({}));
+  const backend = fc.record({
+    Type: fc.constantFrom('wireguard', 'WireGuard', 'extension', 'alloc'), ListenPort: value, ListenPortV6: value, MTU: value, PSK: value,
+    PersistentKeepaliveInterval: value, Mode: fc.oneof(value, fc.constantFrom('separate', 'auto', 'ipv4', 'ipv6')),
+    PreStartupCommand: value, SubnetAddCommand: value,
+  }, { requiredKeys: ['Type'] });
+  fc.assert(fc.property(backend, (b) => onlyConfigErrors(() => parseNetConfig(JSON.stringify({ Network: '10.244.0.0/16', Backend: b })))), RUNS);
+});
+
+test('wireguard and extension peers (lease data): any backend data and addresses → peers or warnings, never a throw', () => {
+  const own = { peer: 'own', subnet: parseCIDR('10.244.1.0/24', 's'), attrs: { backendType: 'wireguard' } };
+  const data = fc.oneof(fc.jsonValue(), fc.record({ PublicKey: fc.oneof(fc.string(), fc.base64String({ minLength: 44, maxLength: 44 })), Port: fc.jsonValue() }));
+  const lease = fc.record({
+    type: fc.constantFrom('wireguard', 'extension', 'vxlan', ''), data, data6: data, v4: fc.boolean(), v6: fc.boolean(), sub: fc.nat(255),
+  });
+  const ext = new ExtensionBackend({ config: parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"extension"}}') } as BackendDeps);
+  fc.assert(fc.asyncProperty(lease, fc.constantFrom('separate', 'auto', 'ipv4', 'ipv6'), async (l, mode) => {
+    const remote = {
+      peer: 'p', subnet: parseCIDR(`10.244.${l.sub}.0/24`, 's'), ipv6Subnet: parseCIDR('fd00::/64', 's6'),
+      attrs: {
+        backendType: l.type, backendData: l.data, backendV6Data: l.data6,
+        ...(l.v4 ? { publicIP: parseIP('198.51.100.2', 'p') } : {}), ...(l.v6 ? { publicIPv6: parseIP('2001:db8::2', 'p') } : {}),
+      },
+    };
+    const plan = planWireguard({ own, remote, enabled: [4, 6], config: { mode, listenPort: 1, listenPortV6: 2, keepalive: 0 }, ownPublic: {} });
+    for (const w of plan.warnings) assert.match(w, /^ignoring peer p\b/);
+    for (const p of plan.peers) assert.ok(/^[A-Za-z0-9+/]{43}=$/.test(p.publicKey));
+    await ext.plan(own, remote);
+  }), RUNS);
+});
+
+test('what a device answers (UAPI text, generic netlink bytes): random and mutated input → a state or a WireguardError/Error, never a TypeError', () => {
+  const onlyErrors = (fn: () => unknown) => {
+    try {
+      fn();
+    } catch (e) {
+      if (e instanceof TypeError || e instanceof RangeError) throw e;
+    }
+  };
+  const answer = 'private_key=' + '1'.repeat(64) + '\nlisten_port=51820\npublic_key=' + '2'.repeat(64) + '\nendpoint=198.51.100.2:51820\nallowed_ip=10.244.2.0/24\nerrno=0\n\n';
+  fc.assert(fc.property(fc.oneof(fc.string(), mutated(answer)), (t) => onlyErrors(() => parseGet('flannel-wg', t))), RUNS);
+  const message = genlMessage(0x1b, 2, 1, 0, 1, [str(2, 'flannel-wg'), { type: 8, value: [{ type: 0, value: [{ type: 1, value: Buffer.alloc(32, 7) }] }] }]);
+  const bytes = fc.tuple(fc.nat(message.length - 1), fc.nat(255)).map(([i, b]) => {
+    const m = Buffer.from(message);
+    m[i] = b;
+    return m;
+  });
+  fc.assert(fc.property(fc.oneof(bytes, fc.uint8Array({ minLength: 20, maxLength: 80 }).map((a) => {
+    const m = Buffer.from(a);
+    m.writeUInt32LE(m.length, 0);
+    return m;
+  })), (m) => onlyErrors(() => parseGetDevice('flannel-wg', [m]))), RUNS);
 });
 
 const VALID_ENV = renderSubnetEnv({

@@ -26,7 +26,9 @@ const API_PORT = 6443;
 
 export interface ClusterOptions {
   nodes: number;
-  backend: 'vxlan' | 'host-gw';
+  backend: 'vxlan' | 'host-gw' | 'wireguard' | 'alloc' | 'extension';
+  /** More keys of net-conf.json's Backend object, as JSON members (`"PSK":"…"`). */
+  backendKeys?: string;
   /** IPv4 + IPv6 pod networks (10.244.0.0/16 and fd00:10:244::/56). */
   dualStack?: boolean;
   mode: 'etcd' | 'kube';
@@ -107,7 +109,8 @@ export class Cluster {
 
   get netConf(): string {
     const v6 = this.o.dualStack ? ',"EnableIPv6":true,"IPv6Network":"fd00:10:244::/56"' : '';
-    return `{"Network":"10.244.0.0/16"${v6},"Backend":{"Type":"${this.o.backend}"}}`;
+    const keys = this.o.backendKeys ? `,${this.o.backendKeys}` : '';
+    return `{"Network":"10.244.0.0/16"${v6},"Backend":{"Type":"${this.o.backend}"${keys}}}`;
   }
 
   /** Builds the cluster and waits until every weftd is ready. On failure, removes what it made. */
@@ -204,7 +207,8 @@ export class Cluster {
   #weftd(node: ClusterNode, extra: readonly string[] = []): Daemon {
     const args = [...this.args(node), ...extra];
     if (this.api) args.push(`--kubeconfig-file=${this.#kubeconfig}`);
-    return spawnWeftd(node.ns, args, { NODE_NAME: node.name });
+    // The nodes share this machine's file system: each keeps its own WireGuard key.
+    return spawnWeftd(node.ns, args, { NODE_NAME: node.name, WIREGUARD_KEY_FILE: join(node.dir, 'wgkey') });
   }
 
   get #kubeconfig(): string {

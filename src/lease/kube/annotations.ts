@@ -83,8 +83,8 @@ export function encodeBackendData(data: unknown): string {
  * The annotations flanneld's AcquireLease would write for `attrs` onto a Node that currently has
  * `current`, restricted to those whose value differs (empty: nothing to patch). `public-ip` takes
  * `public-ip-overwrite` when the user set one (flanneld's NAT case); the IPv4 pair is written for
- * vxlan with IPv4 data and for every other backend, the IPv6 pair for vxlan with IPv6 data and for
- * host-gw with a public IPv6 address.
+ * vxlan with IPv4 data and for every other backend, the IPv6 pair for vxlan with IPv6 data, for
+ * wireguard with IPv6 data and a public IPv6 address, and for host-gw and extension with a public IPv6 address.
  */
 export function ownAnnotationChanges(
   keys: AnnotationKeys,
@@ -101,7 +101,9 @@ export function ownAnnotationChanges(
     want[keys.backendPublicIP] = overwrite !== '' ? overwrite : attrs.publicIP ? formatIP(attrs.publicIP) : '0.0.0.0';
   }
   const v6data = encodeBackendData(attrs.backendV6Data);
-  if ((type === 'vxlan' && v6data !== 'null') || (type === 'host-gw' && attrs.publicIPv6)) {
+  const v6 = (type === 'vxlan' && v6data !== 'null') || (type === 'wireguard' && v6data !== 'null' && attrs.publicIPv6) ||
+    ((type === 'host-gw' || type === 'extension') && attrs.publicIPv6);
+  if (v6) {
     want[keys.backendV6Data] = v6data;
     const overwrite = current[keys.backendPublicIPv6Overwrite] ?? '';
     want[keys.backendPublicIPv6] = overwrite !== '' ? overwrite : attrs.publicIPv6 ? formatIP(attrs.publicIPv6) : '';

@@ -150,3 +150,15 @@ test('iptables -S: the FORWARD policy and accept rules reached from FORWARD, thr
   assert.deepEqual(forwardPolicy('-P FORWARD DROP\n-A FORWARD -i eth1 -j ACCEPT', '10.244.0.0/16'), { policy: 'DROP', acceptsPodNetwork: false }, 'an accept of one interface is not one for pods');
   assert.equal(forwardPolicy('', '10.244.0.0/16'), undefined);
 });
+
+test('wireguard: WireGuard\'s 80 bytes counted against the underlay, whatever its family', () => {
+  const f = healthy();
+  f.status.backend = { type: 'wireguard', device: 'flannel-wg', port: 51820, control: 'userspace' };
+  f.status.subnetEnv!.mtu = 1420;
+  delete f.vxlanDevice;
+  assert.equal(checkMtu(f).verdict, 'ok');
+  assert.match(checkMtu(f).detail, /pod MTU 1420, underlay eth0 MTU 1500, encapsulation 80 bytes/);
+  f.status.subnetEnv!.mtu = 1450;
+  assert.match(checkMtu(f).fix!, /FLANNEL_MTU=1420/);
+  assert.equal(checkOffloads(f).verdict, 'ok');
+});

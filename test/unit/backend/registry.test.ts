@@ -33,3 +33,14 @@ test('host-gw refuses a public IP that is not the interface address (NAT), namin
   const b = createBackend({ handle: noKernel, config, ext: { ...ext, extAddr: '198.18.0.7' }, log: silentLogger });
   await assert.rejects(b.setup(), (e: unknown) => e instanceof ConfigError && e.field === '--public-ip' && /NAT/.test(e.message) && /vxlan/.test(e.message));
 });
+
+test('alloc publishes the interface address and plans nothing for any peer: leases only', async () => {
+  const config = parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"alloc"}}');
+  const b = createBackend({ handle: noKernel, config, ext, log: silentLogger });
+  const attrs = await b.setup();
+  assert.deepEqual(attrs, { backendType: 'alloc', publicIP: { family: 4, value: 0xc6336401n } });
+  assert.equal(b.mtu, 1500);
+  const lease = { peer: 'n2', subnet: { ip: { family: 4 as const, value: 0x0af40200n }, prefix: 24 }, attrs: { backendType: 'alloc' } };
+  assert.deepEqual(await b.plan(lease, lease), { state: { routes: [], neighs: [], fdb: [] }, warnings: [] });
+  assert.deepEqual(b.ownership().devices, []);
+});

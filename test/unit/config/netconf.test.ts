@@ -60,9 +60,18 @@ test('every rule names its field and the offending value', () => {
     ['{"Network":"10.244.0.0/16","SubnetMin":"fd00::",' + VX + '}', 'SubnetMin', /must be an IPv4 address, got "fd00::"/],
     ['{"EnableIPv6":true,"Network":"10.244.0.0/16","IPv6Network":"fd00::/125",' + VX + '}', 'IPv6Network', /minimum useful network prefix is \/124/],
     ['{"EnableIPv6":true,"Network":"10.244.0.0/16","IPv6Network":"fd00::/56","IPv6SubnetLen":127,' + VX + '}', 'IPv6SubnetLen', /at most \/126/],
-    ['{"Network":"10.244.0.0/16"}', 'Backend', /missing; set Backend\.Type to one of: vxlan, host-gw/],
-    ['{"Network":"10.244.0.0/16","Backend":{}}', 'Backend.Type', /missing; supported backends: vxlan, host-gw/],
-    ['{"Network":"10.244.0.0/16","Backend":{"Type":"udp"}}', 'Backend.Type', /unsupported backend "udp"; supported backends: vxlan, host-gw/],
+    ['{"Network":"10.244.0.0/16"}', 'Backend', /missing; set Backend\.Type to one of: vxlan, host-gw, wireguard, extension, alloc/],
+    ['{"Network":"10.244.0.0/16","Backend":{}}', 'Backend.Type', /missing; supported backends: vxlan, host-gw, wireguard, extension, alloc/],
+    ['{"Network":"10.244.0.0/16","Backend":{"Type":"udp"}}', 'Backend.Type', /backend "udp" is flannel's but Weft does not implement it \(.*\); supported backends: vxlan, host-gw, wireguard, extension, alloc$/],
+    ['{"Network":"10.244.0.0/16","Backend":{"Type":"IPIP"}}', 'Backend.Type', /backend "IPIP" is flannel's but Weft does not implement it \(it needs the ipip kernel module\); supported backends: vxlan,/],
+    ['{"Network":"10.244.0.0/16","Backend":{"Type":"ipsec"}}', 'Backend.Type', /backend "ipsec" is flannel's .*; supported backends: vxlan,/],
+    ['{"Network":"10.244.0.0/16","Backend":{"Type":"tencent-vpc"}}', 'Backend.Type', /backend "tencent-vpc" is flannel's .*; supported backends: vxlan,/],
+    ['{"Network":"10.244.0.0/16","Backend":{"Type":"geneve"}}', 'Backend.Type', /^Backend\.Type: unsupported backend "geneve"; supported backends: vxlan, host-gw, wireguard, extension, alloc$/],
+    ['{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","Mode":"both"}}', 'Backend.Mode', /must be one of separate, auto, ipv4, ipv6, got "both"/],
+    ['{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","PSK":"secret"}}', 'Backend.PSK', /32 bytes in base64/],
+    ['{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","ListenPort":70000}}', 'Backend.ListenPort', /at most 65535/],
+    ['{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","MTU":1300}}', 'Backend.MTU', /at least 1360, got 1300/],
+    ['{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","PersistentKeepaliveInterval":2.5}}', 'Backend.PersistentKeepaliveInterval', /got 2\.5/],
     ['{"Network":"10.244.0.0/16","Backend":"vxlan"}', 'Backend', /must be an object, got "vxlan"/],
     ['{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":"1"}}', 'Backend.VNI', /non-negative integer, got "1"/],
     ['{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":16777216}}', 'Backend.VNI', /at most 16777215/],
@@ -82,4 +91,21 @@ test('every rule names its field and the offending value', () => {
       return true;
     });
   }
+});
+
+test('wireguard: flannel\'s keys and defaults; alloc takes none', () => {
+  assert.deepEqual(parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}').backend, {
+    type: 'wireguard', listenPort: 51820, listenPortV6: 51821, mtu: 0, keepalive: 0, mode: 'separate',
+  });
+  const psk = 'GPSsS6YhV9Bb4XrC+Xs0y9DHnYPc1jKQZ/J+lKBZ1Bs=';
+  const doc = `{"Network":"10.244.0.0/16","Backend":{"type":"WireGuard","listenport":5000,"ListenPortV6":5001,"MTU":9000,` +
+    `"psk":"${psk}","PersistentKeepaliveInterval":25,"Mode":"Auto"}}`;
+  assert.deepEqual(parseNetConfig(doc).backend, {
+    type: 'wireguard', listenPort: 5000, listenPortV6: 5001, mtu: 9000, psk, keepalive: 25, mode: 'auto',
+  });
+  assert.deepEqual(parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"alloc"}}').backend, { type: 'alloc' });
+  assert.deepEqual(parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"extension","subnetaddcommand":"add $SUBNET"}}').backend, {
+    type: 'extension', preStartupCommand: '', postStartupCommand: '', subnetAddCommand: 'add $SUBNET', subnetRemoveCommand: '',
+  });
+  assert.throws(() => parseNetConfig('{"Network":"10.244.0.0/16","Backend":{"Type":"extension","SubnetAddCommand":["a"]}}'), /Backend\.SubnetAddCommand: must be a string/);
 });

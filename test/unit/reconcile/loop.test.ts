@@ -103,3 +103,28 @@ test('a full pass says when the next periodic one comes', async () => {
     loop.stop();
   }
 });
+
+test('side state (wireguard peers): run in every full pass, its report in the pass, and polled; not after stop()', async () => {
+  const k = fakeKernel();
+  const passes: PassInfo[] = [];
+  let runs = 0;
+  const loop = new Reconciler({
+    handle: k.handle, desired: new DesiredState(), ownership: () => ({ protocol: WEFT_RTPROT, devices: [] }), resyncPeriodMs: 3_600_000,
+    onPass: (p) => passes.push(p),
+    sides: [{
+      name: 'peers', pollMs: 20,
+      reconcile: async () => ({ ops: [`set peer ${++runs}`], failures: runs === 2 ? [new Error('refused')] : [] }),
+    }],
+  });
+  await loop.start();
+  try {
+    assert.deepEqual(passes[0]!.side, { ops: ['set peer 1'], failures: [] });
+    await until('a poll', () => passes.some((p) => p.reasons.includes('poll of peers')), 2000);
+    assert.equal(passes[1]!.side!.failures[0]!.message, 'refused');
+  } finally {
+    loop.stop();
+  }
+  const after = runs;
+  await new Promise((r) => setTimeout(r, 100));
+  assert.equal(runs, after, 'no poll after stop()');
+});
