@@ -150,10 +150,11 @@ export class FixedAddresses {
 
   /**
    * Parks the entry of `pod` when container `id` holds it: its address files are rewritten to the
-   * pod's reservation. Returns whether it did. Call before the addresses would be released.
+   * pod's reservation. Returns whether it did. Call before the addresses would be released. Without
+   * `pod` (GC's DELs name no pod), the entry held by `id` is looked for among all.
    */
-  park(pod: PodKey, id: string, now: number): boolean {
-    const entry = this.lookup(pod);
+  park(pod: PodKey | undefined, id: string, now: number): boolean {
+    const entry = pod === undefined ? this.entries().find((e) => e.container === id) : this.lookup(pod);
     if (entry === undefined || entry.container !== id) return false;
     const key = `${id}${LINE_BREAK}${entry.ifname}`;
     for (const ip of entry.ips) {
@@ -191,7 +192,8 @@ export function heldText(entries: readonly FixedEntry[]): string {
 /**
  * host-local's allocation for container `id` on `ifname` (inside the store's lock): when `pod` has
  * an entry, its addresses, claimed back from their reservation (the caller sets the entry's MAC);
- * else the addresses `requested`, or the next free ones. With `graceMs` (the config's switch is
+ * else the addresses `requested`, or the next free ones. An entry whose addresses another
+ * container holds is dropped (returned as `lost`) and the pod gets new ones. With `graceMs` (the config's switch is
  * on), entries parked longer are released first. A full range's error names the entries that
  * hold addresses.
  */
@@ -203,14 +205,23 @@ export function allocateFor(
   ranges: readonly CIDR[],
   requested: readonly IP[],
   graceMs: number | undefined,
-): { allocations: Allocation[]; entry: FixedEntry | undefined } {
+): { allocations: Allocation[]; entry: FixedEntry | undefined; lost?: FixedEntry } {
   const fixed = new FixedAddresses(store.dir);
   if (graceMs !== undefined) fixed.expire(Date.now(), graceMs);
   const entry = pod && fixed.lookup(pod);
   if (entry) {
-    const allocations = store.allocate(id, ifname, ranges, entry.ips.map((ip) => parseIP(ip, entry.pod)), reservationOf(entry.pod, entry.ifname));
-    fixed.held(entry, id, ifname);
-    return { allocations, entry };
+    try {
+      const allocations = store.allocate(id, ifname, ranges, entry.ips.map((ip) => parseIP(ip, entry.pod)), reservationOf(entry.pod, entry.ifname));
+      fixed.held(entry, id, ifname);
+      return { allocations, entry };
+    } catch (e) {
+      // Its addresses went to another container (released by hand or by a GC that named no
+      // pod while weftd was away): the pod starts with new ones rather than never.
+      if (!(e instanceof CniError && /not available|in no range|failed to allocate all/.test(e.message))) throw e;
+      fixed.release(entry);
+      const allocations = store.allocate(id, ifname, ranges, requested);
+      return { allocations, entry: undefined, lost: entry };
+    }
   }
   try {
     return { allocations: store.allocate(id, ifname, ranges, requested), entry: undefined };

@@ -93,28 +93,39 @@ function fixedFor(conf: PluginConf, env: Env, bytes: string) {
   if (!pod || !dir || typeof wanted === 'string' || wanted.ips.length > 0 || wanted.mac !== undefined) return undefined;
   const fixed = new FixedAddresses(dir);
   if (conf.fixedAddress) fixed.expire(Date.now(), conf.fixedAddressGraceSeconds * 1000);
-  const entry = fixed.lookup(pod);
+  let entry = fixed.lookup(pod);
   // Without the switch, a pod keeps only the entry weftd made for its annotation.
   if (!conf.fixedAddress && entry === undefined) return undefined;
   return {
-    /** The delegate config to run ADD with. */
+    /**
+     * The delegate config to run ADD with. An entry whose addresses are in no range any more (the
+     * node's subnet changed) or held by another container is dropped: the pod gets new ones.
+     */
     claim(id: string, ifname: string): string {
       if (entry === undefined) return bytes;
+      const held = entry;
       const ipam = delegate['ipam'] as Json;
       const subnets = (ipam['ranges'] as { subnet: string }[][]).map((set) => parseCIDR(set[0]!.subnet, 'ipam.ranges'));
-      const addresses = entry.ips.map((text) => {
-        const ip = parseIP(text, entry.pod);
+      const addresses = held.ips.map((text) => {
+        const ip = parseIP(text, held.pod);
         const subnet = subnets.find((s) => contains(s, ip));
-        if (subnet === undefined) throw new CniError(CNI_CODE.UNKNOWN, `fixed address ${text} of pod ${entry.pod} is in no range of ${dir}`);
-        return { address: `${text}/${subnet.prefix}`, gateway: formatIP(gatewayOf(subnet)) };
+        return subnet && { address: `${text}/${subnet.prefix}`, gateway: formatIP(gatewayOf(subnet)) };
       });
-      fixed.claim(entry, id, ifname);
-      const runtimeConfig = { ...(isJson(delegate['runtimeConfig']) ? delegate['runtimeConfig'] : {}), mac: entry.mac };
+      try {
+        if (addresses.includes(undefined)) throw new CniError(CNI_CODE.UNKNOWN, `fixed addresses of pod ${held.pod} are in no range of ${dir}`);
+        fixed.claim(held, id, ifname);
+      } catch (e) {
+        if (!(e instanceof CniError)) throw e;
+        fixed.release(held);
+        entry = undefined;
+        return bytes;
+      }
+      const runtimeConfig = { ...(isJson(delegate['runtimeConfig']) ? delegate['runtimeConfig'] : {}), mac: held.mac };
       return goJson({ ...delegate, ipam: { type: 'static', addresses, routes: ipam['routes'] ?? [] }, runtimeConfig });
     },
     /** Records a new entry from the delegate's result. */
     record(id: string, ifname: string, result: Json): void {
-      if (entry !== undefined) return;
+      if (entry !== undefined || !conf.fixedAddress) return;
       const interfaces = Array.isArray(result['interfaces']) ? (result['interfaces'] as Json[]) : [];
       const mac = interfaces.find((i) => i['name'] === ifname && i['sandbox'] !== undefined)?.['mac'];
       const ips = (Array.isArray(result['ips']) ? (result['ips'] as Json[]) : []).map((ip) => parseIP(String(ip['address']).split('/')[0]!, 'result'));
@@ -180,7 +191,7 @@ function del(args: CniArgs, conf: PluginConf, env: Env): string {
   const pod = podOfArgs(env);
   const store = saved === undefined ? undefined : storeOf(saved);
   // A pod with fixed addresses keeps them: host-local's DEL then finds none of them to release.
-  if (pod && store) new FixedAddresses(store).park(pod, id, Date.now());
+  if (store) new FixedAddresses(store).park(pod, id, Date.now());
   if (saved !== undefined) {
     execPlugin(findPlugin(saved.type, args.path), 'DEL', bytes!, env);
   } else if (bytes !== undefined || unreadable) {

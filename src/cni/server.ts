@@ -299,6 +299,8 @@ export class CniServer {
     try {
       wired = await wirePod(this.#options.host, plan, bridge, allocated, ifname, netns, mac);
       const allocations = await allocated;
+      const lost = (await claimed).lost;
+      if (lost) this.#options.log.warn('a pod\'s fixed addresses were taken by another container: it gets new ones', { pod: lost.pod, addresses: lost.ips });
       if ((await claimed).entry === undefined && (await keep)) {
         const podMac = wired.podMac;
         await store.locked(() => new FixedAddresses(store.dir).record(fixable!, id, ifname, allocations.map((a) => a.address), podMac));
@@ -364,7 +366,7 @@ export class CniServer {
     let kept = false;
     await store.locked(() => {
       // whatever the switch says today: a pod that has fixed addresses keeps them
-      if (pod) kept = new FixedAddresses(store.dir).park(pod, id, Date.now());
+      kept = new FixedAddresses(store.dir).park(pod, id, Date.now());
       store.release(id, ifname);
     });
     removeState(conf.dataDir, id);

@@ -284,3 +284,23 @@ test('a pod\'s addresses are announced when it is wired: the node\'s neighbour c
     }
   }));
 });
+
+test('fixed addresses: a DEL naming no pod (GC) still keeps them; addresses lost to another container give the pod new ones', { skip }, async () => {
+  await bothPaths(async (node, path) => withPods(1, async ([pod]) => {
+    const conf = node.conf('1.0.0', { fixedAddress: true });
+    const call = (command: string, id: string, env: Record<string, string> = podArgs('web-0')) =>
+      node.plugin({ containerId: id, ifname: 'eth0', netns: pod!.path, command, env }, conf);
+    const first = await call('ADD', 'a');
+    assert.equal(first.code, 0, first.stdout);
+    const ip = (first.json!['ips'] as { address: string }[])[0]!.address.split('/')[0]!;
+    assert.equal((await call('DEL', 'a', {})).code, 0, `${path}: a DEL without CNI_ARGS`);
+    assert.equal(readFileSync(join(node.store, ip), 'utf8'), 'weft-fixed:default/web-0\r\neth0', `${path}: parked all the same`);
+    await writeFile(join(node.store, ip), 'someone-else\r\neth0'); // taken by hand
+    const again = await call('ADD', 'b');
+    assert.equal(again.code, 0, `${path}: ${again.stdout}`);
+    const next = (again.json!['ips'] as { address: string }[])[0]!.address.split('/')[0]!;
+    assert.notEqual(next, ip, path);
+    assert.deepEqual((JSON.parse(readFileSync(join(node.store, '.weft-fixed', 'default_web-0'), 'utf8')) as { ips: string[] }).ips, [next], `${path}: the entry follows`);
+    assert.equal((await call('DEL', 'b')).code, 0);
+  }));
+});
