@@ -85,7 +85,8 @@ export function parseArgs(env: Readonly<Record<string, string | undefined>>): Cn
 
 /**
  * The Pod a call is for, from CNI_ARGS as the kubelet's runtimes set it
- * (`IgnoreUnknown=1;K8S_POD_NAMESPACE=<ns>;K8S_POD_NAME=<name>;…`); undefined when either is absent.
+ * (`IgnoreUnknown=1;K8S_POD_NAMESPACE=<ns>;K8S_POD_NAME=<name>;…`); undefined when either is absent
+ * or is no Kubernetes name.
  */
 export function podOfArgs(env: Readonly<Record<string, string | undefined>>): { namespace: string; name: string } | undefined {
   const pairs = new Map((env['CNI_ARGS'] ?? '').split(';').map((kv) => {
@@ -94,5 +95,8 @@ export function podOfArgs(env: Readonly<Record<string, string | undefined>>): { 
   }));
   const namespace = pairs.get('K8S_POD_NAMESPACE');
   const name = pairs.get('K8S_POD_NAME');
-  return namespace && name ? { namespace, name } : undefined;
+  // Kubernetes' own rules (a DNS label, a DNS subdomain): the pair names files of the fixed-address store.
+  const label = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+  const subdomain = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
+  return namespace && name && label.test(namespace) && subdomain.test(name) && !name.includes('..') ? { namespace, name } : undefined;
 }

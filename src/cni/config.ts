@@ -11,6 +11,7 @@ import type { CIDR } from '../ip/ip.ts';
 import { isJson } from '../json.ts';
 import type { Json } from '../json.ts';
 import { CNI_CODE, CniError } from './errors.ts';
+import { DEFAULT_GRACE_MS } from './fixed.ts';
 import { GoStruct, goJson } from './go-json.ts';
 
 /** flannel's defaults. */
@@ -44,8 +45,7 @@ export interface PluginConf {
   fixedAddressGraceSeconds: number;
 }
 
-/** How long a fixed-address pod's addresses outlive its container by default: an hour. */
-export const DEFAULT_FIXED_GRACE_SECONDS = 3600;
+
 
 /** What the delegate needs of subnet.env (the shape `parseSubnetEnv` returns). */
 export interface DelegateEnv {
@@ -134,7 +134,7 @@ export function parseNetConf(stdin: string): PluginConf {
     prevResult: field(conf, 'prevResult') ?? undefined,
     validAttachments: attachments(conf['cni.dev/valid-attachments']),
     fixedAddress: optionalBool(conf, 'fixedAddress'),
-    fixedAddressGraceSeconds: optionalSeconds(conf, 'fixedAddressGracePeriod', DEFAULT_FIXED_GRACE_SECONDS),
+    fixedAddressGraceSeconds: optionalSeconds(conf, 'fixedAddressGracePeriod', DEFAULT_GRACE_MS / 1000),
   };
 }
 

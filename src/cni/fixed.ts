@@ -14,15 +14,15 @@
  * released (files and entry removed) once its pod is gone for good: weftd finds the Pod object
  * gone, or it stayed parked for the grace period.
  */
-import { mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { formatIP, parseIP } from '../ip/ip.ts';
+import { contains, formatIP, gatewayOf, parseIP } from '../ip/ip.ts';
 import type { CIDR, IP } from '../ip/ip.ts';
 import { isJson } from '../json.ts';
 import type { Allocation } from './bridge.ts';
 import { CNI_CODE, CniError } from './errors.ts';
 import type { HostLocalStore } from './host-local.ts';
-import { readOptional, writeFileDurable } from './state.ts';
+import { readOptional, writeFileAtomic, writeFileDurable } from './state.ts';
 
 /** A pod by namespace and name. */
 export interface PodKey {
@@ -41,9 +41,15 @@ export interface FixedEntry {
   container: string | null;
   /** When the entry was parked (ms since the epoch); null while held. */
   parkedAt: number | null;
+  /** How long it stays parked before it is released, in ms. */
+  graceMs: number;
 }
 
 const DIR = '.weft-fixed';
+/** How long a parked entry waits for its pod by default: an hour. */
+export const DEFAULT_GRACE_MS = 3_600_000;
+/** A lock file older than this was left by a process that died holding it. */
+const STALE_LOCK_MS = 10_000;
 const LINE_BREAK = '\r\n';
 
 function podText(pod: PodKey): string {
@@ -67,6 +73,7 @@ function parseEntry(text: string, file: string): FixedEntry | undefined {
         pod: v['pod'], ips: v['ips'] as string[], mac: v['mac'], ifname: v['ifname'],
         container: typeof v['container'] === 'string' ? v['container'] : null,
         parkedAt: typeof v['parkedAt'] === 'number' ? v['parkedAt'] : null,
+        graceMs: typeof v['graceMs'] === 'number' ? v['graceMs'] : DEFAULT_GRACE_MS,
       };
     }
   } catch {
@@ -75,10 +82,22 @@ function parseEntry(text: string, file: string): FixedEntry | undefined {
   return undefined;
 }
 
+/** What claiming a pod's entry for a new container came to. */
+export type Claim =
+  | { kind: 'claimed'; entry: FixedEntry }
+  /** Another container of the pod still has state (its DEL has not come): try again later. */
+  | { kind: 'busy'; holder: string }
+  /** Its addresses are in no range any more, or another container holds one: dropped. */
+  | { kind: 'lost'; entry: FixedEntry }
+  /** The same container holds it already (a repeated ADD). */
+  | { kind: 'repeated' };
+
 /**
- * The fixed-address entries of one host-local network directory (`HostLocalStore.dir`). weftd
- * calls it inside the store's lock; the fallback plugin, which has no flock of its own, relies on
- * the atomic renames (and on the runtime running one verb of a pod at a time).
+ * The fixed-address entries of one host-local network directory (`HostLocalStore.dir`). Every
+ * change happens under {@link locked}, which weftd and the fallback plugin (which has no flock of
+ * its own) both take; weftd takes it inside host-local's flock. Address files are only ever
+ * created with O_EXCL or replaced by rename, and only under this lock is a reservation removed,
+ * so no allocator can take a reserved address at any moment.
  */
 export class FixedAddresses {
   readonly #store: string;
@@ -91,6 +110,35 @@ export class FixedAddresses {
 
   #file(pod: string): string {
     return pod.replace('/', '_');
+  }
+
+  /**
+   * Runs `fn` holding the store's fixed-address lock: `.weft-fixed/.lock`, created with O_EXCL and
+   * removed after; one left by a process that died holding it is broken after 10 s.
+   */
+  locked<T>(fn: () => T): T {
+    mkdirSync(this.#dir, { recursive: true, mode: 0o700 });
+    const path = join(this.#dir, '.lock');
+    const pause = new Int32Array(new SharedArrayBuffer(4));
+    for (;;) {
+      try {
+        closeSync(openSync(path, 'wx', 0o600));
+        break;
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+        try {
+          if (Date.now() - statSync(path).mtimeMs > STALE_LOCK_MS) rmSync(path, { force: true });
+        } catch {
+          // released meanwhile
+        }
+        Atomics.wait(pause, 0, 0, 1);
+      }
+    }
+    try {
+      return fn();
+    } finally {
+      rmSync(path, { force: true });
+    }
   }
 
   /** The pod's entry, or undefined. */
@@ -116,36 +164,50 @@ export class FixedAddresses {
     });
   }
 
+  /** The entry is the truth of the pod's identity: written durably. */
   #save(entry: FixedEntry): void {
     mkdirSync(this.#dir, { recursive: true, mode: 0o700 });
     writeFileDurable(this.#dir, this.#file(entry.pod), JSON.stringify(entry));
   }
 
-  /** Records a new entry for `pod`, held by container `id` (its addresses are host-local's files already). */
-  record(pod: PodKey, id: string, ifname: string, ips: readonly IP[], mac: string): void {
-    this.#save({ pod: podText(pod), ips: ips.map(formatIP), mac, ifname, container: id, parkedAt: null });
+  /** Records a new entry for `pod`, held by container `id` (its addresses are host-local's files already). Call under {@link locked}. */
+  record(pod: PodKey, id: string, ifname: string, ips: readonly IP[], mac: string, graceMs: number): void {
+    this.#save({ pod: podText(pod), ips: ips.map(formatIP), mac, ifname, container: id, parkedAt: null, graceMs });
   }
 
   /**
-   * Claims `entry`'s address files for container `id` on `ifname` (from its reservation; a file
-   * that is missing is created) and marks the entry held. Throws when another container holds one.
+   * Claims `pod`'s entry for container `id` on `ifname`: its address files, from their
+   * reservation or from a container of the pod that is gone without a DEL (`live` says whether a
+   * container still has state), become the new container's; a missing file is created. Call under
+   * {@link locked}.
    */
-  claim(entry: FixedEntry, id: string, ifname: string): void {
+  claim(entry: FixedEntry, id: string, ifname: string, live: (container: string) => boolean): Claim {
+    if (entry.container === id) return { kind: 'repeated' };
+    if (entry.container !== null && live(entry.container)) return { kind: 'busy', holder: entry.container };
     const key = `${id}${LINE_BREAK}${ifname}`;
-    const reservation = reservationOf(entry.pod, entry.ifname);
-    for (const ip of entry.ips) {
-      const owner = readOptional(join(this.#store, ip))?.trim();
-      if (owner !== undefined && owner !== reservation && owner !== key) {
-        throw new CniError(CNI_CODE.UNKNOWN, `fixed address ${ip} of pod ${entry.pod} is held by ${owner.split(LINE_BREAK)[0]} in ${this.#store}`);
-      }
+    const ours = new Set([reservationOf(entry.pod, entry.ifname), ...(entry.container ? [`${entry.container}${LINE_BREAK}${entry.ifname}`] : [])]);
+    const owners = entry.ips.map((ip) => readOptional(join(this.#store, ip))?.trim());
+    if (owners.some((o) => o !== undefined && !ours.has(o))) {
+      this.release(entry);
+      return { kind: 'lost', entry };
     }
-    for (const ip of entry.ips) writeFileDurable(this.#store, ip, key);
-    this.held(entry, id, ifname);
-  }
-
-  /** Marks `entry` held by container `id` (its address files were claimed by the allocation). */
-  held(entry: FixedEntry, id: string, ifname: string): void {
-    this.#save({ ...entry, ifname, container: id, parkedAt: null });
+    for (const [i, ip] of entry.ips.entries()) {
+      if (owners[i] !== undefined) {
+        writeFileAtomic(this.#store, ip, key);
+        continue;
+      }
+      try {
+        closeSync(openSync(join(this.#store, ip), 'wx', 0o644));
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+        this.release(entry); // taken between the read and now
+        return { kind: 'lost', entry };
+      }
+      writeFileAtomic(this.#store, ip, key);
+    }
+    const held = { ...entry, ifname, container: id, parkedAt: null };
+    this.#save(held);
+    return { kind: 'claimed', entry: held };
   }
 
   /**
@@ -154,17 +216,19 @@ export class FixedAddresses {
    * `pod` (GC's DELs name no pod), the entry held by `id` is looked for among all.
    */
   park(pod: PodKey | undefined, id: string, now: number): boolean {
-    const entry = pod === undefined ? this.entries().find((e) => e.container === id) : this.lookup(pod);
-    if (entry === undefined || entry.container !== id) return false;
-    const key = `${id}${LINE_BREAK}${entry.ifname}`;
-    for (const ip of entry.ips) {
-      if (readOptional(join(this.#store, ip))?.trim() === key) writeFileDurable(this.#store, ip, reservationOf(entry.pod, entry.ifname));
-    }
-    this.#save({ ...entry, container: null, parkedAt: now });
-    return true;
+    return this.locked(() => {
+      const entry = pod === undefined ? this.entries().find((e) => e.container === id) : this.lookup(pod);
+      if (entry === undefined || entry.container !== id) return false;
+      const key = `${id}${LINE_BREAK}${entry.ifname}`;
+      for (const ip of entry.ips) {
+        if (readOptional(join(this.#store, ip))?.trim() === key) writeFileAtomic(this.#store, ip, reservationOf(entry.pod, entry.ifname));
+      }
+      this.#save({ ...entry, container: null, parkedAt: now });
+      return true;
+    });
   }
 
-  /** Removes a parked entry and its address files (those still holding its reservation). */
+  /** Removes an entry and its address files that still hold its reservation. Call under {@link locked}. */
   release(entry: FixedEntry): void {
     const reservation = reservationOf(entry.pod, entry.ifname);
     for (const ip of entry.ips) {
@@ -173,11 +237,13 @@ export class FixedAddresses {
     rmSync(join(this.#dir, this.#file(entry.pod)), { force: true });
   }
 
-  /** Releases the entries parked longer than `graceMs`; returns them. */
-  expire(now: number, graceMs: number): FixedEntry[] {
-    const gone = this.entries().filter((e) => e.container === null && e.parkedAt !== null && now - e.parkedAt >= graceMs);
-    for (const e of gone) this.release(e);
-    return gone;
+  /** Releases the entries parked longer than their grace period (or `graceMs`, the config's, when given); returns them. */
+  expire(now: number, graceMs?: number): FixedEntry[] {
+    return this.locked(() => {
+      const gone = this.entries().filter((e) => e.container === null && e.parkedAt !== null && now - e.parkedAt >= (graceMs ?? e.graceMs));
+      for (const e of gone) this.release(e);
+      return gone;
+    });
   }
 }
 
@@ -189,13 +255,27 @@ export function heldText(entries: readonly FixedEntry[]): string {
   return ` (${parked.length} kept for pods that may come back, see .weft-fixed: ${shown}${parked.length > 5 ? '; ...' : ''})`;
 }
 
+/** `e`, naming the entries of `store` that hold addresses when it is a full range's error. */
+export function explainFull(e: unknown, store: string): unknown {
+  if (!(e instanceof CniError) || !/no IP addresses available/.test(e.message)) return e;
+  return new CniError(e.cniCode, e.message + heldText(new FixedAddresses(store).entries()), e.details);
+}
+
+/** What {@link allocateFor} did. */
+export interface Allocated {
+  allocations: Allocation[];
+  /** The pod's entry, claimed for this container. */
+  entry?: FixedEntry;
+  /** The pod's entry, dropped: its addresses were taken or are in no range. */
+  lost?: FixedEntry;
+}
+
 /**
- * host-local's allocation for container `id` on `ifname` (inside the store's lock): when `pod` has
- * an entry, its addresses, claimed back from their reservation (the caller sets the entry's MAC);
- * else the addresses `requested`, or the next free ones. An entry whose addresses another
- * container holds is dropped (returned as `lost`) and the pod gets new ones. With `graceMs` (the config's switch is
- * on), entries parked longer are released first. A full range's error names the entries that
- * hold addresses.
+ * host-local's allocation for container `id` on `ifname` (inside the store's flock): when `pod` has
+ * an entry, its addresses, claimed back (the caller sets the entry's MAC); else the addresses
+ * `requested`, or the next free ones. A full range releases the entries whose grace period (the
+ * config's `graceMs` when given, else the entry's own) is over and tries once more; its error names the entries that hold addresses. Throws code 11 while
+ * another container of the pod still has state (`live`).
  */
 export function allocateFor(
   store: HostLocalStore,
@@ -204,29 +284,49 @@ export function allocateFor(
   ifname: string,
   ranges: readonly CIDR[],
   requested: readonly IP[],
-  graceMs: number | undefined,
-): { allocations: Allocation[]; entry: FixedEntry | undefined; lost?: FixedEntry } {
+  live: (container: string) => boolean,
+  graceMs?: number,
+): Allocated {
   const fixed = new FixedAddresses(store.dir);
-  if (graceMs !== undefined) fixed.expire(Date.now(), graceMs);
-  const entry = pod && fixed.lookup(pod);
-  if (entry) {
-    try {
-      const allocations = store.allocate(id, ifname, ranges, entry.ips.map((ip) => parseIP(ip, entry.pod)), reservationOf(entry.pod, entry.ifname));
-      fixed.held(entry, id, ifname);
-      return { allocations, entry };
-    } catch (e) {
-      // Its addresses went to another container (released by hand or by a GC that named no
-      // pod while weftd was away): the pod starts with new ones rather than never.
-      if (!(e instanceof CniError && /not available|in no range|failed to allocate all/.test(e.message))) throw e;
-      fixed.release(entry);
-      const allocations = store.allocate(id, ifname, ranges, requested);
-      return { allocations, entry: undefined, lost: entry };
-    }
+  let lost: FixedEntry | undefined;
+  if (pod !== undefined && fixed.lookup(pod) !== undefined) {
+    const claimed = fixed.locked((): Allocated | undefined => {
+      const entry = fixed.lookup(pod);
+      if (entry === undefined) return undefined;
+      const allocations = entry.ips.map((text) => {
+        const address = parseIP(text, entry.pod);
+        const subnet = ranges.find((r) => contains(r, address) && gatewayOf(r).value !== address.value);
+        return subnet && { address, subnet };
+      });
+      const covered = allocations.every((a) => a !== undefined) && ranges.every((r) => allocations.some((a) => a!.subnet === r));
+      if (!covered) {
+        fixed.release(entry); // the node's ranges changed
+        return { allocations: [], lost: entry };
+      }
+      const claim = fixed.claim(entry, id, ifname, live);
+      switch (claim.kind) {
+        case 'claimed':
+          return { allocations: allocations as Allocation[], entry: claim.entry };
+        case 'busy':
+          throw new CniError(CNI_CODE.TRY_AGAIN_LATER, `pod ${entry.pod}'s fixed addresses are still held by container ${claim.holder}, whose DEL has not come`);
+        case 'lost':
+          return { allocations: [], lost: claim.entry };
+        case 'repeated':
+          return undefined; // host-local's own duplicate error follows
+      }
+    });
+    if (claimed?.entry) return claimed;
+    lost = claimed?.lost;
   }
   try {
-    return { allocations: store.allocate(id, ifname, ranges, requested), entry: undefined };
+    return { allocations: store.allocate(id, ifname, ranges, requested), ...(lost ? { lost } : {}) };
   } catch (e) {
-    if (e instanceof CniError && /no IP addresses available/.test(e.message)) throw new CniError(e.cniCode, e.message + heldText(fixed.entries()));
-    throw e;
+    if (!(e instanceof CniError && /no IP addresses available/.test(e.message))) throw e;
+    if (fixed.expire(Date.now(), graceMs).length === 0) throw explainFull(e, store.dir);
+    try {
+      return { allocations: store.allocate(id, ifname, ranges, requested), ...(lost ? { lost } : {}) };
+    } catch (again) {
+      throw explainFull(again, store.dir);
+    }
   }
 }

@@ -106,26 +106,23 @@ export class HostLocalStore {
    * Reserves one address per subnet for container `id` on `ifname`, as host-local's allocator:
    * an address of `requested` inside the subnet's range when there is one (host-local's IP= and
    * `ips`), else the next free one after the range set's last reserved address, skipping the gateway
-   * and every address with a file. An address whose file holds `reservation` (a fixed address kept
-   * for this pod, see fixed.ts) counts as free for this call. Fails with host-local's messages when
+   * and every address with a file. Fails with host-local's messages when
    * the container already holds an address in a range set, a requested address is the gateway,
    * taken or in no range, or a range is full. Call inside {@link locked}; on failure, what this call
-   * reserved is released (reservations put back).
+   * reserved is released.
    */
-  allocate(id: string, ifname: string, subnets: readonly CIDR[], requested: readonly IP[] = [], reservation?: string): Allocation[] {
+  allocate(id: string, ifname: string, subnets: readonly CIDR[], requested: readonly IP[] = []): Allocation[] {
     const key = `${id}${LINE_BREAK}${ifname}`;
     const entries = this.#entries();
     const done: Allocation[] = [];
-    const reclaimed: string[] = [];
-    const left = [...requested];
+    // host-local keys the requested addresses by value: one asked twice is one
+    const left = requested.filter((ip, i) => requested.findIndex((o) => o.family === ip.family && o.value === ip.value) === i);
     const take = (name: string, i: number): boolean => {
       try {
         writeFileSync(join(this.dir, name), key, { flag: 'wx', mode: 0o644 });
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-        if (reservation === undefined || readFileSync(join(this.dir, name), 'utf8').trim() !== reservation) return false;
-        writeFileSync(join(this.dir, name), key, { mode: 0o644 });
-        reclaimed.push(name);
+        return false;
       }
       writeFileSync(join(this.dir, `last_reserved_ip.${i}`), name, { mode: 0o644 });
       return true;
@@ -133,8 +130,6 @@ export class HostLocalStore {
     try {
       subnets.forEach((subnet, i) => {
         const fail = (why: string) => new CniError(CNI_CODE.UNKNOWN, `failed to allocate for range ${i}: ${why}`);
-        const dup = entries.find((e) => e.owner === key && contains(subnet, e.ip));
-        if (dup) throw fail(`${dup.name} has been allocated to ${id}, duplicate allocation is not allowed`);
         const range = rangeOf(subnet);
         const wanted = left.findIndex((ip) => ip.family === range.start.family && ip.value >= range.start.value && ip.value <= range.end.value);
         if (wanted >= 0) {
@@ -145,6 +140,9 @@ export class HostLocalStore {
           done.push({ address: ip!, subnet });
           return;
         }
+        // as host-local, the container's existing address is looked for only when none is asked
+        const dup = entries.find((e) => e.owner === key && contains(subnet, e.ip));
+        if (dup) throw fail(`${dup.name} has been allocated to ${id}, duplicate allocation is not allowed`);
         let last: IP | undefined;
         try {
           last = tryParseIP(readFileSync(join(this.dir, `last_reserved_ip.${i}`), 'utf8').trim());
@@ -163,11 +161,7 @@ export class HostLocalStore {
         throw new CniError(CNI_CODE.UNKNOWN, `failed to allocate all requested IPs: ${left.map(formatIP).join(' ')}`);
       }
     } catch (e) {
-      for (const a of done) {
-        const name = formatIP(a.address);
-        if (reclaimed.includes(name)) writeFileSync(join(this.dir, name), reservation!, { mode: 0o644 });
-        else rmSync(join(this.dir, name), { force: true });
-      }
+      for (const a of done) rmSync(join(this.dir, formatIP(a.address)), { force: true });
       throw e;
     }
     return done;

@@ -9,11 +9,11 @@ import type { Json } from '../json.ts';
 import { join } from 'node:path';
 import { contains, formatIP, gatewayOf, parseCIDR, parseIP } from '../ip/ip.ts';
 import { parseSubnetEnv } from '../subnetenv/subnetenv.ts';
-import { podOfArgs } from './args.ts';
 import { HOST_LOCAL_STORE } from './bridge.ts';
-import { FixedAddresses, heldText } from './fixed.ts';
+import { FixedAddresses, explainFull } from './fixed.ts';
+import type { FixedEntry } from './fixed.ts';
 import { requestedOf } from './requests.ts';
-import { parseArgs } from './args.ts';
+import { parseArgs, podOfArgs } from './args.ts';
 import type { CniArgs } from './args.ts';
 import { delegateBytes, parseNetConf, renderDelegate } from './config.ts';
 import type { DelegateEnv, PluginConf } from './config.ts';
@@ -79,11 +79,11 @@ function storeOf(delegate: Json): string | undefined {
 /**
  * The fallback's side of fixed addresses (fixed.ts), when CNI_ARGS names the pod (and the runtime
  * asks for no address or MAC of its own) and the config asks for them or the pod has an entry
- * (which weftd made for its annotation). A pod with an entry is
- * wired by the delegate with the `static` IPAM plugin and the entry's MAC, after its reserved
- * address files are claimed for the container: host-local would refuse an address that has a
- * file, and removing the file first would let another allocation take it. The saved state keeps
- * host-local's config, so DEL and CHECK run as for any pod (DEL parks the addresses first).
+ * (which weftd made for its annotation). A pod with an entry is wired by the delegate with the
+ * `static` IPAM plugin and the entry's MAC, after its address files are claimed for the
+ * container: host-local would refuse an address that has a file, and removing the file first
+ * would let another allocation take it. The saved state keeps host-local's config, so DEL and
+ * CHECK run as for any pod (DEL parks the addresses first).
  */
 function fixedFor(conf: PluginConf, env: Env, bytes: string) {
   const pod = podOfArgs(env);
@@ -93,53 +93,54 @@ function fixedFor(conf: PluginConf, env: Env, bytes: string) {
   if (!pod || !dir || typeof wanted === 'string' || wanted.ips.length > 0 || wanted.mac !== undefined) return undefined;
   const fixed = new FixedAddresses(dir);
   if (conf.fixedAddress) fixed.expire(Date.now(), conf.fixedAddressGraceSeconds * 1000);
-  let entry = fixed.lookup(pod);
   // Without the switch, a pod keeps only the entry weftd made for its annotation.
-  if (!conf.fixedAddress && entry === undefined) return undefined;
+  else if (fixed.lookup(pod) === undefined) return undefined;
+  let claimed: FixedEntry | undefined;
   return {
-    /**
-     * The delegate config to run ADD with. An entry whose addresses are in no range any more (the
-     * node's subnet changed) or held by another container is dropped: the pod gets new ones.
-     */
+    /** The delegate config to run ADD with: the entry's addresses when the pod has one and gets it. */
     claim(id: string, ifname: string): string {
-      if (entry === undefined) return bytes;
-      const held = entry;
-      const ipam = delegate['ipam'] as Json;
-      const subnets = (ipam['ranges'] as { subnet: string }[][]).map((set) => parseCIDR(set[0]!.subnet, 'ipam.ranges'));
-      const addresses = held.ips.map((text) => {
-        const ip = parseIP(text, held.pod);
-        const subnet = subnets.find((s) => contains(s, ip));
-        return subnet && { address: `${text}/${subnet.prefix}`, gateway: formatIP(gatewayOf(subnet)) };
+      return fixed.locked(() => {
+        const entry = fixed.lookup(pod);
+        if (entry === undefined) return bytes;
+        const ipam = delegate['ipam'] as Json;
+        const subnets = (ipam['ranges'] as { subnet: string }[][]).map((set, i) => parseCIDR(set[0]!.subnet, `ipam.ranges[${i}][0].subnet`));
+        const addresses = entry.ips.map((text) => {
+          const ip = parseIP(text, `${dir}/.weft-fixed: ${entry.pod}`);
+          const subnet = subnets.find((s) => contains(s, ip) && gatewayOf(s).value !== ip.value);
+          return subnet && { address: `${text}/${subnet.prefix}`, gateway: formatIP(gatewayOf(subnet)) };
+        });
+        if (addresses.includes(undefined) || addresses.length !== subnets.length) {
+          fixed.release(entry); // the node's ranges changed: new addresses
+          return bytes;
+        }
+        const claim = fixed.claim(entry, id, ifname, (c) => loadState(conf.dataDir, c) !== undefined);
+        if (claim.kind === 'busy') {
+          throw new CniError(CNI_CODE.TRY_AGAIN_LATER, `pod ${entry.pod}'s fixed addresses are still held by container ${claim.holder}, whose DEL has not come`);
+        }
+        if (claim.kind !== 'claimed') return bytes; // lost: new addresses; repeated: the delegate's own error
+        claimed = claim.entry;
+        const runtimeConfig = { ...(isJson(delegate['runtimeConfig']) ? delegate['runtimeConfig'] : {}), mac: entry.mac };
+        return goJson({ ...delegate, ipam: { type: 'static', addresses, routes: ipam['routes'] ?? [] }, runtimeConfig });
       });
-      try {
-        if (addresses.includes(undefined)) throw new CniError(CNI_CODE.UNKNOWN, `fixed addresses of pod ${held.pod} are in no range of ${dir}`);
-        fixed.claim(held, id, ifname);
-      } catch (e) {
-        if (!(e instanceof CniError)) throw e;
-        fixed.release(held);
-        entry = undefined;
-        return bytes;
-      }
-      const runtimeConfig = { ...(isJson(delegate['runtimeConfig']) ? delegate['runtimeConfig'] : {}), mac: held.mac };
-      return goJson({ ...delegate, ipam: { type: 'static', addresses, routes: ipam['routes'] ?? [] }, runtimeConfig });
     },
-    /** Records a new entry from the delegate's result. */
+    /** Records a new entry from the delegate's result (1.x shape) when the switch is on. */
     record(id: string, ifname: string, result: Json): void {
-      if (entry !== undefined || !conf.fixedAddress) return;
+      if (claimed !== undefined || !conf.fixedAddress) return;
       const interfaces = Array.isArray(result['interfaces']) ? (result['interfaces'] as Json[]) : [];
       const mac = interfaces.find((i) => i['name'] === ifname && i['sandbox'] !== undefined)?.['mac'];
-      const ips = (Array.isArray(result['ips']) ? (result['ips'] as Json[]) : []).map((ip) => parseIP(String(ip['address']).split('/')[0]!, 'result'));
-      if (typeof mac === 'string') fixed.record(pod, id, ifname, ips, mac);
+      const ips = (Array.isArray(result['ips']) ? (result['ips'] as Json[]) : [])
+        .map((ip, i) => parseIP(String(ip['address']).split('/')[0]!, `the delegate's result ips[${i}].address`));
+      if (typeof mac !== 'string') return;
+      fixed.locked(() => {
+        if (fixed.lookup(pod) === undefined) fixed.record(pod, id, ifname, ips, mac, conf.fixedAddressGraceSeconds * 1000);
+      });
     },
-    /** Puts the pod's addresses back into its reservation. */
+    /** Puts the addresses this call claimed back into the pod's reservation. */
     park(id: string): void {
-      fixed.park(pod, id, Date.now());
+      if (claimed !== undefined) fixed.park(pod, id, Date.now());
     },
     /** `e`, naming the entries that hold addresses when it is a full range's error. */
-    explained(e: unknown): unknown {
-      if (!(e instanceof CniError) || !/no IP addresses available/.test(e.message)) return e;
-      return new CniError(e.cniCode, e.message + heldText(fixed.entries()), e.details);
-    },
+    explained: (e: unknown): unknown => explainFull(e, dir),
   };
 }
 

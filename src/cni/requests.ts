@@ -19,22 +19,25 @@ export interface Requested {
   mac: string | undefined;
 }
 
-/** CNI_ARGS as `types.LoadArgs` reads it: `K=V` pairs separated by `;`. */
-export function cniArgs(env: Readonly<Record<string, string | undefined>>): Map<string, string> | string {
+/** CNI_ARGS as `types.LoadArgs` reads it: `K=V` pairs separated by `;`, one `=` each. */
+function cniArgs(env: Readonly<Record<string, string | undefined>>): Map<string, string> | string {
   const text = env['CNI_ARGS'] ?? '';
   const pairs = new Map<string, string>();
   if (text === '') return pairs;
   for (const pair of text.split(';')) {
-    const eq = pair.indexOf('=');
-    if (eq <= 0) return `CNI_ARGS pair ${JSON.stringify(pair)} is not K=V`;
-    pairs.set(pair.slice(0, eq), pair.slice(eq + 1));
+    const kv = pair.split('=');
+    if (kv.length !== 2) return `CNI_ARGS pair ${JSON.stringify(pair)} is not K=V`;
+    pairs.set(kv[0]!, kv[1]!);
   }
   return pairs;
 }
 
-/** Go's strconv.ParseBool, which types.UnmarshallableBool uses. */
-function goBool(v: string | undefined): boolean {
-  return v !== undefined && ['1', 't', 'T', 'TRUE', 'true', 'True'].includes(v);
+/** types.UnmarshallableBool: 1 or true, 0 or false, in any case; anything else is refused. */
+function ignoreUnknown(v: string | undefined): boolean | undefined {
+  if (v === undefined) return false;
+  const lower = v.toLowerCase();
+  if (lower === '1' || lower === 'true') return true;
+  return lower === '0' || lower === 'false' ? false : undefined;
 }
 
 const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
@@ -49,9 +52,11 @@ function unicastMac(text: string): string | undefined {
 export function requestedOf(env: Readonly<Record<string, string | undefined>>, runtimeConfig: unknown): Requested | string {
   const args = cniArgs(env);
   if (typeof args === 'string') return args;
-  const known = new Set(['IgnoreUnknown', 'IP', 'MAC']);
-  const unknown = [...args.keys()].filter((k) => !known.has(k));
-  if (unknown.length > 0 && !goBool(args.get('IgnoreUnknown'))) return `CNI_ARGS ${unknown.join(', ')} without IgnoreUnknown`;
+  const ignoring = ignoreUnknown(args.get('IgnoreUnknown'));
+  if (ignoring === undefined) return 'CNI_ARGS IgnoreUnknown is not a boolean';
+  // bridge knows only MAC and host-local only IP, and both read the same CNI_ARGS
+  const unknown = [...args.keys()].filter((k) => k !== 'IgnoreUnknown');
+  if (unknown.length > 0 && !ignoring) return `CNI_ARGS ${unknown.join(', ')} without IgnoreUnknown`;
   const ips: IP[] = [];
   const ipArg = args.get('IP');
   if (ipArg !== undefined && ipArg !== '') {

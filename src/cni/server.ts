@@ -34,10 +34,10 @@ import type { NetlinkHandle } from '../netlink/index.ts';
 import { podOfArgs } from './args.ts';
 import type { CniArgs } from './args.ts';
 import { bridgeResult, planBridge } from './bridge.ts';
-import type { BridgePlan, Wired } from './bridge.ts';
+import type { Allocation, BridgePlan, Wired } from './bridge.ts';
 import type { PluginConf } from './config.ts';
 import { CNI_CODE, CniError, toCniError } from './errors.ts';
-import { FixedAddresses, allocateFor } from './fixed.ts';
+import { DEFAULT_GRACE_MS, FixedAddresses, allocateFor } from './fixed.ts';
 import type { PodKey } from './fixed.ts';
 import { HostLocalStore } from './host-local.ts';
 import { errorVersion, parseCall, renderForAdd, savedDelegate, status } from './plugin.ts';
@@ -114,6 +114,7 @@ export class CniServer {
   readonly #stores = new Map<string, HostLocalStore>();
   /** Parked fixed-address pods seen gone by the last sweep, and when. */
   #goneSince = new Map<string, number>();
+  #sweeping = false;
   #deleting: Promise<void> = Promise.resolve();
 
   constructor(options: CniServerOptions) {
@@ -166,33 +167,42 @@ export class CniServer {
   }
 
   /**
-   * Releases the fixed addresses of parked pods that are gone for good: their Pod seen absent (or
-   * on another node) by two sweeps at least `confirmMs` apart, so the moment between a StatefulSet
-   * pod's deletion and its re-creation never releases anything. Runs every minute in kube mode.
+   * Releases the fixed addresses of parked pods past their grace period, and (kube mode) of those
+   * gone for good: their Pod seen absent (or on another node) by two sweeps at least `confirmMs`
+   * apart, so the moment between a StatefulSet pod's deletion and its re-creation never releases
+   * anything. Runs every minute, one sweep at a time, over the stores this weftd has served.
    */
   async sweep(now = Date.now(), confirmMs = 30_000): Promise<void> {
-    const directory = this.#options.directory;
-    if (directory === undefined) return;
-    const gone = new Map<string, number>();
-    for (const store of this.#stores.values()) {
-      const parked = new FixedAddresses(store.dir).entries().filter((e) => e.container === null);
-      for (const entry of parked) {
-        const [namespace, name] = entry.pod.split('/') as [string, string];
-        if (!(await directory.gone({ namespace, name }))) continue;
-        const key = `${store.dir}\0${entry.pod}`;
-        const since = this.#goneSince.get(key) ?? now;
-        gone.set(key, since);
-        if (now - since < confirmMs) continue;
-        await store.locked(() => {
-          const fixed = new FixedAddresses(store.dir);
-          const still = fixed.lookup({ namespace, name });
-          if (still?.container === null) fixed.release(still);
-        });
-        gone.delete(key);
-        this.#options.log.info('released the fixed addresses of a pod that is gone', { pod: entry.pod, addresses: entry.ips });
+    if (this.#sweeping) return;
+    this.#sweeping = true;
+    try {
+      const gone = new Map<string, number>();
+      for (const store of this.#stores.values()) {
+        const fixed = new FixedAddresses(store.dir);
+        for (const e of await store.locked(() => fixed.expire(now))) {
+          this.#options.log.info('released the fixed addresses of a pod that did not come back in time', { pod: e.pod, addresses: e.ips });
+        }
+        const directory = this.#options.directory;
+        if (directory === undefined) continue;
+        for (const entry of fixed.entries().filter((e) => e.container === null)) {
+          const [namespace, name] = entry.pod.split('/') as [string, string];
+          if (!(await directory.gone({ namespace, name }))) continue;
+          const key = `${store.dir}\0${entry.pod}`;
+          const since = this.#goneSince.get(key) ?? now;
+          gone.set(key, since);
+          if (now - since < confirmMs) continue;
+          await store.locked(() => fixed.locked(() => {
+            const still = fixed.lookup({ namespace, name });
+            if (still?.container === null) fixed.release(still);
+          }));
+          gone.delete(key);
+          this.#options.log.info('released the fixed addresses of a pod that is gone', { pod: entry.pod, addresses: entry.ips });
+        }
       }
+      this.#goneSince = gone;
+    } finally {
+      this.#sweeping = false;
     }
-    this.#goneSince = gone;
   }
 
   /** Resolves once every pod interface a DEL took off the network is deleted. */
@@ -283,14 +293,10 @@ export class CniServer {
     const pod = podOfArgs(env);
     // A pod that asks for addresses or a MAC gets those; fixed addresses are for the others.
     const fixable = pod !== undefined && wanted.ips.length === 0 && wanted.mac === undefined ? pod : undefined;
+    const live = (container: string) => loadState(conf.dataDir, container) !== undefined;
     const graceMs = conf.fixedAddress ? conf.fixedAddressGraceSeconds * 1000 : undefined;
-    const claimed = store.locked(() => allocateFor(store, fixable, id, ifname, plan.ranges, wanted.ips, graceMs));
+    const claimed = store.locked(() => allocateFor(store, fixable, id, ifname, plan.ranges, wanted.ips, live, graceMs));
     claimed.catch(() => undefined);
-    // Whether a pod without an entry gets one: the config's switch, else its Pod's annotation,
-    // asked while the pod is wired.
-    const keep = fixable === undefined ? Promise.resolve(false)
-      : conf.fixedAddress ? Promise.resolve(true)
-        : (this.#options.directory?.fixedAddress(fixable).catch(() => false) ?? Promise.resolve(false));
     const allocated = claimed.then((c) => c.allocations);
     allocated.catch(() => undefined);
     const mac = claimed.then((c) => c.entry?.mac ?? wanted.mac);
@@ -299,13 +305,8 @@ export class CniServer {
     try {
       wired = await wirePod(this.#options.host, plan, bridge, allocated, ifname, netns, mac);
       const allocations = await allocated;
-      const lost = (await claimed).lost;
-      if (lost) this.#options.log.warn('a pod\'s fixed addresses were taken by another container: it gets new ones', { pod: lost.pod, addresses: lost.ips });
-      if ((await claimed).entry === undefined && (await keep)) {
-        const podMac = wired.podMac;
-        await store.locked(() => new FixedAddresses(store.dir).record(fixable!, id, ifname, allocations.map((a) => a.address), podMac));
-        this.#options.log.info('pod keeps its addresses and MAC on this node', { pod: `${fixable!.namespace}/${fixable!.name}`, mac: podMac });
-      }
+      const { entry, lost } = await claimed;
+      if (lost) this.#options.log.warn('a pod\'s fixed addresses were taken or left its ranges: it gets new ones', { pod: lost.pod, addresses: lost.ips });
       await durable;
       if (pod && this.#options.pods) await this.#options.pods.wired({ ...pod, containerId: id, ips: allocations.map((a) => a.address) });
       if (wired.announceError) this.#options.log.warn('wired a pod whose addresses could not be announced', { container: id, err: wired.announceError });
@@ -315,6 +316,13 @@ export class CniServer {
         veth: wired.hostVeth,
         addresses: allocations.map((a) => formatIP(a.address)),
       });
+      if (fixable && entry === undefined) {
+        const podMac = wired.podMac;
+        // After the answer: the Pod's annotation is asked of the API server, off the pod's way.
+        void this.#serially(id, () => this.#keep(store, fixable, id, ifname, allocations, podMac, conf)).catch((err: unknown) => {
+          this.#options.log.warn('failed to record a pod\'s fixed addresses', { pod: `${fixable.namespace}/${fixable.name}`, err });
+        });
+      }
       return { exitCode: 0, stdout: JSON.stringify(convertResult(bridgeResult(plan, allocations, wired, ifname, netns), conf.cniVersion)) };
     } catch (e) {
       try {
@@ -325,9 +333,10 @@ export class CniServer {
         }
         const mine = await allocated.catch(() => []);
         if (mine.length > 0) {
+          const claimedEntry = (await claimed.catch(() => undefined))?.entry;
           await store.locked(() => {
-            // a fixed pod's addresses stay its own for the runtime's retry
-            if (fixable) new FixedAddresses(store.dir).park(fixable, id, Date.now());
+            // a claimed entry's addresses stay the pod's for the runtime's retry
+            if (claimedEntry && fixable) new FixedAddresses(store.dir).park(fixable, id, Date.now());
             store.release(id, ifname);
           });
         }
@@ -340,6 +349,24 @@ export class CniServer {
       }
       throw e;
     }
+  }
+
+  /**
+   * Records a pod's addresses and MAC as its fixed addresses when the config's switch is on or its
+   * Pod is annotated, and it still holds them (no DEL came meanwhile).
+   */
+  async #keep(store: HostLocalStore, pod: PodKey, id: string, ifname: string, allocations: readonly Allocation[], mac: string, conf: PluginConf): Promise<void> {
+    if (!conf.fixedAddress && !(await this.#options.directory?.fixedAddress(pod).catch(() => false))) return;
+    const recorded = await store.locked(() => {
+      const fixed = new FixedAddresses(store.dir);
+      return fixed.locked(() => {
+        if (fixed.lookup(pod) !== undefined || store.held(id, ifname).length !== allocations.length || loadState(conf.dataDir, id) === undefined) return false;
+        const graceMs = conf.fixedAddress ? conf.fixedAddressGraceSeconds * 1000 : DEFAULT_GRACE_MS;
+        fixed.record(pod, id, ifname, allocations.map((a) => a.address), mac, graceMs);
+        return true;
+      });
+    });
+    if (recorded) this.#options.log.info('pod keeps its addresses and MAC on this node', { pod: `${pod.namespace}/${pod.name}`, container: id, mac });
   }
 
   async #del(args: CniArgs, conf: PluginConf, env: Env): Promise<CniAnswer> {
@@ -407,7 +434,7 @@ export interface CniSocket {
   readonly path: string;
   /** Resolves once every pod interface a DEL took off the network is deleted. */
   settled(): Promise<void>;
-  /** {@link CniServer.sweep}, which runs every minute when the server has a Pod directory. */
+  /** {@link CniServer.sweep}, which runs every minute. */
   sweep(now?: number, confirmMs?: number): Promise<void>;
   /** Stops serving, then waits for {@link settled}. */
   close(): Promise<void>;
@@ -423,10 +450,10 @@ export async function startCniServer(options: StartCniServerOptions): Promise<Cn
     maxRequestBytes: 8 << 20,
   });
   await server.listen();
-  const sweeper = options.directory && setInterval(() => {
+  const sweeper = setInterval(() => {
     cni.sweep().catch((e: unknown) => options.log.warn('failed to sweep fixed addresses', { err: e }));
   }, 60_000);
-  sweeper?.unref();
+  sweeper.unref();
   return {
     path: server.path,
     settled: () => cni.settled(),

@@ -43,6 +43,11 @@ function replaceFile(dir: string, name: string, data: string, sync: boolean): vo
   }
 }
 
+/** Replaces `dir`/`name` with `data` atomically (temporary file, rename), without waiting for the disk. */
+export function writeFileAtomic(dir: string, name: string, data: string): void {
+  replaceFile(dir, name, data, false);
+}
+
 /**
  * Writes `data` to `dir`/`name` atomically (temporary file, fsync, rename, directory fsync);
  * the directory is created 0700 and the file is 0600. Precondition: `name` holds no `/`.

@@ -40,20 +40,24 @@ function owners(node: CniNode): Record<string, string> {
   return out;
 }
 
-test('a failed duplicate ADD leaves the first ADD\'s interface, address and state alone', { skip }, async () => {
+test('a failed duplicate ADD leaves the first ADD\'s interface, address, state and fixed address alone', { skip }, async () => {
   await bothPaths(async (node, path) => withPods(1, async ([pod]) => {
-    const call = { containerId: 'dup', ifname: 'eth0', netns: pod!.path };
-    const first = await node.plugin({ ...call, command: 'ADD' }, node.conf());
+    const call = { containerId: 'dup', ifname: 'eth0', netns: pod!.path, env: podArgs('dup-0') };
+    const conf = node.conf('1.0.0', { fixedAddress: true });
+    const first = await node.plugin({ ...call, command: 'ADD' }, conf);
     assert.equal(first.code, 0, `${path}: ${first.stdout}`);
     const state = readFileSync(join(node.dataDir, 'dup'), 'utf8');
     const before = { owners: owners(node), pod: await podState(pod!) };
-    const again = await node.plugin({ ...call, command: 'ADD' }, node.conf());
+    const entry = join(node.store, '.weft-fixed', 'default_dup-0');
+    await until('the entry', () => existsSync(entry));
+    const again = await node.plugin({ ...call, command: 'ADD' }, conf);
     assert.notEqual(again.code, 0, `${path}: a second ADD of one container and interface fails`);
     assert.match(again.stdout, /already exists|duplicate allocation/, path);
     assert.deepEqual({ owners: owners(node), pod: await podState(pod!) }, before, `${path}: the first ADD's address and interface`);
     assert.equal(readFileSync(join(node.dataDir, 'dup'), 'utf8'), state, `${path}: the first ADD's state`);
-    assert.equal((await node.plugin({ ...call, command: 'DEL' }, node.conf())).code, 0, path);
-    assert.deepEqual(await leftovers(node), NOTHING, path);
+    assert.equal((JSON.parse(readFileSync(entry, 'utf8')) as { container: string }).container, 'dup', `${path}: the entry stays held`);
+    assert.equal((await node.plugin({ ...call, command: 'DEL' }, conf)).code, 0, path);
+    assert.deepEqual((await leftovers(node)).ips, [before.pod.addrs[0]!.split('/')[0]], `${path}: parked for the pod`);
   }));
 });
 
@@ -133,7 +137,7 @@ test('addresses and MACs asked for (runtimeConfig ips and mac, IP= in CNI_ARGS) 
     assert.deepEqual(await leftovers(node), NOTHING, path);
     if (path === 'served') {
       const left = node.log.filter((r) => /left to the fallback/.test(r.msg)).map((r) => String(r.fields['reason']));
-      assert.deepEqual(left, ['CNI_ARGS K8S_POD_NAME without IgnoreUnknown'], 'only the unknown CNI_ARGS went to the fallback');
+      assert.deepEqual(left, ['CNI_ARGS K8S_POD_NAME, IP without IgnoreUnknown'], 'only the unknown CNI_ARGS went to the fallback');
     }
   }));
   assert.deepEqual(replies['served']!.slice(0, 5), ['10.244.7.50/24', '0a:58:0a:f4:07:32', '0a:58:0a:f4:07:32', '10.244.7.50', '10.244.7.60/24']);
@@ -226,7 +230,9 @@ test('kube mode: a Pod annotated weft.dev/fixed-address keeps its address and MA
       const ip = (first.json!['ips'] as { address: string }[])[0]!.address;
       const mac = await macOf(a!);
       assert.equal((await run('ADD', 'plain-a', b!, 'plain-0')).code, 0);
-      assert.deepEqual(readdirSync(join(node.store, '.weft-fixed')), ['default_db-0'], 'only the annotated Pod has an entry');
+      await until('the annotated Pod\'s entry (recorded after the answer)', () => existsSync(join(node.store, '.weft-fixed', 'default_db-0')));
+      await node.server!.settled();
+      assert.deepEqual(readdirSync(join(node.store, '.weft-fixed')).filter((f) => !f.startsWith('.')), ['default_db-0'], 'only the annotated Pod has an entry');
       assert.equal((await run('DEL', 'plain-a', b!, 'plain-0')).code, 0);
       assert.equal((await run('DEL', 'db-a', a!, 'db-0')).code, 0);
       // Re-created: through the fallback first (weftd away; the entry is enough), then the server.
