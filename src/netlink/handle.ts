@@ -77,6 +77,13 @@ export interface AddrSpec {
   scope?: number;
   /** IFA_F_* flags, e.g. IFA_F_NODAD (`nodad`). */
   flags?: number;
+  /**
+   * Seconds until the kernel deletes the address by itself (`valid_lft N`); absent: forever. A
+   * replace sets it anew, counting from then.
+   */
+  validLft?: number;
+  /** Seconds it stays preferred (`preferred_lft N`), at most validLft; default validLft. */
+  preferredLft?: number;
 }
 
 export interface VethSpec {
@@ -287,7 +294,10 @@ function rawOp(o: Operation): RawOp {
     case 'addrReplace':
     case 'addrDel': {
       const a = o.addr;
-      return { op: o.op, index: a.linkIndex, local: a.address, prefixLen: a.prefixLen, scope: a.scope, flags: a.flags };
+      return {
+        op: o.op, index: a.linkIndex, local: a.address, prefixLen: a.prefixLen, scope: a.scope, flags: a.flags,
+        validLft: a.validLft, preferredLft: a.validLft === undefined ? undefined : (a.preferredLft ?? a.validLft),
+      };
     }
     case 'linkAddVxlan': {
       const v = o.vxlan;

@@ -84,6 +84,8 @@ export interface Addr {
   /** IFA_F_* flags. */
   flags: number;
   label: string;
+  /** Seconds left until the kernel deletes it; {@link INFINITY_LIFE_TIME}: never. */
+  validLft: number;
 }
 
 export interface Route {
@@ -168,6 +170,9 @@ export function linkFromRaw(r: RawLink): Link {
   return link;
 }
 
+/** An address lifetime that never runs out (`forever`). */
+export const INFINITY_LIFE_TIME = 0xffffffff;
+
 export function addrFromRaw(r: RawAddr): Addr {
   return {
     linkIndex: r.index,
@@ -177,6 +182,7 @@ export function addrFromRaw(r: RawAddr): Addr {
     scope: r.scope,
     flags: r.flags,
     label: r.label,
+    validLft: r.validLft,
   };
 }
 
