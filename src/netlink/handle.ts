@@ -647,6 +647,20 @@ export class NetlinkHandle {
     }
   }
 
+  /**
+   * RFC 5227's ARP probe for IPv4 `address` on link `ifindex` (`arping -D -I <link> <address>`):
+   * two probes with sender address 0.0.0.0 over `waitMs` (at most 10 s); resolves to the MACs of
+   * the hosts that said the address is theirs meanwhile (none: free to claim). Occupies the
+   * handle's thread for `waitMs`, so it wants a handle of its own.
+   */
+  async arpProbe(ifindex: number, address: string, waitMs: number): Promise<string[]> {
+    try {
+      return await this.#raw.arpProbe(ifindex, address, waitMs);
+    } catch (e) {
+      throw rejected('probe for', `${address} dev #${ifindex}`, e);
+    }
+  }
+
   // ---- routes ----
 
   /**

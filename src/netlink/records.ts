@@ -30,6 +30,10 @@ export const RTPROT_KERNEL = 2;
 export const IFA_F_TEMPORARY = 0x01;
 /** `nodad`: no duplicate address detection (addresses unique by allocation). */
 export const IFA_F_NODAD = 0x02;
+/** DAD found another host with the address (IPv6). */
+export const IFA_F_DADFAILED = 0x08;
+/** DAD still running: the address is not usable yet (IPv6). */
+export const IFA_F_TENTATIVE = 0x40;
 export const IFA_F_DEPRECATED = 0x20;
 export const IFA_F_PERMANENT = 0x80;
 
