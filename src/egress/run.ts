@@ -10,9 +10,10 @@ import { parseCIDR } from '../ip/ip.ts';
 import type { CIDR } from '../ip/ip.ts';
 import { kubeConfigFromFlags } from '../lease/kube/client.ts';
 import { KubeHttp } from '../lease/kube/http.ts';
-import { execRunner, procSysctl } from '../masq/runner.ts';
+import { execRunner } from '../masq/runner.ts';
 import { EgressController } from './controller.ts';
-import { runElection, runHeartbeat } from './leases.ts';
+import { Claim } from './fence.ts';
+import { releaseHeartbeat, runElection, runHeartbeat } from './leases.ts';
 import { EgressNode } from './node.ts';
 import type { AgentParts } from './node.ts';
 
@@ -57,13 +58,23 @@ export async function runEgress(d: EgressDeps, signal: AbortSignal): Promise<voi
   const { http, node, namespace, inside, livenessTimeoutMs } = d.settings;
   const log = d.log.child({ component: 'egress' });
   log.info('egress gateways enabled', { namespace, livenessTimeoutMs });
+  const claim = new Claim(livenessTimeoutMs);
   const dataplane = new EgressNode({
-    ...d, http, node, inside, subnetFile: flags.subnetFile, run: execRunner(), sysctl: procSysctl, resyncMs: flags.resyncPeriod * 1000, log,
+    ...d, http, node, inside, subnetFile: flags.subnetFile, run: execRunner(), resyncMs: flags.resyncPeriod * 1000, log, claim,
   });
+  const heartbeat = {
+    http, namespace, node, intervalMs: livenessTimeoutMs / 4, log, claim,
+    renewed: () => void dataplane.renew().catch((e: unknown) => log.warn('failed to renew the EIPs\' lifetimes', { err: e })),
+  };
+  // The controller's Lease: a takeover after 2× the liveness timeout unrenewed, the holder stopping after 1.5×.
   await Promise.all([
-    runHeartbeat({ http, namespace, node, intervalMs: livenessTimeoutMs / 4, log }, signal),
-    runElection({ http, namespace, identity: node, leaseDurationMs: 2 * livenessTimeoutMs, retryMs: livenessTimeoutMs / 4, log }, signal,
-      (leading) => new EgressController({ http, namespace, livenessTimeoutMs, log: log.child({ role: 'controller' }) }).run(leading)),
+    runHeartbeat(heartbeat, signal),
+    runElection({
+      http, namespace, identity: node, leaseDurationMs: 2 * livenessTimeoutMs, renewDeadlineMs: 1.5 * livenessTimeoutMs,
+      retryMs: livenessTimeoutMs / 4, log,
+    }, signal, (leadership) => new EgressController({ http, namespace, livenessTimeoutMs, log: log.child({ role: 'controller' }) }).run(leadership)),
     dataplane.run(signal),
   ]);
+  // The data plane gave its EIPs up when it stopped; now the controller may move them at once.
+  await releaseHeartbeat(heartbeat);
 }
