@@ -167,12 +167,10 @@ Failure arpProbe(int ifindex, const std::string& address, int waitMs, std::vecto
     struct ether_arp in;
     ssize_t n = recv(fd, &in, sizeof in, 0);
     if (n < static_cast<ssize_t>(sizeof in)) continue;
-    // Anyone stating the address as theirs: a reply to the probe, its own announcement, or its
-    // own probe for the same address at the same time (RFC 5227's conflict rule).
-    bool claims = memcmp(in.arp_spa, &ip, 4) == 0 ||
-                  (ntohs(in.arp_op) == ARPOP_REQUEST && memcmp(in.arp_tpa, &ip, 4) == 0 && in.arp_spa[0] == 0 &&
-                   in.arp_spa[1] == 0 && in.arp_spa[2] == 0 && in.arp_spa[3] == 0);
-    if (!claims || memcmp(in.arp_sha, mac, ETH_ALEN) == 0) continue;
+    // Anyone stating the address as theirs: a reply to the probe or its own announcement. Another
+    // host's probe for it is not counted (RFC 5227 would): whoever assigns the address decides
+    // between two claimants, and a host watching the address must not hold its claimant off.
+    if (memcmp(in.arp_spa, &ip, 4) != 0 || memcmp(in.arp_sha, mac, ETH_ALEN) == 0) continue;
     std::string who = macText(in.arp_sha);
     if (std::find(macs.begin(), macs.end(), who) == macs.end()) macs.push_back(who);
   }

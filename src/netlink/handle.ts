@@ -650,7 +650,8 @@ export class NetlinkHandle {
   /**
    * RFC 5227's ARP probe for IPv4 `address` on link `ifindex` (`arping -D -I <link> <address>`):
    * two probes with sender address 0.0.0.0 over `waitMs` (at most 10 s); resolves to the MACs of
-   * the hosts that said the address is theirs meanwhile (none: free to claim). Occupies the
+   * the hosts that said the address is theirs meanwhile, in a reply or an announcement (none: free
+   * to claim; other hosts' probes for it do not count). Occupies the
    * handle's thread for `waitMs`, so it wants a handle of its own.
    */
   async arpProbe(ifindex: number, address: string, waitMs: number): Promise<string[]> {

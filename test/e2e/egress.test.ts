@@ -9,6 +9,7 @@ import { test } from 'node:test';
 import type { ClusterNode } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
 import { EgressCluster, egressLeftovers, startSourceServer } from '../support/egress-cluster.ts';
+import { ApiError } from '../support/kube-apiserver.ts';
 import { needsRoot } from '../support/netns.ts';
 import { until } from '../support/until.ts';
 
@@ -126,6 +127,71 @@ test('egress failover: the gateway\'s weftd killed and its link cut moves the EI
     await e.waitSeenAs(other, '198.51.100.101');
     assert.equal(e.policyStatus('b').node, to.name);
     await e.waitSeenAs(pod, '198.51.100.100');
+  } finally {
+    await e.stop();
+  }
+});
+
+test('egress fencing: a gateway\'s weftd SIGKILLed with its link up, one cut from the API only and a 10 s API stall never leave two nodes answering for the EIP; the stall withdraws nothing', { skip, timeout: 240_000 }, async () => {
+  const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan' });
+  const EIP = '198.51.100.100';
+  try {
+    await until('an egress controller elected', () => e.leader !== undefined, 30_000);
+    const leader = e.c.nodes.find((n) => n.name === e.leader)!;
+    const [client, g1, g2] = e.c.nodes.filter((n) => n !== leader) as [ClusterNode, ClusterNode, ClusterNode];
+    for (const g of [g1, g2]) e.label(g, { 'egress.weft.dev/gateway': 'true' });
+    const pod = await e.addPod(client, { app: 'a' });
+    e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: [EIP] } });
+    e.policy('a', { gateway: 'gw', podSelector: { matchLabels: { app: 'a' } } });
+    await e.waitSeenAs(pod, EIP);
+    const watch = e.watchAnswers(EIP);
+    let answers;
+    try {
+      // weftd SIGKILLed, link up: the kernel drops the EIP when its lifetime runs out, before the controller moves it.
+      const [from, to] = e.policyStatus('a').node === g1.name ? [g1, g2] : [g2, g1];
+      const killedAt = performance.now();
+      await e.c.stopWeftd(from, 'SIGKILL');
+      await until(`the EIP gone from ${from.name} by itself`, async () => !(await e.holds(from, EIP)), 5000);
+      const goneMs = performance.now() - killedAt;
+      await until(`policy a moved to ${to.name}`, () => e.policyStatus('a').node === to.name, 30_000);
+      await e.waitSeenAs(pod, EIP);
+      assert.ok(await e.holds(to, EIP), to.daemon.log().slice(-6000));
+      assert.ok(goneMs < 3000, `the EIP stayed ${Math.round(goneMs)} ms on the killed node, past the liveness timeout`);
+      await e.c.restartWeftd(from);
+
+      // Cut from the API server only: the gateway cannot renew its heartbeat, so it drops the EIP itself.
+      await e.c.cutFromApi(to);
+      await until(`${to.name} drops the EIP`, async () => !(await e.holds(to, EIP)), 5000);
+      await until(`policy a moved back to ${from.name}`, () => e.policyStatus('a').node === from.name, 30_000);
+      await e.waitSeenAs(pod, EIP);
+      await e.c.rejoinApi(to);
+
+      // A 10 s stall of the API server: placement stays, and the EIP is back where it was after.
+      const before = e.policyStatus('a');
+      const withdrawn = new Set<string>();
+      const sample = setInterval(() => {
+        const s = e.policyStatus('a');
+        if (s.node !== before.node || JSON.stringify(s.eip) !== JSON.stringify(before.eip)) withdrawn.add(`${String(s.node)} ${JSON.stringify(s.eip)}`);
+      }, 50);
+      try {
+        e.c.api!.beforeServe = () => {
+          throw new ApiError(503, 'ServiceUnavailable', 'stalled');
+        };
+        await new Promise((r) => setTimeout(r, 10_000));
+        e.c.api!.beforeServe = undefined;
+        await e.waitSeenAs(pod, EIP);
+        await new Promise((r) => setTimeout(r, 3000));
+      } finally {
+        e.c.api!.beforeServe = undefined;
+        clearInterval(sample);
+      }
+      assert.deepEqual([...withdrawn], [], 'the stall withdrew or moved policy a');
+      assert.ok(await e.holds(from, EIP));
+    } finally {
+      answers = await watch.stop();
+    }
+    assert.equal(answers.dualMs, 0, `two MACs answered for the EIP: ${[...answers.macs].join(', ')}`);
+    assert.ok(answers.probes > 50 && answers.macs.size === 2, `the outside host saw ${[...answers.macs].join(', ')} in ${answers.probes} probes`);
   } finally {
     await e.stop();
   }

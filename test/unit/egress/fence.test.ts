@@ -7,9 +7,9 @@ test('claim: nothing may be held before a heartbeat renewal, nor after its windo
   const claim = new Claim(3000, () => now);
   assert.equal(claim.lifetimeS(), 0, 'no renewal yet');
   claim.renewed(now);
-  // 3000 - 500 of slack: 2 whole seconds, which end before the controller can move the EIP.
+  // 3000 - 250 of slack: 2 whole seconds, which end before the controller can move the EIP.
   assert.equal(claim.lifetimeS(), 2);
-  now += 600;
+  now += 1000;
   assert.equal(claim.lifetimeS(), 1);
   now += 1000;
   assert.equal(claim.lifetimeS(), 0, 'a lifetime of 1 s would outlast sent + liveness timeout with the kernel\'s slack');
