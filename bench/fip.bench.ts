@@ -37,8 +37,8 @@ async function timeUntil(e: EgressCluster, answer: string | undefined, t0: numbe
 const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan' });
 let stopServer: (() => Promise<void>) | undefined;
 try {
-  await until('an egress controller elected', () => e.leader !== undefined, 30_000);
-  const [podNode, g1, g2] = e.c.nodes.filter((n) => n.name !== e.leader) as [ClusterNode, ClusterNode, ClusterNode];
+  const [leader, podNode, g1, g2] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode, ClusterNode];
+  await e.electOn(leader);
   for (const g of [g1, g2]) e.label(g, { 'egress.weft.dev/gateway': 'true' });
   const pod = await e.addPod(podNode, { app: 'web' }, 'web');
   const direct = await e.addPod(podNode, { app: 'direct' }, 'direct');

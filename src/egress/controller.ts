@@ -13,8 +13,8 @@
  * A failed write is logged and retried by the next pass.
  *
  * Disruption mode (as Kubernetes' node lifecycle controller stops evicting when a zone's nodes
- * all go unready): when most gateway heartbeats went quiet together (placement.ts's
- * `disruption`), the API server or etcd stalled, not the nodes, and placement is frozen
+ * all go unready): when most gateway heartbeats this controller saw renewing went quiet together
+ * (placement.ts's `disruption`), the API server or etcd stalled, not the nodes, and placement is frozen
  * (heartbeats are not judged) instead of withdrawn; when that ends, every heartbeat counts as
  * renewed then, so the ones not yet back get a full liveness timeout.
  *
@@ -91,8 +91,11 @@ export class EgressController {
   readonly #heartbeats: Informer;
   readonly #floatingIps: Informer;
   readonly #portForwards: Informer;
-  /** Heartbeats by node: the renewTime last seen and when (on this clock) it changed. */
-  readonly #seen = new Map<string, { renewTime: unknown; at: number }>();
+  /**
+   * Heartbeats by node: the renewTime last seen, when (on this clock) it changed, and whether this
+   * controller saw it change (a node dead before it started never did).
+   */
+  readonly #seen = new Map<string, { renewTime: unknown; at: number; renewing: boolean }>();
   #previous: Map<string, Placement> | undefined;
   readonly #loop = new PassLoop();
   #disrupted = false;
@@ -152,7 +155,7 @@ export class EgressController {
       if (!node) continue;
       const renewTime = isJson(l.spec) ? l.spec.renewTime : undefined;
       const seen = this.#seen.get(node);
-      if (!seen || seen.renewTime !== renewTime) this.#seen.set(node, { renewTime, at: now });
+      if (!seen || seen.renewTime !== renewTime) this.#seen.set(node, { renewTime, at: now, renewing: seen !== undefined });
       out.set(node, this.#seen.get(node)!.at);
     }
     return out;
@@ -187,7 +190,9 @@ export class EgressController {
       renewedAt: renewed.get(n.metadata?.name ?? ''),
     }));
     const gateways = [...this.#gateways.objects.values()].map(parseGateway);
-    const disrupted = disruption(gateways, nodes, now, this.#options.livenessTimeoutMs);
+    // Only heartbeats seen renewing can go quiet together: to a new controller, the nodes that were
+    // dead before it started all look renewed at its start and quiet a liveness timeout later.
+    const disrupted = disruption(gateways, nodes.filter((n) => this.#seen.get(n.name)?.renewing), now, this.#options.livenessTimeoutMs);
     if (disrupted !== this.#disrupted) {
       this.#disrupted = disrupted;
       if (disrupted) this.#options.log.warn('most gateway heartbeats went quiet together: disruption mode, placement frozen');

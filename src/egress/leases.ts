@@ -194,7 +194,6 @@ export async function runHeartbeat(options: HeartbeatOptions, signal: AbortSigna
  * controller move this node's EIPs at once instead of after the liveness timeout.
  */
 export async function releaseHeartbeat(options: HeartbeatOptions): Promise<void> {
-  options.claim.release();
   try {
     await options.http.delete(`${leasesPath(options.namespace)}/${heartbeatName(options.node)}`, { timeoutMs: options.intervalMs * 2 });
   } catch (e) {

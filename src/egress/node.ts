@@ -81,6 +81,8 @@ const OTHER_ENGINE = 'this node\'s traffic rules engine is the other one';
 const DEFAULT_DST: Record<Family, string> = { 4: '0.0.0.0/0', 6: '::/0' };
 const hostCidr = (ip: string) => parseCIDR(`${ip}/${ip.includes(':') ? 128 : 32}`, 'address');
 const prefixOf = (ip: string) => (ip.includes(':') ? 128 : 32);
+/** How soon an EIP that another host still answered for is tried again. */
+const CLAIM_RETRY_MS = 500;
 /** How long an ARP probe for a new IPv4 EIP waits for another host's answer. */
 const ARP_PROBE_MS = 200;
 /** How long the kernel's IPv6 DAD of a new EIP is waited for (one probe, a second by default). */
@@ -141,13 +143,23 @@ export class EgressNode {
     }
   }
 
-  /** Renews the lifetime of every EIP held, as the heartbeat allows; called after each heartbeat renewal. */
+  /**
+   * Renews the lifetime of every EIP held and still on the interface, as the heartbeat allows;
+   * called after each heartbeat renewal. One whose lifetime ran out is held no more: only a pass,
+   * which probes first, claims it again (the controller may have moved it meanwhile).
+   */
   renew(): Promise<void> {
     return this.#locked(async () => {
       const validLft = this.#options.claim.lifetimeS();
       if (validLft === 0) return;
       const { handle, ext } = this.#options;
+      const on = new Set((await handle.addrList({ linkIndex: ext.link.index })).map((a) => a.address));
       for (const address of this.#held) {
+        if (!on.has(address)) {
+          this.#held.delete(address);
+          this.#loop.poke();
+          continue;
+        }
         await handle.addrReplace({ linkIndex: ext.link.index, address, prefixLen: prefixOf(address), validLft });
       }
     });
@@ -217,7 +229,8 @@ export class EgressNode {
       },
     });
     for (const w of result.warnings) this.#warnOnce(w);
-    await this.#eips(result.eips);
+    // An EIP another host still answers for is claimed by a pass soon after, not at the next resync.
+    if (await this.#eips(result.eips)) setTimeout(() => this.#loop.poke(), CLAIM_RETRY_MS).unref();
     await this.#routes(result);
     await this.#rules(result);
     if (this.#options.engine === 'iptables') {
@@ -367,11 +380,13 @@ export class EgressNode {
     await rename(`${this.#state}.tmp`, this.#state);
   }
 
-  #eips(wanted: readonly { family: Family; address: string }[]): Promise<void> {
+  /** Puts the kernel's EIPs in line with `wanted`; true when one was left unclaimed because another host answers for it. */
+  #eips(wanted: readonly { family: Family; address: string }[]): Promise<boolean> {
     return this.#locked(() => this.#claimEips(wanted));
   }
 
-  async #claimEips(wanted: readonly { family: Family; address: string }[]): Promise<void> {
+  async #claimEips(wanted: readonly { family: Family; address: string }[]): Promise<boolean> {
+    let deferred = false;
     const { handle, ext, claim, log } = this.#options;
     const recorded = await this.#readState();
     const addrs = await handle.addrList({ linkIndex: ext.link.index });
@@ -391,6 +406,7 @@ export class EgressNode {
         const answering = await this.#othersAnswering(a);
         if (answering) {
           log.warn('another host answers for an EIP; not claiming it yet', { eip: a, mac: answering });
+          deferred = true;
           continue;
         }
       }
@@ -401,6 +417,7 @@ export class EgressNode {
         log.warn('IPv6 DAD found another host answering for an EIP; not claiming it yet', { eip: a });
         await handle.addrDel({ linkIndex: ext.link.index, address: a, prefixLen: 128 }).catch(() => undefined);
         this.#held.delete(a);
+        deferred = true;
         continue;
       }
       log.info('egress IP added to the external interface', { eip: a, iface: ext.link.name, validLft });
@@ -414,6 +431,7 @@ export class EgressNode {
       log.info('egress IP removed from the external interface', { eip: a, iface: ext.link.name });
     }
     if (recorded.some((a) => !keep.includes(a))) await this.#writeState(keep);
+    return deferred;
   }
 
   /** The MAC of a host that answers an ARP probe for IPv4 address `a`, or undefined (and for IPv6, whose DAD the kernel runs). */

@@ -1,8 +1,9 @@
 /**
  * Egress gateways in weftd (--egress-gateways, kube mode only), loaded by the agent with a
  * dynamic import only when the flag is given, and its settings checked before anything starts.
- * Three loops on one API client: this node's heartbeat Lease, the election for the controller
- * Lease (the winner runs the controller), and this node's data plane.
+ * Three loops on one API client: this node's heartbeat Lease and the election for the controller
+ * Lease (the winner runs the controller), both only while the node can be a gateway, and this
+ * node's data plane.
  */
 import type { Flags } from '../config/flags.ts';
 import { ConfigError } from '../errors.ts';
@@ -12,6 +13,7 @@ import { kubeConfigFromFlags } from '../lease/kube/client.ts';
 import { KubeHttp } from '../lease/kube/http.ts';
 import { execRunner } from '../masq/runner.ts';
 import { EgressController } from './controller.ts';
+import { Eligibility } from './eligibility.ts';
 import { Claim } from './fence.ts';
 import { releaseHeartbeat, runElection, runHeartbeat } from './leases.ts';
 import { EgressNode } from './node.ts';
@@ -66,15 +68,24 @@ export async function runEgress(d: EgressDeps, signal: AbortSignal): Promise<voi
     http, namespace, node, intervalMs: livenessTimeoutMs / 4, log, claim,
     renewed: () => void dataplane.renew().catch((e: unknown) => log.warn('failed to renew the EIPs\' lifetimes', { err: e })),
   };
+  const dataplaneDone = dataplane.run(signal);
+  // Only a node that can be a gateway heartbeats and stands for the controller (eligibility.ts).
   // The controller's Lease: a takeover after 2× the liveness timeout unrenewed, the holder stopping after 1.5×.
   await Promise.all([
-    runHeartbeat(heartbeat, signal),
-    runElection({
-      http, namespace, identity: node, leaseDurationMs: 2 * livenessTimeoutMs, renewDeadlineMs: 1.5 * livenessTimeoutMs,
-      retryMs: livenessTimeoutMs / 4, log,
-    }, signal, (leadership) => new EgressController({ http, namespace, livenessTimeoutMs, log: log.child({ role: 'controller' }) }).run(leadership)),
-    dataplane.run(signal),
+    new Eligibility({ http, node, log }).run(signal, async (eligible) => {
+      await Promise.all([
+        runHeartbeat(heartbeat, eligible),
+        runElection({
+          http, namespace, identity: node, leaseDurationMs: 2 * livenessTimeoutMs, renewDeadlineMs: 1.5 * livenessTimeoutMs,
+          retryMs: livenessTimeoutMs / 4, log,
+        }, eligible, (leadership) => new EgressController({ http, namespace, livenessTimeoutMs, log: log.child({ role: 'controller' }) }).run(leadership)),
+      ]);
+      // The EIPs go first (a stopping data plane gives them up itself), then the heartbeat, so the controller moves them at once.
+      claim.release();
+      if (signal.aborted) await dataplaneDone;
+      else await dataplane.release();
+      await releaseHeartbeat(heartbeat);
+    }),
+    dataplaneDone,
   ]);
-  // The data plane gave its EIPs up when it stopped; now the controller may move them at once.
-  await releaseHeartbeat(heartbeat);
 }

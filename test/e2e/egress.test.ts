@@ -100,9 +100,8 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['vxla
 test('egress failover: the gateway\'s weftd killed and its link cut moves the EIP; the controller\'s weftd killed, another takes over', { skip, timeout: 240_000 }, async () => {
   const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan' });
   try {
-    await until('an egress controller elected', () => e.leader !== undefined, 30_000);
-    const leader = e.c.nodes.find((n) => n.name === e.leader)!;
-    const [client, g1, g2] = e.c.nodes.filter((n) => n !== leader) as [ClusterNode, ClusterNode, ClusterNode];
+    const [leader, client, g1, g2] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode, ClusterNode];
+    await e.electOn(leader);
     for (const g of [g1, g2]) e.label(g, { 'egress.weft.dev/gateway': 'true' });
     const pod = await e.addPod(client, { app: 'a' });
     e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: ['198.51.100.100-198.51.100.101'] } });
@@ -136,9 +135,8 @@ test('egress fencing: a gateway\'s weftd SIGKILLed with its link up, one cut fro
   const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan' });
   const EIP = '198.51.100.100';
   try {
-    await until('an egress controller elected', () => e.leader !== undefined, 30_000);
-    const leader = e.c.nodes.find((n) => n.name === e.leader)!;
-    const [client, g1, g2] = e.c.nodes.filter((n) => n !== leader) as [ClusterNode, ClusterNode, ClusterNode];
+    const [leader, client, g1, g2] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode, ClusterNode];
+    await e.electOn(leader);
     for (const g of [g1, g2]) e.label(g, { 'egress.weft.dev/gateway': 'true' });
     const pod = await e.addPod(client, { app: 'a' });
     e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: [EIP] } });

@@ -281,6 +281,17 @@ export class EgressCluster {
     return eth0[0]?.addr_info.some((a) => a.local === address) ?? false;
   }
 
+  /**
+   * Makes `n` the egress controller: only nodes that can be gateways stand for it, so `n` alone is
+   * made one (label `egress.weft.dev/spare`, EgressGateway `spare` with EIP 198.51.100.120, which
+   * no test's policy names), and its weftd elected before any other node can be a gateway.
+   */
+  async electOn(n: ClusterNode): Promise<void> {
+    this.label(n, { 'egress.weft.dev/spare': 'true' });
+    this.gateway('spare', { nodeSelector: { matchLabels: { 'egress.weft.dev/spare': 'true' } }, eipPool: { ipv4: ['198.51.100.120'] } });
+    await until(`${n.name} elected egress controller`, () => this.leader === n.name, 30_000);
+  }
+
   /** The weftd holding the controller Lease, by Node name. */
   get leader(): string | undefined {
     return ((this.c.api!.object('leases.coordination.k8s.io', 'weft-egress-controller', 'kube-flannel')?.spec ?? {}) as Obj).holderIdentity as string | undefined;
