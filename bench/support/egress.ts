@@ -3,7 +3,7 @@
  * one EIP placed on one of two gateway nodes:
  * - failovers by link cut (eth0 down and the node cut from the API server, weftd alive) and by
  *   weftd kill (SIGKILL, link up), alternated, each from whichever node holds the EIP then, the
- *   node put back after; meanwhile the outside host probes the EIP back to back and adds up the
+ *   node put back after; each ends when the other node holds the EIP and serves; meanwhile the outside host probes the EIP back to back and adds up the
  *   time two MACs answered (dual answers);
  * - a 10 s stall of the API server (every request answered 503): the policies whose placement
  *   changed during it or in the 5 s after;
@@ -14,6 +14,7 @@ import type { ClusterNode } from '../../test/support/cluster.ts';
 import type { EgressCluster } from '../../test/support/egress-cluster.ts';
 import { forcedOverlap } from '../../test/support/election-overlap.ts';
 import { ApiError } from '../../test/support/kube-apiserver.ts';
+import { until } from '../../test/support/until.ts';
 
 export interface Failovers {
   cutMs: number[];
@@ -24,7 +25,8 @@ export interface Failovers {
 
 /**
  * `rounds` failovers of each kind, alternated (cut first). `node()` names the node the EIP is
- * placed on; `reached(t0)` resolves with the ms from `t0` until it serves again.
+ * placed on; `reached(t0)` resolves with the ms from `t0` until the EIP serves (once the other
+ * node holds it).
  */
 export async function failovers(e: EgressCluster, o: {
   rounds: number; eip: string; gateways: readonly ClusterNode[]; node: () => unknown; reached: (t0: number) => Promise<number>;
@@ -43,6 +45,10 @@ export async function failovers(e: EgressCluster, o: {
       } else {
         await e.c.stopWeftd(from, 'SIGKILL');
       }
+      // The old node may still serve for a moment (a killed weftd's kernel keeps its rules until the
+      // EIP's lifetime runs out): the failover is done when the other node holds the EIP and serves.
+      const to = o.gateways.find((g) => g !== from)!;
+      await until(`${to.name} holding ${o.eip}`, () => e.holds(to, o.eip), 60_000);
       ms = await o.reached(t0);
     } finally {
       out.dualMs += (await watch.stop()).dualMs;
