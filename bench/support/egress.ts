@@ -91,6 +91,6 @@ export async function stallWithdrawn(e: EgressCluster, ids: readonly string[], p
 /** ms two controllers acted at once in the forced overlap, with weftd's election timing at its default liveness timeout (3 s). */
 export async function leaderOverlapMs(): Promise<number> {
   const r = await forcedOverlap({ leaseMs: 6000, deadlineMs: 4500, retryMs: 750, pauseMs: 8000 });
-  console.log(`forced overlap: the successor took over ${Math.round(r.takeoverMs)} ms after the leader paused; accepted writes ${r.writers.length}`);
+  console.log(`forced overlap: the successor took over ${Math.round(r.takeoverMs)} ms after the leader's last renewal; accepted writes ${r.writers.length}`);
   return Math.round(r.overlapMs);
 }

@@ -10,7 +10,8 @@
  *   cannot have been seen before it was sent, so the deadline comes before any takeover as long
  *   as `renewDeadlineMs < leaseDurationMs`. Its writes go out only before the deadline and carry
  *   the resourceVersion they were computed from, so a late one that lands after the next leader
- *   wrote the object is refused (409).
+ *   wrote the object is refused (409). A holder that stops gracefully gives the Lease up (an
+ *   empty holder), once it has stopped acting, so the next candidate takes over at once.
  * - `weft-egress-node-<node>` (label {@link HEARTBEAT_LABEL}): each weftd's heartbeat, renewed
  *   every `heartbeatMs`. The controller treats a gateway node whose heartbeat has not changed
  *   for the liveness timeout as failed, which is what moves its EIPs when its weftd dies or its
@@ -108,6 +109,8 @@ export async function runElection(options: ElectionOptions, signal: AbortSignal,
         } catch (e) {
           if (statusOf(e) !== 404) throw e;
         }
+        // What the answer holds was written before it arrived, however long the request took.
+        const observed = now();
         const spec = { holderIdentity: options.identity, leaseDurationSeconds: Math.ceil(options.leaseDurationMs / 1000), renewTime: microTime(Date.now()) };
         if (!lease) {
           await options.http.create(leasesPath(options.namespace), {
@@ -118,7 +121,7 @@ export async function runElection(options: ElectionOptions, signal: AbortSignal,
           await options.http.update(path, { ...lease, spec: { ...lease.spec, ...spec } }, { signal, timeoutMs: timeoutMs() });
         } else {
           const version = lease.metadata.resourceVersion ?? '';
-          if (seen?.version !== version) seen = { version, at: t };
+          if (seen?.version !== version) seen = { version, at: observed };
           if (lease.spec?.holderIdentity && now() - seen.at < options.leaseDurationMs) {
             await stopLeading(`${lease.spec.holderIdentity} holds the Lease`);
             await sleep(options.retryMs, signal).catch(() => undefined);
@@ -139,7 +142,24 @@ export async function runElection(options: ElectionOptions, signal: AbortSignal,
       await sleep(options.retryMs, signal).catch(() => undefined);
     }
   } finally {
+    const wasLeading = leading !== undefined;
     await stopLeading('stopping');
+    if (wasLeading) await release(options, path);
+  }
+}
+
+/**
+ * Gives the controller Lease up on a graceful stop, once this holder has stopped acting: an
+ * empty holder lets the next candidate take over at once instead of after the lease duration.
+ */
+async function release(options: ElectionOptions, path: string): Promise<void> {
+  try {
+    const lease = await options.http.get<LeaseObject>(path, { timeoutMs: options.retryMs * 2 });
+    if (lease.spec?.holderIdentity !== options.identity) return;
+    await options.http.update(path, { ...lease, spec: { ...lease.spec, holderIdentity: '' } }, { timeoutMs: options.retryMs * 2 });
+    options.log.info('gave the egress controller Lease up');
+  } catch (e) {
+    options.log.warn('failed to give the egress controller Lease up', { err: e });
   }
 }
 

@@ -9,6 +9,6 @@ test('egress election: a leader paused with SIGSTOP past its deadline writes not
   assert.ok(firstB > 0 && r.writers.slice(0, firstB).every((w) => w === 'a'), r.writers.join(' '));
   assert.deepEqual(r.writers.slice(firstB).filter((w) => w !== 'b'), [], 'a wrote after b took over');
   assert.equal(r.overlapMs, 0);
-  assert.ok(r.takeoverMs >= leaseMs, `b took over ${Math.round(r.takeoverMs)} ms after a paused, before the lease duration`);
+  assert.ok(r.takeoverMs >= leaseMs, `b took over ${Math.round(r.takeoverMs)} ms after a's last renewal, before the lease duration`);
   assert.equal(r.aOut.split('\n').filter((l) => l === 'leading').length, 1, 'a did not lead again');
 });

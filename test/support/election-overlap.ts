@@ -18,7 +18,7 @@ export interface OverlapResult {
   writers: string[];
   /** ms between b's first accepted write and a's last one after it (0: none after). */
   overlapMs: number;
-  /** ms from pausing a until b said it leads. */
+  /** ms between a's last renewal of the controller Lease and b's takeover, as the API server accepted them. */
   takeoverMs: number;
   /** What a printed: `leading` and `stopped` lines. */
   aOut: string;
@@ -51,7 +51,6 @@ export async function forcedOverlap(o: { leaseMs: number; deadlineMs: number; re
     const pausedAt = performance.now();
     children[0]!.kill('SIGSTOP');
     await until('b leads', () => b().includes('leading'), 10_000 + o.pauseMs);
-    const takeoverMs = performance.now() - pausedAt;
     await until('b writes', () => holder(api) === 'b', 5000);
     await new Promise((r) => setTimeout(r, Math.max(0, pausedAt + o.pauseMs - performance.now())));
     children[0]!.kill('SIGCONT');
@@ -61,6 +60,13 @@ export async function forcedOverlap(o: { leaseMs: number; deadlineMs: number; re
       .filter((r) => r.verb === 'update' && r.path.endsWith('/leases/probe') && r.status === 200)
       .sort((x, y) => x.at - y.at)
       .map((r) => ({ at: r.at, writer: (JSON.parse(r.body!) as { spec: { holderIdentity: string } }).spec.holderIdentity }));
+    const lease = api.requests
+      .filter((r) => r.path.endsWith('/leases/weft-egress-controller') && (r.verb === 'update' || r.verb === 'create') && r.status < 300)
+      .sort((x, y) => x.at - y.at)
+      .map((r) => ({ at: r.at, holder: (JSON.parse(r.body!) as { spec: { holderIdentity: string } }).spec.holderIdentity }));
+    const takeover = lease.find((w) => w.holder === 'b')!;
+    const lastRenewal = lease.filter((w) => w.holder === 'a' && w.at < takeover.at).at(-1)!;
+    const takeoverMs = takeover.at - lastRenewal.at;
     const firstB = accepted.find((w) => w.writer === 'b');
     const lastA = accepted.filter((w) => w.writer === 'a').at(-1);
     return {
