@@ -1,0 +1,82 @@
+/**
+ * The egress controller against the test API server, heartbeats written by the test: a stall of
+ * every heartbeat at once freezes placement (disruption mode); when one comes back, the others get
+ * a full liveness timeout before they are judged, and one that stays quiet then fails over.
+ */
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { test } from 'node:test';
+import { loadAllYaml } from '@kubernetes/client-node';
+import { EGRESS_GROUP, EGRESS_VERSION } from '../../src/egress/api.ts';
+import { EgressController } from '../../src/egress/controller.ts';
+import { HEARTBEAT_LABEL, heartbeatName, microTime } from '../../src/egress/leases.ts';
+import { kubeConfigFromFlags } from '../../src/lease/kube/client.ts';
+import { KubeHttp } from '../../src/lease/kube/http.ts';
+import { memoryLogger } from '../../src/log.ts';
+import { KubeApiServer } from '../support/kube-apiserver.ts';
+import type { Obj } from '../support/kube-apiserver.ts';
+import { until } from '../support/until.ts';
+
+const LIVENESS_MS = 1000;
+const apiVersion = `${EGRESS_GROUP}/${EGRESS_VERSION}`;
+
+test('egress controller: heartbeats quiet together freeze placement; when they come back, a node still quiet gets a full liveness timeout, then fails over', async () => {
+  const api = await KubeApiServer.start();
+  const stop = new AbortController();
+  const renewing = new Set(['n1', 'n2']);
+  const beat = setInterval(() => {
+    for (const n of renewing) api.modify('leases.coordination.k8s.io', heartbeatName(n), (l) => ((l.spec as Obj).renewTime = microTime(Date.now())), 'kube-flannel');
+  }, 100);
+  try {
+    for (const crd of loadAllYaml(await readFile(new URL('../../egress-crds.yaml', import.meta.url), 'utf8')) as Obj[]) {
+      api.seed('customresourcedefinitions.apiextensions.k8s.io', crd);
+    }
+    if (!api.object('namespaces', 'kube-flannel')) api.seed('namespaces', { metadata: { name: 'kube-flannel' } });
+    for (const n of ['n1', 'n2']) {
+      api.addNode({ metadata: { name: n, labels: { gw: 'true' } }, status: { conditions: [{ type: 'Ready', status: 'True' }] } });
+      api.seed('leases.coordination.k8s.io', {
+        metadata: { namespace: 'kube-flannel', name: heartbeatName(n), labels: { [HEARTBEAT_LABEL]: n } },
+        spec: { holderIdentity: n, renewTime: microTime(Date.now()) },
+      });
+    }
+    api.seed(`egressgateways.${EGRESS_GROUP}`, { apiVersion, kind: 'EgressGateway', metadata: { name: 'gw' },
+      spec: { nodeSelector: { matchLabels: { gw: 'true' } }, eipPool: { ipv4: ['198.51.100.100'] } } });
+    api.seed(`egresspolicies.${EGRESS_GROUP}`, { apiVersion, kind: 'EgressPolicy', metadata: { namespace: 'default', name: 'a' },
+      spec: { gateway: 'gw', podSelector: { matchLabels: { app: 'a' } } } });
+    const status = () => (api.object(`egresspolicies.${EGRESS_GROUP}`, 'a', 'default')?.status ?? {}) as { node?: string; eip?: unknown };
+
+    const log = memoryLogger();
+    const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: await api.kubeconfig() }, {}));
+    const controller = new EgressController({ http, namespace: 'kube-flannel', livenessTimeoutMs: LIVENESS_MS, passMs: 100, log });
+    const running = controller.run({ signal: stop.signal, remainingMs: () => 60_000 });
+    await until('policy a placed', () => status().node !== undefined, 10_000);
+    const placed = JSON.stringify(status());
+    const on = status().node!;
+    const other = on === 'n1' ? 'n2' : 'n1';
+    await new Promise((r) => setTimeout(r, 500));
+
+    // Every heartbeat quiet for 3 liveness timeouts: frozen, nothing withdrawn.
+    renewing.clear();
+    const seen = new Set<string>();
+    const sample = setInterval(() => seen.add(JSON.stringify(status())), 20);
+    await new Promise((r) => setTimeout(r, 3 * LIVENESS_MS));
+    clearInterval(sample);
+    assert.deepEqual([...seen], [placed]);
+    assert.ok(log.records.some((r) => /disruption mode, placement frozen/.test(r.msg)));
+
+    // The other node comes back; the placed one stays quiet: a full liveness timeout, then it fails over.
+    const back = performance.now();
+    renewing.add(other);
+    await until(`policy a moved to ${other}`, () => status().node === other, 10_000);
+    const movedAfter = performance.now() - back;
+    assert.ok(movedAfter >= LIVENESS_MS, `moved ${Math.round(movedAfter)} ms after the heartbeats came back, before a liveness timeout`);
+    assert.ok(log.records.some((r) => /disruption mode ends/.test(r.msg)));
+    assert.deepEqual(status().eip, { ipv4: '198.51.100.100' }, 'the EIP moves with the policy');
+    stop.abort();
+    await running;
+  } finally {
+    clearInterval(beat);
+    stop.abort();
+    await api.stop();
+  }
+});
