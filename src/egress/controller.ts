@@ -285,7 +285,8 @@ export class EgressController {
       if (wanted.has(name)) continue;
       const resourceVersion = this.#endpoints.objects.get(name)?.metadata?.resourceVersion;
       await this.#write(`EgressEndpoints ${name}`, async (timeoutMs) => {
-        await this.#options.http.delete(`${path}/${name}`, { signal, timeoutMs, ...(resourceVersion ? { preconditions: { resourceVersion } } : {}) });
+        const preconditions = resourceVersion ? { preconditions: { resourceVersion } } : {};
+        await this.#options.http.delete(`${path}/${name}`, { signal, timeoutMs, ...preconditions });
         this.#endpoints.objects.delete(name);
       });
     }

@@ -29,7 +29,8 @@ export class Eligibility {
   constructor(options: EligibilityOptions) {
     this.#options = options;
     const onChange = () => this.#changed();
-    this.#gateways = new Informer({ http: options.http, path: `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}/egressgateways`, log: options.log, onChange });
+    const gateways = `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}/egressgateways`;
+    this.#gateways = new Informer({ http: options.http, path: gateways, log: options.log, onChange });
     this.#self = new Informer({
       http: options.http, path: '/api/v1/nodes', query: { fieldSelector: `metadata.name=${options.node}` }, log: options.log, onChange,
     });
@@ -67,10 +68,11 @@ export class Eligibility {
       });
     };
     try {
-      await Promise.race([Promise.all([this.#gateways.synced, this.#self.synced]), new Promise((r) => signal.addEventListener('abort', r))]);
+      const aborted = signal.aborted ? Promise.resolve() : new Promise((r) => signal.addEventListener('abort', r, { once: true }));
+      await Promise.race([Promise.all([this.#gateways.synced, this.#self.synced]), aborted]);
       this.#changed = update;
       update();
-      await new Promise((r) => (signal.aborted ? r(undefined) : signal.addEventListener('abort', r)));
+      if (!signal.aborted) await aborted;
     } finally {
       this.#changed = () => {};
       update();

@@ -66,7 +66,11 @@ export interface Leadership {
  * Runs for election until `signal` aborts; while this candidate leads, `lead(leadership)` runs,
  * and its signal aborts when leadership ends.
  */
-export async function runElection(options: ElectionOptions, signal: AbortSignal, lead: (leadership: Leadership) => Promise<void>): Promise<void> {
+export async function runElection(
+  options: ElectionOptions,
+  signal: AbortSignal,
+  lead: (leadership: Leadership) => Promise<void>,
+): Promise<void> {
   if (options.renewDeadlineMs >= options.leaseDurationMs) throw new Error('the renew deadline must come before the lease duration');
   const now = options.now ?? (() => performance.now());
   const path = `${leasesPath(options.namespace)}/${CONTROLLER_LEASE}`;
@@ -94,7 +98,10 @@ export async function runElection(options: ElectionOptions, signal: AbortSignal,
     options.log.info('leading the egress controller');
     const state = { ctl, deadline, timer: arm(), done: Promise.resolve() };
     leading = state;
-    const leadership: Leadership = { signal: AbortSignal.any([ctl.signal, signal]), remainingMs: () => (leading === state ? state.deadline - now() : 0) };
+    const leadership: Leadership = {
+      signal: AbortSignal.any([ctl.signal, signal]),
+      remainingMs: () => (leading === state ? state.deadline - now() : 0),
+    };
     state.done = lead(leadership).catch((e: unknown) => options.log.error('the egress controller failed', { err: e }));
   };
   // A request of the holder ends by its deadline; a candidate's by two retry periods.
@@ -111,7 +118,11 @@ export async function runElection(options: ElectionOptions, signal: AbortSignal,
         }
         // What the answer holds was written before it arrived, however long the request took.
         const observed = now();
-        const spec = { holderIdentity: options.identity, leaseDurationSeconds: Math.ceil(options.leaseDurationMs / 1000), renewTime: microTime(Date.now()) };
+        const spec = {
+          holderIdentity: options.identity,
+          leaseDurationSeconds: Math.ceil(options.leaseDurationMs / 1000),
+          renewTime: microTime(Date.now()),
+        };
         if (!lease) {
           await options.http.create(leasesPath(options.namespace), {
             apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: CONTROLLER_LEASE },

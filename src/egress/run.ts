@@ -54,6 +54,14 @@ export interface EgressDeps extends AgentParts {
   flags: Flags;
 }
 
+/**
+ * The controller Lease's timing for a liveness timeout: a takeover after 2× it unrenewed, the
+ * holder stopping 1.5× it after its last renewal, renewals every quarter of it.
+ */
+export function electionTiming(livenessTimeoutMs: number): { leaseDurationMs: number; renewDeadlineMs: number; retryMs: number } {
+  return { leaseDurationMs: 2 * livenessTimeoutMs, renewDeadlineMs: 1.5 * livenessTimeoutMs, retryMs: livenessTimeoutMs / 4 };
+}
+
 /** Runs egress gateways until `signal` aborts; never rejects (every loop retries what fails). */
 export async function runEgress(d: EgressDeps, signal: AbortSignal): Promise<void> {
   const { flags } = d;
@@ -70,15 +78,12 @@ export async function runEgress(d: EgressDeps, signal: AbortSignal): Promise<voi
   };
   const dataplaneDone = dataplane.run(signal);
   // Only a node that can be a gateway heartbeats and stands for the controller (eligibility.ts).
-  // The controller's Lease: a takeover after 2× the liveness timeout unrenewed, the holder stopping after 1.5×.
   await Promise.all([
     new Eligibility({ http, node, log }).run(signal, async (eligible) => {
       await Promise.all([
         runHeartbeat(heartbeat, eligible),
-        runElection({
-          http, namespace, identity: node, leaseDurationMs: 2 * livenessTimeoutMs, renewDeadlineMs: 1.5 * livenessTimeoutMs,
-          retryMs: livenessTimeoutMs / 4, log,
-        }, eligible, (leadership) => new EgressController({ http, namespace, livenessTimeoutMs, log: log.child({ role: 'controller' }) }).run(leadership)),
+        runElection({ http, namespace, identity: node, ...electionTiming(livenessTimeoutMs), log }, eligible, (leadership) =>
+          new EgressController({ http, namespace, livenessTimeoutMs, log: log.child({ role: 'controller' }) }).run(leadership)),
       ]);
       // The EIPs go first (a stopping data plane gives them up itself), then the heartbeat, so the controller moves them at once.
       claim.release();
