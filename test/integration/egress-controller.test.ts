@@ -1,7 +1,8 @@
 /**
  * The egress controller against the test API server, heartbeats written by the test: a stall of
  * every heartbeat at once freezes placement (disruption mode); when one comes back, the others get
- * a full liveness timeout before they are judged, and one that stays quiet then fails over.
+ * a full liveness timeout before they are judged, and one that stays quiet then fails over; a
+ * policy that could not be placed for a while gets its EIP back.
  */
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
