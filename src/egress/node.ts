@@ -151,7 +151,7 @@ export class EgressNode {
   renew(): Promise<void> {
     return this.#locked(async () => {
       const validLft = this.#options.claim.lifetimeS();
-      if (validLft === 0) return;
+      if (validLft === 0 || this.#held.size === 0) return;
       const { handle, ext } = this.#options;
       const on = new Set((await handle.addrList({ linkIndex: ext.link.index })).map((a) => a.address));
       for (const address of this.#held) {

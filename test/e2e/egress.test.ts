@@ -131,7 +131,7 @@ test('egress failover: the gateway\'s weftd killed and its link cut moves the EI
   }
 });
 
-test('egress fencing: a gateway\'s weftd SIGKILLed with its link up, one cut from the API only and a 10 s API stall never leave two nodes answering for the EIP; the stall withdraws nothing', { skip, timeout: 240_000 }, async () => {
+test('egress fencing: a gateway\'s weftd SIGKILLed with its link up, one cut from the API only, a 10 s API stall and a graceful stop never leave two nodes answering for the EIP; the stall withdraws nothing; the stop hands over at once', { skip, timeout: 240_000 }, async () => {
   const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan' });
   const EIP = '198.51.100.100';
   try {
@@ -147,14 +147,12 @@ test('egress fencing: a gateway\'s weftd SIGKILLed with its link up, one cut fro
     try {
       // weftd SIGKILLed, link up: the kernel drops the EIP when its lifetime runs out, before the controller moves it.
       const [from, to] = e.policyStatus('a').node === g1.name ? [g1, g2] : [g2, g1];
-      const killedAt = performance.now();
       await e.c.stopWeftd(from, 'SIGKILL');
       await until(`the EIP gone from ${from.name} by itself`, async () => !(await e.holds(from, EIP)), 5000);
-      const goneMs = performance.now() - killedAt;
       await until(`policy a moved to ${to.name}`, () => e.policyStatus('a').node === to.name, 30_000);
+      // (Until then the killed node's kernel may still carry connections outside hosts resolved to it before.)
+      await until(`${to.name} holding the EIP`, () => e.holds(to, EIP), 10_000, () => to.daemon.log().slice(-6000));
       await e.waitSeenAs(pod, EIP);
-      assert.ok(await e.holds(to, EIP), to.daemon.log().slice(-6000));
-      assert.ok(goneMs < 3000, `the EIP stayed ${Math.round(goneMs)} ms on the killed node, past the liveness timeout`);
       await e.c.restartWeftd(from);
 
       // Cut from the API server only: the gateway cannot renew its heartbeat, so it drops the EIP itself.
@@ -185,6 +183,14 @@ test('egress fencing: a gateway\'s weftd SIGKILLed with its link up, one cut fro
       }
       assert.deepEqual([...withdrawn], [], 'the stall withdrew or moved policy a');
       assert.ok(await e.holds(from, EIP));
+
+      // A graceful stop hands the EIP over: gone before weftd exits, and the heartbeat deleted so the controller moves it at once.
+      assert.equal(await e.c.stopWeftd(from), 0);
+      assert.equal(await e.holds(from, EIP), false, 'the EIP outlived its weftd');
+      assert.equal(e.c.api!.object('leases.coordination.k8s.io', `weft-egress-node-${from.name}`, 'kube-flannel'), undefined,
+        from.daemon.log().split('\n').slice(-30).join('\n'));
+      await until(`policy a handed over to ${to.name}`, async () => e.policyStatus('a').node === to.name && (await e.holds(to, EIP)), 10_000);
+      await e.waitSeenAs(pod, EIP);
     } finally {
       answers = await watch.stop();
     }
