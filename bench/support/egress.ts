@@ -10,6 +10,7 @@
  * - the forced overlap of two election candidates (test/support/election-overlap.ts).
  */
 import { performance } from 'node:perf_hooks';
+import { electionTiming } from '../../src/egress/run.ts';
 import type { ClusterNode } from '../../test/support/cluster.ts';
 import type { EgressCluster } from '../../test/support/egress-cluster.ts';
 import { forcedOverlap } from '../../test/support/election-overlap.ts';
@@ -90,7 +91,8 @@ export async function stallWithdrawn(e: EgressCluster, ids: readonly string[], p
 
 /** ms two controllers acted at once in the forced overlap, with weftd's election timing at its default liveness timeout (3 s). */
 export async function leaderOverlapMs(): Promise<number> {
-  const r = await forcedOverlap({ leaseMs: 6000, deadlineMs: 4500, retryMs: 750, pauseMs: 8000 });
+  const t = electionTiming(3000);
+  const r = await forcedOverlap({ leaseMs: t.leaseDurationMs, deadlineMs: t.renewDeadlineMs, retryMs: t.retryMs, pauseMs: 8000 });
   console.log(`forced overlap: the successor took over ${Math.round(r.takeoverMs)} ms after the leader's last renewal; accepted writes ${r.writers.length}`);
   return Math.round(r.overlapMs);
 }
