@@ -102,6 +102,8 @@ export class EgressNode {
   #warned = new Set<string>();
   /** The EIPs this node holds (claimed and not given up), renewed with every heartbeat. */
   #held = new Set<string>();
+  /** A pass wanted EIPs while the heartbeat allowed none: the next renewal asks for a pass. */
+  #starved = false;
   /** Serialises the passes' EIP changes with the renewals between passes. */
   #eipLock: Promise<unknown> = Promise.resolve();
   #prober: NetlinkHandle | undefined;
@@ -151,7 +153,13 @@ export class EgressNode {
   renew(): Promise<void> {
     return this.#locked(async () => {
       const validLft = this.#options.claim.lifetimeS();
-      if (validLft === 0 || this.#held.size === 0) return;
+      if (validLft === 0) return;
+      if (this.#starved) {
+        this.#starved = false;
+        this.#options.log.info('the egress heartbeat is renewed again; claiming the EIPs');
+        this.#loop.poke();
+      }
+      if (this.#held.size === 0) return;
       const { handle, ext } = this.#options;
       const on = new Set((await handle.addrList({ linkIndex: ext.link.index })).map((a) => a.address));
       for (const address of this.#held) {
@@ -394,7 +402,10 @@ export class EgressNode {
     const validLft = claim.lifetimeS();
     // Without a heartbeat this node may hold nothing: what it held goes now rather than at the end of its lifetime.
     const keep = validLft === 0 ? [] : wanted.map((w) => w.address);
-    if (validLft === 0 && wanted.length > 0) this.#warnOnce('the egress heartbeat is not renewed, so this node holds no EIP');
+    if (validLft === 0 && wanted.length > 0 && !this.#starved) {
+      this.#starved = true;
+      log.warn('the egress heartbeat is not renewed, so this node holds no EIP until it is');
+    }
     if (keep.some((a) => !recorded.includes(a))) await this.#writeState([...new Set([...recorded, ...keep])]);
     for (const a of keep) {
       const had = addrs.find((x) => x.address === a);
