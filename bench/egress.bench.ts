@@ -2,7 +2,7 @@
  * make bench-egress: egress gateways on the e2e cluster harness (test/support/egress-cluster.ts:
  * 4 kube-mode nodes, vxlan, weftd with --egress-gateways, an outside host reporting the source
  * address of each connection). One node is made the controller (the only one that can be a
- * gateway when the election runs, bench/support's `electOn`); the pod's node and the two gateway
+ * gateway when the election runs: EgressCluster.electOn); the pod's node and the two gateway
  * nodes of the policy are the others.
  *
  * - policy_ready_ms: from creating an EgressPolicy to the first connection the outside host sees

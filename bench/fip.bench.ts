@@ -1,7 +1,7 @@
 /**
  * make bench-fip: inbound EIPs on the e2e cluster harness (test/support/egress-cluster.ts:
  * 4 kube-mode nodes, vxlan, weftd with --egress-gateways, an outside host on the underlay). One
- * node is made the controller (bench/support's `electOn`); the pod's node and the two gateway
+ * node is made the controller (EgressCluster.electOn); the pod's node and the two gateway
  * nodes are the others; the pod runs a server answering with the source address it sees.
  *
  * - fip_ready_ms: from creating a FloatingIP to the first connection from the outside host to
