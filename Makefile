@@ -232,11 +232,13 @@ bench-etcd-faults: deps build
 bench-netpol: deps build
 	$(NODE) bench/netpol.bench.ts
 
-# Egress gateways on the cluster harness: policy to EIP, failover, throughput through a gateway.
+# Egress gateways on the cluster harness: policy to EIP, failovers by link cut and weftd kill, dual
+# answers, a 10 s API stall, throughput through a gateway, forced controller overlap; ~5 minutes.
 bench-egress: deps build
 	$(NODE) bench/egress.bench.ts
 
-# Inbound EIPs on the cluster harness: floating IP to first connection, failover, throughput via the EIP.
+# Inbound EIPs on the cluster harness: floating IP to first connection, failovers, dual answers, a
+# 10 s API stall, throughput via the EIP, forced controller overlap; ~5 minutes.
 bench-fip: deps build
 	$(NODE) bench/fip.bench.ts
 

@@ -1,18 +1,25 @@
 /**
  * make bench-fip: inbound EIPs on the e2e cluster harness (test/support/egress-cluster.ts:
- * 4 kube-mode nodes, vxlan, weftd with --egress-gateways, the controller elected among them, an
- * outside host on the underlay). The pod's node and the two gateway candidates are nodes other
- * than the controller's; the pod runs a server answering with the source address it sees.
+ * 4 kube-mode nodes, vxlan, weftd with --egress-gateways, an outside host on the underlay). One
+ * node is made the controller (EgressCluster.electOn); the pod's node and the two gateway
+ * nodes are the others; the pod runs a server answering with the source address it sees.
  *
  * - fip_ready_ms: from creating a FloatingIP to the first connection from the outside host to
  *   the EIP answered by the pod (median of 3: the FloatingIP deleted and unreachable between);
- * - fip_failover_ms: from SIGKILLing the gateway node's weftd and cutting its link to the first
- *   connection to the EIP answered again, through the other gateway node;
  * - fip_ratio: iperf3 TCP throughput (3 s) of the outside host to the pod through the EIP, over
  *   that to another pod on the same node reached at its own address (the outside host routes
- *   the node's pod subnet to the node).
+ *   the node's pod subnet to the node): median of 5 pairs, the two of a pair run back to back;
+ * - failover_ms, failover_kill_ms: medians of 5 failovers by link cut and 5 by weftd kill
+ *   (bench/support/egress.ts), from the cut or kill to the first connection to the EIP answered
+ *   again, through the other gateway node;
+ * - dual_answer_ms: over those 10 failovers, the ms in which the outside host's ARP probes for the
+ *   EIP got answers from two MACs;
+ * - stall_withdrawn: floating IPs whose placement changed during a 10 s API stall or the 5 s after;
+ * - leader_overlap_ms: ms two controllers acted at once in the forced overlap (a leader paused
+ *   with SIGSTOP past its deadline, then resumed).
  *
- * Needs root. Last line: fip_ready_ms=<> fip_failover_ms=<> fip_ratio=<>
+ * Needs root. Last line: fip_ready_ms=<> failover_ms=<> failover_kill_ms=<> dual_answer_ms=<>
+ * stall_withdrawn=<> fip_ratio=<> leader_overlap_ms=<>
  *
  * Medians as bench/support/stats.ts defines them: of an even count, the mean of the middle two.
  */
@@ -20,6 +27,7 @@ import { performance } from 'node:perf_hooks';
 import type { ClusterNode } from '../test/support/cluster.ts';
 import { EgressCluster, OUTSIDE, iperf3, startSourceServer } from '../test/support/egress-cluster.ts';
 import { until } from '../test/support/until.ts';
+import { failovers, leaderOverlapMs, stallWithdrawn } from './support/egress.ts';
 import { median } from './support/stats.ts';
 
 const EIP = '198.51.100.100';
@@ -34,11 +42,12 @@ async function timeUntil(e: EgressCluster, answer: string | undefined, t0: numbe
   return performance.now() - t0;
 }
 
+const overlap = await leaderOverlapMs();
 const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan' });
 let stopServer: (() => Promise<void>) | undefined;
 try {
-  await until('an egress controller elected', () => e.leader !== undefined, 30_000);
-  const [podNode, g1, g2] = e.c.nodes.filter((n) => n.name !== e.leader) as [ClusterNode, ClusterNode, ClusterNode];
+  const [leader, podNode, g1, g2] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode, ClusterNode];
+  await e.electOn(leader);
   for (const g of [g1, g2]) e.label(g, { 'egress.weft.dev/gateway': 'true' });
   const pod = await e.addPod(podNode, { app: 'web' }, 'web');
   const direct = await e.addPod(podNode, { app: 'direct' }, 'direct');
@@ -58,18 +67,28 @@ try {
   }
 
   await e.outside.ip('route', 'add', `${direct.ip.split('.').slice(0, 3).join('.')}.0/24`, 'via', podNode.address);
-  const viaEip = await iperf3(pod.ns, e.outside, EIP);
-  const viaNode = await iperf3(direct.ns, e.outside, direct.ip);
-  console.log(`iperf3: ${(viaEip / 1e9).toFixed(2)} Gbit/s through the EIP, ${(viaNode / 1e9).toFixed(2)} Gbit/s to the pod's own address through its node`);
+  const ratios: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    const viaEip = await iperf3(pod.ns, e.outside, EIP);
+    const viaNode = await iperf3(direct.ns, e.outside, direct.ip);
+    ratios.push(viaEip / viaNode);
+    console.log(`iperf3 pair ${i + 1}: ${(viaEip / 1e9).toFixed(2)} Gbit/s through the EIP, ${(viaNode / 1e9).toFixed(2)} Gbit/s to the pod's own address`);
+  }
 
-  const gateway = e.inboundStatus('FloatingIP', 'web').node === g1.name ? g1 : g2;
-  const t0 = performance.now();
-  await e.c.stopWeftd(gateway, 'SIGKILL');
-  await gateway.ns.ip('link', 'set', 'eth0', 'down');
-  const failover = await timeUntil(e, OUTSIDE.ipv4, t0);
-  console.log(`failover from ${gateway.name}: ${Math.round(failover)} ms`);
+  const placement = () => {
+    const s = e.inboundStatus('FloatingIP', 'web');
+    return JSON.stringify([s.node, s.eip]);
+  };
+  const f = await failovers(e, {
+    rounds: 5, eip: EIP, gateways: [g1, g2], node: () => e.inboundStatus('FloatingIP', 'web').node, reached: (t0) => timeUntil(e, OUTSIDE.ipv4, t0),
+  });
+  const withdrawn = await stallWithdrawn(e, ['web'], placement);
+  await timeUntil(e, OUTSIDE.ipv4, performance.now());
 
-  console.log(`fip_ready_ms=${Math.round(median(ready))} fip_failover_ms=${Math.round(failover)} fip_ratio=${(viaEip / viaNode).toFixed(2)}`);
+  console.log([
+    `fip_ready_ms=${Math.round(median(ready))}`, `failover_ms=${Math.round(median(f.cutMs))}`, `failover_kill_ms=${Math.round(median(f.killMs))}`,
+    `dual_answer_ms=${f.dualMs}`, `stall_withdrawn=${withdrawn.length}`, `fip_ratio=${median(ratios).toFixed(2)}`, `leader_overlap_ms=${overlap}`,
+  ].join(' '));
 } finally {
   await stopServer?.();
   await e.stop();

@@ -9,6 +9,7 @@
 //                               included) and its answer messages
 //   handle.monitor(groups, callback, rcvbuf?) -> Promise<void>; callback(events[])
 //   handle.announce(ifindex, address) -> Promise<void>   gratuitous ARP / unsolicited NA
+//   handle.arpProbe(ifindex, address, waitMs) -> Promise<string[]>   MACs answering for address
 //   handle.unmonitor(), handle.close()
 //   flock(fd, "ex" | "sh" | "un") -> boolean   flock(2) with LOCK_NB: false when another holds it
 //
@@ -22,6 +23,7 @@
 #include <linux/rtnetlink.h>
 #include <sys/file.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <cerrno>
@@ -145,6 +147,20 @@ struct GenlJob : Job {
   }
 };
 
+struct ArpProbeJob : Job {
+  int ifindex = 0;
+  std::string address;
+  int waitMs = 0;
+  std::vector<std::string> macs;
+  using Job::Job;
+  void run(Worker&) override { failure = arpProbe(ifindex, address, waitMs, macs); }
+  Napi::Value result(Napi::Env env) override {
+    Napi::Array arr = Napi::Array::New(env, macs.size());
+    for (size_t i = 0; i < macs.size(); i++) arr.Set(static_cast<uint32_t>(i), macs[i]);
+    return arr;
+  }
+};
+
 struct MonitorJob : Job {
   Handle* handle;
   std::vector<int> groups;
@@ -175,6 +191,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
                            InstanceMethod<&Handle::RouteGet>("routeGet"),
                            InstanceMethod<&Handle::Announce>("announce"),
                            InstanceMethod<&Handle::Genl>("genl"),
+                           InstanceMethod<&Handle::ArpProbe>("arpProbe"),
                            InstanceMethod<&Handle::MonitorStart>("monitor"),
                            InstanceMethod<&Handle::MonitorStop>("unmonitor"),
                            InstanceMethod<&Handle::Close>("close"),
@@ -406,6 +423,20 @@ class Handle : public Napi::ObjectWrap<Handle> {
     auto* job = new AnnounceJob(env);
     job->ifindex = info[0].As<Napi::Number>().Int32Value();
     job->address = info[1].As<Napi::String>().Utf8Value();
+    return submit(env, job);
+  }
+
+  Napi::Value ArpProbe(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!usable(env)) return env.Undefined();
+    if (info.Length() < 3 || !info[0].IsNumber() || !info[1].IsString() || !info[2].IsNumber()) {
+      Napi::TypeError::New(env, "arpProbe(ifindex, address, waitMs): numbers and an address string").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    auto* job = new ArpProbeJob(env);
+    job->ifindex = info[0].As<Napi::Number>().Int32Value();
+    job->address = info[1].As<Napi::String>().Utf8Value();
+    job->waitMs = std::clamp(info[2].As<Napi::Number>().Int32Value(), 0, 10000);
     return submit(env, job);
   }
 

@@ -8,6 +8,7 @@
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
 #include <net/if.h>
+#include <poll.h>
 #include <netinet/icmp6.h>
 #include <netinet/if_ether.h>
 #include <netinet/ip6.h>
@@ -15,7 +16,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 
 namespace weft {
@@ -110,7 +114,69 @@ Failure unsolicitedNa(int fd, int ifindex, const unsigned char mac[ETH_ALEN], co
   return sendFrame(fd, ifindex, ETH_P_IPV6, allNodes, &pkt, sizeof pkt);
 }
 
+std::string macText(const unsigned char* m) {
+  char buf[18];
+  snprintf(buf, sizeof buf, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+  return buf;
+}
+
 }  // namespace
+
+Failure arpProbe(int ifindex, const std::string& address, int waitMs, std::vector<std::string>& macs) {
+  in_addr ip;
+  if (inet_pton(AF_INET, address.c_str(), &ip) != 1) return {EINVAL, "invalid IPv4 address \"" + address + "\""};
+  int fd = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_ARP));
+  if (fd < 0) return sysFailure("cannot open a packet socket");
+  struct sockaddr_ll here = {};
+  here.sll_family = AF_PACKET;
+  here.sll_protocol = htons(ETH_P_ARP);
+  here.sll_ifindex = ifindex;
+  unsigned char mac[ETH_ALEN];
+  Failure f = linkMac(fd, ifindex, mac);
+  if (!f && bind(fd, reinterpret_cast<struct sockaddr*>(&here), sizeof here) < 0) f = sysFailure("cannot bind the packet socket");
+  // RFC 5227 2.1.1: sender address 0.0.0.0, so no neighbour learns anything from the probe; one
+  // at the start and one halfway, so a single lost frame does not hide the other host.
+  struct ether_arp probe = {};
+  probe.arp_hrd = htons(ARPHRD_ETHER);
+  probe.arp_pro = htons(ETHERTYPE_IP);
+  probe.arp_hln = ETH_ALEN;
+  probe.arp_pln = 4;
+  probe.arp_op = htons(ARPOP_REQUEST);
+  memcpy(probe.arp_sha, mac, ETH_ALEN);
+  memcpy(probe.arp_tpa, &ip, 4);
+  const unsigned char broadcast[ETH_ALEN] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point end = start + std::chrono::milliseconds(waitMs);
+  const Clock::time_point second = start + std::chrono::milliseconds(waitMs / 2);
+  bool sentSecond = false;
+  if (!f) f = sendFrame(fd, ifindex, ETH_P_ARP, broadcast, &probe, sizeof probe);
+  while (!f) {
+    Clock::time_point now = Clock::now();
+    if (now >= end) break;
+    if (!sentSecond && now >= second) {
+      sentSecond = true;
+      if ((f = sendFrame(fd, ifindex, ETH_P_ARP, broadcast, &probe, sizeof probe))) break;
+    }
+    Clock::time_point until = sentSecond ? end : second;
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count()) + 1;
+    struct pollfd p = {fd, POLLIN, 0};
+    int rc = poll(&p, 1, left);
+    if (rc < 0 && errno != EINTR) f = sysFailure("cannot wait for ARP answers");
+    if (rc <= 0) continue;
+    struct ether_arp in;
+    ssize_t n = recv(fd, &in, sizeof in, 0);
+    if (n < static_cast<ssize_t>(sizeof in)) continue;
+    // Anyone stating the address as theirs: a reply to the probe or its own announcement. Another
+    // host's probe for it is not counted (RFC 5227 would): whoever assigns the address decides
+    // between two claimants, and a host watching the address must not hold its claimant off.
+    if (memcmp(in.arp_spa, &ip, 4) != 0 || memcmp(in.arp_sha, mac, ETH_ALEN) == 0) continue;
+    std::string who = macText(in.arp_sha);
+    if (std::find(macs.begin(), macs.end(), who) == macs.end()) macs.push_back(who);
+  }
+  close(fd);
+  return f;
+}
 
 Failure announce(int ifindex, const std::string& address) {
   in_addr v4;

@@ -220,6 +220,8 @@ struct Op {
   bool onlink = false;
   uint32_t nhid = 0;  // route: through this nexthop object (no gateway or device of its own)
   uint32_t id = 0;    // nexthop: its id
+  uint32_t validLft = 0;      // address: seconds the kernel keeps it; 0 = forever
+  uint32_t preferredLft = 0;  // address: seconds it stays preferred (with validLft)
 
   // neighbour / FDB: `dst` is NDA_DST, `mac` is NDA_LLADDR; address: IFA_F_* in `flags`
   int state = -1;

@@ -232,6 +232,11 @@ nl_msg* buildAddr(const Op& op, Failure& fail) {
   rtnl_addr_set_prefixlen(a.p, op.prefixLen);
   if (op.scope >= 0) rtnl_addr_set_scope(a.p, op.scope);
   if (op.flags) rtnl_addr_set_flags(a.p, op.flags);
+  // IFA_CACHEINFO: the kernel deletes the address by itself when the valid lifetime runs out.
+  if (op.validLft) {
+    rtnl_addr_set_valid_lifetime(a.p, op.validLft);
+    rtnl_addr_set_preferred_lifetime(a.p, op.preferredLft);
+  }
   nl_msg* msg = nullptr;
   switch (op.kind) {
     case OpKind::AddrDel: return fromLibnl(rtnl_addr_build_delete_request(a.p, 0, &msg), &msg, fail);
@@ -442,6 +447,8 @@ Op opFromJs(const Napi::Value& v) {
   r.flag("onlink", op.onlink);
   r.num("nhid", op.nhid, 0, UINT32_MAX);
   r.num("id", op.id, 0, UINT32_MAX);
+  r.num("validLft", op.validLft, 0, UINT32_MAX - 1);
+  r.num("preferredLft", op.preferredLft, 0, UINT32_MAX - 1);
   r.num("state", op.state, 0, 0xffff);
   r.num("flags", op.flags, 0, 255);
   r.num("vlan", op.vlan, 0, 4095);

@@ -8,8 +8,18 @@
  *
  * A pass runs after any change (coalesced) and every `passMs`, since a heartbeat going quiet is
  * a change of time, not of any object. Placements are remembered between passes and, at start,
- * read back from the policies' statuses, so a new leader keeps every policy where it is.
+ * read back from the policies' statuses, so a new leader keeps every policy where it is; a
+ * policy that cannot be placed keeps its last placement in memory, so it gets its EIP back.
  * A failed write is logged and retried by the next pass.
+ *
+ * Disruption mode (as Kubernetes' node lifecycle controller stops evicting when a zone's nodes
+ * all go unready): when most gateway heartbeats this controller saw renewing went quiet together
+ * (placement.ts's `disruption`), the API server or etcd stalled, not the nodes, and placement is frozen
+ * (heartbeats are not judged) instead of withdrawn; when that ends, every heartbeat counts as
+ * renewed then, so the ones not yet back get a full liveness timeout.
+ *
+ * Writes are fenced by the leadership (leases.ts): none starts after the renew deadline, each
+ * must end by it, and each carries the resourceVersion it was computed from.
  */
 import { isDeepStrictEqual } from 'node:util';
 import { isJson } from '../json.ts';
@@ -25,8 +35,9 @@ import type { EgressNamespace, EgressPod, EndpointsSpec } from './endpoints.ts';
 import { buildInbound, forwardConflicts, inboundPolicy, parseInbound } from './inbound.ts';
 import type { Inbound, InboundStatus, PortForward } from './inbound.ts';
 import { HEARTBEAT_LABEL } from './leases.ts';
+import type { Leadership } from './leases.ts';
 import { PassLoop } from './pass-loop.ts';
-import { place } from './placement.ts';
+import { disruption, place } from './placement.ts';
 import type { GatewayNode, GatewayStatus, Placement, PolicyStatus } from './placement.ts';
 
 export interface ControllerOptions {
@@ -57,6 +68,12 @@ function eipOf(p: Placement | undefined): { ipv4?: string; ipv6?: string } | und
   return { ...(p.ipv4 !== undefined ? { ipv4: p.ipv4 } : {}), ...(p.ipv6 !== undefined ? { ipv6: p.ipv6 } : {}) };
 }
 
+/** The precondition of a write computed from `o`: it is refused (409) if `o` changed since. */
+function fence(o: KubeObject): { resourceVersion?: string } {
+  const resourceVersion = o.metadata?.resourceVersion;
+  return resourceVersion ? { resourceVersion } : {};
+}
+
 function nodeReady(n: KubeObject): boolean {
   const conditions = isJson(n.status) && Array.isArray(n.status.conditions) ? (n.status.conditions as Json[]) : [];
   return conditions.some((c) => c.type === 'Ready' && c.status === 'True');
@@ -74,10 +91,15 @@ export class EgressController {
   readonly #heartbeats: Informer;
   readonly #floatingIps: Informer;
   readonly #portForwards: Informer;
-  /** Heartbeats by node: the renewTime last seen and when (on this clock) it changed. */
-  readonly #seen = new Map<string, { renewTime: unknown; at: number }>();
+  /**
+   * Heartbeats by node: the renewTime last seen, when (on this clock) it changed, and whether this
+   * controller saw it change (a node dead before it started never did).
+   */
+  readonly #seen = new Map<string, { renewTime: unknown; at: number; renewing: boolean }>();
   #previous: Map<string, Placement> | undefined;
   readonly #loop = new PassLoop();
+  #disrupted = false;
+  #leadership: Leadership | undefined;
 
   constructor(options: ControllerOptions) {
     this.#options = options;
@@ -102,8 +124,10 @@ export class EgressController {
     ];
   }
 
-  /** Runs until `signal` aborts. */
-  async run(signal: AbortSignal): Promise<void> {
+  /** Runs until the leadership ends. */
+  async run(leadership: Leadership): Promise<void> {
+    const { signal } = leadership;
+    this.#leadership = leadership;
     const running = this.#all.map((i) => i.run(signal));
     try {
       await this.#loop.run(
@@ -131,7 +155,7 @@ export class EgressController {
       if (!node) continue;
       const renewTime = isJson(l.spec) ? l.spec.renewTime : undefined;
       const seen = this.#seen.get(node);
-      if (!seen || seen.renewTime !== renewTime) this.#seen.set(node, { renewTime, at: now });
+      if (!seen || seen.renewTime !== renewTime) this.#seen.set(node, { renewTime, at: now, renewing: seen !== undefined });
       out.set(node, this.#seen.get(node)!.at);
     }
     return out;
@@ -165,6 +189,19 @@ export class EgressController {
       ready: nodeReady(n),
       renewedAt: renewed.get(n.metadata?.name ?? ''),
     }));
+    const gateways = [...this.#gateways.objects.values()].map(parseGateway);
+    // Only heartbeats seen renewing can go quiet together: to a new controller, the nodes that were
+    // dead before it started all look renewed at its start and quiet a liveness timeout later.
+    const disrupted = disruption(gateways, nodes.filter((n) => this.#seen.get(n.name)?.renewing), now, this.#options.livenessTimeoutMs);
+    if (disrupted !== this.#disrupted) {
+      this.#disrupted = disrupted;
+      if (disrupted) this.#options.log.warn('most gateway heartbeats went quiet together: disruption mode, placement frozen');
+      else {
+        this.#options.log.info('gateway heartbeats are back: disruption mode ends');
+        for (const seen of this.#seen.values()) seen.at = now;
+        for (const n of nodes) if (n.renewedAt !== undefined) n.renewedAt = now;
+      }
+    }
     const inbound = inboundObjects.map(([x]) => x).filter((x): x is Inbound => !('invalid' in x));
     const conflicts = forwardConflicts(inbound.filter((x): x is PortForward => x.kind === 'PortForward'), this.#previous);
     const refused = new Map<string, InboundStatus>(
@@ -175,15 +212,17 @@ export class EgressController {
     }
     const placeable = inbound.filter((x) => !refused.has(x.id));
     const result = place({
-      gateways: [...this.#gateways.objects.values()].map(parseGateway),
+      gateways,
       policies: [...policies, ...placeable.map(inboundPolicy)],
       nodes,
       previous: this.#previous,
       now,
-      livenessTimeoutMs: this.#options.livenessTimeoutMs,
+      livenessTimeoutMs: disrupted ? Infinity : this.#options.livenessTimeoutMs,
       random: Math.random,
     });
-    this.#previous = new Map(result.policies.filter((s) => s.placement).map((s) => [s.id, s.placement!]));
+    const previous = this.#previous;
+    this.#previous = new Map(result.policies.map((s) => [s.id, s.placement ?? previous.get(s.id)] as const)
+      .filter((e): e is [string, Placement] => e[1] !== undefined));
     const named = new Map<string, EgressPod>();
     for (const [key, o] of this.#pods.objects) {
       const pod = parseEgressPod(o);
@@ -206,12 +245,21 @@ export class EgressController {
     for (const g of result.gateways) await this.#gatewayStatus(g, signal);
   }
 
-  async #write(what: string, fn: () => Promise<unknown>): Promise<void> {
+  /**
+   * Runs one write, fenced: only while leading, given the time left until the renew deadline
+   * (`fn` gets it as its timeout); a refusal is logged and left to the next pass.
+   */
+  async #write(what: string, fn: (timeoutMs: number) => Promise<unknown>): Promise<void> {
+    const left = this.#leadership?.remainingMs() ?? 0;
+    if (left <= 0) throw new Error(`not writing ${what}: no longer leading`);
     try {
-      await fn();
+      await fn(left);
     } catch (e) {
-      if ((e as { statusCode?: number }).statusCode === 404) return;
-      this.#options.log.warn(`failed to write ${what}`, { err: e });
+      const code = (e as { statusCode?: number }).statusCode;
+      if (code === 404) return;
+      // 409: the object changed since this pass read it (often our own write not yet seen); the next pass rewrites it.
+      if (code === 409) this.#options.log.debug(`${what} changed meanwhile; rewriting it next pass`);
+      else this.#options.log.warn(`failed to write ${what}`, { err: e });
     }
   }
 
@@ -226,17 +274,19 @@ export class EgressController {
         metadata: { name, ...(have ? { resourceVersion: have.metadata?.resourceVersion } : {}) },
         spec,
       };
-      await this.#write(`EgressEndpoints ${name}`, async () => {
+      await this.#write(`EgressEndpoints ${name}`, async (timeoutMs) => {
         const stored = await (have
-          ? this.#options.http.update<KubeObject>(`${path}/${name}`, body, { signal })
-          : this.#options.http.create<KubeObject>(path, body, { signal }));
+          ? this.#options.http.update<KubeObject>(`${path}/${name}`, body, { signal, timeoutMs })
+          : this.#options.http.create<KubeObject>(path, body, { signal, timeoutMs }));
         this.#endpoints.objects.set(name, stored);
       });
     }
     for (const name of [...this.#endpoints.objects.keys()]) {
       if (wanted.has(name)) continue;
-      await this.#write(`EgressEndpoints ${name}`, async () => {
-        await this.#options.http.delete(`${path}/${name}`, { signal });
+      const resourceVersion = this.#endpoints.objects.get(name)?.metadata?.resourceVersion;
+      await this.#write(`EgressEndpoints ${name}`, async (timeoutMs) => {
+        const preconditions = resourceVersion ? { preconditions: { resourceVersion } } : {};
+        await this.#options.http.delete(`${path}/${name}`, { signal, timeoutMs, ...preconditions });
         this.#endpoints.objects.delete(name);
       });
     }
@@ -254,11 +304,11 @@ export class EgressController {
     if (old.node !== status.node || !isDeepStrictEqual(old.eip, eip)) {
       this.#options.log.info('egress policy placed', { policy: s.id, node: s.placement?.node, eip, reason: s.reason });
     }
-    await this.#write(`the status of egress policy ${s.id}`, () =>
+    await this.#write(`the status of egress policy ${s.id}`, (timeoutMs) =>
       this.#options.http.mergePatch(
         path,
-        { status: { node: status.node ?? null, eip: eip ?? null, conditions: status.conditions } },
-        { signal },
+        { metadata: fence(o), status: { node: status.node ?? null, eip: eip ?? null, conditions: status.conditions } },
+        { signal, timeoutMs },
       ),
     );
   }
@@ -278,11 +328,11 @@ export class EgressController {
     if (old.node !== status.node || !isDeepStrictEqual(old.eip, eip) || old.conditions === undefined) {
       this.#options.log.info('inbound EIP placed', { id, node: status.node, eip, reason: s.reason });
     }
-    await this.#write(`the status of ${id}`, () =>
+    await this.#write(`the status of ${id}`, (timeoutMs) =>
       this.#options.http.mergePatch(
         path,
-        { status: { node: status.node ?? null, eip: eip ?? null, podIPs: s.podIPs, conditions: status.conditions } },
-        { signal },
+        { metadata: fence(o), status: { node: status.node ?? null, eip: eip ?? null, podIPs: s.podIPs, conditions: status.conditions } },
+        { signal, timeoutMs },
       ),
     );
   }
@@ -293,8 +343,8 @@ export class EgressController {
     const old = isJson(o.status) ? o.status : {};
     const status = { nodes: g.nodes, conditions: [condition(g.ready, g.reason, g.message, old.conditions)] };
     if (isDeepStrictEqual({ nodes: old.nodes, conditions: old.conditions }, status)) return;
-    await this.#write(`the status of EgressGateway ${g.name}`, () =>
-      this.#options.http.mergePatch(`${GROUP_PATH}/egressgateways/${g.name}/status`, { status }, { signal }),
+    await this.#write(`the status of EgressGateway ${g.name}`, (timeoutMs) =>
+      this.#options.http.mergePatch(`${GROUP_PATH}/egressgateways/${g.name}/status`, { metadata: fence(o), status }, { signal, timeoutMs }),
     );
   }
 }

@@ -1,8 +1,9 @@
 /**
  * Egress gateways in weftd (--egress-gateways, kube mode only), loaded by the agent with a
  * dynamic import only when the flag is given, and its settings checked before anything starts.
- * Three loops on one API client: this node's heartbeat Lease, the election for the controller
- * Lease (the winner runs the controller), and this node's data plane.
+ * Three loops on one API client: this node's heartbeat Lease and the election for the controller
+ * Lease (the winner runs the controller), both only while the node can be a gateway, and this
+ * node's data plane.
  */
 import type { Flags } from '../config/flags.ts';
 import { ConfigError } from '../errors.ts';
@@ -10,9 +11,11 @@ import { parseCIDR } from '../ip/ip.ts';
 import type { CIDR } from '../ip/ip.ts';
 import { kubeConfigFromFlags } from '../lease/kube/client.ts';
 import { KubeHttp } from '../lease/kube/http.ts';
-import { execRunner, procSysctl } from '../masq/runner.ts';
+import { execRunner } from '../masq/runner.ts';
 import { EgressController } from './controller.ts';
-import { runElection, runHeartbeat } from './leases.ts';
+import { Eligibility } from './eligibility.ts';
+import { Claim } from './fence.ts';
+import { releaseHeartbeat, runElection, runHeartbeat } from './leases.ts';
 import { EgressNode } from './node.ts';
 import type { AgentParts } from './node.ts';
 
@@ -51,19 +54,43 @@ export interface EgressDeps extends AgentParts {
   flags: Flags;
 }
 
+/**
+ * The controller Lease's timing for a liveness timeout: a takeover after 2× it unrenewed, the
+ * holder stopping 1.5× it after its last renewal, renewals every quarter of it.
+ */
+export function electionTiming(livenessTimeoutMs: number): { leaseDurationMs: number; renewDeadlineMs: number; retryMs: number } {
+  return { leaseDurationMs: 2 * livenessTimeoutMs, renewDeadlineMs: 1.5 * livenessTimeoutMs, retryMs: livenessTimeoutMs / 4 };
+}
+
 /** Runs egress gateways until `signal` aborts; never rejects (every loop retries what fails). */
 export async function runEgress(d: EgressDeps, signal: AbortSignal): Promise<void> {
   const { flags } = d;
   const { http, node, namespace, inside, livenessTimeoutMs } = d.settings;
   const log = d.log.child({ component: 'egress' });
   log.info('egress gateways enabled', { namespace, livenessTimeoutMs });
+  const claim = new Claim(livenessTimeoutMs);
   const dataplane = new EgressNode({
-    ...d, http, node, inside, subnetFile: flags.subnetFile, run: execRunner(), sysctl: procSysctl, resyncMs: flags.resyncPeriod * 1000, log,
+    ...d, http, node, inside, subnetFile: flags.subnetFile, run: execRunner(), resyncMs: flags.resyncPeriod * 1000, log, claim,
   });
+  const heartbeat = {
+    http, namespace, node, intervalMs: livenessTimeoutMs / 4, log, claim,
+    renewed: () => void dataplane.renew().catch((e: unknown) => log.warn('failed to renew the EIPs\' lifetimes', { err: e })),
+  };
+  const dataplaneDone = dataplane.run(signal);
+  // Only a node that can be a gateway heartbeats and stands for the controller (eligibility.ts).
   await Promise.all([
-    runHeartbeat({ http, namespace, node, intervalMs: livenessTimeoutMs / 4, log }, signal),
-    runElection({ http, namespace, identity: node, leaseDurationMs: 2 * livenessTimeoutMs, retryMs: livenessTimeoutMs / 4, log }, signal,
-      (leading) => new EgressController({ http, namespace, livenessTimeoutMs, log: log.child({ role: 'controller' }) }).run(leading)),
-    dataplane.run(signal),
+    new Eligibility({ http, node, log }).run(signal, async (eligible) => {
+      await Promise.all([
+        runHeartbeat(heartbeat, eligible),
+        runElection({ http, namespace, identity: node, ...electionTiming(livenessTimeoutMs), log }, eligible, (leadership) =>
+          new EgressController({ http, namespace, livenessTimeoutMs, log: log.child({ role: 'controller' }) }).run(leadership)),
+      ]);
+      // The EIPs go first (a stopping data plane gives them up itself), then the heartbeat, so the controller moves them at once.
+      claim.release();
+      if (signal.aborted) await dataplaneDone;
+      else await dataplane.release();
+      await releaseHeartbeat(heartbeat);
+    }),
+    dataplaneDone,
   ]);
 }

@@ -77,6 +77,13 @@ export interface AddrSpec {
   scope?: number;
   /** IFA_F_* flags, e.g. IFA_F_NODAD (`nodad`). */
   flags?: number;
+  /**
+   * Seconds until the kernel deletes the address by itself (`valid_lft N`); absent: forever. A
+   * replace sets it anew, counting from then.
+   */
+  validLft?: number;
+  /** Seconds it stays preferred (`preferred_lft N`), at most validLft; default validLft. */
+  preferredLft?: number;
 }
 
 export interface VethSpec {
@@ -287,7 +294,10 @@ function rawOp(o: Operation): RawOp {
     case 'addrReplace':
     case 'addrDel': {
       const a = o.addr;
-      return { op: o.op, index: a.linkIndex, local: a.address, prefixLen: a.prefixLen, scope: a.scope, flags: a.flags };
+      return {
+        op: o.op, index: a.linkIndex, local: a.address, prefixLen: a.prefixLen, scope: a.scope, flags: a.flags,
+        validLft: a.validLft, preferredLft: a.validLft === undefined ? undefined : (a.preferredLft ?? a.validLft),
+      };
     }
     case 'linkAddVxlan': {
       const v = o.vxlan;
@@ -634,6 +644,21 @@ export class NetlinkHandle {
       await this.#raw.announce(ifindex, address);
     } catch (e) {
       throw rejected('announce', `${address} dev #${ifindex}`, e);
+    }
+  }
+
+  /**
+   * RFC 5227's ARP probe for IPv4 `address` on link `ifindex` (`arping -D -I <link> <address>`):
+   * two probes with sender address 0.0.0.0 over `waitMs` (at most 10 s); resolves to the MACs of
+   * the hosts that said the address is theirs meanwhile, in a reply or an announcement (none: free
+   * to claim; other hosts' probes for it do not count). Occupies the
+   * handle's thread for `waitMs`, so it wants a handle of its own.
+   */
+  async arpProbe(ifindex: number, address: string, waitMs: number): Promise<string[]> {
+    try {
+      return await this.#raw.arpProbe(ifindex, address, waitMs);
+    } catch (e) {
+      throw rejected('probe for', `${address} dev #${ifindex}`, e);
     }
   }
 

@@ -30,6 +30,10 @@ export const RTPROT_KERNEL = 2;
 export const IFA_F_TEMPORARY = 0x01;
 /** `nodad`: no duplicate address detection (addresses unique by allocation). */
 export const IFA_F_NODAD = 0x02;
+/** DAD found another host with the address (IPv6). */
+export const IFA_F_DADFAILED = 0x08;
+/** DAD still running: the address is not usable yet (IPv6). */
+export const IFA_F_TENTATIVE = 0x40;
 export const IFA_F_DEPRECATED = 0x20;
 export const IFA_F_PERMANENT = 0x80;
 
@@ -84,6 +88,8 @@ export interface Addr {
   /** IFA_F_* flags. */
   flags: number;
   label: string;
+  /** Seconds left until the kernel deletes it; {@link INFINITY_LIFE_TIME}: never. */
+  validLft: number;
 }
 
 export interface Route {
@@ -168,6 +174,9 @@ export function linkFromRaw(r: RawLink): Link {
   return link;
 }
 
+/** An address lifetime that never runs out (`forever`). */
+export const INFINITY_LIFE_TIME = 0xffffffff;
+
 export function addrFromRaw(r: RawAddr): Addr {
   return {
     linkIndex: r.index,
@@ -177,6 +186,7 @@ export function addrFromRaw(r: RawAddr): Addr {
     scope: r.scope,
     flags: r.flags,
     label: r.label,
+    validLft: r.validLft,
   };
 }
 

@@ -9,6 +9,7 @@ import { test } from 'node:test';
 import type { ClusterNode } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
 import { EgressCluster, egressLeftovers, startSourceServer } from '../support/egress-cluster.ts';
+import { ApiError } from '../support/kube-apiserver.ts';
 import { needsRoot } from '../support/netns.ts';
 import { until } from '../support/until.ts';
 
@@ -99,9 +100,8 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['vxla
 test('egress failover: the gateway\'s weftd killed and its link cut moves the EIP; the controller\'s weftd killed, another takes over', { skip, timeout: 240_000 }, async () => {
   const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan' });
   try {
-    await until('an egress controller elected', () => e.leader !== undefined, 30_000);
-    const leader = e.c.nodes.find((n) => n.name === e.leader)!;
-    const [client, g1, g2] = e.c.nodes.filter((n) => n !== leader) as [ClusterNode, ClusterNode, ClusterNode];
+    const [leader, client, g1, g2] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode, ClusterNode];
+    await e.electOn(leader);
     for (const g of [g1, g2]) e.label(g, { 'egress.weft.dev/gateway': 'true' });
     const pod = await e.addPod(client, { app: 'a' });
     e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: ['198.51.100.100-198.51.100.101'] } });
@@ -126,6 +126,76 @@ test('egress failover: the gateway\'s weftd killed and its link cut moves the EI
     await e.waitSeenAs(other, '198.51.100.101');
     assert.equal(e.policyStatus('b').node, to.name);
     await e.waitSeenAs(pod, '198.51.100.100');
+  } finally {
+    await e.stop();
+  }
+});
+
+test('egress fencing: a gateway\'s weftd SIGKILLed with its link up, one cut from the API only, a 10 s API stall and a graceful stop never leave two nodes answering for the EIP; the stall withdraws nothing; the stop hands over at once', { skip, timeout: 240_000 }, async () => {
+  const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan' });
+  const EIP = '198.51.100.100';
+  try {
+    const [leader, client, g1, g2] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode, ClusterNode];
+    await e.electOn(leader);
+    for (const g of [g1, g2]) e.label(g, { 'egress.weft.dev/gateway': 'true' });
+    const pod = await e.addPod(client, { app: 'a' });
+    e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: [EIP] } });
+    e.policy('a', { gateway: 'gw', podSelector: { matchLabels: { app: 'a' } } });
+    await e.waitSeenAs(pod, EIP);
+    const watch = e.watchAnswers(EIP);
+    let answers;
+    try {
+      // weftd SIGKILLed, link up: the kernel drops the EIP when its lifetime runs out, before the controller moves it.
+      const [from, to] = e.policyStatus('a').node === g1.name ? [g1, g2] : [g2, g1];
+      await e.c.stopWeftd(from, 'SIGKILL');
+      await until(`the EIP gone from ${from.name} by itself`, async () => !(await e.holds(from, EIP)), 5000);
+      await until(`policy a moved to ${to.name}`, () => e.policyStatus('a').node === to.name, 30_000);
+      // (Until then the killed node's kernel may still carry connections outside hosts resolved to it before.)
+      await until(`${to.name} holding the EIP`, () => e.holds(to, EIP), 10_000, () => to.daemon.log().slice(-6000));
+      await e.waitSeenAs(pod, EIP);
+      await e.c.restartWeftd(from);
+
+      // Cut from the API server only: the gateway cannot renew its heartbeat, so it drops the EIP itself.
+      await e.c.cutFromApi(to);
+      await until(`${to.name} drops the EIP`, async () => !(await e.holds(to, EIP)), 5000);
+      await until(`policy a moved back to ${from.name}`, () => e.policyStatus('a').node === from.name, 30_000);
+      await e.waitSeenAs(pod, EIP);
+      await e.c.rejoinApi(to);
+
+      // A 10 s stall of the API server: placement stays, and the EIP is back where it was after.
+      const before = e.policyStatus('a');
+      const withdrawn = new Set<string>();
+      const sample = setInterval(() => {
+        const s = e.policyStatus('a');
+        if (s.node !== before.node || JSON.stringify(s.eip) !== JSON.stringify(before.eip)) withdrawn.add(`${String(s.node)} ${JSON.stringify(s.eip)}`);
+      }, 50);
+      try {
+        e.c.api!.beforeServe = () => {
+          throw new ApiError(503, 'ServiceUnavailable', 'stalled');
+        };
+        await new Promise((r) => setTimeout(r, 10_000));
+        e.c.api!.beforeServe = undefined;
+        await e.waitSeenAs(pod, EIP);
+        await new Promise((r) => setTimeout(r, 3000));
+      } finally {
+        e.c.api!.beforeServe = undefined;
+        clearInterval(sample);
+      }
+      assert.deepEqual([...withdrawn], [], 'the stall withdrew or moved policy a');
+      assert.ok(await e.holds(from, EIP));
+
+      // A graceful stop hands the EIP over: gone before weftd exits, and the heartbeat deleted so the controller moves it at once.
+      assert.equal(await e.c.stopWeftd(from), 0);
+      assert.equal(await e.holds(from, EIP), false, 'the EIP outlived its weftd');
+      assert.equal(e.c.api!.object('leases.coordination.k8s.io', `weft-egress-node-${from.name}`, 'kube-flannel'), undefined,
+        from.daemon.log().split('\n').slice(-30).join('\n'));
+      await until(`policy a handed over to ${to.name}`, async () => e.policyStatus('a').node === to.name && (await e.holds(to, EIP)), 10_000);
+      await e.waitSeenAs(pod, EIP);
+    } finally {
+      answers = await watch.stop();
+    }
+    assert.equal(answers.dualMs, 0, `two MACs answered for the EIP: ${[...answers.macs].join(', ')}`);
+    assert.ok(answers.probes > 50 && answers.macs.size === 2, `the outside host saw ${[...answers.macs].join(', ')} in ${answers.probes} probes`);
   } finally {
     await e.stop();
   }

@@ -28,9 +28,8 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host
     const servers: (() => Promise<void>)[] = [];
     const serve = async (pod: Pod) => servers.push(await startSourceServer(pod.ns, true));
     try {
-      await until('an egress controller elected', () => e.leader !== undefined, 30_000);
-      const leader = e.c.nodes.find((n) => n.name === e.leader)!;
-      const [worker, g1, g2] = e.c.nodes.filter((n) => n !== leader) as [ClusterNode, ClusterNode, ClusterNode];
+      const [leader, worker, g1, g2] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode, ClusterNode];
+      await e.electOn(leader);
       e.label(g1, { 'egress.weft.dev/gateway': 'true' });
       e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: ['198.51.100.100-198.51.100.103'], ...(dualStack ? { ipv6: ['2001:db8::100-2001:db8::103'] } : {}) } });
 

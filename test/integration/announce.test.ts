@@ -42,3 +42,22 @@ test('announce: a gratuitous ARP and an unsolicited NA move a neighbour\'s entry
       }
     });
   });
+
+test('arpProbe: finds the host that holds an address, none for a free one, and teaches no neighbour anything', { skip: needsRoot }, async () => {
+  await withNetns(['ul', 'gw', 'peer'], async (ul, gw, peer) => {
+    await joinUnderlay(ul, [gw, peer]);
+    await peer.ip('addr', 'add', '198.51.100.100/32', 'dev', 'eth0');
+    const peerMac = (await peer.ipJson<{ address: string }[]>('link', 'show', 'dev', 'eth0'))[0]!.address;
+    const h = NetlinkHandle.open(gw.path);
+    try {
+      const eth0 = await h.linkByName('eth0');
+      assert.deepEqual(await h.arpProbe(eth0.index, '198.51.100.100', 300), [peerMac]);
+      assert.deepEqual(await h.arpProbe(eth0.index, '198.51.100.101', 300), []);
+      assert.equal(await learnt(peer, '0.0.0.0'), undefined);
+      assert.equal(await learnt(peer, '198.51.100.1'), undefined, 'the probe carries no sender address to learn');
+      await assert.rejects(h.arpProbe(eth0.index, '2001:db8::1', 100), (e: unknown) => e instanceof NetlinkError && e.errno === 'EINVAL');
+    } finally {
+      h.close();
+    }
+  });
+});

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { NetlinkError } from '../../src/errors.ts';
-import { IFA_F_PERMANENT, NetlinkHandle, NUD_PERMANENT, NTF_SELF, RTN_UNICAST, tryFlock } from '../../src/netlink/index.ts';
+import { IFA_F_NODAD, IFA_F_PERMANENT, NetlinkHandle, NUD_PERMANENT, NTF_SELF, RTN_UNICAST, tryFlock } from '../../src/netlink/index.ts';
 import type { Link, NetlinkEvent } from '../../src/netlink/index.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
@@ -645,4 +645,24 @@ test('tryFlock: host-local\'s lock, taken and released without blocking', async 
     closeSync(b);
     await rm(path);
   }
+});
+
+test('addresses with a valid lifetime: a replace renews it, and the kernel deletes the address when it runs out', { skip: needsRoot }, async () => {
+  await withHandle(['lifetime'], async (h, ns) => {
+    const eth0 = await h.linkByName('eth0');
+    const eips = [{ address: '198.51.100.100', prefixLen: 32 }, { address: '2001:db8:1::100', prefixLen: 128, flags: IFA_F_NODAD }];
+    const held = async () => (await h.addrList({ linkIndex: eth0.index })).filter((a) => a.address.endsWith('100'));
+    for (const e of eips) await h.addrReplace({ linkIndex: eth0.index, ...e, validLft: 1 });
+    assert.deepEqual((await held()).map((a) => [a.address, a.validLft <= 1]).sort(), [['198.51.100.100', true], ['2001:db8:1::100', true]]);
+    assert.match(await ns!.ip('addr', 'show', 'dev', 'eth0'), /198\.51\.100\.100\/32 .*\n\s+valid_lft [01]sec preferred_lft [01]sec/);
+    for (const e of eips) await h.addrReplace({ linkIndex: eth0.index, ...e, validLft: 60 });
+    await new Promise((r) => setTimeout(r, 2500));
+    assert.equal((await held()).length, 2, 'renewed to 60 s, so still there');
+    for (const e of eips) await h.addrReplace({ linkIndex: eth0.index, ...e, validLft: 1 });
+    const t = performance.now();
+    while ((await held()).length > 0 && performance.now() - t < 5000) await new Promise((r) => setTimeout(r, 50));
+    assert.deepEqual(await held(), []);
+    assert.ok(performance.now() - t < 3000, `gone ${Math.round(performance.now() - t)} ms after the last renewal`);
+    assert.ok((await h.addrList({ linkIndex: eth0.index })).some((a) => a.address === '198.51.100.2'), 'the other addresses stay');
+  });
 });

@@ -99,6 +99,8 @@ export class Cluster {
   etcd: EtcdServer | undefined;
   api: KubeApiServer | undefined;
   readonly #forwarders: (() => Promise<void>)[] = [];
+  /** Kube mode: each node's forwarder to the API server, by node name. */
+  readonly #apiForwarders = new Map<string, () => Promise<void>>();
   readonly #namespaces: Netns[] = [];
   #pods = 0;
 
@@ -165,7 +167,9 @@ export class Cluster {
     if (this.api) {
       const cidrs = [`10.244.${index}.0/24`, ...(this.o.dualStack ? [`fd00:10:244:${index}::/64`] : [])];
       this.api.addNode({ metadata: { name }, spec: { podCIDR: cidrs[0], podCIDRs: cidrs } });
-      this.#forwarders.push(await forwardIntoNetns(ns, API_PORT, this.api.socketPath));
+      const stop = await forwardIntoNetns(ns, API_PORT, this.api.socketPath);
+      this.#forwarders.push(stop);
+      this.#apiForwarders.set(name, stop);
     }
     const node: ClusterNode = { name, ns, address: `198.51.100.${index}`, dir, daemon: undefined as unknown as Daemon };
     this.nodes.push(node);
@@ -226,6 +230,18 @@ export class Cluster {
   /** Stops `node`'s weftd with `signal` (SIGKILL after 10 s); resolves with its exit code. */
   async stopWeftd(node: ClusterNode, signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
     return stopDaemon(node.daemon, signal);
+  }
+
+  /** Kube mode: cuts `node` from the API server only (its forwarder stops; its links stay up). */
+  async cutFromApi(node: ClusterNode): Promise<void> {
+    await this.#apiForwarders.get(node.name)?.();
+  }
+
+  /** Kube mode: joins `node` to the API server again after {@link cutFromApi}. */
+  async rejoinApi(node: ClusterNode): Promise<void> {
+    const stop = await forwardIntoNetns(node.ns, API_PORT, this.api!.socketPath);
+    this.#forwarders.push(stop);
+    this.#apiForwarders.set(node.name, stop);
   }
 
   /** Starts `node`'s weftd again (after stopWeftd), with `extra` flags after the others, and waits until it is ready. */

@@ -11,6 +11,7 @@ import { once } from 'node:events';
 import { readFile } from 'node:fs/promises';
 import { loadAllYaml } from '@kubernetes/client-node';
 import { EGRESS_GROUP, EGRESS_VERSION } from '../../src/egress/api.ts';
+import { NetlinkHandle } from '../../src/netlink/index.ts';
 import { Cluster } from './cluster.ts';
 import type { ClusterNode, ClusterOptions, Pod } from './cluster.ts';
 import type { Obj } from './kube-apiserver.ts';
@@ -238,6 +239,57 @@ export class EgressCluster {
   /** Waits until the outside server sees `pod` as `source`. */
   waitSeenAs(pod: Pod, source: string, v6 = false, timeoutMs = 30_000): Promise<void> {
     return this.waitAnswer(pod, outsideUrl(v6), source, timeoutMs);
+  }
+
+  /**
+   * Watches who answers for `eip` as the outside host sees it: ARP probes of 100 ms back to back
+   * from its eth0. `stop()` ends it and returns the MACs each probe saw and the ms (whole probes)
+   * in which two or more MACs answered.
+   */
+  watchAnswers(eip: string): { stop: () => Promise<{ dualMs: number; macs: Set<string>; probes: number }> } {
+    const handle = NetlinkHandle.open(this.outside.path);
+    let stopping = false;
+    const macs = new Set<string>();
+    let dualMs = 0;
+    let probes = 0;
+    const running = (async () => {
+      const eth0 = await handle.linkByName('eth0');
+      while (!stopping) {
+        const t = performance.now();
+        const seen = await handle.arpProbe(eth0.index, eip, 100);
+        probes++;
+        for (const m of seen) macs.add(m);
+        if (seen.length > 1) dualMs += performance.now() - t;
+      }
+    })();
+    return {
+      stop: async () => {
+        stopping = true;
+        try {
+          await running;
+        } finally {
+          handle.close();
+        }
+        return { dualMs: Math.round(dualMs), macs, probes };
+      },
+    };
+  }
+
+  /** Whether `n`'s external interface holds `address`. */
+  async holds(n: ClusterNode, address: string): Promise<boolean> {
+    const eth0 = await n.ns.ipJson<{ addr_info: { local: string }[] }[]>('addr', 'show', 'dev', 'eth0');
+    return eth0[0]?.addr_info.some((a) => a.local === address) ?? false;
+  }
+
+  /**
+   * Makes `n` the egress controller: only nodes that can be gateways stand for it, so `n` alone is
+   * made one (label `egress.weft.dev/spare`, EgressGateway `spare` with EIP 198.51.100.120, which
+   * no test's policy names), and its weftd elected before any other node can be a gateway.
+   */
+  async electOn(n: ClusterNode): Promise<void> {
+    this.label(n, { 'egress.weft.dev/spare': 'true' });
+    this.gateway('spare', { nodeSelector: { matchLabels: { 'egress.weft.dev/spare': 'true' } }, eipPool: { ipv4: ['198.51.100.120'] } });
+    await until(`${n.name} elected egress controller`, () => this.leader === n.name, 30_000);
   }
 
   /** The weftd holding the controller Lease, by Node name. */

@@ -74,6 +74,8 @@ export interface SeenRequest {
   status: number;
   contentType?: string;
   body?: string;
+  /** When it was answered (performance.now() of this process); 0 until then. */
+  at: number;
 }
 
 /** What a request is for. */
@@ -247,7 +249,7 @@ export class KubeApiServer {
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', this.url);
-    const seen: SeenRequest = { method: req.method ?? 'GET', path: url.pathname + url.search, verb: '', resource: '', group: '', status: 0 };
+    const seen: SeenRequest = { method: req.method ?? 'GET', path: url.pathname + url.search, verb: '', resource: '', group: '', status: 0, at: 0 };
     if (req.headers['content-type']) seen.contentType = req.headers['content-type'];
     this.requests.push(seen);
     try {
@@ -274,6 +276,7 @@ export class KubeApiServer {
       }
       const [code, out] = this.#serve(route, type!, sub, req.headers['content-type'] ?? '', body);
       seen.status = code;
+      seen.at = performance.now();
       this.#send(res, code, out);
     } catch (e) {
       const err = e instanceof ApiError ? e : new ApiError(500, 'InternalError', (e as Error).message);

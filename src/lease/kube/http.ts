@@ -126,9 +126,12 @@ export class KubeHttp {
     await this.#call('PATCH', path, options, { type: 'application/merge-patch+json', text: JSON.stringify(patch) });
   }
 
-  /** `DELETE <path>`. */
-  async delete(path: string, options: CallOptions = {}): Promise<void> {
-    await this.#call('DELETE', path, options);
+  /** `DELETE <path>`; with `preconditions`, refused (409) unless the object still has that resourceVersion. */
+  async delete(path: string, options: CallOptions & { preconditions?: { resourceVersion: string } } = {}): Promise<void> {
+    const body = options.preconditions
+      ? { type: 'application/json', text: JSON.stringify({ kind: 'DeleteOptions', apiVersion: 'v1', preconditions: options.preconditions }) }
+      : undefined;
+    await this.#call('DELETE', path, options, body);
   }
 
   /**

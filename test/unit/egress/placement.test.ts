@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import fc from 'fast-check';
 import { parseGateway } from '../../../src/egress/api.ts';
 import type { Gateway, InvalidGateway, InvalidPolicy, Policy } from '../../../src/egress/api.ts';
-import { place } from '../../../src/egress/placement.ts';
+import { disruption, place } from '../../../src/egress/placement.ts';
 import type { GatewayNode, Placement, PlacementInput, PlacementResult } from '../../../src/egress/placement.ts';
 
 const NOW = 1_000_000;
@@ -310,4 +310,23 @@ test('a floating IP\'s EIP has no other user: it takes a free one, allocation pa
   const again = run({ previous: previousOf(r), gateways: [gateway({ eipPool: { ipv4: ['198.51.100.10-198.51.100.11'], ipv6: [] } })], policies: [policy('default/p1'), fip('FloatingIP default/f1'), fip('FloatingIP default/f3')] });
   assert.deepEqual(where(again), { 'default/p1': 'n2 198.51.100.11', 'FloatingIP default/f1': 'n1 198.51.100.10', 'FloatingIP default/f3': 'EIPPoolExhausted' });
   assert.match(again.policies.find((s) => s.id === 'FloatingIP default/f3')!.message, /no EIP of EgressGateway "gw" is free, and a floating IP's EIP has no other user/);
+});
+
+test('disruption: most gateway heartbeats quiet together, at least two; nodes of no gateway, NotReady or without a heartbeat do not count', () => {
+  const gws = [gateway()];
+  const quiet = NOW - 10_000;
+  const judge = (nodes: GatewayNode[]) => disruption(gws, nodes, NOW, 3000);
+  assert.equal(judge([node('a', { renewedAt: quiet }), node('b')]), false, 'one of two quiet: a node failed');
+  assert.equal(judge([node('a', { renewedAt: quiet })]), false, 'a lone gateway node that failed is failed over');
+  assert.equal(judge([node('a', { renewedAt: quiet }), node('b', { renewedAt: quiet })]), true);
+  assert.equal(judge([node('a', { renewedAt: quiet }), node('b', { renewedAt: quiet }), node('c')]), true, '2 of 3');
+  assert.equal(judge([node('a', { renewedAt: quiet }), node('b', { renewedAt: quiet }), node('c'), node('d')]), false, '2 of 4');
+  assert.equal(judge([node('a', { renewedAt: quiet }), node('b', { renewedAt: quiet }), node('c', { labels: {} }), node('d', { ready: false })]), true);
+  assert.equal(judge([node('a', { renewedAt: quiet }), node('b', { renewedAt: quiet, labels: {} })]), false, 'b is no gateway node');
+  assert.equal(judge([node('a', { renewedAt: quiet }), node('b', { renewedAt: undefined }), node('c', { renewedAt: quiet })]), true);
+  // Placement with heartbeats not judged keeps the quiet nodes' policies where they are.
+  const before = run({ nodes: [node('a'), node('b')], policies: ids(2).map((id) => policy(id)) });
+  const frozen = run({ nodes: [node('a', { renewedAt: quiet }), node('b', { renewedAt: quiet })], policies: ids(2).map((id) => policy(id)),
+    previous: previousOf(before), livenessTimeoutMs: Infinity });
+  assert.deepEqual(where(frozen), where(before));
 });

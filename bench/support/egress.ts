@@ -1,0 +1,98 @@
+/**
+ * The measurements bench/egress.bench.ts and bench/fip.bench.ts share, on an EgressCluster with
+ * one EIP placed on one of two gateway nodes:
+ * - failovers by link cut (eth0 down and the node cut from the API server, weftd alive) and by
+ *   weftd kill (SIGKILL, link up), alternated, each from whichever node holds the EIP then, the
+ *   node put back after; each ends when the other node holds the EIP and serves; meanwhile the outside host probes the EIP back to back and adds up the
+ *   time two MACs answered (dual answers);
+ * - a 10 s stall of the API server (every request answered 503): the policies whose placement
+ *   changed during it or in the 5 s after;
+ * - the forced overlap of two election candidates (test/support/election-overlap.ts).
+ */
+import { performance } from 'node:perf_hooks';
+import { electionTiming } from '../../src/egress/run.ts';
+import type { ClusterNode } from '../../test/support/cluster.ts';
+import type { EgressCluster } from '../../test/support/egress-cluster.ts';
+import { forcedOverlap } from '../../test/support/election-overlap.ts';
+import { ApiError } from '../../test/support/kube-apiserver.ts';
+import { until } from '../../test/support/until.ts';
+
+export interface Failovers {
+  cutMs: number[];
+  killMs: number[];
+  /** ms in which the outside host got answers for the EIP from two MACs, over every failover. */
+  dualMs: number;
+}
+
+/**
+ * `rounds` failovers of each kind, alternated (cut first). `node()` names the node the EIP is
+ * placed on; `reached(t0)` resolves with the ms from `t0` until the EIP serves (once the other
+ * node holds it).
+ */
+export async function failovers(e: EgressCluster, o: {
+  rounds: number; eip: string; gateways: readonly ClusterNode[]; node: () => unknown; reached: (t0: number) => Promise<number>;
+}): Promise<Failovers> {
+  const out: Failovers = { cutMs: [], killMs: [], dualMs: 0 };
+  for (let i = 0; i < 2 * o.rounds; i++) {
+    const kind = i % 2 === 0 ? 'cut' : 'kill';
+    const from = o.gateways.find((g) => g.name === o.node())!;
+    const watch = e.watchAnswers(o.eip);
+    let ms;
+    try {
+      const t0 = performance.now();
+      if (kind === 'cut') {
+        await from.ns.ip('link', 'set', 'eth0', 'down');
+        await e.c.cutFromApi(from);
+      } else {
+        await e.c.stopWeftd(from, 'SIGKILL');
+      }
+      // The old node may still serve for a moment (a killed weftd's kernel keeps its rules until the
+      // EIP's lifetime runs out): the failover is done when the other node holds the EIP and serves.
+      const to = o.gateways.find((g) => g !== from)!;
+      await until(`${to.name} holding ${o.eip}`, () => e.holds(to, o.eip), 60_000);
+      ms = await o.reached(t0);
+    } finally {
+      out.dualMs += (await watch.stop()).dualMs;
+    }
+    (kind === 'cut' ? out.cutMs : out.killMs).push(ms);
+    console.log(`failover ${i + 1} by ${kind === 'cut' ? 'link cut' : 'weftd kill'} from ${from.name}: ${Math.round(ms)} ms`);
+    if (kind === 'cut') {
+      await from.ns.ip('link', 'set', 'eth0', 'up');
+      await e.c.rejoinApi(from);
+    } else {
+      await e.c.restartWeftd(from);
+    }
+    // A full liveness timeout with its heartbeat renewed, so the controller counts it as serving.
+    await new Promise((r) => setTimeout(r, 4000));
+  }
+  return out;
+}
+
+/** Stalls the API server for `stallMs`; the ids whose placement (`placement(id)`) differed from before at any moment until 5 s after. */
+export async function stallWithdrawn(e: EgressCluster, ids: readonly string[], placement: (id: string) => string, stallMs = 10_000): Promise<string[]> {
+  const before = new Map(ids.map((id) => [id, placement(id)]));
+  const changed = new Set<string>();
+  const sample = setInterval(() => {
+    for (const id of ids) if (placement(id) !== before.get(id)) changed.add(id);
+  }, 50);
+  try {
+    e.c.api!.beforeServe = () => {
+      throw new ApiError(503, 'ServiceUnavailable', 'stalled');
+    };
+    await new Promise((r) => setTimeout(r, stallMs));
+    e.c.api!.beforeServe = undefined;
+    await new Promise((r) => setTimeout(r, 5000));
+  } finally {
+    e.c.api!.beforeServe = undefined;
+    clearInterval(sample);
+  }
+  return [...changed];
+}
+
+/** ms two controllers acted at once in the forced overlap, with weftd's election timing at its default liveness timeout (3 s). */
+export async function leaderOverlapMs(): Promise<number> {
+  const t = electionTiming(3000);
+  const r = await forcedOverlap({ leaseMs: t.leaseDurationMs, deadlineMs: t.renewDeadlineMs, retryMs: t.retryMs, pauseMs: 8000 });
+  console.log(`forced overlap: the successor took over ${Math.round(r.takeoverMs)} ms after the leader's last renewal; accepted writes ${r.writers.length}`);
+  return Math.round(r.overlapMs);
+}
