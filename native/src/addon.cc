@@ -2,7 +2,7 @@
 //
 //   new Handle(netnsPath?)                 netnsPath "" or absent: the process's namespace
 //   handle.apply(ops)        -> Promise<(null | {errno, message})[]>, one result per op, in order
-//   handle.dump(kind, filter) -> Promise<record[]>   kind: "link" | "addr" | "route" | "neigh" | "nexthop"
+//   handle.dump(kind, filter) -> Promise<record[]>   kind: "link" | "addr" | "route" | "neigh" | "nexthop" | "qdisc"
 //   handle.linkGet(nameOrIndex) -> Promise<record>
 //   handle.routeGet(dst, oif?) -> Promise<record>
 //   handle.genl(request)     -> Promise<Buffer[]>: one generic netlink request (bytes, header
@@ -303,9 +303,10 @@ class Handle : public Napi::ObjectWrap<Handle> {
     else if (kind == "route") job->kind = RTM_GETROUTE;
     else if (kind == "neigh") job->kind = RTM_GETNEIGH;
     else if (kind == "nexthop") job->kind = RTM_GETNEXTHOP;
+    else if (kind == "qdisc") job->kind = RTM_GETQDISC;
     else {
       delete job;
-      Napi::TypeError::New(env, "dump(kind): kind must be link, addr, route, neigh or nexthop").ThrowAsJavaScriptException();
+      Napi::TypeError::New(env, "dump(kind): kind must be link, addr, route, neigh, nexthop or qdisc").ThrowAsJavaScriptException();
       return env.Undefined();
     }
     if (info.Length() > 1 && info[1].IsObject()) {

@@ -234,6 +234,13 @@ int Worker::onValid(struct nl_msg* msg, void* arg) {
       target->out->push_back(std::move(rec));
       return NL_OK;
     }
+    case RTM_NEWQDISC: {
+      std::optional<Record> rec = qdiscFromMessage(hdr);
+      if (!rec) return NL_SKIP;
+      if (f && f->index && std::get<QdiscRec>(*rec).index != f->index) return NL_OK;
+      target->out->push_back(std::move(*rec));
+      return NL_OK;
+    }
     case RTM_NEWNEXTHOP: {
       std::optional<Record> rec = nexthopFromMessage(hdr);
       if (!rec) return NL_SKIP;
@@ -314,6 +321,12 @@ Failure Worker::dump(int kind, const DumpFilter& filter, Records& out) {
       case RTM_GETNEXTHOP: {
         struct nhmsg h = {};
         h.nh_family = static_cast<unsigned char>(filter.family);
+        rc = nlmsg_append(msg, &h, sizeof h, NLMSG_ALIGNTO);
+        break;
+      }
+      case RTM_GETQDISC: {
+        struct tcmsg h = {};
+        h.tcm_ifindex = filter.index;
         rc = nlmsg_append(msg, &h, sizeof h, NLMSG_ALIGNTO);
         break;
       }

@@ -99,7 +99,16 @@ export interface RawNeigh {
   master: number;
 }
 
-export type RawRecord = RawLink | RawAddr | RawRoute | RawNeigh | RawNexthop;
+export interface RawQdisc {
+  type: 'qdisc';
+  index: number;
+  handle: number;
+  parent: number;
+  kind: string;
+  tbf?: { rate: number; limit: number; buffer: number };
+}
+
+export type RawRecord = RawLink | RawAddr | RawRoute | RawNeigh | RawNexthop | RawQdisc;
 
 export interface RawEvent {
   action: 'new' | 'del' | 'get' | 'overrun';
@@ -130,6 +139,7 @@ export interface RawHandle {
   dump(kind: 'route', filter?: RawDumpFilter): Promise<RawRoute[]>;
   dump(kind: 'neigh', filter?: RawDumpFilter): Promise<RawNeigh[]>;
   dump(kind: 'nexthop', filter?: RawDumpFilter): Promise<RawNexthop[]>;
+  dump(kind: 'qdisc', filter?: RawDumpFilter): Promise<RawQdisc[]>;
   linkGet(nameOrIndex: string | number): Promise<RawLink>;
   routeGet(dst: string, oif?: number): Promise<RawRoute>;
   announce(ifindex: number, address: string): Promise<void>;
