@@ -144,17 +144,26 @@ export function tbfParams(rateBits: number, burstBits: number, tickInUsec: numbe
   return { rate, limit, buffer };
 }
 
-/**
- * The buffer a tbf reports back for `buffer`: the kernel keeps it as nanoseconds capped at
- * 2^32-1 and converts back with `nsPerTick`.
- */
-export function heldBuffer(buffer: number, tickInUsec: number): number {
-  const nsPerTick = 1000 / tickInUsec;
-  return Math.floor(Math.min(buffer * nsPerTick, MAX_UINT32) / nsPerTick);
-}
-
 /** The plugin's ifb name for a container: `bwp` and the first 12 hex digits of sha512(network + ID). */
 export function ifbName(network: string, containerId: string): string {
   const { createHash } = process.getBuiltinModule('node:crypto');
   return `bwp${createHash('sha512').update(network + containerId).digest('hex')}`.slice(0, 15);
 }
+
+/** What one pod asks for, with the ifb device that carries its egress. */
+export interface Shaping {
+  bandwidth: Bandwidth;
+  ifb: string;
+}
+
+/**
+ * The shaping a call asks for in its `runtimeConfig` (validated: throws the plugin's errors),
+ * or undefined for a pod without limits. `network` is the config's name, part of the ifb name.
+ */
+export function shapingOf(network: string | undefined, containerId: string, runtimeConfig: unknown): Shaping | undefined {
+  const bandwidth = parseBandwidth(runtimeConfig);
+  return bandwidth && { bandwidth, ifb: ifbName(network ?? '', containerId) };
+}
+
+/** The oldest CNI version the bandwidth plugin speaks: a call older than this is left to it (and fails there alike). */
+export const BANDWIDTH_SINCE = '0.3.0';
