@@ -135,7 +135,8 @@ nl_msg* buildTc(const Op& op, Failure& fail) {
       if (op.name.empty()) return fail = {EINVAL, "an ifb device needs a name"}, nullptr;
       return buildIfb(op, fail);
     case OpKind::QdiscAddTbf:
-      if (!op.index || !op.rate || !op.buffer || !op.limit) return fail = {EINVAL, "a tbf qdisc needs a device, rate, buffer and limit"}, nullptr;
+      if (!op.index || !op.rate || !op.buffer || !op.limit)
+        return fail = {EINVAL, "a tbf qdisc needs a device, rate, buffer and limit"}, nullptr;
       return buildTbf(op, fail);
     case OpKind::QdiscAddIngress:
       if (!op.index) return fail = {EINVAL, "an ingress qdisc needs a device"}, nullptr;
@@ -155,7 +156,10 @@ std::optional<Record> qdiscFromMessage(const struct nlmsghdr* hdr) {
   r.parent = tcm->tcm_parent;
   struct nlattr* tb[TCA_MAX + 1] = {};
   if (nlmsg_parse(const_cast<struct nlmsghdr*>(hdr), sizeof(struct tcmsg), tb, TCA_MAX, nullptr) < 0) return std::nullopt;
-  if (tb[TCA_KIND]) r.kind = std::string(static_cast<const char*>(nla_data(tb[TCA_KIND])), strnlen(static_cast<const char*>(nla_data(tb[TCA_KIND])), nla_len(tb[TCA_KIND])));
+  if (tb[TCA_KIND]) {
+    const char* kind = static_cast<const char*>(nla_data(tb[TCA_KIND]));
+    r.kind = std::string(kind, strnlen(kind, nla_len(tb[TCA_KIND])));
+  }
   if (r.kind == "tbf" && tb[TCA_OPTIONS]) {
     struct nlattr* opts[TCA_TBF_MAX + 1] = {};
     if (nla_parse_nested(opts, TCA_TBF_MAX, tb[TCA_OPTIONS], nullptr) == 0 && opts[TCA_TBF_PARMS] &&

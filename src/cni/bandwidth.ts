@@ -53,6 +53,11 @@ function pluginError(message: string): CniError {
   return new CniError(CNI_CODE.UNKNOWN, message);
 }
 
+/** The plugin's error for JSON it cannot decode into its config. */
+function decodeError(kind: string, into: string): CniError {
+  return pluginError(`failed to parse network configuration: json: cannot unmarshal ${kind} into ${into}`);
+}
+
 function jsonKind(v: unknown): string {
   if (Array.isArray(v)) return 'array';
   if (typeof v === 'boolean') return 'bool';
@@ -64,10 +69,8 @@ function uint64(bandwidth: Json, name: (typeof FIELDS)[number]): number {
   const v = field(bandwidth, name);
   if (v === undefined || v === null) return 0;
   const where = `Go struct field BandwidthEntry.runtimeConfig.bandwidth.${name} of type uint64`;
-  if (typeof v !== 'number') throw pluginError(`failed to parse network configuration: json: cannot unmarshal ${jsonKind(v)} into ${where}`);
-  if (!Number.isInteger(v) || v < 0 || BigInt(v) > MAX_UINT64) {
-    throw pluginError(`failed to parse network configuration: json: cannot unmarshal number ${String(v)} into ${where}`);
-  }
+  if (typeof v !== 'number') throw decodeError(jsonKind(v), where);
+  if (!Number.isInteger(v) || v < 0 || BigInt(v) > MAX_UINT64) throw decodeError(`number ${String(v)}`, where);
   return v;
 }
 
@@ -84,16 +87,13 @@ function checkRateAndBurst(rate: number, burst: number): void {
 export function parseBandwidth(runtimeConfig: unknown): Bandwidth | undefined {
   if (runtimeConfig === undefined || runtimeConfig === null) return undefined;
   if (!isJson(runtimeConfig)) {
-    throw pluginError(`failed to parse network configuration: json: cannot unmarshal ${jsonKind(runtimeConfig)} into Go struct field PluginConf.runtimeConfig`);
+    throw decodeError(jsonKind(runtimeConfig), 'Go struct field PluginConf.runtimeConfig');
   }
   const given = field(runtimeConfig, 'bandwidth');
   if (given === undefined || given === null) return undefined;
-  if (!isJson(given)) {
-    throw pluginError(
-      `failed to parse network configuration: json: cannot unmarshal ${jsonKind(given)} into Go struct field .runtimeConfig.bandwidth of type main.BandwidthEntry`,
-    );
-  }
-  const [ingressRate, ingressBurst, egressRate, egressBurst] = FIELDS.map((name) => uint64(given, name)) as [number, number, number, number];
+  if (!isJson(given)) throw decodeError(jsonKind(given), 'Go struct field .runtimeConfig.bandwidth of type main.BandwidthEntry');
+  const values = FIELDS.map((name) => uint64(given, name));
+  const [ingressRate, ingressBurst, egressRate, egressBurst] = values as [number, number, number, number];
   checkRateAndBurst(ingressRate, ingressBurst);
   checkRateAndBurst(egressRate, egressBurst);
   if (ingressRate === 0 && egressRate === 0) return undefined;

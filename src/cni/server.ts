@@ -383,7 +383,9 @@ export class CniServer {
     const id = args.containerId!;
     const ifname = args.ifname!;
     const saved = savedDelegate(loadState(conf.dataDir, id));
-    if (mayShape(conf.runtimeConfig) || mayShape(saved?.['runtimeConfig'])) await unshapePod(this.#options.host, ifbName(conf.name ?? '', id));
+    if (mayShape(conf.runtimeConfig) || mayShape(saved?.['runtimeConfig'])) {
+      await unshapePod(this.#options.host, ifbName(conf.name ?? '', id));
+    }
     if (saved === undefined) {
       removeState(conf.dataDir, id);
       return { exitCode: 0, stdout: '' };

@@ -21,7 +21,8 @@ import { iperf3 } from '../support/egress-cluster.ts';
 import { RUN_PREFIX, createNetns, needsRoot } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
-const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bandwidth`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const skip = needsRoot ||
+  (existsSync(`${DEBIAN_CNI_DIR}/bandwidth`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
 
 const SUBNET_ENV = 'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.9.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n';
 const STORE = '/var/lib/cni/networks';
@@ -162,7 +163,10 @@ async function shapingOf(node: Node, pod: Pod): Promise<unknown> {
   const qdiscs = JSON.parse(await node.ns.exec('tc', '-j', 'qdisc', 'show')) as { dev: string }[];
   const filters = JSON.parse(await node.ns.exec('tc', '-j', 'filter', 'show', 'dev', veth, 'ingress')) as unknown[];
   const link = ifb ? (await node.ns.ipJson<Record<string, unknown>[]>('-d', 'link', 'show', ifb))[0] : undefined;
-  const ifbLink = link && { mtu: link['mtu'], flags: link['flags'], txqlen: link['txqlen'], operstate: link['operstate'], kind: (link['linkinfo'] as { info_kind: string }).info_kind };
+  const ifbLink = link && {
+    mtu: link['mtu'], flags: link['flags'], txqlen: link['txqlen'], operstate: link['operstate'],
+    kind: (link['linkinfo'] as { info_kind: string }).info_kind,
+  };
   // Actions are numbered per namespace in the order they were made: their index is left out.
   let text = JSON.stringify({ qdiscs: qdiscs.filter((q) => mine.has(q.dev)), filters, ifb: ifbLink }).replace(/"index":\d+,/g, '');
   text = text.replaceAll(`"${veth}"`, '"VETH"');
@@ -187,7 +191,7 @@ const CASES: Bandwidth[] = [
   { egressRate: 123_456_789, egressBurst: 8_000 },
 ];
 
-test('server and fallback make the reference plugin\'s ifb, qdiscs and filter; each checks and deletes what the other made', { skip }, async () => {
+test("server and fallback make the reference plugin's ifb, qdiscs and filter; each checks and deletes the other's", { skip }, async () => {
   await Node.with(async (node) => {
     for (const [i, bandwidth] of CASES.entries()) {
       await node.serve();
@@ -230,8 +234,9 @@ test('bad values are refused before anything is made, with the reference plugin\
     const pod = await createNetns('pod');
     node.pods.push(pod);
     for (const [i, bandwidth] of bad.entries()) {
-      const reference = await callPlugin(`${DEBIAN_CNI_DIR}/bandwidth`, node.ns, { command: 'ADD', containerId: `bad-${i}`, ifname: 'eth0', netns: pod.path },
-        { cniVersion: '1.0.0', name: node.name, type: 'bandwidth', runtimeConfig: { bandwidth } });
+      const call = { command: 'ADD', containerId: `bad-${i}`, ifname: 'eth0', netns: pod.path };
+      const conf = { cniVersion: '1.0.0', name: node.name, type: 'bandwidth', runtimeConfig: { bandwidth } };
+      const reference = await callPlugin(`${DEBIAN_CNI_DIR}/bandwidth`, node.ns, call, conf);
       assert.equal(reference.code, 1, `the reference plugin refuses ${JSON.stringify(bandwidth)}`);
       const expected = { code: reference.json?.['code'], msg: reference.json?.['msg'] };
       for (const serving of [true, false]) {
@@ -239,14 +244,15 @@ test('bad values are refused before anything is made, with the reference plugin\
         else await node.stop();
         const reply = await node.call('ADD', `bad-${i}`, pod, node.conf(bandwidth as Bandwidth));
         assert.equal(reply.code, 1);
-        assert.deepEqual({ code: reply.json?.['code'], msg: reply.json?.['msg'] }, expected, `${serving ? 'server' : 'fallback'}: ${JSON.stringify(bandwidth)}`);
+        const got = { code: reply.json?.['code'], msg: reply.json?.['msg'] };
+        assert.deepEqual(got, expected, `${serving ? 'server' : 'fallback'}: ${JSON.stringify(bandwidth)}`);
         assert.deepEqual(await node.leftovers(), NOTHING, 'nothing made');
       }
     }
   });
 });
 
-test('the server\'s CHECK finds a removed qdisc or ifb, its DEL removes the ifb, and a failed ADD takes its ifb back', { skip }, async () => {
+test('the server\'s CHECK finds a removed qdisc or ifb, its DEL removes the ifb, a failed ADD takes its own back', { skip }, async () => {
   const bandwidth = CASES[0]!;
   await Node.with(async (node) => {
     await node.serve();
