@@ -77,8 +77,9 @@ function checkTbf(qdiscs: readonly Qdisc[], want: TbfParams): void {
 
 /**
  * CHECK: the veth's root tbf for ingress; for egress the ifb with its root tbf, and the veth's
- * ingress qdisc redirecting to it. The plugin's messages where it has them; stricter than the
- * plugin, which passes when the first qdisc it lists is not a tbf (a removed one, for instance).
+ * ingress qdisc (the redirect filter under it is not read back). The plugin's messages where it
+ * has them; stricter than the plugin, which passes when the first qdisc it lists is not a tbf
+ * (a removed one, for instance).
  */
 export async function checkShaping(host: NetlinkHandle, { bandwidth, ifb }: Shaping, veth: Link): Promise<void> {
   const tick = tickInUsec();
@@ -93,7 +94,7 @@ export async function checkShaping(host: NetlinkHandle, { bandwidth, ifb }: Shap
   }
   checkTbf(await host.qdiscList({ linkIndex: device.index }), tbfParams(bandwidth.egressRate, bandwidth.egressBurst, tick));
   if (!onVeth.some((q) => q.parent === TC_H_INGRESS && q.kind === 'ingress')) {
-    throw new CniError(CNI_CODE.UNKNOWN, `Failed to find the ingress qdisc of ${veth.name} that redirects to ${ifb}`);
+    throw new CniError(CNI_CODE.UNKNOWN, `Failed to find the ingress qdisc of ${veth.name}`);
   }
 }
 
