@@ -119,7 +119,19 @@ struct QdiscRec {
   std::optional<TbfInfo> tbf;
 };
 
-using Record = std::variant<LinkRec, AddrRec, RouteRec, NeighRec, NexthopRec, QdiscRec>;
+// A classifier (`tc filter show dev <dev> parent <parent>`): what the bandwidth CHECK needs of
+// it, the devices its mirred actions redirect to (egress redirect only).
+struct FilterRec {
+  int index = 0;
+  uint32_t handle = 0;
+  uint32_t parent = 0;
+  int priority = 0;
+  int protocol = 0;  // host order, e.g. ETH_P_ALL
+  std::string kind;
+  std::vector<int> redirects;
+};
+
+using Record = std::variant<LinkRec, AddrRec, RouteRec, NeighRec, NexthopRec, QdiscRec, FilterRec>;
 
 // Records as a dump reads them, in blocks of kBlock: a dump of 50,000 routes (~10 MB) is never
 // copied to grow (a vector's doubling held up to three times that at its last step), and its
@@ -163,8 +175,9 @@ std::optional<Record> recordFromObject(struct nl_object* obj);
 // RTM_NEWROUTE/DELROUTE (with RTA_NH_ID, which libnl 3.7 does not read) and RTM_NEWNEXTHOP/DELNEXTHOP.
 std::optional<Record> routeFromMessage(struct nlmsghdr* hdr);
 std::optional<Record> nexthopFromMessage(const struct nlmsghdr* hdr);
-// RTM_NEWQDISC (tc.cc).
+// RTM_NEWQDISC and RTM_NEWTFILTER (tc.cc).
 std::optional<Record> qdiscFromMessage(const struct nlmsghdr* hdr);
+std::optional<Record> filterFromMessage(const struct nlmsghdr* hdr);
 Napi::Value recordToJs(Napi::Env env, const Record& rec);
 Napi::Array recordsToJs(Napi::Env env, const Records& recs, size_t from = 0, size_t count = SIZE_MAX);
 Napi::Array eventsToJs(Napi::Env env, const std::vector<Event>& events);

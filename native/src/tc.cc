@@ -1,6 +1,6 @@
 // Traffic control: the requests that shape a pod's bandwidth as the reference `bandwidth` CNI
 // plugin does (an ifb device, tbf and ingress qdiscs, a u32 filter redirecting to the ifb), and
-// the qdisc messages read back for CHECK.
+// the qdisc and filter messages read back for CHECK.
 #include "common.h"
 
 #include <linux/if.h>
@@ -15,6 +15,8 @@
 #include <netlink/route/cls/u32.h>
 #include <netlink/route/qdisc.h>
 #include <netlink/route/tc.h>
+
+#include <arpa/inet.h>
 
 #include <cerrno>
 #include <cstring>
@@ -172,6 +174,41 @@ std::optional<Record> qdiscFromMessage(const struct nlmsghdr* hdr) {
       t.buffer = opt.buffer;
       r.tbf = t;
     }
+  }
+  return Record(std::move(r));
+}
+
+std::optional<Record> filterFromMessage(const struct nlmsghdr* hdr) {
+  if (hdr->nlmsg_len < NLMSG_LENGTH(sizeof(struct tcmsg))) return std::nullopt;
+  const auto* tcm = static_cast<const struct tcmsg*>(NLMSG_DATA(hdr));
+  FilterRec r;
+  r.index = tcm->tcm_ifindex;
+  r.handle = tcm->tcm_handle;
+  r.parent = tcm->tcm_parent;
+  r.priority = static_cast<int>(TC_H_MAJ(tcm->tcm_info) >> 16);
+  r.protocol = ntohs(static_cast<uint16_t>(TC_H_MIN(tcm->tcm_info)));
+  struct nlattr* tb[TCA_MAX + 1] = {};
+  if (nlmsg_parse(const_cast<struct nlmsghdr*>(hdr), sizeof(struct tcmsg), tb, TCA_MAX, nullptr) < 0) return std::nullopt;
+  if (tb[TCA_KIND]) {
+    const char* kind = static_cast<const char*>(nla_data(tb[TCA_KIND]));
+    r.kind = std::string(kind, strnlen(kind, nla_len(tb[TCA_KIND])));
+  }
+  if (r.kind != "u32" || !tb[TCA_OPTIONS]) return Record(std::move(r));
+  struct nlattr* opts[TCA_U32_MAX + 1] = {};
+  if (nla_parse_nested(opts, TCA_U32_MAX, tb[TCA_OPTIONS], nullptr) < 0 || !opts[TCA_U32_ACT]) return Record(std::move(r));
+  struct nlattr* action;
+  int rem;
+  nla_for_each_nested(action, opts[TCA_U32_ACT], rem) {
+    struct nlattr* act[TCA_ACT_MAX + 1] = {};
+    if (nla_parse_nested(act, TCA_ACT_MAX, action, nullptr) < 0 || !act[TCA_ACT_KIND] || !act[TCA_ACT_OPTIONS]) continue;
+    if (strncmp(static_cast<const char*>(nla_data(act[TCA_ACT_KIND])), "mirred", nla_len(act[TCA_ACT_KIND])) != 0) continue;
+    struct nlattr* mirred[TCA_MIRRED_MAX + 1] = {};
+    if (nla_parse_nested(mirred, TCA_MIRRED_MAX, act[TCA_ACT_OPTIONS], nullptr) < 0 || !mirred[TCA_MIRRED_PARMS] ||
+        nla_len(mirred[TCA_MIRRED_PARMS]) < static_cast<int>(sizeof(tc_mirred)))
+      continue;
+    tc_mirred parms;
+    memcpy(&parms, nla_data(mirred[TCA_MIRRED_PARMS]), sizeof parms);
+    if (parms.eaction == TCA_EGRESS_REDIR) r.redirects.push_back(static_cast<int>(parms.ifindex));
   }
   return Record(std::move(r));
 }

@@ -241,6 +241,12 @@ int Worker::onValid(struct nl_msg* msg, void* arg) {
       target->out->push_back(std::move(*rec));
       return NL_OK;
     }
+    case RTM_NEWTFILTER: {
+      std::optional<Record> rec = filterFromMessage(hdr);
+      if (!rec) return NL_SKIP;
+      target->out->push_back(std::move(*rec));
+      return NL_OK;
+    }
     case RTM_NEWNEXTHOP: {
       std::optional<Record> rec = nexthopFromMessage(hdr);
       if (!rec) return NL_SKIP;
@@ -324,9 +330,11 @@ Failure Worker::dump(int kind, const DumpFilter& filter, Records& out) {
         rc = nlmsg_append(msg, &h, sizeof h, NLMSG_ALIGNTO);
         break;
       }
-      case RTM_GETQDISC: {
+      case RTM_GETQDISC:
+      case RTM_GETTFILTER: {
         struct tcmsg h = {};
         h.tcm_ifindex = filter.index;
+        h.tcm_parent = filter.parent;
         rc = nlmsg_append(msg, &h, sizeof h, NLMSG_ALIGNTO);
         break;
       }

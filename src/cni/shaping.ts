@@ -77,9 +77,9 @@ function checkTbf(qdiscs: readonly Qdisc[], want: TbfParams): void {
 
 /**
  * CHECK: the veth's root tbf for ingress; for egress the ifb with its root tbf, and the veth's
- * ingress qdisc (the redirect filter under it is not read back). The plugin's messages where it
- * has them; stricter than the plugin, which passes when the first qdisc it lists is not a tbf
- * (a removed one, for instance).
+ * ingress qdisc with a filter redirecting to the ifb. The plugin's messages where it has them;
+ * stricter than the plugin, which passes when the first qdisc it lists is not a tbf (a removed
+ * one, for instance) and never looks at the filter.
  */
 export async function checkShaping(host: NetlinkHandle, { bandwidth, ifb }: Shaping, veth: Link): Promise<void> {
   const tick = tickInUsec();
@@ -93,8 +93,10 @@ export async function checkShaping(host: NetlinkHandle, { bandwidth, ifb }: Shap
     throw new CniError(CNI_CODE.UNKNOWN, `get ifb device: ${(e as Error).message}`);
   }
   checkTbf(await host.qdiscList({ linkIndex: device.index }), tbfParams(bandwidth.egressRate, bandwidth.egressBurst, tick));
-  if (!onVeth.some((q) => q.parent === TC_H_INGRESS && q.kind === 'ingress')) {
-    throw new CniError(CNI_CODE.UNKNOWN, `Failed to find the ingress qdisc of ${veth.name}`);
+  const ingress = onVeth.find((q) => q.parent === TC_H_INGRESS && q.kind === 'ingress');
+  if (ingress === undefined) throw new CniError(CNI_CODE.UNKNOWN, `Failed to find the ingress qdisc of ${veth.name}`);
+  if (!(await host.filterList(veth.index, ingress.handle)).some((f) => f.redirects.includes(device.index))) {
+    throw new CniError(CNI_CODE.UNKNOWN, `Failed to find the filter of ${veth.name} redirecting to ${ifb}`);
   }
 }
 

@@ -16,11 +16,12 @@ import {
   neighFromRaw,
   nexthopFromRaw,
   qdiscFromRaw,
+  tcFilterFromRaw,
   NTF_SELF,
   NUD_PERMANENT,
   routeFromRaw,
 } from './records.ts';
-import type { Addr, Family, Fdb, Link, Neigh, Nexthop, Qdisc, Route } from './records.ts';
+import type { Addr, Family, Fdb, Link, Neigh, Nexthop, Qdisc, Route, TcFilter } from './records.ts';
 
 export interface RouteSpec {
   /** CIDR text, e.g. `10.244.2.0/24`; `0.0.0.0/0` or `::/0` for a default route. */
@@ -834,6 +835,15 @@ export class NetlinkHandle {
       return (await this.#raw.dump('qdisc', { index: filter.linkIndex })).map(qdiscFromRaw);
     } catch (e) {
       throw rejected('list', 'qdiscs', e);
+    }
+  }
+
+  /** `tc filter show dev <#linkIndex> parent <parent>`. */
+  async filterList(linkIndex: number, parent: number): Promise<TcFilter[]> {
+    try {
+      return (await this.#raw.dump('filter', { index: linkIndex, parent })).map(tcFilterFromRaw);
+    } catch (e) {
+      throw rejected('list', `filters of #${linkIndex}`, e);
     }
   }
 

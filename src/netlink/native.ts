@@ -108,7 +108,18 @@ export interface RawQdisc {
   tbf?: { rate: number; limit: number; buffer: number };
 }
 
-export type RawRecord = RawLink | RawAddr | RawRoute | RawNeigh | RawNexthop | RawQdisc;
+export interface RawFilter {
+  type: 'filter';
+  index: number;
+  handle: number;
+  parent: number;
+  priority: number;
+  protocol: number;
+  kind: string;
+  redirects: number[];
+}
+
+export type RawRecord = RawLink | RawAddr | RawRoute | RawNeigh | RawNexthop | RawQdisc | RawFilter;
 
 export interface RawEvent {
   action: 'new' | 'del' | 'get' | 'overrun';
@@ -120,6 +131,8 @@ export interface RawDumpFilter {
   index?: number;
   table?: number;
   protocol?: number;
+  /** Filters: the qdisc (handle) they hang under. */
+  parent?: number;
 }
 
 /**
@@ -140,6 +153,7 @@ export interface RawHandle {
   dump(kind: 'neigh', filter?: RawDumpFilter): Promise<RawNeigh[]>;
   dump(kind: 'nexthop', filter?: RawDumpFilter): Promise<RawNexthop[]>;
   dump(kind: 'qdisc', filter?: RawDumpFilter): Promise<RawQdisc[]>;
+  dump(kind: 'filter', filter: RawDumpFilter & { index: number }): Promise<RawFilter[]>;
   linkGet(nameOrIndex: string | number): Promise<RawLink>;
   routeGet(dst: string, oif?: number): Promise<RawRoute>;
   announce(ifindex: number, address: string): Promise<void>;

@@ -3,7 +3,7 @@
  * are text in canonical form (inet_ntop), MACs lower-case `aa:bb:cc:dd:ee:ff`, route
  * destinations CIDR text (`10.244.2.0/24`, `0.0.0.0/0` for a default route).
  */
-import type { RawAddr, RawLink, RawNeigh, RawNexthop, RawQdisc, RawRoute } from './native.ts';
+import type { RawAddr, RawFilter, RawLink, RawNeigh, RawNexthop, RawQdisc, RawRoute } from './native.ts';
 
 export const AF_INET = 2;
 export const AF_INET6 = 10;
@@ -235,6 +235,22 @@ export function qdiscFromRaw(r: RawQdisc): Qdisc {
   const q: Qdisc = { linkIndex: r.index, handle: r.handle, parent: r.parent, kind: r.kind };
   if (r.tbf) q.tbf = { rate: r.tbf.rate, limit: r.tbf.limit, buffer: r.tbf.buffer };
   return q;
+}
+
+/** A classifier (`tc filter show`), with the devices its mirred actions redirect egress to. */
+export interface TcFilter {
+  linkIndex: number;
+  handle: number;
+  parent: number;
+  priority: number;
+  protocol: number;
+  kind: string;
+  redirects: number[];
+}
+
+export function tcFilterFromRaw(r: RawFilter): TcFilter {
+  const { index, handle, parent, priority, protocol, kind, redirects } = r;
+  return { linkIndex: index, handle, parent, priority, protocol, kind, redirects };
 }
 
 export function neighFromRaw(r: RawNeigh): Neigh {

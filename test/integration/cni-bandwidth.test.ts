@@ -264,7 +264,7 @@ test('the server\'s CHECK finds a removed qdisc or ifb, its DEL removes the ifb,
       assert.equal(reply.code, 1, `CHECK fails: ${reply.stdout}`);
       assert.match(String(reply.json?.['msg']), msg);
     };
-    for (const [i, damage] of ['egress tbf', 'ingress tbf', 'ingress qdisc', 'ifb'].entries()) {
+    for (const [i, damage] of ['egress tbf', 'ingress tbf', 'ingress qdisc', 'redirect filter', 'ifb'].entries()) {
       const pod = await node.add(`check-${i}`, bandwidth);
       const { veth, ifb } = devices(pod);
       assert.equal((await node.check(pod, bandwidth)).code, 0, 'CHECK passes as made');
@@ -280,6 +280,10 @@ test('the server\'s CHECK finds a removed qdisc or ifb, its DEL removes the ifb,
         case 'ingress qdisc':
           await node.ns.exec('tc', 'qdisc', 'del', 'dev', veth, 'ingress');
           await broken(pod, /ingress qdisc/);
+          break;
+        case 'redirect filter':
+          await node.ns.exec('tc', 'filter', 'del', 'dev', veth, 'ingress');
+          await broken(pod, new RegExp(`filter of ${veth} redirecting to ${ifb}`));
           break;
         case 'ifb':
           await node.ns.ip('link', 'del', ifb!);
