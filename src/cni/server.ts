@@ -33,7 +33,7 @@ import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/index.ts';
 import { podOfArgs } from './args.ts';
 import type { CniArgs } from './args.ts';
-import { BANDWIDTH_SINCE, mayShape, ifbName, shapingOf } from './bandwidth.ts';
+import { BANDWIDTH_SINCE, ifbName, mayShape, shapingOf } from './bandwidth.ts';
 import { bridgeResult, planBridge } from './bridge.ts';
 import type { Allocation, BridgePlan, Wired } from './bridge.ts';
 import type { PluginConf } from './config.ts';
