@@ -6,26 +6,18 @@
  * errors, and remove and check what the other made.
  */
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync } from 'node:fs';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { after, before, test } from 'node:test';
-import { startCniServer } from '../../src/cni/server.ts';
-import type { CniSocket } from '../../src/cni/server.ts';
-import { silentLogger } from '../../src/log.ts';
-import { NetlinkHandle } from '../../src/netlink/index.ts';
-import { DEBIAN_CNI_DIR, PLUGIN_BIN, callPlugin } from '../support/cni.ts';
-import type { CniCall, CniReply } from '../support/cni.ts';
+import { existsSync } from 'node:fs';
+import { test } from 'node:test';
+import { DEBIAN_CNI_DIR, callPlugin } from '../support/cni.ts';
+import type { CniReply } from '../support/cni.ts';
+import { NOTHING, leftovers, withNode } from '../support/cni-node.ts';
+import type { CniNode } from '../support/cni-node.ts';
 import { iperf3 } from '../support/egress-cluster.ts';
-import { RUN_PREFIX, createNetns, needsRoot } from '../support/netns.ts';
+import { createNetns, needsRoot } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
 const skip = needsRoot ||
   (existsSync(`${DEBIAN_CNI_DIR}/bandwidth`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
-
-const SUBNET_ENV = 'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.9.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n';
-const STORE = '/var/lib/cni/networks';
 
 interface Bandwidth {
   ingressRate?: number;
@@ -40,79 +32,59 @@ interface Pod {
   result: Record<string, unknown>;
 }
 
-let dir: string;
-let networks = 0;
-
-before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'weft-cni-bandwidth-'));
-});
-
-after(async () => {
-  await rm(dir, { recursive: true, force: true });
-});
-
-/** A node namespace with its subnet.env, data directory and host-local network; weftd's server on demand. */
+/** A CNI node (test/support/cni-node.ts) with pod calls that carry runtimeConfig.bandwidth. */
 class Node {
-  server: CniSocket | undefined;
+  readonly cni: CniNode;
   readonly pods: Netns[] = [];
-  readonly ns: Netns;
-  readonly name: string;
-  readonly subnetFile: string;
-  readonly dataDir: string;
-  readonly host: NetlinkHandle;
 
-  private constructor(ns: Netns, name: string, subnetFile: string, dataDir: string, host: NetlinkHandle) {
-    this.ns = ns;
-    this.name = name;
-    this.subnetFile = subnetFile;
-    this.dataDir = dataDir;
-    this.host = host;
+  private constructor(cni: CniNode) {
+    this.cni = cni;
   }
 
   static async with(body: (node: Node) => Promise<void>): Promise<void> {
-    const ns = await createNetns('node');
-    const name = `${RUN_PREFIX}-bw${++networks}`;
-    const nodeDir = join(dir, name);
-    await mkdir(nodeDir, { recursive: true });
-    await writeFile(join(nodeDir, 'subnet.env'), SUBNET_ENV);
-    const node = new Node(ns, name, join(nodeDir, 'subnet.env'), join(nodeDir, 'cni'), NetlinkHandle.open(ns.path));
-    try {
-      await body(node);
-    } finally {
-      await node.stop();
-      node.host.close();
-      for (const pod of node.pods) await pod.remove();
-      await ns.remove();
-      await rm(join(STORE, name), { recursive: true, force: true });
-    }
+    await withNode(async (cni) => {
+      const node = new Node(cni);
+      try {
+        await body(node);
+      } finally {
+        await cni.stop();
+        for (const pod of node.pods) await pod.remove();
+      }
+    });
   }
 
-  async serve(): Promise<void> {
-    this.server ??= await startCniServer({ subnetFile: this.subnetFile, host: this.host, log: silentLogger });
+  get ns(): Netns {
+    return this.cni.ns;
   }
 
-  async stop(): Promise<void> {
-    await this.server?.close();
-    this.server = undefined;
+  get name(): string {
+    return this.cni.name;
+  }
+
+  serve(): Promise<void> {
+    return this.cni.server ? Promise.resolve() : this.cni.serve();
+  }
+
+  stop(): Promise<void> {
+    return this.cni.stop();
+  }
+
+  async pod(): Promise<Netns> {
+    const ns = await createNetns('pod');
+    this.pods.push(ns);
+    return ns;
   }
 
   conf(bandwidth: Bandwidth | undefined, extra: object = {}): object {
-    return {
-      cniVersion: '1.0.0', name: this.name, type: 'flannel', subnetFile: this.subnetFile, dataDir: this.dataDir,
-      delegate: { hairpinMode: true, isDefaultGateway: true },
-      ...(bandwidth ? { runtimeConfig: { bandwidth } } : {}),
-      ...extra,
-    };
+    return this.cni.conf('1.0.0', { ...(bandwidth ? { runtimeConfig: { bandwidth } } : {}), ...extra });
   }
 
   call(command: string, id: string, pod: Netns, conf: object): Promise<CniReply> {
-    const call: CniCall = { command, containerId: id, ifname: 'eth0', netns: pod.path };
-    return callPlugin(PLUGIN_BIN, this.ns, call, conf);
+    return this.cni.plugin({ command, containerId: id, ifname: 'eth0', netns: pod.path }, conf);
   }
 
   async add(id: string, bandwidth: Bandwidth | undefined): Promise<Pod> {
-    const ns = await createNetns('pod');
-    this.pods.push(ns);
+    const ns = await this.pod();
     const reply = await this.call('ADD', id, ns, this.conf(bandwidth));
     assert.equal(reply.code, 0, `ADD ${id}: ${reply.stdout}${reply.stderr}`);
     return { id, ns, result: reply.json! };
@@ -127,21 +99,14 @@ class Node {
     return this.call('CHECK', pod.id, pod.ns, this.conf(bandwidth, { prevResult: pod.result }));
   }
 
-  /** The node's ifb devices and veths, the allocated addresses and the state files. */
-  async leftovers(): Promise<{ ifbs: string[]; veths: string[]; ips: string[]; states: string[] }> {
-    await this.server?.settled();
-    const names = async (type: string) => (await this.ns.ipJson<{ ifname: string }[]>('link', 'show', 'type', type)).map((l) => l.ifname);
-    const store = join(STORE, this.name);
-    return {
-      ifbs: await names('ifb'),
-      veths: await names('veth'),
-      ips: existsSync(store) ? readdirSync(store).filter((f) => /^[0-9.]+$/.test(f)) : [],
-      states: existsSync(this.dataDir) ? readdirSync(this.dataDir).filter((f) => !f.startsWith('.')) : [],
-    };
+  /** What pods leave behind (cni-node.ts's leftovers), and the node's ifb devices. */
+  async leftovers(): Promise<{ ifbs: string[]; ips: string[]; veths: string[]; states: string[] }> {
+    const rest = await leftovers(this.cni);
+    return { ...rest, ifbs: (await this.ns.ipJson<{ ifname: string }[]>('link', 'show', 'type', 'ifb')).map((l) => l.ifname) };
   }
 }
 
-const NOTHING = { ifbs: [], veths: [], ips: [], states: [] };
+const NO_IFB = { ...NOTHING, ifbs: [] };
 
 function interfaces(pod: Pod): { name: string; mac?: string; sandbox?: string }[] {
   return pod.result['interfaces'] as { name: string; mac?: string; sandbox?: string }[];
@@ -181,7 +146,7 @@ function resultShape(pod: Pod): unknown {
     .replace(/"veth[0-9a-f]{8}"/g, '"VETH"')
     .replace(/"bwp[0-9a-f]{12}"/g, '"IFB"')
     .replace(/"sandbox":"[^"]*"/g, '"sandbox":"S"')
-    .replace(/10\.244\.9\.\d+\/24/g, 'A'));
+    .replace(/10\.244\.7\.\d+\/24/g, 'A'));
 }
 
 const CASES: Bandwidth[] = [
@@ -216,7 +181,7 @@ test("server and fallback make the reference plugin's ifb, qdiscs and filter; ea
       const again = await node.check(fallback, bandwidth);
       assert.equal(again.code, 0, `server CHECK of the fallback's pod: ${again.stdout}`);
       await node.del(fallback, delWith);
-      assert.deepEqual(await node.leftovers(), NOTHING, `case ${i}: both DELs leave nothing`);
+      assert.deepEqual(await node.leftovers(), NO_IFB, `case ${i}: both DELs leave nothing`);
     }
   });
 });
@@ -234,8 +199,7 @@ test('bad values are refused before anything is made, with the reference plugin\
     'fast',
   ];
   await Node.with(async (node) => {
-    const pod = await createNetns('pod');
-    node.pods.push(pod);
+    const pod = await node.pod();
     for (const [i, bandwidth] of bad.entries()) {
       const call = { command: 'ADD', containerId: `bad-${i}`, ifname: 'eth0', netns: pod.path };
       const conf = { cniVersion: '1.0.0', name: node.name, type: 'bandwidth', runtimeConfig: { bandwidth } };
@@ -249,7 +213,7 @@ test('bad values are refused before anything is made, with the reference plugin\
         assert.equal(reply.code, 1);
         const got = { code: reply.json?.['code'], msg: reply.json?.['msg'] };
         assert.deepEqual(got, expected, `${serving ? 'server' : 'fallback'}: ${JSON.stringify(bandwidth)}`);
-        assert.deepEqual(await node.leftovers(), NOTHING, 'nothing made');
+        assert.deepEqual(await node.leftovers(), NO_IFB, 'nothing made');
       }
     }
   });
@@ -291,13 +255,12 @@ test('the server\'s CHECK finds a removed qdisc or ifb, its DEL removes the ifb,
           break;
       }
       await node.del(pod, bandwidth);
-      assert.deepEqual(await node.leftovers(), NOTHING, `DEL after a broken ${damage} leaves nothing`);
+      assert.deepEqual(await node.leftovers(), NO_IFB, `DEL after a broken ${damage} leaves nothing`);
     }
 
     // An ADD whose ifb cannot be made (its name taken) is rolled back whole; the device that
     // holds the name is not the ADD's and stays.
-    const pod = await createNetns('pod');
-    node.pods.push(pod);
+    const pod = await node.pod();
     const probe = await node.add('taken', bandwidth);
     const ifb = devices(probe).ifb!;
     await node.del(probe, bandwidth);
@@ -308,7 +271,7 @@ test('the server\'s CHECK finds a removed qdisc or ifb, its DEL removes the ifb,
     assert.match(String(failed.json?.['msg']), new RegExp(`${ifb}.*EEXIST`));
     assert.equal((await node.ns.ipJson<{ ifname: string }[]>('link', 'show', 'type', 'bridge')).filter((l) => l.ifname === ifb).length, 1);
     await node.ns.ip('link', 'del', ifb);
-    assert.deepEqual(await node.leftovers(), NOTHING, 'the failed ADD left nothing');
+    assert.deepEqual(await node.leftovers(), NO_IFB, 'the failed ADD left nothing');
   });
 });
 
