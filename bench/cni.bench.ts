@@ -175,7 +175,11 @@ try {
   console.log(`served over ${CYCLES} cycles: ADD p50 ${p(served.add, 50)} ms p90 ${p(served.add, 90)} ms p99 ${p(served.add, 99)} ms, DEL p50 ${p(served.del, 50)} ms p99 ${p(served.del, 99)} ms`);
   console.log(`fallback: ADD p50 ${p(fallback.add, 50)} ms p99 ${p(fallback.add, 99)} ms, DEL p50 ${p(fallback.del, 50)} ms; bridge directly: ADD p50 ${p(direct.add, 50)} ms, DEL p50 ${p(direct.del, 50)} ms`);
   console.log(`burst of 100 ADDs, 20 at a time, served: ${burst.toFixed(2)} s; 220 at once: ${burst220.toFixed(2)} s, ${refused} not wired by weftd`);
-  console.log(`cni_add_p50_ms=${p(served.add, 50)} cni_add_p99_ms=${p(served.add, 99)} cni_del_p50_ms=${p(served.del, 50)} fallback_add_p50_ms=${p(fallback.add, 50)} delegate_add_p50_ms=${p(direct.add, 50)} burst100_s=${burst.toFixed(2)} burst220_s=${burst220.toFixed(2)} burst220_refused=${refused} bandwidth_accuracy=${accuracy.toFixed(3)}`);
+  console.log(
+    `cni_add_p50_ms=${p(served.add, 50)} cni_add_p99_ms=${p(served.add, 99)} cni_del_p50_ms=${p(served.del, 50)} ` +
+      `fallback_add_p50_ms=${p(fallback.add, 50)} delegate_add_p50_ms=${p(direct.add, 50)} burst100_s=${burst.toFixed(2)} ` +
+      `burst220_s=${burst220.toFixed(2)} burst220_refused=${refused} bandwidth_accuracy=${accuracy.toFixed(3)}`,
+  );
 } finally {
   await server.close();
   for (const lane of lanes) lane.stop();
