@@ -14,10 +14,16 @@
  *   4. a burst of 100 ADDs, 20 at a time, through the server (then their DELs, untimed);
  *   5. a node's full burst: 220 ADDs at once (twice kubelet's 110 pods per node), each from a
  *      runtime process of its own: the time until the last answer, and how many weftd did not
- *      wire itself (refused, failed or left to the fallback).
+ *      wire itself (refused, failed or left to the fallback);
+ *   6. bandwidth: a pod limited to 10, 25 and 50 Mbit/s both ways (bursts of 50 ms), iperf3 TCP
+ *      (3 s) from and to a plain pod on the same bridge; bandwidth_accuracy is the ratio of
+ *      measured to asked rate furthest from 1 of the six.
+ *
+ * The config declares the bandwidth capability as the installed conflist does; the timed pods ask
+ * for no limits (kubelet passes runtimeConfig.bandwidth only for pods with the annotations).
  *
  * Last line: cni_add_p50_ms=<> cni_add_p99_ms=<> cni_del_p50_ms=<> fallback_add_p50_ms=<>
- * delegate_add_p50_ms=<> burst100_s=<> burst220_s=<> burst220_refused=<>
+ * delegate_add_p50_ms=<> burst100_s=<> burst220_s=<> burst220_refused=<> bandwidth_accuracy=<>
  *
  * Percentiles as bench/support/stats.ts defines them: the nearest rank.
  */
@@ -31,6 +37,7 @@ import { silentLogger } from '../src/log.ts';
 import type { Logger } from '../src/log.ts';
 import { NetlinkHandle } from '../src/netlink/index.ts';
 import { DEBIAN_CNI_DIR, PLUGIN_BIN } from '../test/support/cni.ts';
+import { iperf3 } from '../test/support/egress-cluster.ts';
 import { RUN_PREFIX, createNetns } from '../test/support/netns.ts';
 import type { Netns } from '../test/support/netns.ts';
 import { percentile } from './support/stats.ts';
@@ -70,7 +77,38 @@ const host = NetlinkHandle.open(node.path);
 const lanes = Array.from({ length: 20 }, (_, i) => runner(node, timer, dir, i));
 const r = lanes[0]!;
 const conf = join(dir, 'conf.json');
-writeFileSync(conf, JSON.stringify({ cniVersion: '1.0.0', name, type: 'flannel', subnetFile, dataDir, delegate: { hairpinMode: true, isDefaultGateway: true } }));
+const flannel = {
+  cniVersion: '1.0.0', name, type: 'flannel', subnetFile, dataDir,
+  delegate: { hairpinMode: true, isDefaultGateway: true }, capabilities: { bandwidth: true },
+};
+writeFileSync(conf, JSON.stringify(flannel));
+
+/** The pod's address on eth0. */
+async function podIp(pod: Netns): Promise<string> {
+  const [eth0] = await pod.ipJson<{ addr_info: { local: string; family: string }[] }[]>('addr', 'show', 'eth0');
+  return eth0!.addr_info.find((a) => a.family === 'inet')!.local;
+}
+
+/** Of 3 rates, both ways, the measured / asked ratio furthest from 1 (pods[0] shaped, pods[1] its plain peer). */
+async function bandwidthAccuracy(): Promise<number> {
+  const [shaped, peer] = [pods[0]!, pods[1]!];
+  await r.run(PLUGIN_BIN, 'ADD', 'peer', peer, conf);
+  const ratios: number[] = [];
+  for (const mbit of [10, 25, 50]) {
+    const rate = mbit * 1_000_000;
+    const limited = join(dir, `bandwidth-${mbit}.json`);
+    const bandwidth = { ingressRate: rate, ingressBurst: rate / 20, egressRate: rate, egressBurst: rate / 20 };
+    writeFileSync(limited, JSON.stringify({ ...flannel, runtimeConfig: { bandwidth } }));
+    await r.run(PLUGIN_BIN, 'ADD', `shaped-${mbit}`, shaped, limited);
+    const ingress = (await iperf3(shaped, peer, await podIp(shaped))) / rate;
+    const egress = (await iperf3(peer, shaped, await podIp(peer))) / rate;
+    console.log(`bandwidth ${mbit} Mbit/s: ingress ${(ingress * mbit).toFixed(2)} Mbit/s, egress ${(egress * mbit).toFixed(2)} Mbit/s`);
+    ratios.push(ingress, egress);
+    await r.run(PLUGIN_BIN, 'DEL', `shaped-${mbit}`, shaped, limited);
+  }
+  await r.run(PLUGIN_BIN, 'DEL', 'peer', peer, conf);
+  return ratios.reduce((worst, x) => (Math.abs(x - 1) > Math.abs(worst - 1) ? x : worst));
+}
 
 /** ADD+DEL cycles; returns the sorted ADD and DEL times after the warm-up. */
 async function cycles(plugin: string, config: string, tag: string): Promise<{ add: number[]; del: number[] }> {
@@ -126,6 +164,7 @@ try {
   const burst220 = (performance.now() - t1) / 1000;
   const refused = answers.length - Math.min(wiredByWeftd, answers.filter((a) => a.status === 'fulfilled').length);
   for (let i = 0; i < 220; i++) await r.run(PLUGIN_BIN, 'DEL', `full-${i}`, pods[i]!, conf).catch(() => undefined);
+  const accuracy = await bandwidthAccuracy();
 
   await server.close();
   const fallback = await cycles(PLUGIN_BIN, conf, 'fallback');
@@ -136,7 +175,11 @@ try {
   console.log(`served over ${CYCLES} cycles: ADD p50 ${p(served.add, 50)} ms p90 ${p(served.add, 90)} ms p99 ${p(served.add, 99)} ms, DEL p50 ${p(served.del, 50)} ms p99 ${p(served.del, 99)} ms`);
   console.log(`fallback: ADD p50 ${p(fallback.add, 50)} ms p99 ${p(fallback.add, 99)} ms, DEL p50 ${p(fallback.del, 50)} ms; bridge directly: ADD p50 ${p(direct.add, 50)} ms, DEL p50 ${p(direct.del, 50)} ms`);
   console.log(`burst of 100 ADDs, 20 at a time, served: ${burst.toFixed(2)} s; 220 at once: ${burst220.toFixed(2)} s, ${refused} not wired by weftd`);
-  console.log(`cni_add_p50_ms=${p(served.add, 50)} cni_add_p99_ms=${p(served.add, 99)} cni_del_p50_ms=${p(served.del, 50)} fallback_add_p50_ms=${p(fallback.add, 50)} delegate_add_p50_ms=${p(direct.add, 50)} burst100_s=${burst.toFixed(2)} burst220_s=${burst220.toFixed(2)} burst220_refused=${refused}`);
+  console.log(
+    `cni_add_p50_ms=${p(served.add, 50)} cni_add_p99_ms=${p(served.add, 99)} cni_del_p50_ms=${p(served.del, 50)} ` +
+      `fallback_add_p50_ms=${p(fallback.add, 50)} delegate_add_p50_ms=${p(direct.add, 50)} burst100_s=${burst.toFixed(2)} ` +
+      `burst220_s=${burst220.toFixed(2)} burst220_refused=${refused} bandwidth_accuracy=${accuracy.toFixed(3)}`,
+  );
 } finally {
   await server.close();
   for (const lane of lanes) lane.stop();

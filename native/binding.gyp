@@ -2,7 +2,9 @@
   "targets": [
     {
       "target_name": "weft_netlink",
-      "sources": ["src/addon.cc", "src/worker.cc", "src/records.cc", "src/requests.cc", "src/monitor.cc", "src/announce.cc"],
+      "sources": [
+        "src/addon.cc", "src/worker.cc", "src/records.cc", "src/requests.cc", "src/monitor.cc", "src/announce.cc", "src/tc.cc"
+      ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",
         "<!@(pkg-config --cflags-only-I libnl-route-3.0 | sed 's/-I//g')"

@@ -2,7 +2,7 @@
 //
 //   new Handle(netnsPath?)                 netnsPath "" or absent: the process's namespace
 //   handle.apply(ops)        -> Promise<(null | {errno, message})[]>, one result per op, in order
-//   handle.dump(kind, filter) -> Promise<record[]>   kind: "link" | "addr" | "route" | "neigh" | "nexthop"
+//   handle.dump(kind, filter) -> Promise<record[]>   kind: "link" | "addr" | "route" | "neigh" | "nexthop" | "qdisc" | "filter"
 //   handle.linkGet(nameOrIndex) -> Promise<record>
 //   handle.routeGet(dst, oif?) -> Promise<record>
 //   handle.genl(request)     -> Promise<Buffer[]>: one generic netlink request (bytes, header
@@ -320,9 +320,11 @@ class Handle : public Napi::ObjectWrap<Handle> {
     else if (kind == "route") job->kind = RTM_GETROUTE;
     else if (kind == "neigh") job->kind = RTM_GETNEIGH;
     else if (kind == "nexthop") job->kind = RTM_GETNEXTHOP;
+    else if (kind == "qdisc") job->kind = RTM_GETQDISC;
+    else if (kind == "filter") job->kind = RTM_GETTFILTER;
     else {
       delete job;
-      Napi::TypeError::New(env, "dump(kind): kind must be link, addr, route, neigh or nexthop").ThrowAsJavaScriptException();
+      Napi::TypeError::New(env, "dump(kind): kind must be link, addr, route, neigh, nexthop, qdisc or filter").ThrowAsJavaScriptException();
       return env.Undefined();
     }
     if (info.Length() > 1 && info[1].IsObject()) {
@@ -335,6 +337,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
       num("index", job->filter.index);
       num("table", job->filter.table);
       num("protocol", job->filter.protocol);
+      num("parent", job->filter.parent);
       num("chunk", job->chunk);
     }
     return submit(env, job);

@@ -103,7 +103,35 @@ struct NeighRec {
   int master = 0;
 };
 
-using Record = std::variant<LinkRec, AddrRec, RouteRec, NeighRec, NexthopRec>;
+// A queueing discipline (`tc qdisc show`); libnl's tbf object recomputes the buffer from its
+// own rounding, so the message is read by hand (qdiscFromMessage) and the kernel's values kept.
+struct TbfInfo {
+  uint64_t rate = 0;    // bytes per second (TCA_TBF_RATE64 when the kernel sends it)
+  uint32_t limit = 0;   // bytes
+  uint32_t buffer = 0;  // ticks
+};
+
+struct QdiscRec {
+  int index = 0;
+  uint32_t handle = 0;
+  uint32_t parent = 0;
+  std::string kind;
+  std::optional<TbfInfo> tbf;
+};
+
+// A classifier (`tc filter show dev <dev> parent <parent>`): what the bandwidth CHECK needs of
+// it, the devices its mirred actions redirect to (egress redirect only).
+struct FilterRec {
+  int index = 0;
+  uint32_t handle = 0;
+  uint32_t parent = 0;
+  int priority = 0;
+  int protocol = 0;  // host order, e.g. ETH_P_ALL
+  std::string kind;
+  std::vector<int> redirects;
+};
+
+using Record = std::variant<LinkRec, AddrRec, RouteRec, NeighRec, NexthopRec, QdiscRec, FilterRec>;
 
 // Records as a dump reads them, in blocks of kBlock: a dump of 50,000 routes (~10 MB) is never
 // copied to grow (a vector's doubling held up to three times that at its last step), and its
@@ -147,6 +175,9 @@ std::optional<Record> recordFromObject(struct nl_object* obj);
 // RTM_NEWROUTE/DELROUTE (with RTA_NH_ID, which libnl 3.7 does not read) and RTM_NEWNEXTHOP/DELNEXTHOP.
 std::optional<Record> routeFromMessage(struct nlmsghdr* hdr);
 std::optional<Record> nexthopFromMessage(const struct nlmsghdr* hdr);
+// RTM_NEWQDISC and RTM_NEWTFILTER (tc.cc).
+std::optional<Record> qdiscFromMessage(const struct nlmsghdr* hdr);
+std::optional<Record> filterFromMessage(const struct nlmsghdr* hdr);
 Napi::Value recordToJs(Napi::Env env, const Record& rec);
 Napi::Array recordsToJs(Napi::Env env, const Records& recs, size_t from = 0, size_t count = SIZE_MAX);
 Napi::Array eventsToJs(Napi::Env env, const std::vector<Event>& events);
@@ -171,6 +202,7 @@ enum class OpKind {
   RouteAdd, RouteReplace, RouteDel,
   NeighAdd, NeighReplace, NeighAppend, NeighDel,
   NexthopAdd, NexthopReplace, NexthopDel,
+  LinkAddIfb, QdiscAddTbf, QdiscAddIngress, FilterAddRedirect,
 };
 
 // One request, read from a JS object on the main thread and built into a message on the worker.
@@ -227,10 +259,19 @@ struct Op {
   int state = -1;
   int flags = 0;
   int vlan = 0;
+
+  // traffic control: `index` is the device; tbf's rate (bytes/s), limit (bytes) and buffer
+  // (ticks); a redirect's target device
+  uint64_t rate = 0;
+  uint32_t limit = 0;
+  uint32_t buffer = 0;
+  int target = 0;
 };
 
 Op opFromJs(const Napi::Value& v);
 // Builds the netlink message for `op`; on failure returns nullptr and fills `fail`.
 struct nl_msg* buildRequest(const Op& op, Failure& fail);
+// The traffic-control requests (tc.cc): an ifb link, tbf and ingress qdiscs, a redirect filter.
+struct nl_msg* buildTc(const Op& op, Failure& fail);
 
 }  // namespace weft

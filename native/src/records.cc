@@ -170,13 +170,13 @@ std::optional<Record> nexthopFromMessage(const struct nlmsghdr* hdr) {
   X(local) X(link) X(port) X(learning) X(gbp) X(l2miss) X(l3miss) X(proxy) X(family) X(prefixLen)  \
   X(scope) X(label) X(validLft) X(preferredLft) X(dst) X(dstLen) X(table) X(protocol) X(routeType) \
   X(priority) X(oif) X(gateway) X(prefsrc) X(nhFlags) X(nexthops) X(ip) X(state) X(vlan) X(action) \
-  X(record) X(ifLink) X(nhid) X(id) X(blackhole) X(group)
+  X(record) X(ifLink) X(nhid) X(id) X(blackhole) X(group) X(handle) X(parent) X(tbf) X(rate) X(limit) X(buffer) X(redirects)
 
 struct JsKeys {
 #define WEFT_DECLARE(k) napi_value k;
   WEFT_KEYS(WEFT_DECLARE)
 #undef WEFT_DECLARE
-  napi_value tLink, tAddr, tRoute, tNeigh, tNexthop;
+  napi_value tLink, tAddr, tRoute, tNeigh, tNexthop, tQdisc, tFilter;
   explicit JsKeys(napi_env env) {
 #define WEFT_CREATE(k) napi_create_string_utf8(env, #k, NAPI_AUTO_LENGTH, &k);
     WEFT_KEYS(WEFT_CREATE)
@@ -186,6 +186,8 @@ struct JsKeys {
     napi_create_string_utf8(env, "route", NAPI_AUTO_LENGTH, &tRoute);
     napi_create_string_utf8(env, "neigh", NAPI_AUTO_LENGTH, &tNeigh);
     napi_create_string_utf8(env, "nexthop", NAPI_AUTO_LENGTH, &tNexthop);
+    napi_create_string_utf8(env, "qdisc", NAPI_AUTO_LENGTH, &tQdisc);
+    napi_create_string_utf8(env, "filter", NAPI_AUTO_LENGTH, &tFilter);
   }
 };
 
@@ -277,6 +279,32 @@ napi_value nexthopToJs(napi_env env, const JsKeys& k, const NexthopRec& r) {
   return o.build();
 }
 
+napi_value qdiscToJs(napi_env env, const JsKeys& k, const QdiscRec& r) {
+  ObjBuilder o(env);
+  o.val(k.type, k.tQdisc).num(k.index, r.index).num(k.handle, r.handle).num(k.parent, r.parent).str(k.kind, r.kind);
+  if (r.tbf) {
+    ObjBuilder t(env);
+    t.num(k.rate, static_cast<double>(r.tbf->rate)).num(k.limit, r.tbf->limit).num(k.buffer, r.tbf->buffer);
+    o.val(k.tbf, t.build());
+  }
+  return o.build();
+}
+
+napi_value filterToJs(napi_env env, const JsKeys& k, const FilterRec& r) {
+  ObjBuilder o(env);
+  o.val(k.type, k.tFilter).num(k.index, r.index).num(k.handle, r.handle).num(k.parent, r.parent);
+  o.num(k.priority, r.priority).num(k.protocol, r.protocol).str(k.kind, r.kind);
+  napi_value redirects;
+  napi_create_array_with_length(env, r.redirects.size(), &redirects);
+  for (size_t i = 0; i < r.redirects.size(); i++) {
+    napi_value x;
+    napi_create_int32(env, r.redirects[i], &x);
+    napi_set_element(env, redirects, static_cast<uint32_t>(i), x);
+  }
+  o.val(k.redirects, redirects);
+  return o.build();
+}
+
 napi_value toJs(napi_env env, const JsKeys& k, const Record& rec) {
   struct Visitor {
     napi_env env;
@@ -286,6 +314,8 @@ napi_value toJs(napi_env env, const JsKeys& k, const Record& rec) {
     napi_value operator()(const RouteRec& r) const { return routeToJs(env, k, r); }
     napi_value operator()(const NeighRec& r) const { return neighToJs(env, k, r); }
     napi_value operator()(const NexthopRec& r) const { return nexthopToJs(env, k, r); }
+    napi_value operator()(const QdiscRec& r) const { return qdiscToJs(env, k, r); }
+    napi_value operator()(const FilterRec& r) const { return filterToJs(env, k, r); }
   };
   return std::visit(Visitor{env, k}, rec);
 }

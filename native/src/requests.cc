@@ -36,6 +36,8 @@ const OpName kOpNames[] = {
     {"neighReplace", OpKind::NeighReplace}, {"neighAppend", OpKind::NeighAppend},
     {"neighDel", OpKind::NeighDel},         {"nexthopAdd", OpKind::NexthopAdd},
     {"nexthopReplace", OpKind::NexthopReplace}, {"nexthopDel", OpKind::NexthopDel},
+    {"linkAddIfb", OpKind::LinkAddIfb},     {"qdiscAddTbf", OpKind::QdiscAddTbf},
+    {"qdiscAddIngress", OpKind::QdiscAddIngress}, {"filterAddRedirect", OpKind::FilterAddRedirect},
 };
 
 // Typed field readers: a present field of the wrong type marks the op invalid, naming the field.
@@ -452,6 +454,10 @@ Op opFromJs(const Napi::Value& v) {
   r.num("state", op.state, 0, 0xffff);
   r.num("flags", op.flags, 0, 255);
   r.num("vlan", op.vlan, 0, 4095);
+  r.num("rate", op.rate, 0, 9007199254740991.0);
+  r.num("limit", op.limit, 0, UINT32_MAX);
+  r.num("buffer", op.buffer, 0, UINT32_MAX);
+  r.num("target", op.target, 0, INT32_MAX);
   return op;
 }
 
@@ -478,6 +484,10 @@ nl_msg* buildRequest(const Op& op, Failure& fail) {
     case OpKind::NexthopAdd:
     case OpKind::NexthopReplace:
     case OpKind::NexthopDel: return buildNexthop(op, fail);
+    case OpKind::LinkAddIfb:
+    case OpKind::QdiscAddTbf:
+    case OpKind::QdiscAddIngress:
+    case OpKind::FilterAddRedirect: return buildTc(op, fail);
     default: return buildNeigh(op, fail);
   }
 }

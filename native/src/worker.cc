@@ -234,6 +234,19 @@ int Worker::onValid(struct nl_msg* msg, void* arg) {
       target->out->push_back(std::move(rec));
       return NL_OK;
     }
+    case RTM_NEWQDISC: {
+      std::optional<Record> rec = qdiscFromMessage(hdr);
+      if (!rec) return NL_SKIP;
+      if (f && f->index && std::get<QdiscRec>(*rec).index != f->index) return NL_OK;
+      target->out->push_back(std::move(*rec));
+      return NL_OK;
+    }
+    case RTM_NEWTFILTER: {
+      std::optional<Record> rec = filterFromMessage(hdr);
+      if (!rec) return NL_SKIP;
+      target->out->push_back(std::move(*rec));
+      return NL_OK;
+    }
     case RTM_NEWNEXTHOP: {
       std::optional<Record> rec = nexthopFromMessage(hdr);
       if (!rec) return NL_SKIP;
@@ -314,6 +327,14 @@ Failure Worker::dump(int kind, const DumpFilter& filter, Records& out) {
       case RTM_GETNEXTHOP: {
         struct nhmsg h = {};
         h.nh_family = static_cast<unsigned char>(filter.family);
+        rc = nlmsg_append(msg, &h, sizeof h, NLMSG_ALIGNTO);
+        break;
+      }
+      case RTM_GETQDISC:
+      case RTM_GETTFILTER: {
+        struct tcmsg h = {};
+        h.tcm_ifindex = filter.index;
+        h.tcm_parent = filter.parent;
         rc = nlmsg_append(msg, &h, sizeof h, NLMSG_ALIGNTO);
         break;
       }

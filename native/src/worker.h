@@ -21,6 +21,7 @@ struct DumpFilter {
   int index = 0;      // link index (neigh, addr: the device; route: the output device)
   uint32_t table = 0; // routes: 0 = any
   int protocol = -1;  // routes: -1 = any
+  uint32_t parent = 0; // filters: the qdisc they hang under
 };
 
 class Worker {

@@ -58,7 +58,7 @@ export interface DelegateEnv {
 }
 
 /** Go's case-insensitive field lookup; the last matching key wins, as in encoding/json. */
-function field(conf: Json, name: string): unknown {
+export function field(conf: Json, name: string): unknown {
   let value: unknown;
   const lower = name.toLowerCase();
   for (const k of Object.keys(conf)) if (k.toLowerCase() === lower) value = conf[k];

@@ -15,6 +15,8 @@ import type { FixedEntry } from './fixed.ts';
 import { requestedOf } from './requests.ts';
 import { parseArgs, podOfArgs } from './args.ts';
 import type { CniArgs } from './args.ts';
+import { shapingOf } from './bandwidth.ts';
+import { addBandwidth, checkBandwidth, delBandwidth } from './bandwidth-chain.ts';
 import { delegateBytes, parseNetConf, renderDelegate } from './config.ts';
 import type { DelegateEnv, PluginConf } from './config.ts';
 import { CNI_CODE, CniError, toCniError } from './errors.ts';
@@ -146,6 +148,7 @@ function fixedFor(conf: PluginConf, env: Env, bytes: string) {
 
 function add(args: CniArgs, conf: PluginConf, env: Env): string {
   const id = args.containerId!;
+  const shaping = shapingOf(conf.name, id, conf.runtimeConfig);
   const { plugin, bytes } = renderForAdd(args, conf, env);
   // State already there is an earlier ADD's that succeeded (or whose rollback failed): the
   // delegate's DEL would take its veth and addresses, so a failure of this one only puts it back.
@@ -156,11 +159,13 @@ function add(args: CniArgs, conf: PluginConf, env: Env): string {
     const run = fixed === undefined ? bytes : fixed.claim(id, args.ifname!);
     const result = execPlugin(plugin, 'ADD', run, env);
     fixed?.record(id, args.ifname!, convertResult(result, CURRENT_VERSION));
-    return JSON.stringify(convertResult(result, conf.cniVersion));
+    const converted = convertResult(result, conf.cniVersion);
+    return JSON.stringify(shaping ? addBandwidth(args, conf, env, converted) : converted);
   } catch (e) {
     try {
       fixed?.park(id);
       if (prior === undefined) {
+        if (shaping) delBandwidth(args, conf, env, undefined);
         execPlugin(plugin, 'DEL', bytes, env);
         removeState(conf.dataDir, id);
       } else {
@@ -193,6 +198,7 @@ function del(args: CniArgs, conf: PluginConf, env: Env): string {
   const store = saved === undefined ? undefined : storeOf(saved);
   // A pod with fixed addresses keeps them: host-local's DEL then finds none of them to release.
   if (store) new FixedAddresses(store).park(pod, id, Date.now());
+  delBandwidth(args, conf, env, saved);
   if (saved !== undefined) {
     execPlugin(findPlugin(saved.type, args.path), 'DEL', bytes!, env);
   } else if (bytes !== undefined || unreadable) {
@@ -240,6 +246,10 @@ function check(args: CniArgs, conf: PluginConf, env: Env): string {
   const version = typeof saved['cniVersion'] === 'string' ? saved['cniVersion'] : '0.1.0';
   const prevResult = convertResult(withRouteGateways(convertResult({ cniVersion: conf.cniVersion, ...given }, CURRENT_VERSION)), version);
   execPlugin(findPlugin(saved.type, args.path), 'CHECK', goJson({ ...saved, prevResult }), env);
+  const runtimeConfig = conf.runtimeConfig ?? saved['runtimeConfig'];
+  if (shapingOf(conf.name, id, runtimeConfig)) {
+    checkBandwidth(args, conf, env, runtimeConfig, convertResult({ cniVersion: conf.cniVersion, ...given }, conf.cniVersion));
+  }
   return '';
 }
 

@@ -33,6 +33,7 @@ import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/index.ts';
 import { podOfArgs } from './args.ts';
 import type { CniArgs } from './args.ts';
+import { BANDWIDTH_SINCE, ifbName, mayShape, shapingOf } from './bandwidth.ts';
 import { bridgeResult, planBridge } from './bridge.ts';
 import type { Allocation, BridgePlan, Wired } from './bridge.ts';
 import type { PluginConf } from './config.ts';
@@ -44,8 +45,9 @@ import { errorVersion, parseCall, renderForAdd, savedDelegate, status } from './
 import type { ParsedCall } from './plugin.ts';
 import { checkPod, deleteUnwired, ensureBridge, unwirePod, wirePod } from './pod.ts';
 import { requestedOf } from './requests.ts';
+import { checkShaping, hostEnd, shapePod, unshapePod } from './shaping.ts';
 import { loadState, removeState, saveStateVisible } from './state.ts';
-import { CURRENT_VERSION, convertResult, versionInfo } from './version.ts';
+import { CURRENT_VERSION, compareVersions, convertResult, versionInfo } from './version.ts';
 
 type Env = Record<string, string>;
 
@@ -269,6 +271,8 @@ export class CniServer {
     const id = args.containerId!;
     const ifname = args.ifname!;
     const netns = args.netns!;
+    const shaping = shapingOf(conf.name, id, conf.runtimeConfig);
+    if (shaping && compareVersions(conf.cniVersion, BANDWIDTH_SINCE) < 0) return { fallback: true };
     const { bytes } = renderForAdd(args, conf, env);
     const plan = this.#plan(JSON.parse(bytes), 'ADD', id);
     if (plan === undefined) return { fallback: true };
@@ -302,8 +306,11 @@ export class CniServer {
     const mac = claimed.then((c) => c.entry?.mac ?? wanted.mac);
     mac.catch(() => undefined);
     let wired: Wired | undefined;
+    let shaped = false;
     try {
       wired = await wirePod(this.#options.host, plan, bridge, allocated, ifname, netns, mac);
+      const ifb = shaping && (await shapePod(this.#options.host, shaping, await this.#options.host.linkByName(wired.hostVeth)));
+      shaped = shaping !== undefined;
       const allocations = await allocated;
       const { entry, lost } = await claimed;
       if (lost) this.#options.log.warn('a pod\'s fixed addresses were taken or left its ranges: it gets new ones', { pod: lost.pod, addresses: lost.ips });
@@ -323,12 +330,15 @@ export class CniServer {
           this.#options.log.warn('failed to record a pod\'s fixed addresses', { pod: `${fixable.namespace}/${fixable.name}`, err });
         });
       }
-      return { exitCode: 0, stdout: JSON.stringify(convertResult(bridgeResult(plan, allocations, wired, ifname, netns), conf.cniVersion)) };
+      const result = bridgeResult(plan, allocations, wired, ifname, netns);
+      if (ifb) (result['interfaces'] as Json[]).push({ name: ifb.name, mac: ifb.mac });
+      return { exitCode: 0, stdout: JSON.stringify(convertResult(result, conf.cniVersion)) };
     } catch (e) {
       try {
         if (wired) {
           this.#options.pods?.unwired(id);
           await unwirePod(this.#options.host, ifname, netns);
+          if (shaped) await unshapePod(this.#options.host, shaping!.ifb);
           await this.#deleteBatch();
         }
         const mine = await allocated.catch(() => []);
@@ -373,6 +383,9 @@ export class CniServer {
     const id = args.containerId!;
     const ifname = args.ifname!;
     const saved = savedDelegate(loadState(conf.dataDir, id));
+    if (mayShape(conf.runtimeConfig) || mayShape(saved?.['runtimeConfig'])) {
+      await unshapePod(this.#options.host, ifbName(conf.name ?? '', id));
+    }
     if (saved === undefined) {
       removeState(conf.dataDir, id);
       return { exitCode: 0, stdout: '' };
@@ -414,6 +427,8 @@ export class CniServer {
     const result = convertResult({ cniVersion: conf.cniVersion, ...given }, CURRENT_VERSION);
     await this.#notUnwired(args.netns!, args.ifname!);
     await checkPod(args.netns!, args.ifname!, result);
+    const shaping = shapingOf(conf.name, id, conf.runtimeConfig ?? saved['runtimeConfig']);
+    if (shaping) await checkShaping(this.#options.host, shaping, await hostEnd(this.#options.host, args.netns!, args.ifname!));
     const store = new HostLocalStore(plan.storeDir, plan.network);
     const held = await store.locked(() => store.held(id, args.ifname!));
     for (const ip of Array.isArray(result['ips']) ? (result['ips'] as Json[]) : []) {

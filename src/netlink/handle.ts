@@ -15,11 +15,13 @@ import {
   linkFromRaw,
   neighFromRaw,
   nexthopFromRaw,
+  qdiscFromRaw,
+  tcFilterFromRaw,
   NTF_SELF,
   NUD_PERMANENT,
   routeFromRaw,
 } from './records.ts';
-import type { Addr, Family, Fdb, Link, Neigh, Nexthop, Route } from './records.ts';
+import type { Addr, Family, Fdb, Link, Neigh, Nexthop, Qdisc, Route, TcFilter } from './records.ts';
 
 export interface RouteSpec {
   /** CIDR text, e.g. `10.244.2.0/24`; `0.0.0.0/0` or `::/0` for a default route. */
@@ -143,7 +145,22 @@ export type Operation =
   | { op: 'linkSet'; index: number; changes: LinkChanges }
   | { op: 'linkSetHairpin'; index: number; on: boolean }
   | { op: 'linkDelGroup'; group: number }
-  | { op: 'linkDel'; index: number };
+  | { op: 'linkDel'; index: number }
+  | { op: 'linkAddIfb'; name: string; mtu?: number; up?: boolean }
+  | { op: 'qdiscAddTbf'; tbf: TbfSpec }
+  | { op: 'qdiscAddIngress'; linkIndex: number }
+  | { op: 'filterAddRedirect'; linkIndex: number; target: number };
+
+/** A root tbf qdisc (handle 1:) as the bandwidth CNI plugin sets it: the kernel's units, no peak rate. */
+export interface TbfSpec {
+  linkIndex: number;
+  /** Bytes per second. */
+  rate: number;
+  /** Bytes queued before packets are dropped. */
+  limit: number;
+  /** The bucket, as transmit time in scheduler ticks (/proc/net/psched). */
+  buffer: number;
+}
 
 export type EventAction = 'new' | 'del';
 
@@ -348,6 +365,14 @@ function rawOp(o: Operation): RawOp {
       return { op: o.op, group: o.group };
     case 'linkDel':
       return { op: o.op, index: o.index };
+    case 'linkAddIfb':
+      return { op: o.op, name: o.name, mtu: o.mtu, up: o.up };
+    case 'qdiscAddTbf':
+      return { op: o.op, index: o.tbf.linkIndex, rate: o.tbf.rate, limit: o.tbf.limit, buffer: o.tbf.buffer };
+    case 'qdiscAddIngress':
+      return { op: o.op, index: o.linkIndex };
+    case 'filterAddRedirect':
+      return { op: o.op, index: o.linkIndex, target: o.target };
   }
 }
 
@@ -412,6 +437,14 @@ export function describe(o: Operation): { verb: string; object: string } {
       return { verb: 'delete links of', object: `group ${o.group}` };
     case 'linkDel':
       return { verb: 'delete link', object: `#${o.index}` };
+    case 'linkAddIfb':
+      return { verb: 'add ifb link', object: o.name };
+    case 'qdiscAddTbf':
+      return { verb: 'add tbf qdisc', object: `rate ${o.tbf.rate}B/s dev #${o.tbf.linkIndex}` };
+    case 'qdiscAddIngress':
+      return { verb: 'add ingress qdisc', object: `dev #${o.linkIndex}` };
+    case 'filterAddRedirect':
+      return { verb: 'add redirect filter', object: `dev #${o.linkIndex} to #${o.target}` };
   }
 }
 
@@ -812,6 +845,31 @@ export class NetlinkHandle {
   /** `bridge fdb del <mac> dev <#linkIndex> dst <dst> self`. */
   fdbDel(fdb: FdbSpec): Promise<void> {
     return this.#one({ op: 'fdbDel', fdb });
+  }
+
+  // ---- traffic control ----
+
+  /** `ip link add <name> [mtu N] txqueuelen 0 [up] type ifb`; fails if it exists. */
+  ifbAdd(name: string, options: { mtu?: number; up?: boolean } = {}): Promise<void> {
+    return this.#one({ op: 'linkAddIfb', name, ...options });
+  }
+
+  /** `tc qdisc show [dev <#linkIndex>]`. */
+  async qdiscList(filter: { linkIndex?: number } = {}): Promise<Qdisc[]> {
+    try {
+      return (await this.#raw.dump('qdisc', { index: filter.linkIndex })).map(qdiscFromRaw);
+    } catch (e) {
+      throw rejected('list', 'qdiscs', e);
+    }
+  }
+
+  /** `tc filter show dev <#linkIndex> parent <parent>`. */
+  async filterList(linkIndex: number, parent: number): Promise<TcFilter[]> {
+    try {
+      return (await this.#raw.dump('filter', { index: linkIndex, parent })).map(tcFilterFromRaw);
+    } catch (e) {
+      throw rejected('list', `filters of #${linkIndex}`, e);
+    }
   }
 
   // ---- notifications ----

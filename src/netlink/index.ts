@@ -15,6 +15,7 @@ export type {
   Operation,
   RouteFilter,
   RouteSpec,
+  TbfSpec,
   VethSpec,
   VxlanSpec,
 } from './handle.ts';

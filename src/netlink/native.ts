@@ -99,7 +99,27 @@ export interface RawNeigh {
   master: number;
 }
 
-export type RawRecord = RawLink | RawAddr | RawRoute | RawNeigh | RawNexthop;
+export interface RawQdisc {
+  type: 'qdisc';
+  index: number;
+  handle: number;
+  parent: number;
+  kind: string;
+  tbf?: { rate: number; limit: number; buffer: number };
+}
+
+export interface RawFilter {
+  type: 'filter';
+  index: number;
+  handle: number;
+  parent: number;
+  priority: number;
+  protocol: number;
+  kind: string;
+  redirects: number[];
+}
+
+export type RawRecord = RawLink | RawAddr | RawRoute | RawNeigh | RawNexthop | RawQdisc | RawFilter;
 
 export interface RawEvent {
   action: 'new' | 'del' | 'get' | 'overrun';
@@ -111,6 +131,8 @@ export interface RawDumpFilter {
   index?: number;
   table?: number;
   protocol?: number;
+  /** Filters: the qdisc (handle) they hang under. */
+  parent?: number;
 }
 
 /**
@@ -130,6 +152,8 @@ export interface RawHandle {
   dump(kind: 'route', filter?: RawDumpFilter): Promise<RawRoute[]>;
   dump(kind: 'neigh', filter?: RawDumpFilter): Promise<RawNeigh[]>;
   dump(kind: 'nexthop', filter?: RawDumpFilter): Promise<RawNexthop[]>;
+  dump(kind: 'qdisc', filter?: RawDumpFilter): Promise<RawQdisc[]>;
+  dump(kind: 'filter', filter: RawDumpFilter & { index: number }): Promise<RawFilter[]>;
   linkGet(nameOrIndex: string | number): Promise<RawLink>;
   routeGet(dst: string, oif?: number): Promise<RawRoute>;
   announce(ifindex: number, address: string): Promise<void>;

@@ -3,7 +3,7 @@
  * are text in canonical form (inet_ntop), MACs lower-case `aa:bb:cc:dd:ee:ff`, route
  * destinations CIDR text (`10.244.2.0/24`, `0.0.0.0/0` for a default route).
  */
-import type { RawAddr, RawLink, RawNeigh, RawNexthop, RawRoute } from './native.ts';
+import type { RawAddr, RawFilter, RawLink, RawNeigh, RawNexthop, RawQdisc, RawRoute } from './native.ts';
 
 export const AF_INET = 2;
 export const AF_INET6 = 10;
@@ -225,6 +225,42 @@ export function nexthopFromRaw(r: RawNexthop): Nexthop | undefined {
     onlink: (r.flags & RTNH_F_ONLINK) !== 0,
     protocol: r.protocol,
   };
+}
+
+/** TC_H_ROOT and TC_H_INGRESS: the parents of a device's root and ingress qdiscs. */
+export const TC_H_ROOT = 0xffffffff;
+export const TC_H_INGRESS = 0xfffffff1;
+
+/** A queueing discipline (`tc qdisc show`); handles as 32-bit `major:minor` numbers. */
+export interface Qdisc {
+  linkIndex: number;
+  handle: number;
+  parent: number;
+  kind: string;
+  /** A tbf's rate (bytes/s), limit (bytes) and buffer (ticks), as the kernel holds them. */
+  tbf?: { rate: number; limit: number; buffer: number };
+}
+
+export function qdiscFromRaw(r: RawQdisc): Qdisc {
+  const q: Qdisc = { linkIndex: r.index, handle: r.handle, parent: r.parent, kind: r.kind };
+  if (r.tbf) q.tbf = { rate: r.tbf.rate, limit: r.tbf.limit, buffer: r.tbf.buffer };
+  return q;
+}
+
+/** A classifier (`tc filter show`), with the devices its mirred actions redirect egress to. */
+export interface TcFilter {
+  linkIndex: number;
+  handle: number;
+  parent: number;
+  priority: number;
+  protocol: number;
+  kind: string;
+  redirects: number[];
+}
+
+export function tcFilterFromRaw(r: RawFilter): TcFilter {
+  const { index, handle, parent, priority, protocol, kind, redirects } = r;
+  return { linkIndex: index, handle, parent, priority, protocol, kind, redirects };
 }
 
 export function neighFromRaw(r: RawNeigh): Neigh {

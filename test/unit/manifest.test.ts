@@ -219,6 +219,9 @@ test("the ConfigMap's cni-conf.json is cni-conf/10-weft.conflist and renders fla
   const conflist = JSON.parse(conflistFile) as { name: string; cniVersion: string; plugins: Record<string, unknown>[] };
   assert.deepEqual(JSON.parse(cm.data['cni-conf.json'] ?? ''), conflist);
   assert.equal(conflist.plugins[0]?.['type'], 'flannel');
+  // kubelet hands runtimeConfig.bandwidth only to a plugin that declares the capability.
+  assert.equal((conflist.plugins[0]?.['capabilities'] as Record<string, unknown> | undefined)?.['bandwidth'], true);
+  assert.deepEqual(conflist.plugins[1]?.['capabilities'], { portMappings: true });
   // What libcni hands the first plugin: its entry plus the list's name and cniVersion.
   const conf = parseNetConf(JSON.stringify({ ...conflist.plugins[0], name: conflist.name, cniVersion: conflist.cniVersion }));
   assert.equal(conf.subnetFile, DEFAULT_SUBNET_FILE);
