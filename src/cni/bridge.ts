@@ -161,8 +161,8 @@ export interface Wired {
   hostVeth: string;
   hostVethMac: string;
   podMac: string;
-  /** Why the pod's addresses could not be announced, when they could not. */
-  announceError?: Error | undefined;
+  /** Resolves once the pod's addresses are announced, with why they could not be when they could not. */
+  announced?: Promise<Error | undefined>;
 }
 
 /** The routes installed in the pod: the ipam routes, then a default per family when asked. */

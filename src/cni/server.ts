@@ -316,7 +316,7 @@ export class CniServer {
       if (lost) this.#options.log.warn('a pod\'s fixed addresses were taken or left its ranges: it gets new ones', { pod: lost.pod, addresses: lost.ips });
       await durable;
       if (pod && this.#options.pods) await this.#options.pods.wired({ ...pod, containerId: id, ips: allocations.map((a) => a.address) });
-      if (wired.announceError) this.#options.log.warn('wired a pod whose addresses could not be announced', { container: id, err: wired.announceError });
+      void wired.announced?.then((err) => err && this.#options.log.warn('wired a pod whose addresses could not be announced', { container: id, err }));
       this.#options.log.info('wired pod', {
         container: id,
         ifname,
