@@ -22,8 +22,14 @@
  * The config declares the bandwidth capability as the installed conflist does; the timed pods ask
  * for no limits (kubelet passes runtimeConfig.bandwidth only for pods with the annotations).
  *
+ * Every call carries CNI_ARGS as kubelet's runtimes pass them, naming a pod. The fixed-address
+ * figures are 200 more served cycles with `fixedAddress` on and ten pod names in turn: each pod
+ * re-created 20 times, claiming back its addresses and MAC (their entries stay parked, holding 10
+ * of the range's addresses, for the rest of the run).
+ *
  * Last line: cni_add_p50_ms=<> cni_add_p99_ms=<> cni_del_p50_ms=<> fallback_add_p50_ms=<>
  * delegate_add_p50_ms=<> burst100_s=<> burst220_s=<> burst220_refused=<> bandwidth_accuracy=<>
+ * fixed_add_p50_ms=<> fixed_add_p99_ms=<>
  *
  * Percentiles as bench/support/stats.ts defines them: the nearest rank.
  */
@@ -46,19 +52,26 @@ const CYCLES = 200;
 const WARMUP = 5;
 
 /** A spawn-timer in `ns`; `run` resolves with the call's wall time in ms, rejects with its output on failure. */
-function runner(ns: Netns, timer: string, dir: string, lane: number): { run: (plugin: string, command: string, id: string, pod: Netns, config: string) => Promise<number>; stop: () => void } {
+type Run = (plugin: string, command: string, id: string, pod: Netns, config: string, cniArgs?: string) => Promise<number>;
+
+/** CNI_ARGS as kubelet's runtimes pass them, for pod `name`. */
+function podArgs(name: string): string {
+  return `IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=${name};K8S_POD_INFRA_CONTAINER_ID=${name}`;
+}
+
+function runner(ns: Netns, timer: string, dir: string, lane: number): { run: Run; stop: () => void } {
   const child = spawn('ip', ['netns', 'exec', ns.name, timer, DEBIAN_CNI_DIR], { stdio: ['pipe', 'pipe', 'inherit'] });
   const waiting: ((line: string) => void)[] = [];
   createInterface({ input: child.stdout! }).on('line', (line) => waiting.shift()!(line));
   const out = join(dir, `out-${lane}`);
   return {
-    run: (plugin, command, id, pod, config) => new Promise((resolve, reject) => {
+    run: (plugin, command, id, pod, config, cniArgs = podArgs(id)) => new Promise((resolve, reject) => {
       waiting.push((line) => {
         const [status, ms] = line.split(' ');
         if (status === '0') resolve(Number(ms));
         else reject(new Error(`${plugin} ${command} ${id} failed (${status}): ${readFileSync(out, 'utf8')}`));
       });
-      child.stdin!.write(`${[plugin, command, id, pod.path, config, out].join('\t')}\n`);
+      child.stdin!.write(`${[plugin, command, id, pod.path, config, out, cniArgs].join('\t')}\n`);
     }),
     stop: () => child.stdin!.end(),
   };
@@ -110,8 +123,12 @@ async function bandwidthAccuracy(): Promise<number> {
   return ratios.reduce((worst, x) => (Math.abs(x - 1) > Math.abs(worst - 1) ? x : worst));
 }
 
-/** ADD+DEL cycles; returns the sorted ADD and DEL times after the warm-up. */
-async function cycles(plugin: string, config: string, tag: string): Promise<{ add: number[]; del: number[] }> {
+/**
+ * ADD+DEL cycles; returns the sorted ADD and DEL times after the warm-up. Each pod is named after
+ * its container in CNI_ARGS, or after one of `recreated` names in turn (a StatefulSet's pods
+ * re-created again and again).
+ */
+async function cycles(plugin: string, config: string, tag: string, recreated?: number): Promise<{ add: number[]; del: number[] }> {
   const add: number[] = [];
   const del: number[] = [];
   const mine: Netns[] = [];
@@ -119,8 +136,9 @@ async function cycles(plugin: string, config: string, tag: string): Promise<{ ad
     for (let i = 0; i < WARMUP + CYCLES; i++) mine.push(await createNetns('pod'));
     for (const [i, pod] of mine.entries()) {
       const id = `${tag}-${i}`;
-      const a = await r.run(plugin, 'ADD', id, pod, config);
-      const d = await r.run(plugin, 'DEL', id, pod, config);
+      const args = podArgs(recreated === undefined ? id : `${tag}-${i % recreated}`);
+      const a = await r.run(plugin, 'ADD', id, pod, config, args);
+      const d = await r.run(plugin, 'DEL', id, pod, config, args);
       if (i >= WARMUP) {
         add.push(a);
         del.push(d);
@@ -137,6 +155,10 @@ const counting: Logger = { ...silentLogger, info: (msg) => void (msg === 'wired 
 const server = await startCniServer({ subnetFile, host, log: counting });
 try {
   const served = await cycles(PLUGIN_BIN, conf, 'served');
+  // Fixed addresses on: ten pods, each re-created 20 times, keep their addresses and MACs.
+  const fixedConf = join(dir, 'fixed.json');
+  writeFileSync(fixedConf, JSON.stringify({ ...flannel, fixedAddress: true }));
+  const fixed = await cycles(PLUGIN_BIN, fixedConf, 'fixed', 10);
   // The delegate config, captured from the state file of one more ADD.
   for (let i = 0; i < 100; i++) pods.push(await createNetns(`pod${i}`));
   await r.run(PLUGIN_BIN, 'ADD', 'capture', pods[0]!, conf);
@@ -173,12 +195,14 @@ try {
   const f = (x: number) => x.toFixed(1);
   const p = (xs: number[], q: number) => f(percentile(xs, q));
   console.log(`served over ${CYCLES} cycles: ADD p50 ${p(served.add, 50)} ms p90 ${p(served.add, 90)} ms p99 ${p(served.add, 99)} ms, DEL p50 ${p(served.del, 50)} ms p99 ${p(served.del, 99)} ms`);
+  console.log(`fixed addresses, 10 pods re-created 20 times each, served: ADD p50 ${p(fixed.add, 50)} ms p99 ${p(fixed.add, 99)} ms, DEL p50 ${p(fixed.del, 50)} ms`);
   console.log(`fallback: ADD p50 ${p(fallback.add, 50)} ms p99 ${p(fallback.add, 99)} ms, DEL p50 ${p(fallback.del, 50)} ms; bridge directly: ADD p50 ${p(direct.add, 50)} ms, DEL p50 ${p(direct.del, 50)} ms`);
   console.log(`burst of 100 ADDs, 20 at a time, served: ${burst.toFixed(2)} s; 220 at once: ${burst220.toFixed(2)} s, ${refused} not wired by weftd`);
   console.log(
     `cni_add_p50_ms=${p(served.add, 50)} cni_add_p99_ms=${p(served.add, 99)} cni_del_p50_ms=${p(served.del, 50)} ` +
       `fallback_add_p50_ms=${p(fallback.add, 50)} delegate_add_p50_ms=${p(direct.add, 50)} burst100_s=${burst.toFixed(2)} ` +
-      `burst220_s=${burst220.toFixed(2)} burst220_refused=${refused} bandwidth_accuracy=${accuracy.toFixed(3)}`,
+      `burst220_s=${burst220.toFixed(2)} burst220_refused=${refused} bandwidth_accuracy=${accuracy.toFixed(3)} ` +
+      `fixed_add_p50_ms=${p(fixed.add, 50)} fixed_add_p99_ms=${p(fixed.add, 99)}`,
   );
 } finally {
   await server.close();

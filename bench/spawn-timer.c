@@ -4,7 +4,7 @@
  * own spawn forks the whole Node process and would add ~2 ms to every figure.
  *
  * Reads one call per line on stdin: plugin, CNI_COMMAND, CNI_CONTAINERID, CNI_NETNS, config
- * file, output file, separated by tabs. Writes one line per call: exit status and wall time in
+ * file, output file and, optionally, CNI_ARGS, separated by tabs. Writes one line per call: exit status and wall time in
  * ms, from spawn to exit. Everything else (CNI_IFNAME=eth0, CNI_PATH) comes from argv[1].
  */
 #define _GNU_SOURCE
@@ -24,20 +24,21 @@ int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   while (fgets(line, sizeof line, stdin)) {
     line[strcspn(line, "\n")] = 0;
-    char* f[6];
+    char* f[7];
     char* save = NULL;
     int n = 0;
-    for (char* t = strtok_r(line, "\t", &save); t && n < 6; t = strtok_r(NULL, "\t", &save)) f[n++] = t;
-    if (n != 6) {
+    for (char* t = strtok_r(line, "\t", &save); t && n < 7; t = strtok_r(NULL, "\t", &save)) f[n++] = t;
+    if (n < 6) {
       printf("-1 0\n");
       continue;
     }
-    char command[64], id[512], netns[1024], path[1024];
+    char command[64], id[512], netns[1024], path[1024], cniArgs[1024];
     snprintf(command, sizeof command, "CNI_COMMAND=%s", f[1]);
     snprintf(id, sizeof id, "CNI_CONTAINERID=%s", f[2]);
     snprintf(netns, sizeof netns, "CNI_NETNS=%s", f[3]);
     snprintf(path, sizeof path, "CNI_PATH=%s", argv[1]);
-    char* env[] = {command, id, netns, "CNI_IFNAME=eth0", path, "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    snprintf(cniArgs, sizeof cniArgs, "CNI_ARGS=%s", n == 7 ? f[6] : "");
+    char* env[] = {command, id, netns, "CNI_IFNAME=eth0", path, "PATH=/usr/sbin:/usr/bin:/sbin:/bin", cniArgs, NULL};
     char* args[] = {f[0], NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
