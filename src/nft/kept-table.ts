@@ -15,7 +15,7 @@
  */
 import { WeftError } from '../errors.ts';
 import type { Logger } from '../log.ts';
-import { mustRun } from '../masq/runner.ts';
+import { mustRun, TrafficRulesError } from '../masq/runner.ts';
 import type { Runner } from '../masq/runner.ts';
 import { Backoff, sleep } from '../retry.ts';
 import { tableScript, tableUpdate } from './ruleset.ts';
@@ -32,6 +32,8 @@ export interface KeptTableOptions {
   render: () => NftRuleset | undefined;
   /** Whether the inputs are complete (the first apply waits for them). */
   ready: () => boolean;
+  /** What of a listing counts for the repair (e.g. without what the kernel adds to dynamic sets); default all. */
+  normalize?: (listing: string) => string;
   /** Called after each apply that sent something, with what was applied before and now. */
   applied?: (before: NftRuleset | undefined, now: NftRuleset | undefined, timings: { renderMs: number; nftMs: number }) => void;
 }
@@ -217,8 +219,8 @@ export class KeptTable {
   async #list(): Promise<string | undefined> {
     const argv = ['nft', 'list', 'table', ...this.#options.table.split(' ')];
     const r = await this.#options.run(argv);
-    if (r.code === 0) return r.stdout;
+    if (r.code === 0) return this.#options.normalize ? this.#options.normalize(r.stdout) : r.stdout;
     if (/No such file or directory/i.test(r.stderr)) return undefined;
-    return mustRun(this.#options.run, `list nftables table ${this.#options.table}`, argv);
+    throw new TrafficRulesError(`list nftables table ${this.#options.table}`, argv, r);
   }
 }
