@@ -154,11 +154,6 @@ export class ServiceProxy {
     return this.#table.synced();
   }
 
-  /** Resolves once the rules include every change seen so far. */
-  applied(): Promise<void> {
-    return this.#table.appliedThrough(this.#table.bump());
-  }
-
   /** Ends the watches, the repair loop and the health check servers; the table stays. */
   async stop(): Promise<void> {
     this.#stop.abort();

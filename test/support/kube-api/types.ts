@@ -2,7 +2,8 @@
  * The resources the test API server knows and what differs between them: scope, status
  * subresource, generation, strategic-merge keys, field labels, server-side defaults and
  * validation. Built in: core/v1 Nodes, Pods, Namespaces, Services; discovery.k8s.io/v1
- * EndpointSlices; coordination.k8s.io/v1 Leases; networking.k8s.io/v1 NetworkPolicies; apiextensions.k8s.io/v1 CustomResourceDefinitions, whose
+ * EndpointSlices; coordination.k8s.io/v1 Leases; networking.k8s.io/v1 NetworkPolicies;
+ * apiextensions.k8s.io/v1 CustomResourceDefinitions, whose
  * objects add the resources they define ({@link typesOfCrd}).
  */
 import type { MergeRules } from './patch.ts';
@@ -212,7 +213,8 @@ const SERVICE_TYPES = ['ClusterIP', 'NodePort', 'LoadBalancer', 'ExternalName'];
 const PROTOCOLS = ['SCTP', 'TCP', 'UDP'];
 
 const SERVICE: ResourceType = {
-  ...base, group: '', version: 'v1', plural: 'services', singular: 'service', kind: 'Service', namespaced: true, shortNames: ['svc'], status: true,
+  ...base, group: '', version: 'v1', plural: 'services', singular: 'service', kind: 'Service', namespaced: true, shortNames: ['svc'],
+  status: true,
   merge: rules({ 'spec.ports': 'port', 'status.conditions': 'type' }),
   prepare(svc, old) {
     const spec = obj(svc.spec);
@@ -224,7 +226,8 @@ const SERVICE: ResourceType = {
       p.protocol ??= 'TCP';
       p.targetPort ??= p.port;
       if ((spec.type === 'NodePort' || spec.type === 'LoadBalancer') && p.nodePort === undefined) {
-        p.nodePort = list(obj(old?.spec).ports).map(obj).find((q) => q.port === p.port && q.protocol === p.protocol)?.nodePort ?? allocateNodePort();
+        const had = list(obj(old?.spec).ports).map(obj).find((q) => q.port === p.port && q.protocol === p.protocol);
+        p.nodePort = had?.nodePort ?? allocateNodePort();
       }
     }
     if (spec.type !== 'ExternalName') {
@@ -250,7 +253,8 @@ const SERVICE: ResourceType = {
       }
       if (!PROTOCOLS.includes(str(protocol))) errors.push(fieldNotSupported(`spec.ports[${i}].protocol`, protocol, PROTOCOLS));
       if (nodePort !== undefined && (!Number.isInteger(nodePort) || (nodePort as number) < 30000 || (nodePort as number) > 32767)) {
-        errors.push(fieldInvalid(`spec.ports[${i}].nodePort`, nodePort, 'provided port is not in the valid range. The range of valid ports is 30000-32767'));
+        const why = 'provided port is not in the valid range. The range of valid ports is 30000-32767';
+        errors.push(fieldInvalid(`spec.ports[${i}].nodePort`, nodePort, why));
       }
     });
     if (old && obj(old.spec).clusterIP !== undefined && obj(old.spec).clusterIP !== spec.clusterIP && obj(old.spec).type === spec.type) {
@@ -263,7 +267,8 @@ const SERVICE: ResourceType = {
 const ADDRESS_TYPES = ['FQDN', 'IPv4', 'IPv6'];
 
 const ENDPOINT_SLICE: ResourceType = {
-  ...base, group: 'discovery.k8s.io', version: 'v1', plural: 'endpointslices', singular: 'endpointslice', kind: 'EndpointSlice', namespaced: true,
+  ...base, group: 'discovery.k8s.io', version: 'v1', plural: 'endpointslices', singular: 'endpointslice', kind: 'EndpointSlice',
+  namespaced: true,
   merge: rules({}),
   validate(slice, old) {
     const errors: FieldError[] = [];
