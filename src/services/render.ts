@@ -133,11 +133,17 @@ export class ServiceRenderer {
       ['mark-for-masquerade', [`meta mark set meta mark | ${hex(MASQUERADE_MARK)}`]],
       ['reject-chain', ['meta l4proto tcp reject with tcp reset', 'reject']],
     ]);
-    const dispatch: Record<Family, string[]> = { 4: [], 6: [] };
-    const nodePorts: Record<Family, string[]> = { 4: [], 6: [] };
-    const noEndpoints: Record<Family, string[]> = { 4: [], 6: [] };
-    const noEndpointNodePorts: Record<Family, string[]> = { 4: [], 6: [] };
-    const firewall: Record<Family, string[]> = { 4: [], 6: [] };
+    // Verdict map elements by key: the first Service (in name order) claiming a destination keeps
+    // it, so two claiming one (which the API server prevents) cannot fail the whole transaction.
+    const perFamily = () => ({ 4: new Map<string, string>(), 6: new Map<string, string>() });
+    const dispatch = perFamily();
+    const nodePorts = perFamily();
+    const noEndpoints = perFamily();
+    const noEndpointNodePorts = perFamily();
+    const firewall = perFamily();
+    const claim = (m: Map<string, string>, key: string, verdict: string) => {
+      if (!m.has(key)) m.set(key, `${key} : ${verdict}`);
+    };
     const hairpin: Record<Family, Set<string>> = { 4: new Set(), 6: new Set() };
     const buckets: Record<Family, Map<number, string[]>> = { 4: new Map(), 6: new Map() };
     const healthChecks: HealthCheck[] = [];
@@ -169,9 +175,9 @@ export class ServiceRenderer {
           for (const t of local) hairpin[f].add(`${formatIP(t.ip)} . ${formatIP(t.ip)}`);
           const key = (ip: IP) => `${formatIP(ip)} . ${proto} . ${p.port}`;
           if (all.length === 0) {
-            noEndpoints[f].push(`${key(clusterIP)} : goto reject-chain`);
-            for (const ip of ext) noEndpoints[f].push(`${key(ip)} : goto reject-chain`);
-            if (p.nodePort !== undefined) noEndpointNodePorts[f].push(`${proto} . ${p.nodePort} : goto reject-chain`);
+            claim(noEndpoints[f], key(clusterIP), 'goto reject-chain');
+            for (const ip of ext) claim(noEndpoints[f], key(ip), 'goto reject-chain');
+            if (p.nodePort !== undefined) claim(noEndpointNodePorts[f], `${proto} . ${p.nodePort}`, 'goto reject-chain');
             continue;
           }
           const range = this.#range(unit);
@@ -184,13 +190,13 @@ export class ServiceRenderer {
           const toLocal = local.length > 0 ? pick(local, base + LOCAL_SLOTS, 'local') : 'drop';
           const cidr = clusterCIDR(f);
           // Cluster IP traffic.
-          if (s.internalLocal && local.length === 0) noEndpoints[f].push(`${key(clusterIP)} : drop`);
+          if (s.internalLocal && local.length === 0) claim(noEndpoints[f], key(clusterIP), 'drop');
           else {
             const internal: string[] = [];
             if (!s.internalLocal && cidr) internal.push(`${l3(f)} saddr != ${formatCIDR(cidr)} jump mark-for-masquerade`);
             internal.push(s.internalLocal ? toLocal : toAll);
             chains.set(`svc-${unit}`, internal);
-            dispatch[f].push(`${key(clusterIP)} : goto svc-${unit}`);
+            claim(dispatch[f], key(clusterIP), `goto svc-${unit}`);
           }
           // External traffic: node ports, externalIPs, load balancer IPs.
           const hasNodePort = p.nodePort !== undefined && (s.type === 'NodePort' || s.type === 'LoadBalancer');
@@ -204,13 +210,13 @@ export class ServiceRenderer {
             ]
             : ['jump mark-for-masquerade', toAll];
           chains.set(`ext-${unit}`, external);
-          for (const ip of ext) dispatch[f].push(`${key(ip)} : goto ext-${unit}`);
-          if (hasNodePort) nodePorts[f].push(`${proto} . ${p.nodePort} : goto ext-${unit}`);
+          for (const ip of ext) claim(dispatch[f], key(ip), `goto ext-${unit}`);
+          if (hasNodePort) claim(nodePorts[f], `${proto} . ${p.nodePort}`, `goto ext-${unit}`);
           const lbIPs = s.loadBalancerIPs.filter((ip) => ip.family === f);
           if (s.loadBalancerSourceRanges.length > 0 && lbIPs.length > 0) {
             const ranges = s.loadBalancerSourceRanges.filter((c) => c.ip.family === f).map(formatCIDR);
             chains.set(`fw-${unit}`, [ranges.length > 0 ? `${l3(f)} saddr != { ${ranges.join(', ')} } drop` : 'drop']);
-            for (const ip of lbIPs) firewall[f].push(`${key(ip)} : goto fw-${unit}`);
+            for (const ip of lbIPs) claim(firewall[f], key(ip), `goto fw-${unit}`);
           }
         }
       }
@@ -225,16 +231,18 @@ export class ServiceRenderer {
           interval: false, elements });
       }
       sets.push(
-        { kind: 'set', name: `hairpin${f}`, type: `${addrType(f)} . ${addrType(f)}`, interval: false, elements: [...hairpin[f]].sort() },
+        { kind: 'set', name: `hairpin${f}`, type: `${addrType(f)} . ${addrType(f)}`, interval: false,
+          elements: [...hairpin[f]].sort() },
         { kind: 'map', name: `services${f}`, type: `${addrType(f)} . inet_proto . inet_service : verdict`, interval: false,
-          elements: dispatch[f] },
-        { kind: 'map', name: `nodeports${f}`, type: 'inet_proto . inet_service : verdict', interval: false, elements: nodePorts[f] },
+          elements: [...dispatch[f].values()] },
+        { kind: 'map', name: `nodeports${f}`, type: 'inet_proto . inet_service : verdict', interval: false,
+          elements: [...nodePorts[f].values()] },
         { kind: 'map', name: `no-endpoints${f}`, type: `${addrType(f)} . inet_proto . inet_service : verdict`, interval: false,
-          elements: noEndpoints[f] },
+          elements: [...noEndpoints[f].values()] },
         { kind: 'map', name: `no-endpoint-nodeports${f}`, type: 'inet_proto . inet_service : verdict', interval: false,
-          elements: noEndpointNodePorts[f] },
+          elements: [...noEndpointNodePorts[f].values()] },
         { kind: 'map', name: `firewall${f}`, type: `${addrType(f)} . inet_proto . inet_service : verdict`, interval: false,
-          elements: firewall[f] },
+          elements: [...firewall[f].values()] },
       );
     }
     const restrict = options.nodePortCIDRs && options.nodePortCIDRs.length > 0 ? options.nodePortCIDRs : undefined;

@@ -191,3 +191,12 @@ test('an endpoint change sends only the elements that changed; a Service keeps i
   assert.match(tableUpdate(TABLE, after, without), /delete chain inet weft-services svc-ns\/aaa\/80\/tcp\/v4/);
   assert.equal(without.chains.get('svc-ns/web/80/tcp/v4')?.at(-1), after.chains.get('svc-ns/web/80/tcp/v4')?.at(-1));
 });
+
+test('two Services claiming one address and port (or node port) get one element, the first by name, not a failed transaction', () => {
+  const a = serviceObject('ns', 'a', { type: 'NodePort', clusterIP: '10.96.0.10', ports: [{ port: 80, nodePort: 30080 }] });
+  const b = serviceObject('ns', 'b', { type: 'NodePort', clusterIP: '10.96.0.10', ports: [{ port: 80, nodePort: 30080 }] });
+  const slices = ['a', 'b'].map((n) => sliceObject('ns', `${n}-1`, n, 'IPv4', [{ port: 8080 }], TWO));
+  const { ruleset } = render([b, a], slices);
+  assert.deepEqual(elements(ruleset, 'services4'), ['10.96.0.10 . tcp . 80 : goto svc-ns/a/80/tcp/v4']);
+  assert.deepEqual(elements(ruleset, 'nodeports4'), ['tcp . 30080 : goto ext-ns/a/80/tcp/v4']);
+});
