@@ -48,7 +48,7 @@ const SECONDS = Number(process.env.WEFT_BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.WEFT_BENCH_ROUNDS ?? 3);
 const SAMPLES = Number(process.env.WEFT_BENCH_SAMPLES ?? 30);
 const CONNECTS = Number(process.env.WEFT_BENCH_CONNECTS ?? 500);
-const SERVICES = 10_000;
+const SERVICES = Number(process.env.WEFT_BENCH_SERVICES ?? 10_000);
 const ENDPOINTS = 10;
 const NODE = new URL('../node_modules/.bin/node', import.meta.url).pathname;
 const BENCH_IP = '10.96.0.10';
@@ -170,7 +170,7 @@ try {
         (o.endpoints as { addresses: string[] }[])[3]!.addresses = [fresh];
       }, 'fill');
       await Promise.race([seen, sleep(30_000).then(() => {
-        throw new Error(`the new endpoint ${fresh} was not in the kernel within 30 s`);
+        throw new Error(`the new endpoint ${fresh} was not in the kernel within 30 s\n${node2.daemon.log().slice(-4000)}`);
       })]);
       samples.push(performance.now() - t0);
       waiting.delete(fresh);

@@ -9,7 +9,7 @@
  *   `protocol . port` for node ports (addresses the node owns, `fib daddr type local`, or those in
  *   --nodeport-addresses) send a new connection to its Service port's chain.
  * - Endpoints are chosen by `numgen random mod N offset K` looked up in a map of endpoint
- *   `address . port` by slot. Each Service port and family keeps a slot range (K) across renders,
+ *   addresses by slot, the target port in the rule. Each Service port and family keeps a slot range (K) across renders,
  *   so an endpoint change rewrites a few map elements, and the chain only when N changes. The
  *   maps are split into {@link BUCKETS} by slot: the kernel checks every element of a map against
  *   every rule looking it up when either is added (measured here: one map for 10,000 Services of
@@ -227,7 +227,10 @@ export class ServiceRenderer {
     for (const unit of [...this.#ranges.keys()]) if (!seen.has(unit)) this.#release(unit);
     for (const f of [4, 6] as const) {
       for (const [bucket, elements] of [...buckets[f]].filter(([, e]) => e.length > 0).sort((a, b) => a[0] - b[0])) {
-        sets.push({ kind: 'map', name: `endpoints${f}-${bucket}`, type: `numgen random mod 2 : ${l3(f)} daddr . th dport`, typeOf: true,
+        // typeof, as numgen's value has no type of its own. The port is the rule's, not the map's:
+        // nft 1.0.6 refuses elements added later to a map of `ip daddr . th dport` ("conflicting
+        // protocols specified: tcp vs. th"), and a `tcp dport` one cannot serve UDP rules.
+        sets.push({ kind: 'map', name: `endpoints${f}-${bucket}`, type: `numgen random mod 2 : ${l3(f)} daddr`, typeOf: true,
           interval: false, elements });
       }
       sets.push(
@@ -302,28 +305,37 @@ export class ServiceRenderer {
 
   /**
    * How a unit's chains send a connection to one of `targets` (slots from `base`): a DNAT
-   * statement (the slots it looks up added to `elements`), or with affinity a `goto` to a chain
-   * checking the clients' sets first (the chains and sets it needs are added).
+   * statement, through the slot map when there are several (the slots it looks up added to
+   * `elements`); with affinity, or targets of several ports (a named target port resolving to
+   * different numbers), a `goto` to a chain choosing among a chain per endpoint (added, with
+   * affinity's sets, to `chains` and `sets`).
    */
   #picker(unit: string, f: Family, proto: string, bucket: number, elements: string[], affinitySeconds: number | undefined,
     chains: Map<string, string[]>, sets: NftSet[]): (targets: Target[], base: number, which: string) => string {
     return (targets, base, which) => {
-      if (affinitySeconds === undefined) {
+      const port = targets[0]!.port;
+      if (affinitySeconds === undefined && targets.every((t) => t.port === port)) {
         if (targets.length === 1) return `meta l4proto ${proto} dnat ${l3(f)} to ${hostPort(targets[0]!)}`;
-        targets.forEach((t, j) => elements.push(`${base + j} : ${formatIP(t.ip)} . ${t.port}`));
-        return `meta l4proto ${proto} dnat ${l3(f)} to numgen random mod ${targets.length} offset ${base} map @endpoints${f}-${bucket}`;
+        targets.forEach((t, j) => elements.push(`${base + j} : ${formatIP(t.ip)}`));
+        const slot = `numgen random mod ${targets.length} offset ${base}`;
+        return `meta l4proto ${proto} dnat ${l3(f)} to ${slot} map @endpoints${f}-${bucket} : ${port}`;
       }
       const chainOf = (t: Target) => `ep-${unit}/${endpointName(t)}`;
       const setOf = (t: Target) => `affinity-${unit}/${endpointName(t)}`;
       for (const t of targets) {
         if (chains.has(chainOf(t))) continue;
+        const dnat = `meta l4proto ${proto} dnat ${l3(f)} to ${hostPort(t)}`;
+        if (affinitySeconds === undefined) {
+          chains.set(chainOf(t), [dnat]);
+          continue;
+        }
         sets.push({ kind: 'set', name: setOf(t), type: addrType(f), interval: false, flags: ['dynamic', 'timeout'],
           timeoutSeconds: affinitySeconds, elements: [] });
-        chains.set(chainOf(t), [`update @${setOf(t)} { ${l3(f)} saddr }`, `meta l4proto ${proto} dnat ${l3(f)} to ${hostPort(t)}`]);
+        chains.set(chainOf(t), [`update @${setOf(t)} { ${l3(f)} saddr }`, dnat]);
       }
-      const choose = `aff-${which}-${unit}`;
+      const choose = `${affinitySeconds === undefined ? 'pick' : 'aff'}-${which}-${unit}`;
       chains.set(choose, [
-        ...targets.map((t) => `${l3(f)} saddr @${setOf(t)} goto ${chainOf(t)}`),
+        ...(affinitySeconds === undefined ? [] : targets.map((t) => `${l3(f)} saddr @${setOf(t)} goto ${chainOf(t)}`)),
         `numgen random mod ${targets.length} vmap { ${targets.map((t, j) => `${j} : goto ${chainOf(t)}`).join(', ')} }`,
       ]);
       return `goto ${choose}`;

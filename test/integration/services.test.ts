@@ -13,14 +13,15 @@ import { parseCIDR } from '../../src/ip/ip.ts';
 import { KubeHttp } from '../../src/lease/kube/http.ts';
 import { memoryLogger } from '../../src/log.ts';
 import { execRunner, nftMonitor } from '../../src/masq/runner.ts';
-import { NFT_SERVICES_TABLE } from '../../src/services/render.ts';
-import { ServiceProxy } from '../../src/services/proxy.ts';
+import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../src/services/render.ts';
+import { tableScript, tableUpdate } from '../../src/nft/ruleset.ts';
+import { removeServiceRules, ServiceProxy } from '../../src/services/proxy.ts';
 import { KubeApiServer } from '../support/kube-apiserver.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 import { ServiceAgent } from '../support/service-agent.ts';
 import type { ProbeResult } from '../support/service-agent.ts';
-import { endpoint, serviceObject, sliceObject } from '../support/services.ts';
+import { endpoint, serviceModel, serviceObject, sliceObject } from '../support/services.ts';
 import { until } from '../support/until.ts';
 
 const NS = 'svc';
@@ -156,7 +157,7 @@ test('the Service proxy translates every Service type and policy on a real kerne
           assert.deepEqual(await agents.out.probe('198.51.100.1', 'TCP', 30082, 1000), { error: 'ECONNREFUSED' }, 'TCP to the node port');
         });
 
-        await t.test('NodePort from outside: Cluster policy masquerades, Local keeps the client and uses this node\'s endpoints', async () => {
+        await t.test('NodePort from outside: Cluster policy masquerades, Local keeps the client, uses this node\'s endpoints', async () => {
           await createService('np', { type: 'NodePort', clusterIP: '10.96.0.31', ports: [{ port: 80, nodePort: 30080 }] });
           await putSlice('np-4', 'np', 'IPv4', [ep4('pc')]);
           await createService('np-local', {
@@ -244,4 +245,62 @@ test('the Service proxy translates every Service type and policy on a real kerne
   } finally {
     await api.stop();
   }
+});
+
+test('--cleanup-traffic-rules removes the table, and is a no-op without one', { skip: needsRoot }, async () => {
+  await withNetns(['node'], async (node) => {
+    const run = execRunner(['ip', 'netns', 'exec', node.name]);
+    await node.exec('nft', 'add', 'table', 'inet', NFT_SERVICES_TABLE);
+    await node.exec('nft', 'add', 'table', 'inet', 'other');
+    const log = memoryLogger();
+    await removeServiceRules(log, run);
+    assert.doesNotMatch(await node.exec('nft', 'list', 'tables'), new RegExp(NFT_SERVICES_TABLE));
+    assert.match(await node.exec('nft', 'list', 'tables'), /table inet other/, 'other tables stay');
+    await removeServiceRules(log, run);
+    assert.deepEqual(log.records.map((r) => r.msg), [`service proxy: table inet ${NFT_SERVICES_TABLE} removed`]);
+  });
+});
+
+/** A listing of the table as sets: its blocks and each block's elements in sorted order (the kernel's order is its own). */
+function normalized(listing: string): string {
+  const blocks = listing.split(/\n(?=\t(?:set|map|chain) )/).slice(1).map((b) => b.replace(/\n}\n?$/, '').trim());
+  const sortElements = (_: string, e: string) => `elements = { ${e.split(/,\s*/).map((x) => x.trim()).sort().join(', ')} }`;
+  return blocks.map((b) => b.replace(/elements = \{([^}]*)\}/, sortElements)).sort().join('\n');
+}
+
+test('each update loads into the table an earlier transaction left, slot maps shared by many Services', { skip: needsRoot }, async () => {
+  await withNetns(['node'], async (node) => {
+    const run = execRunner(['ip', 'netns', 'exec', node.name]);
+    const table = `inet ${NFT_SERVICES_TABLE}`;
+    const renderer = new ServiceRenderer();
+    const options = { node: 'n1', clusterCIDRs: [parseCIDR('10.244.0.0/16', 'test')] };
+    /** Services 0..n-1, TCP and UDP alike, each with `endpoints(i)` endpoints. */
+    const model = (n: number, endpoints: (i: number) => number) => serviceModel(
+      Array.from({ length: n }, (_, i) => serviceObject('ns', `s${i}`, {
+        clusterIP: `10.96.1.${i}`, ports: [{ port: 53, protocol: i % 2 === 0 ? 'TCP' : 'UDP' }],
+      })),
+      Array.from({ length: n }, (_, i) => sliceObject('ns', `s${i}-1`, `s${i}`, 'IPv4',
+        [{ port: 5353, protocol: i % 2 === 0 ? 'TCP' : 'UDP' }],
+        Array.from({ length: endpoints(i) }, (_, j) => endpoint(`10.244.${j}.${i}`, 'n2')))),
+    );
+    const load = async (script: string) => {
+      const r = await run(['nft', '-f', '-'], script);
+      assert.equal(r.code, 0, `${r.stderr}\n${script.slice(0, 2000)}`);
+    };
+    // More Services than slot maps: later ones share the maps of earlier ones.
+    let applied = renderer.render(model(70, () => 2), options).ruleset;
+    await load(tableScript(table, applied));
+    for (const next of [model(140, () => 2), model(140, (i) => 2 + (i % 3)), model(100, (i) => 1 + (i % 4))]) {
+      const ruleset = renderer.render(next, options).ruleset;
+      await load(tableUpdate(table, applied, ruleset));
+      applied = ruleset;
+      const fresh = await withNetns(['check'], async (check) => {
+        const r = await execRunner(['ip', 'netns', 'exec', check.name])(['nft', '-f', '-'], tableScript(table, ruleset));
+        assert.equal(r.code, 0, r.stderr);
+        return execRunner(['ip', 'netns', 'exec', check.name])(['nft', 'list', 'table', table.split(' ')[0]!, NFT_SERVICES_TABLE]);
+      });
+      const updated = (await run(['nft', 'list', 'table', 'inet', NFT_SERVICES_TABLE])).stdout;
+      assert.equal(normalized(updated), normalized(fresh.stdout), 'the update leaves what a fresh load would');
+    }
+  });
 });

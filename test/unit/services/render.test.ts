@@ -27,9 +27,9 @@ test('a ClusterIP Service: a map element sends it to its chain, which masquerade
   assert.deepEqual(elements(ruleset, 'services4'), ['10.96.0.10 . tcp . 80 : goto svc-ns/web/80/tcp/v4']);
   assert.deepEqual(ruleset.chains.get('svc-ns/web/80/tcp/v4'), [
     'ip saddr != 10.244.0.0/16 jump mark-for-masquerade',
-    'meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0',
+    'meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0 : 8080',
   ]);
-  assert.deepEqual(endpointSlots(ruleset, 4), ['0 : 10.244.1.2 . 8080', '1 : 10.244.2.2 . 8080']);
+  assert.deepEqual(endpointSlots(ruleset, 4), ['0 : 10.244.1.2', '1 : 10.244.2.2']);
   // Hairpin: the node's own endpoint reaching itself through the Service is masqueraded.
   assert.deepEqual(elements(ruleset, 'hairpin4'), ['10.244.1.2 . 10.244.1.2']);
   assert.deepEqual(elements(ruleset, 'no-endpoints4'), []);
@@ -70,7 +70,7 @@ test('ready endpoints only; serving terminating ones when none is ready; none us
 
 test('two slices holding one endpoint during churn give it once', () => {
   const { ruleset } = render([web()], [webSlice(TWO), webSlice([endpoint('10.244.2.2', 'n2')], 'web-2')]);
-  assert.deepEqual(endpointSlots(ruleset, 4), ['0 : 10.244.1.2 . 8080', '1 : 10.244.2.2 . 8080']);
+  assert.deepEqual(endpointSlots(ruleset, 4), ['0 : 10.244.1.2', '1 : 10.244.2.2']);
 });
 
 test('NodePort, externalIPs and load balancer IPs go through the external chain, which masquerades (externalTrafficPolicy Cluster)', () => {
@@ -85,7 +85,7 @@ test('NodePort, externalIPs and load balancer IPs go through the external chain,
   assert.deepEqual(elements(ruleset, 'nodeports4'), ['tcp . 30080 : goto ext-ns/web/80/tcp/v4']);
   assert.deepEqual(ruleset.chains.get('ext-ns/web/80/tcp/v4'), [
     'jump mark-for-masquerade',
-    'meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0',
+    'meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0 : 8080',
   ]);
   const nodePorts = 'ip daddr != 127.0.0.0/8 fib daddr type local meta l4proto . th dport vmap @nodeports4';
   assert.ok(ruleset.chains.get('nat-prerouting')?.includes(nodePorts));
@@ -98,9 +98,9 @@ test('externalTrafficPolicy Local: outside clients keep their address, reach thi
   });
   const { ruleset, healthChecks } = render([lb], [webSlice(TWO)]);
   assert.deepEqual(ruleset.chains.get('ext-ns/web/80/tcp/v4'), [
-    'ip saddr 10.244.0.0/16 meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0',
+    'ip saddr 10.244.0.0/16 meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0 : 8080',
     'fib saddr type local jump mark-for-masquerade',
-    'fib saddr type local meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0',
+    'fib saddr type local meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0 : 8080',
     'meta l4proto tcp dnat ip to 10.244.1.2:8080',
   ]);
   assert.deepEqual(healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 1 }]);
@@ -160,9 +160,9 @@ test('IPv6 and dual stack: each family has its own maps, chains and endpoints; S
   assert.deepEqual(elements(ruleset, 'services6'), ['fd00:96::20 . sctp . 9 : goto svc-ns/dual/9/sctp/v6']);
   assert.deepEqual(ruleset.chains.get('svc-ns/dual/9/sctp/v6'), [
     'ip6 saddr != fd00:244::/56 jump mark-for-masquerade',
-    'meta l4proto sctp dnat ip6 to numgen random mod 2 offset 0 map @endpoints6-1',
+    'meta l4proto sctp dnat ip6 to numgen random mod 2 offset 0 map @endpoints6-1 : 9',
   ]);
-  assert.deepEqual(endpointSlots(ruleset, 6), ['0 : fd00:244:1::9 . 9', '1 : fd00:244:2::9 . 9']);
+  assert.deepEqual(endpointSlots(ruleset, 6), ['0 : fd00:244:1::9', '1 : fd00:244:2::9']);
   assert.deepEqual(elements(ruleset, 'hairpin6'), ['fd00:244:1::9 . fd00:244:1::9']);
 });
 
@@ -184,7 +184,7 @@ test('an endpoint change sends only the elements that changed; a Service keeps i
   const script = tableUpdate(TABLE, before, after);
   assert.equal(script, [
     'delete element inet weft-services endpoints4-1 { 1 }',
-    'add element inet weft-services endpoints4-1 { 1 : 10.244.3.2 . 8080 }',
+    'add element inet weft-services endpoints4-1 { 1 : 10.244.3.2 }',
     '',
   ].join('\n'));
   const without = renderer.render(serviceModel([web()], [webSlice(moved)]), OPTIONS).ruleset;
@@ -199,4 +199,18 @@ test('two Services claiming one address and port (or node port) get one element,
   const { ruleset } = render([b, a], slices);
   assert.deepEqual(elements(ruleset, 'services4'), ['10.96.0.10 . tcp . 80 : goto svc-ns/a/80/tcp/v4']);
   assert.deepEqual(elements(ruleset, 'nodeports4'), ['tcp . 30080 : goto ext-ns/a/80/tcp/v4']);
+});
+
+test('endpoints on different target ports (a named port resolving differently) are chosen through a chain each', () => {
+  const slices = [
+    sliceObject('ns', 'web-1', 'web', 'IPv4', [{ port: 8080 }], [endpoint('10.244.1.2', 'n1')]),
+    sliceObject('ns', 'web-2', 'web', 'IPv4', [{ port: 9090 }], [endpoint('10.244.2.2', 'n2')]),
+  ];
+  const { ruleset } = render([web()], slices);
+  assert.equal(ruleset.chains.get('svc-ns/web/80/tcp/v4')?.at(-1), 'goto pick-all-ns/web/80/tcp/v4');
+  assert.deepEqual(ruleset.chains.get('pick-all-ns/web/80/tcp/v4'), [
+    'numgen random mod 2 vmap { 0 : goto ep-ns/web/80/tcp/v4/10.244.1.2_8080, 1 : goto ep-ns/web/80/tcp/v4/10.244.2.2_9090 }',
+  ]);
+  assert.deepEqual(ruleset.chains.get('ep-ns/web/80/tcp/v4/10.244.2.2_9090'), ['meta l4proto tcp dnat ip to 10.244.2.2:9090']);
+  assert.deepEqual(endpointSlots(ruleset, 4), []);
 });
