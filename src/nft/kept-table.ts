@@ -51,6 +51,8 @@ export class KeptTable {
   /** The apply {@link #golden} was listed after (-1: none yet, or being listed). */
   #goldenOf = -1;
   #goldenTask: Promise<void> | undefined;
+  /** An apply came while {@link #goldenTask} listed: list again when it ends. */
+  #goldenAgain = false;
   /** Bumped by every change; an apply covers the generation it started with. */
   #generation = 0;
   #appliedGeneration = -1;
@@ -112,7 +114,7 @@ export class KeptTable {
     this.#stop.abort();
     this.#synced.reject(new WeftError('ESTOPPED', `${this.#options.what} stopped`));
     await this.#applying;
-    await this.#goldenTask;
+    while (this.#goldenTask) await this.#goldenTask;
   }
 
   /** Compares the table with the listing of our last apply; loads it whole again when they differ. */
@@ -161,17 +163,22 @@ export class KeptTable {
 
   /**
    * Lists what the repair compares with, in the background: a large table takes hundreds of
-   * milliseconds to list, and the next change must not wait for it. A listing that an apply
-   * overtook is dropped; until one stands, the repair compares nothing.
+   * milliseconds (seconds, at 10,000 Services) to list, and the next change must not wait for it.
+   * One listing runs at a time: one that an apply overtook is dropped and, once it ends, the
+   * table listed again for the latest apply. Until one stands, the repair compares nothing.
    */
   #takeGolden(): void {
-    const applies = this.#applies;
     this.#goldenOf = -1;
     if (!this.#applied) {
       this.#golden = undefined;
-      this.#goldenOf = applies;
+      this.#goldenOf = this.#applies;
       return;
     }
+    if (this.#goldenTask) {
+      this.#goldenAgain = true;
+      return;
+    }
+    const applies = this.#applies;
     const started = performance.now();
     this.#goldenTask = this.#list().then((listing) => {
       if (applies !== this.#applies) return;
@@ -188,6 +195,11 @@ export class KeptTable {
       const why = 'failed to list the applied rules; the repair is blind until the next change';
       this.#options.log.error(`${this.#options.what}: ${why}`, { err: e });
       this.#appliedKnown = false;
+    }).finally(() => {
+      this.#goldenTask = undefined;
+      if (!this.#goldenAgain || this.#stop.signal.aborted) return;
+      this.#goldenAgain = false;
+      if (this.#goldenOf === -1 && this.#appliedKnown) this.#takeGolden();
     });
   }
 

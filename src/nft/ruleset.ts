@@ -105,8 +105,10 @@ export function tableUpdate(table: string, from: NftRuleset | undefined, to: Nft
   const newSets = new Map(to.sets.map((s) => [s.name, s]));
   const declaration = (x: NftSet) => setBody({ ...x, elements: [] }).join();
   const sameType = (a: NftSet, b: NftSet) => a.kind === b.kind && declaration(a) === declaration(b);
+  // A renderer keeping what it worked out hands over the same arrays and sets for what did not
+  // change: those are passed over without a look at their contents.
   const sameRules = (a: readonly string[] | undefined, b: readonly string[]) =>
-    a !== undefined && a.length === b.length && a.every((l, i) => l === b[i]);
+    a === b || (a !== undefined && a.length === b.length && a.every((l, i) => l === b[i]));
   const changedChains = [...to.chains].filter(([name, rules]) => !sameRules(from.chains.get(name), rules));
   const goneChains = [...from.chains.keys()].filter((name) => !to.chains.has(name));
   const lines: string[] = [];
@@ -118,10 +120,11 @@ export function tableUpdate(table: string, from: NftRuleset | undefined, to: Nft
   for (const name of goneChains) lines.push(`flush chain ${table} ${name}`);
   for (const [name, s] of oldSets) {
     const next = newSets.get(name);
-    if (!next || !sameType(s, next)) lines.push(`delete ${s.kind} ${table} ${name}`);
+    if (next !== s && (!next || !sameType(s, next))) lines.push(`delete ${s.kind} ${table} ${name}`);
   }
   for (const [name, s] of newSets) {
     const was = oldSets.get(name);
+    if (was === s) continue;
     if (!was || !sameType(was, s)) lines.push(`add ${s.kind} ${table} ${name} { ${setBody(s).join('; ')}; }`);
     else if (was.elements.join() !== s.elements.join()) lines.push(...elementChanges(table, was, s));
   }
