@@ -157,7 +157,9 @@ try {
   const monitor = spawn('ip', ['netns', 'exec', node2.name, 'nft', 'monitor', 'ruleset'], { stdio: ['ignore', 'pipe', 'ignore'] });
   const waiting = new Map<string, () => void>();
   createInterface({ input: monitor.stdout }).on('line', (line) => {
-    for (const [ip, done] of waiting) if (line.includes(` ${ip} . `)) done();
+    // `add element inet weft-services endpoints4-<n> { <slot> : <address> }`
+    if (!line.startsWith('add element')) return;
+    for (const [ip, done] of waiting) if (new RegExp(`: ${ip.replaceAll('.', '\\.')}[ ,}]`).test(line)) done();
   });
   // 10,000 Services arrive in many batches, each applied and then listed for the repair:
   // sampling starts once weftd has done neither for 3 s.

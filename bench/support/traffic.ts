@@ -21,8 +21,15 @@ const net = require('node:net');
 const start = ${start};
 const end = start + ${seconds * 1000};
 let n = 0;
-const one = () => new Promise((resolve) => { const c = net.connect({ host: '${ip}', port: 80 }); c.on('connect', () => { n++; c.resetAndDestroy(); resolve(); }); c.on('error', () => resolve()); });
-setTimeout(async () => { await Promise.all(Array.from({ length: 4 }, async () => { while (Date.now() < end) await one(); })); console.log(n / ${seconds}); }, start - Date.now());`;
+const one = () => new Promise((resolve) => {
+  const c = net.connect({ host: '${ip}', port: 80 });
+  c.on('connect', () => { n++; c.resetAndDestroy(); resolve(); });
+  c.on('error', () => resolve());
+});
+setTimeout(async () => {
+  await Promise.all(Array.from({ length: 4 }, async () => { while (Date.now() < end) await one(); }));
+  console.log(n / ${seconds});
+}, start - Date.now());`;
     return Number((await client.exec(NODE, '-e', script)).trim());
   }));
 }
