@@ -154,7 +154,7 @@ try {
   console.log(`Gbit/s, likewise: ${gbps.map(([a, b]) => `${a.toFixed(2)} | ${b.toFixed(2)}`).join(', ')} (load ${await loadavg()})`);
 
   // Update latency: the kernel's own report of the new element.
-  const monitor = spawn('ip', ['netns', 'exec', node2.name, 'nft', 'monitor', 'ruleset'], { stdio: ['ignore', 'pipe', 'ignore'] });
+  const monitor = spawn('ip', ['netns', 'exec', node2.ns.name, 'nft', 'monitor', 'ruleset'], { stdio: ['ignore', 'pipe', 'ignore'] });
   const waiting = new Map<string, () => void>();
   createInterface({ input: monitor.stdout }).on('line', (line) => {
     // `add element inet weft-services endpoints4-<n> { <slot> : <address> }`
