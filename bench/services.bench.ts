@@ -153,14 +153,18 @@ try {
   console.log(`connections/s to the pod | its cluster IP, by round: ${rounds}`);
   console.log(`Gbit/s, likewise: ${gbps.map(([a, b]) => `${a.toFixed(2)} | ${b.toFixed(2)}`).join(', ')} (load ${await loadavg()})`);
 
-  // Update latency: the kernel's own report of the new element.
-  const monitor = spawn('ip', ['netns', 'exec', node2.ns.name, 'nft', 'monitor', 'ruleset'], { stdio: ['ignore', 'pipe', 'ignore'] });
-  const waiting = new Map<string, () => void>();
-  createInterface({ input: monitor.stdout }).on('line', (line) => {
-    // `add element inet weft-services endpoints4-<n> { <slot> : <address> }`
-    if (!line.startsWith('add element')) return;
-    for (const [ip, done] of waiting) if (new RegExp(`: ${ip.replaceAll('.', '\\.')}[ ,}]`).test(line)) done();
-  });
+  // Update latency: the kernel's own report of the new element, through an `nft monitor` started
+  // for each sample (one that lived through the 10,000 Services' transactions can have died of a
+  // full socket buffer).
+  const monitorFor = async (ip: string) => {
+    const monitor = spawn('ip', ['netns', 'exec', node2.ns.name, 'nft', 'monitor', 'ruleset'], { stdio: ['ignore', 'pipe', 'ignore'] });
+    const pattern = new RegExp(`^add element .*: ${ip.replaceAll('.', '\\.')}[ ,}]`);
+    const seen = new Promise<void>((resolve) => createInterface({ input: monitor.stdout }).on('line', (line) => {
+      if (pattern.test(line)) resolve();
+    }));
+    await sleep(300);
+    return { seen, stop: () => monitor.kill() };
+  };
   // 10,000 Services arrive in many batches, each applied and then listed for the repair:
   // sampling starts once weftd has done neither for 3 s.
   const busy = () => (node2.daemon.log().match(/service proxy: (rules applied|listed)/g) ?? []).length;
@@ -169,24 +173,25 @@ try {
     if (busy() !== seen) [seen, quiet] = [busy(), performance.now()];
   }
   const samples: number[] = [];
-  try {
-    for (let s = 0; s < SAMPLES; s++) {
-      const i = 1000 + s * 97;
-      const fresh = formatIP({ family: 4, value: 0x0afa0000n + BigInt(s) });
-      const seen = new Promise<void>((resolve) => waiting.set(fresh, resolve));
+  for (let s = 0; s < SAMPLES; s++) {
+    const i = 1000 + s * 97;
+    const fresh = formatIP({ family: 4, value: 0x0afa0000n + BigInt(s) });
+    const monitor = await monitorFor(fresh);
+    try {
       const t0 = performance.now();
       api.modify('endpointslices.discovery.k8s.io', `svc-${i}-1`, (o) => {
         (o.endpoints as { addresses: string[] }[])[3]!.addresses = [fresh];
       }, 'fill');
-      await Promise.race([seen, sleep(120_000).then(() => {
-        throw new Error(`the new endpoint ${fresh} was not in the kernel within 120 s\n${node2.daemon.log().slice(-4000)}`);
-      })]);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([monitor.seen, new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`the new endpoint ${fresh} was not in the kernel within 120 s\n`
+          + node2.daemon.log().slice(-4000))), 120_000);
+      })]).finally(() => clearTimeout(timer));
       samples.push(performance.now() - t0);
-      waiting.delete(fresh);
-      await sleep(100);
+    } finally {
+      monitor.stop();
     }
-  } finally {
-    monitor.kill();
+    await sleep(100);
   }
   const p99 = percentile(samples, 99);
   console.log(`update: median ${median(samples).toFixed(0)} ms, p99 ${p99.toFixed(0)} ms of ${SAMPLES} (load ${await loadavg()})`);

@@ -199,7 +199,8 @@ export class KeptTable {
       this.#goldenTask = undefined;
       if (!this.#goldenAgain || this.#stop.signal.aborted) return;
       this.#goldenAgain = false;
-      if (this.#goldenOf === -1 && this.#appliedKnown) this.#takeGolden();
+      // An apply under way lists when it is done: a listing now could catch its transaction half sent.
+      if (this.#goldenOf === -1 && this.#appliedKnown && !this.#applying) this.#takeGolden();
     });
   }
 
