@@ -18,7 +18,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 .PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
 	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean \
-	image test-image bench-image
+	image test-image bench-image bench-services
 
 all: build
 
@@ -231,6 +231,11 @@ bench-etcd-faults: deps build
 # connection rate and throughput with 100 policies against none; a few minutes.
 bench-netpol: deps build
 	$(NODE) bench/netpol.bench.ts
+
+# Services through weftd's proxy on a two-node cluster: 10,000 Services of 10 endpoints, cold sync,
+# update latency, connect latency at 100 and 10,000 Services, rate and throughput via a cluster IP.
+bench-services: deps build
+	$(NODE) bench/services.bench.ts
 
 # Egress gateways on the cluster harness: policy to EIP, failovers by link cut and weftd kill, dual
 # answers, a 10 s API stall, throughput through a gateway, forced controller overlap; ~5 minutes.

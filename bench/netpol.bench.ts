@@ -33,12 +33,11 @@
  * Medians and percentiles as bench/support/stats.ts defines them: the median of an even count is
  * the mean of the middle two, a percentile is the nearest rank.
  */
-import { spawn } from 'node:child_process';
 import { Cluster } from '../test/support/cluster.ts';
-import type { Netns } from '../test/support/netns.ts';
 import { Agent } from '../test/support/netpol-agent.ts';
 import type { Obj } from '../test/support/kube-apiserver.ts';
 import { median, percentile } from './support/stats.ts';
+import { connRates, iperf } from './support/traffic.ts';
 
 const SECONDS = Number(process.env.WEFT_BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.WEFT_BENCH_ROUNDS ?? 5);
@@ -46,45 +45,6 @@ const SAMPLES = Number(process.env.WEFT_BENCH_SAMPLES ?? 30);
 const NAMESPACES = 50;
 const PODS = 2000;
 const POLICIES = 1000;
-const NODE = new URL('../node_modules/.bin/node', import.meta.url).pathname;
-
-/**
- * TCP connections per second from `client` to each of `ips`:80, 4 at a time to each, all at once
- * (one process per address, the same start and end), for SECONDS. Each is reset once connected:
- * closed, tens of thousands of them would hold every ephemeral port of the client in TIME_WAIT,
- * and the rate would measure the search for a port.
- */
-async function connRates(client: Netns, ips: readonly string[]): Promise<number[]> {
-  const start = Date.now() + 2000;
-  return Promise.all(ips.map(async (ip) => {
-    const script = `
-const net = require('node:net');
-const start = ${start};
-const end = start + ${SECONDS * 1000};
-let n = 0;
-const one = () => new Promise((resolve) => { const c = net.connect({ host: '${ip}', port: 80 }); c.on('connect', () => { n++; c.resetAndDestroy(); resolve(); }); c.on('error', () => resolve()); });
-setTimeout(async () => { await Promise.all(Array.from({ length: 4 }, async () => { while (Date.now() < end) await one(); })); console.log(n / ${SECONDS}); }, start - Date.now());`;
-    return Number((await client.exec(NODE, '-e', script)).trim());
-  }));
-}
-
-/** iperf3 (TCP) from `client` to `server` at `ip`, in Gbit/s received. */
-async function iperf(server: Netns, client: Netns, ip: string): Promise<number> {
-  const srv = spawn('ip', ['netns', 'exec', server.name, 'iperf3', '-s', '-1', '-B', ip, '-p', '5201'], { stdio: 'ignore' });
-  try {
-    for (let i = 0; ; i++) {
-      try {
-        const out = await client.exec('iperf3', '-c', ip, '-p', '5201', '-t', String(SECONDS), '-J');
-        return (JSON.parse(out) as { end: { sum_received: { bits_per_second: number } } }).end.sum_received.bits_per_second / 1e9;
-      } catch (e) {
-        if (i >= 20) throw e;
-        await new Promise((r) => setTimeout(r, 200));
-      }
-    }
-  } finally {
-    srv.kill();
-  }
-}
 
 const policy = (namespace: string, name: string, spec: Obj): Obj => ({ apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace, name }, spec });
 /** Allows the client namespace to the server on TCP 80 and 5201 (iperf3). */
@@ -140,8 +100,8 @@ try {
   for (let r = 0; r < ROUNDS; r++) {
     // Which server the client starts with alternates, in case order favours one.
     const order = r % 2 === 0 ? [plain, server] : [server, plain];
-    const rate = await connRates(client.ns, order.map((p) => p.ip));
-    const tput = await Promise.all(order.map((p) => iperf(p.ns, client.ns, p.ip)));
+    const rate = await connRates(client.ns, order.map((p) => p.ip), SECONDS);
+    const tput = await Promise.all(order.map((p) => iperf(p.ns, client.ns, p.ip, p.ip, SECONDS)));
     rates.push((r % 2 === 0 ? rate : rate.reverse()) as [number, number]);
     gbps.push((r % 2 === 0 ? tput : tput.reverse()) as [number, number]);
   }

@@ -5,7 +5,8 @@
  * Only the flags are read before anything else is loaded: each part is imported when the run
  * needs it, so `--version` loads neither datastore client nor winston, etcd mode never loads the
  * Kubernetes client, kube mode never loads the etcd client, metrics cost nothing with
- * --healthz-port=0, network policy costs nothing without --network-policy, and the admin socket
+ * --healthz-port=0, network policy costs nothing without --network-policy, nor the Service proxy
+ * without --service-proxy, and the admin socket
  * (weftctl's) is loaded beside the agent (test/unit/cmd/weftd-imports.test.ts holds the graph to
  * that).
  */
@@ -21,6 +22,7 @@ import type { Metrics } from '../server/metrics.ts';
 import type { NetlinkHandle } from '../netlink/index.ts';
 import type { PodDirectory } from '../cni/server.ts';
 import type { PolicyEnforcer } from '../policy/enforcer.ts';
+import type { ServiceProxy } from '../services/proxy.ts';
 
 async function leaseSource(flags: Flags, log: Logger, observer: SourceObserver | undefined): Promise<LeaseSource> {
   if (flags.kubeSubnetMgr) {
@@ -54,6 +56,28 @@ async function startPolicy(flags: Flags, source: LeaseSource, log: Logger, signa
   const enforcer = new PolicyEnforcer({ http, node, log: log.child({ component: 'network-policy' }), resyncSeconds: flags.iptablesResync });
   await enforcer.start(signal);
   return enforcer;
+}
+
+/**
+ * The Service proxy (--service-proxy, kube mode), its modules loaded only here. A node where nft
+ * does not work, or where kube-proxy runs, stops weftd with an error saying so.
+ */
+async function startServiceProxy(flags: Flags, source: LeaseSource, log: Logger, signal: AbortSignal): Promise<ServiceProxy | undefined> {
+  if (!flags.serviceProxy) return undefined;
+  const [{ ServiceProxy }, { kubeConfigFromFlags }, { KubeHttp }, { parseNetConfig }, { readFile }, { parseCIDR }] = await Promise.all([
+    import('../services/proxy.ts'), import('../lease/kube/client.ts'), import('../lease/kube/http.ts'),
+    import('../config/netconf.ts'), import('node:fs/promises'), import('../ip/ip.ts'),
+  ]);
+  const netConf = parseNetConfig(await readFile(flags.netConfigPath, 'utf8'), flags.netConfigPath);
+  const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl }));
+  const node = await (source as KubeLeaseSource).nodeName(signal);
+  const proxy = new ServiceProxy({
+    http, node, log: log.child({ component: 'service-proxy' }),
+    clusterCIDRs: [netConf.network, netConf.ipv6Network].filter((c) => c !== undefined),
+    nodePortCIDRs: flags.nodeportAddresses.map((c) => parseCIDR(c, '--nodeport-addresses')),
+  });
+  await proxy.start(signal);
+  return proxy;
 }
 
 /**
@@ -114,8 +138,9 @@ async function main(argv: string[]): Promise<number> {
     });
   }
   if (flags.cleanupTrafficRules) {
-    const { TrafficRules } = await import('../masq/manager.ts');
+    const [{ TrafficRules }, { removeServiceRules }] = await Promise.all([import('../masq/manager.ts'), import('../services/proxy.ts')]);
     await new TrafficRules({ log }).cleanup();
+    await removeServiceRules(log);
     return 0;
   }
   const [source, { runAgent, AgentView }, { NetlinkHandle }, { startAdminServer }] = await Promise.all([
@@ -125,9 +150,12 @@ async function main(argv: string[]): Promise<number> {
     import('../admin/server.ts'),
   ]);
   let policy: PolicyEnforcer | undefined;
+  let services: ServiceProxy | undefined;
   try {
     policy = await startPolicy(flags, source, log, stop.signal);
+    services = await startServiceProxy(flags, source, log, stop.signal);
   } catch (e) {
+    await policy?.stop();
     await source.close();
     throw e;
   }
@@ -157,6 +185,7 @@ async function main(argv: string[]): Promise<number> {
   } finally {
     await cni?.close();
     await policy?.stop();
+    await services?.stop();
     await admin?.close();
     await source.close();
     handle.close();

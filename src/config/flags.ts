@@ -5,6 +5,7 @@
  */
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { ConfigError } from '../errors.ts';
+import { parseCIDR } from '../ip/ip.ts';
 
 export type LogLevel = 'error' | 'warn' | 'info' | 'debug';
 export type LogFormat = 'text' | 'json';
@@ -51,6 +52,10 @@ export interface Flags {
   cleanupTrafficRules: boolean;
   /** Enforce NetworkPolicy on this node's pods (kube mode only). */
   networkPolicy: boolean;
+  /** Translate Services on this node, in place of kube-proxy (kube mode only). */
+  serviceProxy: boolean;
+  /** CIDRs whose node addresses serve node ports; empty: every address of the node. */
+  nodeportAddresses: string[];
   /** Egress gateways (kube mode): the controller election, the heartbeat and the node's data plane. */
   egressGateways: boolean;
   /** The cluster's service CIDRs, never steered to an egress gateway. */
@@ -192,6 +197,21 @@ const SPECS: FlagSpec[] = [
     own: true,
   },
   {
+    name: 'service-proxy',
+    group: WEFT,
+    help: 'translate Services on this node in place of kube-proxy (needs --kube-subnet-mgr and nft; refused where kube-proxy runs)',
+    kind: 'bool',
+    default: false,
+    own: true,
+  },
+  {
+    name: 'nodeport-addresses',
+    group: WEFT,
+    help: 'with --service-proxy: node ports on the node\'s addresses in these CIDRs only (comma-separated; default all addresses)',
+    default: '',
+    own: true,
+  },
+  {
     name: 'egress-gateways',
     group: EGRESS,
     help: 'run egress gateways: EgressGateway and EgressPolicy resources (egress-crds.yaml)',
@@ -329,6 +349,11 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       'needs --kube-subnet-mgr: NetworkPolicies, Pods and Namespaces are read from the Kubernetes API',
     );
   }
+  if (bool('service-proxy') && !bool('kube-subnet-mgr')) {
+    throw new ConfigError('--service-proxy', 'needs --kube-subnet-mgr: Services and EndpointSlices are read from the Kubernetes API');
+  }
+  const nodeportAddresses = str('nodeport-addresses').split(',').map((c) => c.trim()).filter(Boolean);
+  for (const c of nodeportAddresses) parseCIDR(c, '--nodeport-addresses');
   return {
     etcdEndpoints: str('etcd-endpoints').split(',').map((s) => s.trim()).filter(Boolean),
     etcdPrefix: str('etcd-prefix'),
@@ -364,6 +389,8 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     trafficRules: str('traffic-rules') as Flags['trafficRules'],
     cleanupTrafficRules: bool('cleanup-traffic-rules'),
     networkPolicy: bool('network-policy'),
+    serviceProxy: bool('service-proxy'),
+    nodeportAddresses,
     egressGateways: bool('egress-gateways'),
     egressServiceCidr: list('egress-service-cidr'),
     egressExcludeCidr: list('egress-exclude-cidr'),

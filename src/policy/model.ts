@@ -24,15 +24,18 @@
  *   ports); `endPort` needs a numeric `port` and is at least it.
  * - `ipBlock.except` entries lie inside `cidr`, of the same family.
  */
-import { containsCIDR, parseCIDR, tryParseIP } from '../ip/ip.ts';
+import { containsCIDR, tryParseIP } from '../ip/ip.ts';
 import type { CIDR, IP } from '../ip/ip.ts';
-import { isJson } from '../json.ts';
 import type { Json } from '../json.ts';
+import { Bad, cidr, isInvalid, labels, list, metadata, object, parsing, portNumber, protocol } from '../k8s/fields.ts';
+import type { Invalid, Protocol } from '../k8s/fields.ts';
 import { parseLabelSelector } from '../k8s/label-selector.ts';
 import type { LabelSelector } from '../k8s/label-selector.ts';
 
-const PROTOCOLS = ['TCP', 'UDP', 'SCTP'] as const;
-export type Protocol = (typeof PROTOCOLS)[number];
+export { isInvalid };
+export type { Invalid, Protocol };
+
+
 
 /** A peer of a rule: pods chosen by selectors, or addresses. */
 export type Peer =
@@ -94,32 +97,11 @@ export interface Namespace {
   labels: Readonly<Record<string, string>>;
 }
 
-/** An object that could not be parsed; `id` is `namespace/name` (or `name`, or `?`). */
-export interface Invalid {
-  id: string;
-  invalid: string;
-}
-
 /** Everything policy decisions derive from. Invalid policies are left out by whoever builds it. */
 export interface PolicyModel {
   policies: readonly NetworkPolicy[];
   pods: readonly Pod[];
   namespaces: readonly Namespace[];
-}
-
-/** A field's problem, caught inside this module and turned into an {@link Invalid}. */
-class Bad extends Error {}
-
-function list(v: unknown, field: string): unknown[] {
-  if (v === undefined || v === null) return [];
-  if (!Array.isArray(v)) throw new Bad(`${field}: must be a list`);
-  return v;
-}
-
-function object(v: unknown, field: string): Json {
-  if (v === undefined || v === null) return {};
-  if (!isJson(v)) throw new Bad(`${field}: must be an object`);
-  return v;
 }
 
 function selector(v: unknown, field: string): LabelSelector {
@@ -128,37 +110,9 @@ function selector(v: unknown, field: string): LabelSelector {
   return s;
 }
 
-function labels(v: unknown, field: string): Record<string, string> {
-  const l = object(v, field);
-  if (Object.values(l).some((x) => typeof x !== 'string')) throw new Bad(`${field}: must map label keys to strings`);
-  return l as Record<string, string>;
-}
-
-function protocol(v: unknown, field: string): Protocol {
-  if (v === undefined || v === null) return 'TCP';
-  if (!PROTOCOLS.includes(v as Protocol)) throw new Bad(`${field}: must be one of ${PROTOCOLS.join(', ')}, not ${JSON.stringify(v)}`);
-  return v as Protocol;
-}
-
-function portNumber(v: unknown, field: string): number {
-  if (!Number.isInteger(v) || (v as number) < 1 || (v as number) > 65535) {
-    throw new Bad(`${field}: must be a port number 1-65535, not ${JSON.stringify(v)}`);
-  }
-  return v as number;
-}
-
 /** IANA_SVC_NAME as Kubernetes validates it: 1–15 of [a-z0-9-], a letter, no edge or double hyphen. */
 export function isPortName(s: string): boolean {
   return /^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$/.test(s) && /[a-z]/.test(s) && !s.includes('--');
-}
-
-function cidr(v: unknown, field: string): CIDR {
-  if (typeof v !== 'string') throw new Bad(`${field}: must be a CIDR string`);
-  try {
-    return parseCIDR(v, field);
-  } catch {
-    throw new Bad(`${field}: not a CIDR: ${JSON.stringify(v)}`);
-  }
 }
 
 function peer(v: unknown, field: string): Peer {
@@ -216,29 +170,6 @@ function rules(v: unknown, field: string, peersKey: 'from' | 'to'): PolicyRule[]
       ports: list(rule.ports, `${field}[${i}].ports`).map((p, j) => policyPort(p, `${field}[${i}].ports[${j}]`)),
     };
   });
-}
-
-function metadata(o: unknown, namespaced: boolean): { namespace: string; name: string; meta: Json } {
-  if (!isJson(o)) throw new Bad('object: must be an object');
-  const meta = object(o.metadata, 'metadata');
-  if (typeof meta.name !== 'string' || meta.name === '') throw new Bad('metadata.name: required');
-  if (namespaced && (typeof meta.namespace !== 'string' || meta.namespace === '')) throw new Bad('metadata.namespace: required');
-  return { namespace: namespaced ? (meta.namespace as string) : '', name: meta.name, meta };
-}
-
-function idOf(o: unknown): string {
-  const meta = isJson(o) && isJson(o.metadata) ? o.metadata : {};
-  const name = typeof meta.name === 'string' ? meta.name : '?';
-  return typeof meta.namespace === 'string' ? `${meta.namespace}/${name}` : name;
-}
-
-function parsing<T>(o: unknown, f: () => T): T | Invalid {
-  try {
-    return f();
-  } catch (e) {
-    if (e instanceof Bad) return { id: idOf(o), invalid: e.message };
-    throw e;
-  }
 }
 
 /** Parses a NetworkPolicy object; defaults and checks as described in the module comment. */
@@ -323,9 +254,4 @@ export function parseNamespace(o: unknown): Namespace | Invalid {
     const { name, meta } = metadata(o, false);
     return { name, labels: labels(meta.labels, 'metadata.labels') };
   });
-}
-
-/** Whether a parse result is an {@link Invalid}. */
-export function isInvalid<T extends object>(v: T | Invalid): v is Invalid {
-  return 'invalid' in v;
 }

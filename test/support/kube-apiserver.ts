@@ -6,7 +6,8 @@
  * (403 with the apiserver's message).
  *
  * One generic store serves every resource the same way (test/support/kube-api/): core/v1 Nodes,
- * Pods, Namespaces; coordination.k8s.io/v1 Leases; networking.k8s.io/v1 NetworkPolicies;
+ * Pods, Namespaces, Services (cluster IPs and node ports allocated when absent);
+ * discovery.k8s.io/v1 EndpointSlices; coordination.k8s.io/v1 Leases; networking.k8s.io/v1 NetworkPolicies;
  * apiextensions.k8s.io/v1 CustomResourceDefinitions, and the custom resources of every CRD
  * created. For each: get, list (label and field selectors, `limit`/`continue`, 410 Expired),
  * watch (`resourceVersion`, `allowWatchBookmarks`, `timeoutSeconds`, `sendInitialEvents`, label

@@ -1,8 +1,9 @@
 /**
  * The resources the test API server knows and what differs between them: scope, status
  * subresource, generation, strategic-merge keys, field labels, server-side defaults and
- * validation. Built in: core/v1 Nodes, Pods, Namespaces; coordination.k8s.io/v1 Leases;
- * networking.k8s.io/v1 NetworkPolicies; apiextensions.k8s.io/v1 CustomResourceDefinitions, whose
+ * validation. Built in: core/v1 Nodes, Pods, Namespaces, Services; discovery.k8s.io/v1
+ * EndpointSlices; coordination.k8s.io/v1 Leases; networking.k8s.io/v1 NetworkPolicies;
+ * apiextensions.k8s.io/v1 CustomResourceDefinitions, whose
  * objects add the resources they define ({@link typesOfCrd}).
  */
 import type { MergeRules } from './patch.ts';
@@ -200,6 +201,93 @@ const NETWORK_POLICY: ResourceType = {
   },
 };
 
+/** Cluster IPs and node ports the API server allocates: from counters, unique within a test process. */
+let nextClusterIP = 256;
+let nextNodePort = 0;
+const allocateClusterIP = () => {
+  const n = nextClusterIP++;
+  return `10.96.${(n >> 8) & 255}.${n & 255}`;
+};
+const allocateNodePort = () => 30000 + (nextNodePort++ % 2768);
+const SERVICE_TYPES = ['ClusterIP', 'NodePort', 'LoadBalancer', 'ExternalName'];
+const PROTOCOLS = ['SCTP', 'TCP', 'UDP'];
+
+const SERVICE: ResourceType = {
+  ...base, group: '', version: 'v1', plural: 'services', singular: 'service', kind: 'Service', namespaced: true, shortNames: ['svc'],
+  status: true,
+  merge: rules({ 'spec.ports': 'port', 'status.conditions': 'type' }),
+  prepare(svc, old) {
+    const spec = obj(svc.spec);
+    svc.spec = spec;
+    spec.type ??= 'ClusterIP';
+    spec.sessionAffinity ??= 'None';
+    for (const p of list(spec.ports)) {
+      if (!isObj(p)) continue;
+      p.protocol ??= 'TCP';
+      p.targetPort ??= p.port;
+      if ((spec.type === 'NodePort' || spec.type === 'LoadBalancer') && p.nodePort === undefined) {
+        const had = list(obj(old?.spec).ports).map(obj).find((q) => q.port === p.port && q.protocol === p.protocol);
+        p.nodePort = had?.nodePort ?? allocateNodePort();
+      }
+    }
+    if (spec.type !== 'ExternalName') {
+      const oldSpec = obj(old?.spec);
+      spec.clusterIP ??= str(list(spec.clusterIPs)[0]) || oldSpec.clusterIP || allocateClusterIP();
+      spec.clusterIPs ??= oldSpec.clusterIP === spec.clusterIP && oldSpec.clusterIPs ? oldSpec.clusterIPs : [spec.clusterIP];
+      if (spec.clusterIP !== 'None') spec.ipFamilies ??= list(spec.clusterIPs).map((ip) => (str(ip).includes(':') ? 'IPv6' : 'IPv4'));
+      spec.ipFamilyPolicy ??= list(spec.clusterIPs).length > 1 ? 'PreferDualStack' : 'SingleStack';
+      spec.internalTrafficPolicy ??= 'Cluster';
+    }
+    if (spec.type === 'NodePort' || spec.type === 'LoadBalancer') spec.externalTrafficPolicy ??= 'Cluster';
+    if (!old) svc.status = { loadBalancer: {}, ...obj(svc.status) };
+  },
+  validate(svc, old) {
+    const spec = obj(svc.spec);
+    const errors: FieldError[] = [];
+    if (!SERVICE_TYPES.includes(str(spec.type))) errors.push(fieldNotSupported('spec.type', spec.type, SERVICE_TYPES));
+    if (spec.type !== 'ExternalName' && list(spec.ports).length === 0) errors.push(fieldRequired('spec.ports'));
+    list(spec.ports).forEach((p, i) => {
+      const { port, protocol, nodePort } = obj(p);
+      if (!Number.isInteger(port) || (port as number) < 1 || (port as number) > 65535) {
+        errors.push(fieldInvalid(`spec.ports[${i}].port`, port, 'must be between 1 and 65535, inclusive'));
+      }
+      if (!PROTOCOLS.includes(str(protocol))) errors.push(fieldNotSupported(`spec.ports[${i}].protocol`, protocol, PROTOCOLS));
+      if (nodePort !== undefined && (!Number.isInteger(nodePort) || (nodePort as number) < 30000 || (nodePort as number) > 32767)) {
+        const why = 'provided port is not in the valid range. The range of valid ports is 30000-32767';
+        errors.push(fieldInvalid(`spec.ports[${i}].nodePort`, nodePort, why));
+      }
+    });
+    if (old && obj(old.spec).clusterIP !== undefined && obj(old.spec).clusterIP !== spec.clusterIP && obj(old.spec).type === spec.type) {
+      errors.push(fieldInvalid('spec.clusterIPs[0]', spec.clusterIP, 'may not change once set'));
+    }
+    return errors;
+  },
+};
+
+const ADDRESS_TYPES = ['FQDN', 'IPv4', 'IPv6'];
+
+const ENDPOINT_SLICE: ResourceType = {
+  ...base, group: 'discovery.k8s.io', version: 'v1', plural: 'endpointslices', singular: 'endpointslice', kind: 'EndpointSlice',
+  namespaced: true,
+  merge: rules({}),
+  validate(slice, old) {
+    const errors: FieldError[] = [];
+    if (!ADDRESS_TYPES.includes(str(slice.addressType))) errors.push(fieldNotSupported('addressType', slice.addressType, ADDRESS_TYPES));
+    if (old && old.addressType !== slice.addressType) errors.push(fieldInvalid('addressType', slice.addressType, 'field is immutable'));
+    list(slice.endpoints).forEach((e, i) => {
+      if (list(obj(e).addresses).length !== 1) errors.push(fieldRequired(`endpoints[${i}].addresses`, 'must contain exactly 1 address'));
+    });
+    list(slice.ports).forEach((p, i) => {
+      const protocol = obj(p).protocol ?? 'TCP';
+      if (!PROTOCOLS.includes(str(protocol))) errors.push(fieldNotSupported(`ports[${i}].protocol`, protocol, PROTOCOLS));
+    });
+    return errors;
+  },
+  prepare(slice) {
+    for (const p of list(slice.ports)) if (isObj(p)) p.protocol ??= 'TCP';
+  },
+};
+
 const CRD_KIND = 'CustomResourceDefinition';
 
 const CRD: ResourceType = {
@@ -240,7 +328,7 @@ const CRD: ResourceType = {
 };
 
 /** The built-in resources, every one at its single version. */
-export const BUILTIN_TYPES: readonly ResourceType[] = [NODE, POD, NAMESPACE, LEASE, NETWORK_POLICY, CRD];
+export const BUILTIN_TYPES: readonly ResourceType[] = [NODE, POD, NAMESPACE, SERVICE, ENDPOINT_SLICE, LEASE, NETWORK_POLICY, CRD];
 
 /** Whether `o` is a CustomResourceDefinition (whose writes change the served resources). */
 export const isCrd = (t: ResourceType): boolean => t === CRD;

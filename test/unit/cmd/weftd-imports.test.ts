@@ -55,6 +55,19 @@ test('the admin socket and the logger come without a datastore client; the logge
   for (const inputs of [admin, logger]) assert.ok(!inputs.has(ETCD_CLIENT) && !has(inputs, '@kubernetes/client-node'), 'a datastore client comes with the admin socket or the logger');
 });
 
+test('the Service proxy is a chunk of its own, loaded by no mode, the agent, network policy or the CNI server without --service-proxy', async () => {
+  const meta = await metafile();
+  const proxy = loadedWith(meta, outputOf(meta, 'src/services/proxy.ts'));
+  assert.ok(proxy.has('src/services/render.ts') && proxy.has('src/k8s/reflector.ts'), 'the proxy brings its renderer and watches');
+  assert.ok(!proxy.has(ETCD_CLIENT), 'the Service proxy loads the etcd client');
+  for (const part of [ENTRY, 'src/lease/kube/source.ts', 'src/agent/agent.ts', 'src/cni/server.ts', 'src/policy/enforcer.ts']) {
+    const loaded = loadedWith(meta, outputOf(meta, part));
+    for (const file of ['src/services/proxy.ts', 'src/services/render.ts', 'src/services/model.ts']) {
+      assert.ok(!loaded.has(file), `${part} loads ${file}`);
+    }
+  }
+});
+
 test('the CNI server is a chunk of its own that loads no datastore client or metrics', async () => {
   const meta = await metafile();
   const start = loadedWith(meta, outputOf(meta, ENTRY));

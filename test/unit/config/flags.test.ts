@@ -38,6 +38,11 @@ test("defaults are flanneld's", () => {
   assert.equal(f.resyncPeriod, 30);
   assert.equal(f.networkPolicy, false, 'network policy is asked for (daemonset.yaml does)');
   assert.equal(parseFlags(['--kube-subnet-mgr', '--network-policy'], {}).networkPolicy, true);
+  assert.equal(f.serviceProxy, false, 'the Service proxy is off unless asked for');
+  assert.deepEqual(f.nodeportAddresses, []);
+  const proxy = parseFlags(['--kube-subnet-mgr', '--service-proxy', '--nodeport-addresses=198.51.100.0/24, fd00::/64'], {});
+  assert.equal(proxy.serviceProxy, true);
+  assert.deepEqual(proxy.nodeportAddresses, ['198.51.100.0/24', 'fd00::/64']);
 });
 
 test('--flag=value, --flag value, -flag, bare booleans and repeatable flags', () => {
@@ -74,6 +79,8 @@ test('bad values stop start-up with a ConfigError naming the flag and the value'
     [['--log-format=xml'], {}, '--log-format', /xml/],
     [['stray'], {}, 'command line', /too many arguments/],
     [['--network-policy'], {}, '--network-policy', /needs --kube-subnet-mgr/],
+    [['--service-proxy'], {}, '--service-proxy', /needs --kube-subnet-mgr/],
+    [['--kube-subnet-mgr', '--nodeport-addresses=198.51.100.0/33'], {}, '--nodeport-addresses', /198\.51\.100\.0\/33/],
   ];
   for (const [argv, env, field, message] of cases) {
     assert.throws(() => parseFlags(argv, env), (e: unknown) => {

@@ -1,0 +1,213 @@
+/**
+ * make bench-services: Services translated by weftd (issue #31, --service-proxy) on a two-node
+ * cluster of the e2e harness (test/support/cluster.ts: real weftds in kube mode, host-gw, the
+ * test API server), a server pod on node-1 and a client pod on node-2, whose weftd translates.
+ *
+ * SCALED: 10,000 Services of 10 endpoints each are API objects (Services and EndpointSlices in
+ * the test API server) whose endpoints are addresses, not wired pods, half of them said to be on
+ * node-2; only the bench Service's endpoint, the server pod, carries traffic. The rules weftd
+ * renders and loads are the same as for wired pods (the proxy sees EndpointSlices, not veths).
+ *
+ * - connect_100_us, connect_10000_us: the median time of a TCP connect (SYN to SYN-ACK, the first
+ *   packet's dispatch by the rules included) from the client to the bench Service's cluster IP,
+ *   with 100 and with 10,000 Services in the table (CONNECTS sequential connections each);
+ *   connect_flat_ratio is their ratio.
+ * - svc_conn_rate_ratio, svc_throughput_ratio: connection setup rate (connect and reset, 4 at a
+ *   time) and iperf3 throughput to the cluster IP against the server pod's own address, both
+ *   measured at once (bench/support/traffic.ts) so the load of this shared machine weighs on both
+ *   alike, with 10,000 Services; medians of ROUNDS rounds' ratios.
+ * - svc_update_p99_ms: once weftd has settled (nothing applied or listed for 3 s), an endpoint of
+ *   one of the 10,000 Services is given a new address (SAMPLES times); the time from the API write
+ *   to weftd's log of the apply holding it (written when `nft -f` has returned). p99 of the
+ *   samples (the maximum when fewer than 100).
+ * - svc_sync_10000_ms: weftd on node-2 stopped, its table deleted, started again: the time from
+ *   its start to the last Service's element being in the kernel (weftd lists 20,000 objects,
+ *   renders and loads the table in one transaction); median of 3. weftd's own render and nft
+ *   times are printed beside.
+ * - svc_hwm_mb: VmHWM of node-2's weftd, started at 10,000 Services and settled (after the
+ *   cold sync measurement), the largest of the 3.
+ *
+ * Last line: svc_sync_10000_ms=<> svc_update_p99_ms=<> connect_100_us=<> connect_10000_us=<>
+ * connect_flat_ratio=<> svc_conn_rate_ratio=<> svc_throughput_ratio=<> svc_hwm_mb=<>
+ *
+ * Medians and percentiles as bench/support/stats.ts defines them.
+ */
+import { readFile } from 'node:fs/promises';
+import { formatIP } from '../src/ip/ip.ts';
+import { Cluster } from '../test/support/cluster.ts';
+import type { ClusterNode } from '../test/support/cluster.ts';
+import type { Netns } from '../test/support/netns.ts';
+import { Agent } from '../test/support/netpol-agent.ts';
+import { endpoint, serviceObject, sliceObject } from '../test/support/services.ts';
+import { procStatus } from './support/weftd.ts';
+import { median, percentile } from './support/stats.ts';
+import { connRates, iperf } from './support/traffic.ts';
+
+const SECONDS = Number(process.env.WEFT_BENCH_SECONDS ?? 5);
+const ROUNDS = Number(process.env.WEFT_BENCH_ROUNDS ?? 3);
+const SAMPLES = Number(process.env.WEFT_BENCH_SAMPLES ?? 30);
+const CONNECTS = Number(process.env.WEFT_BENCH_CONNECTS ?? 500);
+const SERVICES = Number(process.env.WEFT_BENCH_SERVICES ?? 10_000);
+const ENDPOINTS = 10;
+const NODE = new URL('../node_modules/.bin/node', import.meta.url).pathname;
+const BENCH_IP = '10.96.0.10';
+const TABLE = ['inet', 'weft-services'];
+
+const clusterIP = (i: number) => `10.97.${i >> 8}.${i & 255}`;
+/** The address of endpoint `j` of filler Service `i`: 10.200.0.0/14 holds all 100,000. */
+const endpointIP = (i: number, j: number) => formatIP({ family: 4, value: 0x0ac80000n + BigInt(i * ENDPOINTS + j) });
+const loadavg = async () => (await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).join(' ');
+const sleep = (ms: number) => new Promise((res) => setTimeout(res, ms));
+
+/** Median TCP connect time, in µs, of CONNECTS sequential connections from `client` to `ip`:80. */
+async function connectMedianUs(client: Netns, ip: string): Promise<number> {
+  const script = `
+const net = require('node:net');
+(async () => {
+  const times = [];
+  for (let i = 0; i < ${CONNECTS}; i++) {
+    await new Promise((resolve) => {
+      const t0 = process.hrtime.bigint();
+      const c = net.connect({ host: '${ip}', port: 80 });
+      c.on('connect', () => { times.push(Number(process.hrtime.bigint() - t0) / 1000); c.resetAndDestroy(); resolve(); });
+      c.on('error', () => resolve());
+    });
+  }
+  times.sort((a, b) => a - b);
+  console.log(JSON.stringify(times));
+})();`;
+  const times = JSON.parse(await client.exec(NODE, '-e', script)) as number[];
+  if (times.length < CONNECTS / 2) throw new Error(`only ${times.length} of ${CONNECTS} connections to ${ip} succeeded`);
+  return median(times);
+}
+
+/** Whether node's table holds `key` in map `map` (`nft get element`). */
+async function hasElement(node: ClusterNode, map: string, key: string): Promise<boolean> {
+  return node.ns.exec('nft', 'get', 'element', ...TABLE, map, `{ ${key} }`).then(() => true, () => false);
+}
+
+async function waitFor(what: string, cond: () => Promise<boolean>, timeoutMs = 300_000): Promise<void> {
+  const t0 = performance.now();
+  while (!(await cond())) {
+    if (performance.now() - t0 > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
+    await sleep(10);
+  }
+}
+
+const weftdArgs = ['--service-proxy', '--ip-masq', '--log-level=debug'];
+const c = await Cluster.start({ nodes: 2, backend: 'host-gw', mode: 'kube', weftdArgs });
+const agents: Agent[] = [];
+try {
+  const api = c.api!;
+  const [node1, node2] = c.nodes as [ClusterNode, ClusterNode];
+  const server = await c.addPod(node1);
+  const client = await c.addPod(node2);
+  const serverAgent = new Agent(server.ns);
+  agents.push(serverAgent);
+  await serverAgent.started();
+  const benchPorts = [{ name: 'http', port: 80 }, { name: 'iperf', port: 5201 }];
+  api.seed('services', serviceObject('bench', 'bench', { clusterIP: BENCH_IP, ports: benchPorts }));
+  api.seed('endpointslices.discovery.k8s.io', sliceObject('bench', 'bench-1', 'bench', 'IPv4',
+    [{ name: 'http', port: 80 }, { name: 'iperf', port: 5201 }], [endpoint(server.ip, node1.name)]));
+  const filler = (from: number, to: number) => {
+    for (let i = from; i < to; i++) {
+      api.seed('services', serviceObject('fill', `svc-${i}`, { clusterIP: clusterIP(i), ports: [{ port: 80 }] }));
+      const endpoints = Array.from({ length: ENDPOINTS }, (_, j) => endpoint(endpointIP(i, j), j % 2 === 0 ? node1.name : node2.name));
+      api.seed('endpointslices.discovery.k8s.io', sliceObject('fill', `svc-${i}-1`, `svc-${i}`, 'IPv4', [{ port: 8080 }], endpoints));
+    }
+  };
+  api.seed('namespaces', { metadata: { name: 'bench' } });
+  api.seed('namespaces', { metadata: { name: 'fill' } });
+  filler(0, 99);
+  await waitFor('100 Services in the table', () => hasElement(node2, 'services4', `${clusterIP(98)} . tcp . 80`));
+  await waitFor('the bench Service answering', async () => (await connRates(client.ns, [BENCH_IP], 1))[0]! > 0);
+  console.log(`load before the connects at 100 Services: ${await loadavg()}`);
+  const connect100 = await connectMedianUs(client.ns, BENCH_IP);
+  const direct100 = await connectMedianUs(client.ns, server.ip);
+
+  filler(99, SERVICES - 1);
+  await waitFor('10,000 Services in the table', () => hasElement(node2, 'services4', `${clusterIP(SERVICES - 2)} . tcp . 80`));
+  await sleep(3000);
+  console.log(`load before the connects at 10,000 Services: ${await loadavg()}`);
+  const connect10000 = await connectMedianUs(client.ns, BENCH_IP);
+  const direct10000 = await connectMedianUs(client.ns, server.ip);
+  console.log(`TCP connect, median of ${CONNECTS}: cluster IP ${connect100.toFixed(0)} µs at 100 Services, `
+    + `${connect10000.toFixed(0)} µs at `
+    + `10,000; the pod's own address ${direct100.toFixed(0)} and ${direct10000.toFixed(0)} µs`);
+
+  const rates: [number, number][] = [];
+  const gbps: [number, number][] = [];
+  for (let r = 0; r < ROUNDS; r++) {
+    const order = r % 2 === 0 ? [server.ip, BENCH_IP] : [BENCH_IP, server.ip];
+    const rate = await connRates(client.ns, order, SECONDS);
+    // Two servers at once: the pod's own address on 5202, the Service's port 5201 translated to 5201.
+    const tput = await Promise.all(order.map((ip) => iperf(server.ns, client.ns, server.ip, ip, SECONDS, ip === BENCH_IP ? 5201 : 5202)));
+    rates.push((r % 2 === 0 ? rate : rate.reverse()) as [number, number]);
+    gbps.push((r % 2 === 0 ? tput : tput.reverse()) as [number, number]);
+  }
+  const rateRatio = median(rates.map(([direct, svc]) => svc / direct));
+  const tputRatio = median(gbps.map(([direct, svc]) => svc / direct));
+  const rounds = rates.map(([a, b]) => `${Math.round(a)} | ${Math.round(b)}`).join(', ');
+  console.log(`connections/s to the pod | its cluster IP, by round: ${rounds}`);
+  console.log(`Gbit/s, likewise: ${gbps.map(([a, b]) => `${a.toFixed(2)} | ${b.toFixed(2)}`).join(', ')} (load ${await loadavg()})`);
+
+  // Update latency: weftd logs each apply (at debug) as soon as `nft -f` has returned, the rules
+  // then being in the kernel; the log's clock is this machine's, to the millisecond.
+  const applies = () => [...node2.daemon.log().matchAll(/^D(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{3}) service proxy: rules applied .*$/gm)];
+  const stampMs = (m: RegExpMatchArray) => {
+    const [mo, d, h, mi, sec, ms] = m.slice(1, 7).map(Number) as [number, number, number, number, number, number];
+    return new Date(new Date().getFullYear(), mo - 1, d, h, mi, sec, ms).getTime();
+  };
+  // 10,000 Services arrive in many batches, each applied and then listed for the repair:
+  // sampling starts once weftd has done neither for 3 s.
+  const busy = () => (node2.daemon.log().match(/service proxy: (rules applied|listed)/g) ?? []).length;
+  for (let seen = busy(), quiet = performance.now(); performance.now() - quiet < 3000;) {
+    await sleep(200);
+    if (busy() !== seen) [seen, quiet] = [busy(), performance.now()];
+  }
+  const samples: number[] = [];
+  for (let s = 0; s < SAMPLES; s++) {
+    const i = 1000 + s * 97;
+    const fresh = formatIP({ family: 4, value: 0x0afa0000n + BigInt(s) });
+    const before = applies().length;
+    const t0 = Date.now();
+    api.modify('endpointslices.discovery.k8s.io', `svc-${i}-1`, (o) => {
+      (o.endpoints as { addresses: string[] }[])[3]!.addresses = [fresh];
+    }, 'fill');
+    await waitFor(`the apply of sample ${s}`, async () => applies().length > before, 120_000);
+    samples.push(stampMs(applies()[before]!) - t0);
+    await sleep(500);
+  }
+  const p99 = percentile(samples, 99);
+  console.log(`update: median ${median(samples).toFixed(0)} ms, p99 ${p99.toFixed(0)} ms of ${SAMPLES} (load ${await loadavg()})`);
+  const applied = [...node2.daemon.log().matchAll(/service proxy: rules applied .*?render_ms=(\d+) nft_ms=(\d+) bytes=(\d+) whole=false/g)]
+    .slice(-SAMPLES).map((m) => m.slice(1, 4).map(Number));
+  if (applied.length > 0) {
+    console.log(`weftd's last ${applied.length} applies: render median ${median(applied.map((a) => a[0]!))} ms, nft -f median `
+      + `${median(applied.map((a) => a[1]!))} ms, script median ${median(applied.map((a) => a[2]!))} bytes`);
+  }
+
+  const syncs: number[] = [];
+  const hwms: number[] = [];
+  for (let s = 0; s < 3; s++) {
+    await c.stopWeftd(node2);
+    await node2.ns.exec('nft', 'delete', 'table', ...TABLE);
+    const t0 = performance.now();
+    const ready = c.restartWeftd(node2);
+    await waitFor('the table after a restart', () => hasElement(node2, 'services4', `${clusterIP(SERVICES - 2)} . tcp . 80`), 120_000);
+    syncs.push(performance.now() - t0);
+    await ready;
+    await sleep(5000);
+    hwms.push((await procStatus(node2.daemon.proc.pid!)).hwmMb);
+  }
+  const first = /translating Services in table .*?render_ms=(\d+) nft_ms=(\d+)/.exec(node2.daemon.log());
+  console.log(`start to rules at 10,000 Services: ${syncs.map((x) => x.toFixed(0)).join(' ')} ms (weftd's last: render ${first?.[1]} ms, `
+    + `nft -f ${first?.[2]} ms); VmHWM ${hwms.map((x) => x.toFixed(0)).join(' ')} MB (load ${await loadavg()})`);
+  console.log(`svc_sync_10000_ms=${median(syncs).toFixed(0)} svc_update_p99_ms=${p99.toFixed(0)} connect_100_us=${connect100.toFixed(0)} `
+    + `connect_10000_us=${connect10000.toFixed(0)} connect_flat_ratio=${(connect10000 / connect100).toFixed(2)} `
+    + `svc_conn_rate_ratio=${rateRatio.toFixed(2)} svc_throughput_ratio=${tputRatio.toFixed(2)} `
+    + `svc_hwm_mb=${Math.max(...hwms).toFixed(0)}`);
+} finally {
+  await Promise.all(agents.map((a) => a.stop()));
+  await c.stop();
+}

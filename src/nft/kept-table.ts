@@ -1,0 +1,239 @@
+/**
+ * A table of Weft's own kept in the kernel as its owner renders it, by difference, and repaired
+ * when something else changes it: network policy's `inet weft-policy` and the Service proxy's
+ * `inet weft-services` (the masquerade rules, replaced whole, keep theirs in masq/manager.ts).
+ *
+ * - Apply: the owner bumps a generation with every change and kicks; one render of the whole
+ *   model then goes out in one `nft -f` transaction holding only what differs from the last one
+ *   (ruleset.ts, tableUpdate), the whole table after a failure or a drift. Changes arriving during
+ *   an apply are taken by the next one; a failed apply is retried with backoff. Callers can wait
+ *   for an apply covering their change ({@link KeptTable.appliedThrough}).
+ * - Repair: right after an apply that sent something, the table is listed (in the background, so
+ *   the next change never waits for it); {@link KeptTable.check} lists it again and, when the two
+ *   differ, loads it whole. The owner calls check from masq/runner.ts's runWatchedChecks, woken
+ *   by `nft monitor`.
+ */
+import { WeftError } from '../errors.ts';
+import type { Logger } from '../log.ts';
+import { mustRun, TrafficRulesError } from '../masq/runner.ts';
+import type { Runner } from '../masq/runner.ts';
+import { Backoff, sleep } from '../retry.ts';
+import { tableScript, tableUpdate } from './ruleset.ts';
+import type { NftRuleset } from './ruleset.ts';
+
+export interface KeptTableOptions {
+  /** `<family> <name>`, e.g. `inet weft-policy`. */
+  table: string;
+  /** The owner, as log lines name it (`network policy`). */
+  what: string;
+  log: Logger;
+  run: Runner;
+  /** The rules wanted now; undefined: no table. */
+  render: () => NftRuleset | undefined;
+  /** Whether the inputs are complete (the first apply waits for them). */
+  ready: () => boolean;
+  /** What of a listing counts for the repair (e.g. without what the kernel adds to dynamic sets); default all. */
+  normalize?: (listing: string) => string;
+  /** Called after each apply that sent something, with what was applied before and now. */
+  applied?: (before: NftRuleset | undefined, now: NftRuleset | undefined, timings: { renderMs: number; nftMs: number }) => void;
+}
+
+/** One nftables table kept as rendered, applied by difference and repaired. */
+export class KeptTable {
+  readonly #options: KeptTableOptions;
+  /** What was last applied; undefined: no table, or unknown (the next apply loads it whole). */
+  #applied: NftRuleset | undefined;
+  #appliedKnown = false;
+  /** The listing right after our last apply (undefined: no table). */
+  #golden: string | undefined;
+  /** Applies sent, so a listing taken across one is not mistaken for drift. */
+  #applies = 0;
+  /** The apply {@link #golden} was listed after (-1: none yet, or being listed). */
+  #goldenOf = -1;
+  #goldenTask: Promise<void> | undefined;
+  /** An apply came while {@link #goldenTask} listed: list again when it ends. */
+  #goldenAgain = false;
+  /** Bumped by every change; an apply covers the generation it started with. */
+  #generation = 0;
+  #appliedGeneration = -1;
+  #applyWaiters: { generation: number; resolve: () => void; reject: (e: unknown) => void }[] = [];
+  #applying: Promise<void> | undefined;
+  #again = false;
+  #failure: unknown;
+  readonly #stop = new AbortController();
+  readonly #synced = Promise.withResolvers<void>();
+
+  constructor(options: KeptTableOptions) {
+    this.#options = options;
+    this.#synced.promise.catch(() => {});
+  }
+
+  /** Resolves once the first rules are applied; rejects with {@link fail}'s error. */
+  synced(): Promise<void> {
+    return this.#synced.promise;
+  }
+
+  /** The first rules will never come (a watch stopped for good, or the owner stopped). */
+  fail(e: unknown): void {
+    this.#synced.reject(e);
+  }
+
+  /** What the table holds as far as this process knows (undefined: no table, or unknown). */
+  get applied(): NftRuleset | undefined {
+    return this.#appliedKnown ? this.#applied : undefined;
+  }
+
+  /** Marks a change of the inputs; returns its generation. */
+  bump(): number {
+    return ++this.#generation;
+  }
+
+  /** Resolves once an apply covering `generation` is done; rejects with its failure. */
+  appliedThrough(generation: number): Promise<void> {
+    if (this.#appliedGeneration >= generation) return Promise.resolve();
+    const w = Promise.withResolvers<void>();
+    this.#applyWaiters.push({ generation, resolve: w.resolve, reject: w.reject });
+    this.kick();
+    return w.promise;
+  }
+
+  /** Starts an apply unless one runs (which then runs once more). */
+  kick(): void {
+    if (!this.#options.ready() || this.#stop.signal.aborted) return;
+    if (this.#applying) {
+      this.#again = true;
+      return;
+    }
+    this.#applying = this.#applyLoop().finally(() => {
+      this.#applying = undefined;
+    });
+  }
+
+  /** Ends applying (the table stays) once the apply and listing under way are done. */
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    this.#synced.reject(new WeftError('ESTOPPED', `${this.#options.what} stopped`));
+    await this.#applying;
+    while (this.#goldenTask) await this.#goldenTask;
+  }
+
+  /** Compares the table with the listing of our last apply; loads it whole again when they differ. */
+  async check(): Promise<void> {
+    if (!this.#appliedKnown || this.#applying || this.#goldenOf !== this.#applies) return;
+    const applies = this.#applies;
+    const listing = await this.#list();
+    // An apply since (or still listing its own result) makes this listing no evidence of drift.
+    if (this.#applying || !this.#appliedKnown || applies !== this.#applies) return;
+    if (listing === this.#golden) return;
+    this.#options.log.warn(`${this.#options.what}: table ${this.#options.table} was changed by something else; loading it again`, {
+      state: listing === undefined ? 'missing' : this.#golden === undefined ? 'present, wanted absent' : 'altered',
+    });
+    this.#appliedKnown = false;
+    this.bump();
+    this.kick();
+  }
+
+  async #applyLoop(): Promise<void> {
+    const backoff = new Backoff(500, 10_000);
+    do {
+      this.#again = false;
+      const generation = this.#generation;
+      try {
+        const loaded = await this.#apply();
+        backoff.reset();
+        this.#failure = undefined;
+        this.#appliedGeneration = generation;
+        this.#synced.resolve();
+        const waiting = this.#applyWaiters;
+        this.#applyWaiters = waiting.filter((w) => w.generation > generation);
+        for (const w of waiting) if (w.generation <= generation) w.resolve();
+        if (loaded) this.#takeGolden();
+      } catch (e) {
+        this.#appliedKnown = false;
+        if (String(e) !== String(this.#failure)) {
+          this.#options.log.error(`${this.#options.what}: failed to apply the rules; trying again`, { err: e });
+        }
+        this.#failure = e;
+        for (const w of this.#applyWaiters.splice(0)) w.reject(e);
+        this.#again = true;
+        await sleep(backoff.next(), this.#stop.signal).catch(() => {});
+      }
+    } while (this.#again && !this.#stop.signal.aborted);
+  }
+
+  /**
+   * Lists what the repair compares with, in the background: a large table takes hundreds of
+   * milliseconds (seconds, at 10,000 Services) to list, and the next change must not wait for it.
+   * One listing runs at a time: one that an apply overtook is dropped and, once it ends, the
+   * table listed again for the latest apply. Until one stands, the repair compares nothing.
+   */
+  #takeGolden(): void {
+    this.#goldenOf = -1;
+    if (!this.#applied) {
+      this.#golden = undefined;
+      this.#goldenOf = this.#applies;
+      return;
+    }
+    if (this.#goldenTask) {
+      this.#goldenAgain = true;
+      return;
+    }
+    const applies = this.#applies;
+    const started = performance.now();
+    this.#goldenTask = this.#list().then((listing) => {
+      if (applies !== this.#applies) return;
+      this.#golden = listing;
+      this.#goldenOf = applies;
+      this.#options.log.debug(`${this.#options.what}: listed the applied rules for the repair`, {
+        list_ms: Math.round(performance.now() - started),
+        bytes: listing?.length ?? 0,
+      });
+    }, (e: unknown) => {
+      if (applies !== this.#applies) return;
+      // Without a listing the repair cannot tell drift until the next change, which then loads
+      // the table whole (and lists it again); reloading now could loop while nft cannot list.
+      const why = 'failed to list the applied rules; the repair is blind until the next change';
+      this.#options.log.error(`${this.#options.what}: ${why}`, { err: e });
+      this.#appliedKnown = false;
+    }).finally(() => {
+      this.#goldenTask = undefined;
+      if (!this.#goldenAgain || this.#stop.signal.aborted) return;
+      this.#goldenAgain = false;
+      // An apply under way lists when it is done: a listing now could catch its transaction half sent.
+      if (this.#goldenOf === -1 && this.#appliedKnown && !this.#applying) this.#takeGolden();
+    });
+  }
+
+  /**
+   * Renders and sends what differs from the loaded rules (all of it when unknown); returns
+   * whether anything was sent.
+   */
+  async #apply(): Promise<boolean> {
+    const { table, run } = this.#options;
+    const started = performance.now();
+    const next = this.#options.render();
+    const script = this.#appliedKnown ? tableUpdate(table, this.#applied, next) : tableScript(table, next);
+    if (script === '') return false;
+    const before = this.#applied;
+    this.#applies++;
+    const rendered = performance.now();
+    await mustRun(run, `apply nftables table ${table}`, ['nft', '-f', '-'], script);
+    const nftMs = performance.now() - rendered;
+    this.#options.log.debug(`${this.#options.what}: rules applied`, {
+      render_ms: Math.round(rendered - started), nft_ms: Math.round(nftMs), bytes: script.length, whole: !this.#appliedKnown,
+    });
+    this.#applied = next;
+    this.#appliedKnown = true;
+    this.#options.applied?.(before, next, { renderMs: rendered - started, nftMs });
+    return true;
+  }
+
+  /** `nft list table <table>`, or undefined when it does not exist. */
+  async #list(): Promise<string | undefined> {
+    const argv = ['nft', 'list', 'table', ...this.#options.table.split(' ')];
+    const r = await this.#options.run(argv);
+    if (r.code === 0) return this.#options.normalize ? this.#options.normalize(r.stdout) : r.stdout;
+    if (/No such file or directory/i.test(r.stderr)) return undefined;
+    throw new TrafficRulesError(`list nftables table ${this.#options.table}`, argv, r);
+  }
+}

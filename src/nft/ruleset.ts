@@ -1,0 +1,137 @@
+/**
+ * The `nft -f` text of a table of Weft's own (network policy's `inet weft-policy`, the Service
+ * proxy's `inet weft-services`): the whole table in one transaction, or the difference between
+ * two rulesets of it. Pure; equal inputs give byte-equal scripts.
+ */
+
+/** A named set or map of the table. */
+export interface NftSet {
+  kind: 'set' | 'map';
+  name: string;
+  /** The key (and `: value`) as `type` declares it, or as `typeof` does when {@link typeOf}. */
+  type: string;
+  /** `type` is a `typeof` declaration (a map keyed by an expression, e.g. `numgen random mod 2`). */
+  typeOf?: boolean;
+  interval: boolean;
+  /** Flags beyond `interval`, e.g. `dynamic`, `timeout`. */
+  flags?: string[];
+  /** The elements' timeout in seconds (a set with flag `timeout`). */
+  timeoutSeconds?: number;
+  elements: string[];
+}
+
+/**
+ * A table's contents before they become `nft` text: {@link tableScript} loads them whole,
+ * {@link tableUpdate} changes loaded ones into them. A base chain is one whose first line is its
+ * declaration (`type filter hook forward priority filter; policy accept;`).
+ */
+export interface NftRuleset {
+  sets: NftSet[];
+  /** Chains in script order. */
+  chains: Map<string, string[]>;
+}
+
+/** Whether a chain's lines start with a base chain's declaration. */
+const isBase = (rules: readonly string[]): boolean => rules[0]?.startsWith('type ') === true;
+
+/** Sets and maps holding data (no verdicts) are declared before the chains that look them up. */
+const isVerdictMap = (s: NftSet): boolean => s.kind === 'map' && s.type.endsWith(': verdict');
+
+/** A set's declaration, as the body of `set <name> { … }` lines or one `add set` line. */
+function setBody(s: NftSet): string[] {
+  const flags = [...(s.interval ? ['interval'] : []), ...(s.flags ?? [])];
+  return [
+    `${s.typeOf ? 'typeof' : 'type'} ${s.type}`,
+    ...(flags.length > 0 ? [`flags ${flags.join(',')}`] : []),
+    ...(s.timeoutSeconds !== undefined ? [`timeout ${s.timeoutSeconds}s`] : []),
+    ...(s.elements.length > 0 ? [`elements = { ${s.elements.join(', ')} }`] : []),
+  ];
+}
+
+/**
+ * The lines turning the elements of `from` into those of `to` (same name and type). Interval sets
+ * are flushed and filled again (their elements merge and split in the kernel); other sets and maps
+ * lose and gain only the elements that differ, a map element whose value changed being deleted by
+ * its key and added again, so a change to one of 100,000 endpoints sends one element, not all.
+ */
+function elementChanges(table: string, from: NftSet, to: NftSet): string[] {
+  const add = (elements: string[]) => (elements.length > 0 ? [`add element ${table} ${to.name} { ${elements.join(', ')} }`] : []);
+  if (to.interval) return [`flush ${to.kind} ${table} ${to.name}`, ...add(to.elements)];
+  const keep = new Set(to.elements);
+  const had = new Set(from.elements);
+  const gone = from.elements.filter((e) => !keep.has(e));
+  const added = to.elements.filter((e) => !had.has(e));
+  const key = (e: string) => (to.kind === 'map' ? e.slice(0, e.indexOf(' : ')) : e);
+  return [
+    ...(gone.length > 0 ? [`delete element ${table} ${to.name} { ${gone.map(key).join(', ')} }`] : []),
+    ...add(added),
+  ];
+}
+
+/**
+ * The `nft -f` script that, in one transaction, replaces table `<table>` (e.g. `inet weft-policy`)
+ * with `ruleset`, or only removes it when there is none. Equal inputs give byte-equal scripts.
+ * Data sets and maps come first, then the regular chains, then the verdict maps jumping to them,
+ * then the base chains.
+ */
+export function tableScript(table: string, ruleset: NftRuleset | undefined): string {
+  const lines = [`table ${table} {}`, `delete table ${table}`];
+  if (ruleset) {
+    lines.push(`table ${table} {`);
+    const declare = (s: NftSet) => lines.push(`\t${s.kind} ${s.name} {`, ...setBody(s).map((l) => `\t\t${l}`), '\t}');
+    const chain = (name: string, rules: readonly string[]) => lines.push(`\tchain ${name} {`, ...rules.map((l) => `\t\t${l}`), '\t}');
+    for (const s of ruleset.sets) if (!isVerdictMap(s)) declare(s);
+    for (const [name, rules] of ruleset.chains) if (!isBase(rules)) chain(name, rules);
+    for (const s of ruleset.sets) if (isVerdictMap(s)) declare(s);
+    for (const [name, rules] of ruleset.chains) if (isBase(rules)) chain(name, rules);
+    lines.push('}');
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/**
+ * The `nft -f` script that, in one transaction, turns the loaded `from` into `to` touching only
+ * what differs: changed elements of a few sets and maps (see {@link elementChanges}), changed
+ * chains rewritten, and the rest of the table, with its thousands of elements, not sent again.
+ * In order: new chains are added (so map elements can jump to them), changed and gone chains
+ * flushed (so nothing refers to what is deleted next), sets and maps that go (or change type)
+ * deleted, new ones added, changed ones refilled, gone chains deleted (no map jumps to them any
+ * more), and the changed chains' rules added. The whole script when either side has no table.
+ * Empty when nothing differs.
+ */
+export function tableUpdate(table: string, from: NftRuleset | undefined, to: NftRuleset | undefined): string {
+  if (!from || !to) return from === to ? '' : tableScript(table, to);
+  const oldSets = new Map(from.sets.map((s) => [s.name, s]));
+  const newSets = new Map(to.sets.map((s) => [s.name, s]));
+  const declaration = (x: NftSet) => setBody({ ...x, elements: [] }).join();
+  const sameType = (a: NftSet, b: NftSet) => a.kind === b.kind && declaration(a) === declaration(b);
+  // A renderer keeping what it worked out hands over the same arrays and sets for what did not
+  // change: those are passed over without a look at their contents.
+  const sameRules = (a: readonly string[] | undefined, b: readonly string[]) =>
+    a === b || (a !== undefined && a.length === b.length && a.every((l, i) => l === b[i]));
+  const changedChains = [...to.chains].filter(([name, rules]) => !sameRules(from.chains.get(name), rules));
+  const goneChains = [...from.chains.keys()].filter((name) => !to.chains.has(name));
+  const lines: string[] = [];
+  for (const [name, rules] of changedChains) {
+    if (from.chains.has(name)) continue;
+    lines.push(isBase(rules) ? `add chain ${table} ${name} { ${rules[0]} }` : `add chain ${table} ${name}`);
+  }
+  for (const [name] of changedChains) if (from.chains.has(name)) lines.push(`flush chain ${table} ${name}`);
+  for (const name of goneChains) lines.push(`flush chain ${table} ${name}`);
+  for (const [name, s] of oldSets) {
+    const next = newSets.get(name);
+    if (next !== s && (!next || !sameType(s, next))) lines.push(`delete ${s.kind} ${table} ${name}`);
+  }
+  for (const [name, s] of newSets) {
+    const was = oldSets.get(name);
+    if (was === s) continue;
+    if (!was || !sameType(was, s)) lines.push(`add ${s.kind} ${table} ${name} { ${setBody(s).join('; ')}; }`);
+    else if (was.elements.join() !== s.elements.join()) lines.push(...elementChanges(table, was, s));
+  }
+  for (const name of goneChains) lines.push(`delete chain ${table} ${name}`);
+  for (const [name, rules] of changedChains) {
+    // A base chain's first line is its declaration: kept by the flush, never a rule.
+    for (const rule of isBase(rules) ? rules.slice(1) : rules) lines.push(`add rule ${table} ${name} ${rule}`);
+  }
+  return lines.length === 0 ? '' : `${lines.join('\n')}\n`;
+}

@@ -1,0 +1,215 @@
+/**
+ * What the Service proxy is rendered from: core/v1 Services and discovery.k8s.io/v1
+ * EndpointSlices as model values, parsed from the API's JSON. Pure.
+ *
+ * What is kept, and the API's defaults where a field is absent:
+ * - Service: type (ClusterIP), spec.clusterIPs (spec.clusterIP alone in older objects; `None`,
+ *   headless, has none), externalIPs, status.loadBalancer.ingress[].ip, ports (protocol TCP),
+ *   sessionAffinity ClientIP and its timeout (10800 s), internalTrafficPolicy and
+ *   externalTrafficPolicy (Cluster), healthCheckNodePort, loadBalancerSourceRanges. ExternalName
+ *   Services have nothing to proxy and are kept without addresses.
+ * - EndpointSlice: its Service (label `kubernetes.io/service-name`; a slice without one is
+ *   nobody's), addressType (IPv4/IPv6; FQDN slices are not proxied, as kube-proxy does), ports
+ *   and endpoints with their conditions (ready absent counts as ready, serving as ready,
+ *   terminating as false) and nodeName.
+ */
+import { tryParseIP } from '../ip/ip.ts';
+import type { CIDR, Family, IP } from '../ip/ip.ts';
+import { Bad, cidr, isInvalid, labels, list, metadata, object, parsing, portNumber, protocol } from '../k8s/fields.ts';
+import type { Invalid, Protocol } from '../k8s/fields.ts';
+
+export { isInvalid };
+export type { Invalid, Protocol };
+
+export const SERVICE_TYPES = ['ClusterIP', 'NodePort', 'LoadBalancer', 'ExternalName'] as const;
+export type ServiceType = (typeof SERVICE_TYPES)[number];
+
+/** The label naming an EndpointSlice's Service. */
+export const SERVICE_NAME_LABEL = 'kubernetes.io/service-name';
+
+/** kube-proxy's default ClientIP affinity timeout (3 hours). */
+export const DEFAULT_AFFINITY_SECONDS = 10_800;
+
+export interface ServicePort {
+  /** The port's name; '' when the Service has one unnamed port. */
+  name: string;
+  protocol: Protocol;
+  port: number;
+  nodePort?: number;
+}
+
+export interface Service {
+  namespace: string;
+  name: string;
+  type: ServiceType;
+  /** One per family at most; none for headless and ExternalName Services. */
+  clusterIPs: IP[];
+  externalIPs: IP[];
+  /** status.loadBalancer.ingress[].ip. */
+  loadBalancerIPs: IP[];
+  ports: ServicePort[];
+  /** `sessionAffinity: ClientIP`: its timeout in seconds; undefined: no affinity. */
+  affinitySeconds?: number;
+  /** `internalTrafficPolicy: Local`. */
+  internalLocal: boolean;
+  /** `externalTrafficPolicy: Local` (NodePort and LoadBalancer only). */
+  externalLocal: boolean;
+  /** The health check node port of an externalTrafficPolicy Local LoadBalancer. */
+  healthCheckNodePort?: number;
+  loadBalancerSourceRanges: CIDR[];
+}
+
+export interface Endpoint {
+  ip: IP;
+  ready: boolean;
+  serving: boolean;
+  terminating: boolean;
+  /** The node it runs on, when the slice says. */
+  nodeName?: string;
+}
+
+export interface SlicePort {
+  name: string;
+  protocol: Protocol;
+  port: number;
+}
+
+export interface EndpointSlice {
+  namespace: string;
+  name: string;
+  /** The Service's name (in the same namespace). */
+  service: string;
+  family: Family;
+  ports: SlicePort[];
+  endpoints: Endpoint[];
+}
+
+/** Every valid Service and EndpointSlice the proxy knows. */
+export interface ServiceModel {
+  services: readonly Service[];
+  slices: readonly EndpointSlice[];
+}
+
+function ip(v: unknown, field: string): IP {
+  const parsed = typeof v === 'string' ? tryParseIP(v) : undefined;
+  if (!parsed) throw new Bad(`${field}: not an IP address: ${JSON.stringify(v)}`);
+  return parsed;
+}
+
+function oneOf<T extends string>(v: unknown, field: string, allowed: readonly T[], dflt: T): T {
+  if (v === undefined || v === null || v === '') return dflt;
+  if (!allowed.includes(v as T)) throw new Bad(`${field}: must be one of ${allowed.join(', ')}, not ${JSON.stringify(v)}`);
+  return v as T;
+}
+
+function clusterIPs(spec: Record<string, unknown>): IP[] {
+  const listed = list(spec.clusterIPs, 'spec.clusterIPs');
+  const texts = listed.length > 0 ? listed : spec.clusterIP === undefined || spec.clusterIP === null ? [] : [spec.clusterIP];
+  if (texts.length === 1 && (texts[0] === 'None' || texts[0] === '')) return [];
+  const ips = texts.map((t, i) => ip(t, `spec.clusterIPs[${i}]`));
+  if (ips.length > 2 || (ips.length === 2 && ips[0]!.family === ips[1]!.family)) {
+    throw new Bad('spec.clusterIPs: at most one address of each family');
+  }
+  return ips;
+}
+
+/** Parses a Service object; defaults and checks as described in the module comment. */
+export function parseService(o: unknown): Service | Invalid {
+  return parsing(o, () => {
+    const { namespace, name } = metadata(o, true);
+    const body = object(o, 'object');
+    const spec = object(body.spec, 'spec');
+    const status = object(body.status, 'status');
+    const type = oneOf(spec.type, 'spec.type', SERVICE_TYPES, 'ClusterIP');
+    const ports = list(spec.ports, 'spec.ports').map((p, i): ServicePort => {
+      const port = object(p, `spec.ports[${i}]`);
+      const out: ServicePort = {
+        name: typeof port.name === 'string' ? port.name : '',
+        protocol: protocol(port.protocol, `spec.ports[${i}].protocol`),
+        port: portNumber(port.port, `spec.ports[${i}].port`),
+      };
+      if (port.nodePort !== undefined && port.nodePort !== null && port.nodePort !== 0) {
+        out.nodePort = portNumber(port.nodePort, `spec.ports[${i}].nodePort`);
+      }
+      return out;
+    });
+    const affinity = oneOf(spec.sessionAffinity, 'spec.sessionAffinity', ['None', 'ClientIP'], 'None');
+    const service: Service = {
+      namespace, name, type,
+      clusterIPs: type === 'ExternalName' ? [] : clusterIPs(spec),
+      externalIPs: list(spec.externalIPs, 'spec.externalIPs').map((t, i) => ip(t, `spec.externalIPs[${i}]`)),
+      loadBalancerIPs: list(object(status.loadBalancer, 'status.loadBalancer').ingress, 'status.loadBalancer.ingress')
+        .map((g, i) => object(g, `status.loadBalancer.ingress[${i}]`).ip)
+        .filter((t) => t !== undefined && t !== null && t !== '')
+        .map((t, i) => ip(t, `status.loadBalancer.ingress[${i}].ip`)),
+      ports,
+      internalLocal: oneOf(spec.internalTrafficPolicy, 'spec.internalTrafficPolicy', ['Cluster', 'Local'], 'Cluster') === 'Local',
+      externalLocal: oneOf(spec.externalTrafficPolicy, 'spec.externalTrafficPolicy', ['Cluster', 'Local'], 'Cluster') === 'Local'
+        && (type === 'NodePort' || type === 'LoadBalancer'),
+      loadBalancerSourceRanges: list(spec.loadBalancerSourceRanges, 'spec.loadBalancerSourceRanges')
+        .map((c, i) => cidr(typeof c === 'string' ? c.trim() : c, `spec.loadBalancerSourceRanges[${i}]`)),
+    };
+    if (affinity === 'ClientIP') {
+      const affinityConfig = object(spec.sessionAffinityConfig, 'spec.sessionAffinityConfig');
+      const config = object(affinityConfig.clientIP, 'spec.sessionAffinityConfig.clientIP');
+      const t = config.timeoutSeconds;
+      if (t !== undefined && t !== null && (!Number.isInteger(t) || (t as number) < 1 || (t as number) > 86_400)) {
+        throw new Bad(`spec.sessionAffinityConfig.clientIP.timeoutSeconds: must be 1-86400, not ${JSON.stringify(t)}`);
+      }
+      service.affinitySeconds = (t as number | undefined) ?? DEFAULT_AFFINITY_SECONDS;
+    }
+    if (spec.healthCheckNodePort !== undefined && spec.healthCheckNodePort !== null && spec.healthCheckNodePort !== 0) {
+      service.healthCheckNodePort = portNumber(spec.healthCheckNodePort, 'spec.healthCheckNodePort');
+    }
+    return service;
+  });
+}
+
+function condition(v: unknown, dflt: boolean): boolean {
+  return typeof v === 'boolean' ? v : dflt;
+}
+
+/**
+ * Parses an EndpointSlice object. An FQDN slice, or one naming no Service, is Invalid with
+ * that reason (nothing to proxy).
+ */
+export function parseEndpointSlice(o: unknown): EndpointSlice | Invalid {
+  return parsing(o, () => {
+    const { namespace, name, meta } = metadata(o, true);
+    const body = object(o, 'object');
+    const service = labels(meta.labels, 'metadata.labels')[SERVICE_NAME_LABEL];
+    if (!service) throw new Bad(`metadata.labels: no ${SERVICE_NAME_LABEL} label`);
+    const addressType = body.addressType;
+    if (addressType !== 'IPv4' && addressType !== 'IPv6') {
+      throw new Bad(`addressType: only IPv4 and IPv6 are proxied, not ${JSON.stringify(addressType)}`);
+    }
+    const family: Family = addressType === 'IPv4' ? 4 : 6;
+    const ports = list(body.ports, 'ports').map((p, i): SlicePort => {
+      const port = object(p, `ports[${i}]`);
+      return {
+        name: typeof port.name === 'string' ? port.name : '',
+        protocol: protocol(port.protocol, `ports[${i}].protocol`),
+        port: portNumber(port.port, `ports[${i}].port`),
+      };
+    });
+    const endpoints: Endpoint[] = [];
+    list(body.endpoints, 'endpoints').forEach((e, i) => {
+      const ep = object(e, `endpoints[${i}]`);
+      const conditions = object(ep.conditions, `endpoints[${i}].conditions`);
+      const ready = condition(conditions.ready, true);
+      const base = {
+        ready,
+        serving: condition(conditions.serving, ready),
+        terminating: condition(conditions.terminating, false),
+        ...(typeof ep.nodeName === 'string' && ep.nodeName !== '' ? { nodeName: ep.nodeName } : {}),
+      };
+      // kube-proxy uses the first address of an endpoint; the API allows exactly one.
+      const addresses = list(ep.addresses, `endpoints[${i}].addresses`);
+      if (addresses.length === 0) throw new Bad(`endpoints[${i}].addresses: required`);
+      const address = ip(addresses[0], `endpoints[${i}].addresses[0]`);
+      if (address.family !== family) throw new Bad(`endpoints[${i}].addresses[0]: not an ${addressType} address`);
+      endpoints.push({ ip: address, ...base });
+    });
+    return { namespace, name, service, family, ports, endpoints };
+  });
+}

@@ -1,0 +1,259 @@
+/**
+ * weftd's Service proxy (issue #31, `--service-proxy`): the thin shell around the pure model and
+ * renderer. Loaded by weftd only when the flag is given (and for --cleanup-traffic-rules).
+ *
+ * DESIGN NOTES
+ *
+ * - Inputs: two reflectors (k8s/reflector.ts) keep every Service and every EndpointSlice of the
+ *   cluster as model values; an invalid object is left out with one warning per object and reason.
+ * - Apply and repair: nft/kept-table.ts, as network policy's table: one render per batch of
+ *   changes, one `nft -f` transaction with what differs, the table listed after each apply and
+ *   compared when `nft monitor` reports a change to the ruleset (every 5 minutes anyway), and
+ *   loaded whole again when it differs. The clients recorded in the affinity sets are the
+ *   kernel's, not drift, and are left out of the comparison. The table stays when weftd stops.
+ * - Health checks: each externalTrafficPolicy Local load balancer's healthCheckNodePort is served
+ *   as kube-proxy serves it (200 with this node's endpoint count when it has some, else 503), so
+ *   a cloud load balancer sends only to nodes with endpoints.
+ * - Refusal: a node where kube-proxy's rules are found (its nftables tables, its iptables chain
+ *   KUBE-SERVICES, its IPVS device) stops weftd at start with an error naming them: two proxies
+ *   would translate the same connections.
+ */
+import { createServer } from 'node:http';
+import type { Server } from 'node:http';
+import { ConfigError, WeftError } from '../errors.ts';
+import type { CIDR } from '../ip/ip.ts';
+import { Reflector } from '../k8s/reflector.ts';
+import type { KubeHttp } from '../lease/kube/http.ts';
+import type { Logger } from '../log.ts';
+import { execRunner, mustRun, nftMonitor, requireNft, runWatchedChecks } from '../masq/runner.ts';
+import type { Runner, RulesetWatcher } from '../masq/runner.ts';
+import { KeptTable } from '../nft/kept-table.ts';
+import { isInvalid, parseEndpointSlice, parseService } from './model.ts';
+import type { EndpointSlice, Invalid, Service } from './model.ts';
+import { NFT_SERVICES_TABLE, ServiceRenderer } from './render.ts';
+import type { HealthCheck } from './render.ts';
+
+/** The whole table is compared with the kernel's this often, whatever the monitor said. */
+const FULL_CHECK_MS = 5 * 60_000;
+
+export interface ServiceProxyOptions {
+  http: KubeHttp;
+  /** This node's name. */
+  node: string;
+  log: Logger;
+  /** The cluster networks (net-conf.json's Network and IPv6Network). */
+  clusterCIDRs: readonly CIDR[];
+  /** --nodeport-addresses; empty: every address of the node. */
+  nodePortCIDRs?: readonly CIDR[];
+  /** Runs nft; default spawns it in this process's namespace. */
+  runner?: Runner;
+  /** Reports ruleset changes; default `nft monitor` when `runner` is the default. */
+  watch?: RulesetWatcher;
+  /** Address the health check node ports listen on; default every address. */
+  healthCheckHost?: string;
+  /** Passed to the reflectors (tests). */
+  watchSilenceMs?: number;
+}
+
+type Stored<T> = T | Invalid;
+
+/** Drops the clients an affinity set holds from a listing of the table: they are the kernel's. */
+export function withoutClients(listing: string): string {
+  return listing.replace(/(\tset affinity-[^\n]*\{\n(?:\t\t(?!elements)[^\n]*\n)*)\t\telements = \{[^}]*\}\n/g, '$1');
+}
+
+/**
+ * Why kube-proxy seems to run on this node, or undefined: its nftables tables, its iptables chain
+ * (through iptables-nft, seen by nft, or iptables-legacy), its IPVS device.
+ */
+export async function kubeProxyTrace(run: Runner): Promise<string | undefined> {
+  const tables = await run(['nft', 'list', 'tables']);
+  const found = /^table (ip6?) kube-proxy$/m.exec(tables.stdout);
+  if (found) return `nftables table ${found[1]} kube-proxy`;
+  for (const family of ['ip', 'ip6']) {
+    const chain = await run(['nft', 'list', 'chain', family, 'nat', 'KUBE-SERVICES']);
+    if (chain.code === 0) return `iptables chain KUBE-SERVICES (${family} nat)`;
+  }
+  for (const iptables of ['iptables-legacy', 'ip6tables-legacy']) {
+    if ((await run([iptables, '-w', '-t', 'nat', '-S', 'KUBE-SERVICES'])).code === 0) return `${iptables} chain KUBE-SERVICES (nat)`;
+  }
+  if ((await run(['ip', 'link', 'show', 'kube-ipvs0'])).code === 0) return 'the IPVS device kube-ipvs0';
+  return undefined;
+}
+
+/** Removes table inet weft-services (--cleanup-traffic-rules); nothing when it is not there. */
+export async function removeServiceRules(log: Logger, run: Runner = execRunner()): Promise<void> {
+  const table = `inet ${NFT_SERVICES_TABLE}`;
+  if ((await run(['nft', 'list', 'table', 'inet', NFT_SERVICES_TABLE])).code !== 0) return;
+  await mustRun(run, `delete nftables table ${table}`, ['nft', 'delete', 'table', 'inet', NFT_SERVICES_TABLE]);
+  log.info(`service proxy: table ${table} removed`);
+}
+
+/** Keeps `inet weft-services` translating the cluster's Services on this node. */
+export class ServiceProxy {
+  readonly #options: ServiceProxyOptions;
+  readonly #log: Logger;
+  readonly #run: Runner;
+  readonly #services = new Map<string, Stored<Service>>();
+  readonly #slices = new Map<string, Stored<EndpointSlice>>();
+  readonly #listed = new Set<string>();
+  /** `resource key` → the reason last warned about, so a bad object is reported once per problem. */
+  readonly #warned = new Map<string, string>();
+  readonly #renderer = new ServiceRenderer();
+  readonly #table: KeptTable;
+  readonly #healthServers = new Map<number, { server: Server; check: HealthCheck }>();
+  readonly #stop = new AbortController();
+  #tasks: Promise<unknown>[] = [];
+  #healthChecks: HealthCheck[] = [];
+
+  constructor(options: ServiceProxyOptions) {
+    this.#options = options;
+    this.#log = options.log;
+    this.#run = options.runner ?? execRunner();
+    this.#table = new KeptTable({
+      table: `inet ${NFT_SERVICES_TABLE}`, what: 'service proxy', log: this.#log, run: this.#run,
+      render: () => this.#render(),
+      ready: () => this.#listed.size === 2,
+      normalize: withoutClients,
+      applied: (before, now, timings) => {
+        if (!before && now) this.#log.info(`service proxy: translating Services in table inet ${NFT_SERVICES_TABLE}`, {
+          services: this.#services.size, slices: this.#slices.size,
+          render_ms: Math.round(timings.renderMs), nft_ms: Math.round(timings.nftMs),
+        });
+        void this.#serveHealthChecks();
+      },
+    });
+  }
+
+  /**
+   * Checks that nft works and that kube-proxy is not running here (ConfigErrors naming what was
+   * found), then starts the watches and the repair loop in the background and resolves.
+   * {@link synced} says when the first rules are in place. `signal` (or {@link stop}) ends it.
+   */
+  async start(signal: AbortSignal): Promise<void> {
+    await requireNft(this.#run, '--service-proxy', 'the Service proxy');
+    const trace = await kubeProxyTrace(this.#run);
+    if (trace) {
+      throw new ConfigError('--service-proxy', `kube-proxy runs on this node (${trace}): two Service proxies would translate the same `
+        + 'connections; remove kube-proxy from this node (see service-proxy.yaml) or run weftd without --service-proxy');
+    }
+    const stop = AbortSignal.any([signal, this.#stop.signal]);
+    const watches = [
+      this.#reflect('/api/v1/services', 'services', this.#services, parseService, stop),
+      this.#reflect('/apis/discovery.k8s.io/v1/endpointslices', 'endpointslices', this.#slices, parseEndpointSlice, stop),
+    ].map((w) => w.catch((e: unknown) => {
+      this.#log.error('service proxy: a watch stopped for good; the rules in place stay as they are', { err: e });
+      this.#table.fail(e);
+    }));
+    this.#tasks = [...watches, this.#repairLoop(stop)];
+    stop.addEventListener('abort', () => this.#table.fail(new WeftError('ESTOPPED', 'service proxy stopped')), { once: true });
+  }
+
+  /** Resolves once the first rules for every listed object are applied. */
+  synced(): Promise<void> {
+    return this.#table.synced();
+  }
+
+  /** Ends the watches, the repair loop and the health check servers; the table stays. */
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    await Promise.all(this.#tasks);
+    await this.#table.stop();
+    await Promise.all([...this.#healthServers.values()].map(({ server }) => closeServer(server)));
+    this.#healthServers.clear();
+  }
+
+  #render() {
+    const valid = <T extends object>(m: Map<string, Stored<T>>) => [...m.values()].filter((v): v is T => !isInvalid(v));
+    const rendered = this.#renderer.render({ services: valid(this.#services), slices: valid(this.#slices) }, {
+      node: this.#options.node, clusterCIDRs: this.#options.clusterCIDRs,
+      ...(this.#options.nodePortCIDRs ? { nodePortCIDRs: this.#options.nodePortCIDRs } : {}),
+    });
+    this.#healthChecks = rendered.healthChecks;
+    return rendered.ruleset;
+  }
+
+  #reflect<T extends object>(path: string, resource: string, store: Map<string, Stored<T>>, parse: (o: unknown) => Stored<T>,
+    signal: AbortSignal): Promise<void> {
+    return new Reflector<Stored<T>>({
+      http: this.#options.http, path, resource, log: this.#log, parse,
+      ...(this.#options.watchSilenceMs ? { watchSilenceMs: this.#options.watchSilenceMs } : {}),
+      onList: (items) => {
+        store.clear();
+        for (const [k, v] of items) store.set(k, v);
+        this.#listed.add(resource);
+        this.#changed(resource, items);
+      },
+      onChanges: (changes) => {
+        for (const [k, v] of changes) {
+          if (v === null) store.delete(k);
+          else store.set(k, v);
+        }
+        this.#changed(resource, changes);
+      },
+    }).run(signal);
+  }
+
+  #changed(resource: string, items: Map<string, object | null>): void {
+    for (const [key, v] of items) {
+      const id = `${resource} ${key}`;
+      if (v !== null && isInvalid(v)) {
+        if (this.#warned.get(id) !== v.invalid) {
+          this.#log.warn(`service proxy: ignoring an object of ${resource}`, { object: key, reason: v.invalid });
+        }
+        this.#warned.set(id, v.invalid);
+      } else {
+        this.#warned.delete(id);
+      }
+    }
+    this.#table.bump();
+    this.#table.kick();
+  }
+
+  async #repairLoop(signal: AbortSignal): Promise<void> {
+    const watcher = this.#options.watch ?? (this.#options.runner ? undefined : nftMonitor());
+    await runWatchedChecks({
+      periodMs: FULL_CHECK_MS, fullEveryMs: FULL_CHECK_MS, what: 'the service proxy rules', log: this.#log,
+      ...(watcher ? { watcher } : {}),
+    }, signal, async (full) => {
+      if (full) await this.#table.check();
+    });
+  }
+
+  /** Starts and stops the health check servers to match the last render; updates what they answer. */
+  async #serveHealthChecks(): Promise<void> {
+    const wanted = new Map(this.#healthChecks.map((c) => [c.port, c]));
+    for (const [port, entry] of this.#healthServers) {
+      const check = wanted.get(port);
+      if (check) entry.check = check;
+      else {
+        this.#healthServers.delete(port);
+        await closeServer(entry.server);
+      }
+    }
+    for (const [port, check] of wanted) {
+      if (this.#healthServers.has(port) || this.#stop.signal.aborted) continue;
+      const entry = { server: createServer((_req, res) => {
+        const { namespace, name, localEndpoints } = entry.check;
+        res.writeHead(localEndpoints > 0 ? 200 : 503, {
+          'Content-Type': 'application/json', 'X-Content-Type-Options': 'nosniff',
+          'X-Load-Balancing-Endpoint-Weight': String(localEndpoints),
+        });
+        res.end(JSON.stringify({ service: { namespace, name }, localEndpoints, serviceProxyHealthy: true }));
+      }), check };
+      this.#healthServers.set(port, entry);
+      entry.server.on('error', (e) => {
+        this.#log.error(`service proxy: cannot serve the health check node port ${port} of ${check.namespace}/${check.name}`, { err: e });
+        if (this.#healthServers.get(port) === entry) this.#healthServers.delete(port);
+      });
+      entry.server.listen(port, this.#options.healthCheckHost);
+    }
+  }
+}
+
+function closeServer(server: Server): Promise<void> {
+  return new Promise((resolve) => {
+    server.close(() => resolve());
+    server.closeAllConnections();
+  });
+}

@@ -1,0 +1,177 @@
+/**
+ * Services translated by weftd itself (issue #31, `--service-proxy`) on clusters of real weftd
+ * processes (test/support/cluster.ts, kube mode): a server pod on each of two nodes, a client pod
+ * on each, an outside host on the underlay, Services and EndpointSlices in the test API server.
+ * Probed from a pod on the same node as an endpoint, from a pod on the other node, from the node
+ * itself and from the outside host, each probe reporting which endpoint answered and the client
+ * address it saw; endpoint churn with a connection open; the health check node port of an
+ * externalTrafficPolicy Local load balancer. vxlan over IPv4, host-gw over dual stack.
+ */
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { test } from 'node:test';
+import { Cluster } from '../support/cluster.ts';
+import type { ClusterNode, Pod } from '../support/cluster.ts';
+import { DEBIAN_CNI_DIR } from '../support/cni.ts';
+import { attachToUnderlay, createNetns, needsRoot } from '../support/netns.ts';
+import type { Netns } from '../support/netns.ts';
+import { ServiceAgent } from '../support/service-agent.ts';
+import type { ProbeResult } from '../support/service-agent.ts';
+import { endpoint, serviceObject, sliceObject } from '../support/services.ts';
+import { until } from '../support/until.ts';
+
+const skip = needsRoot
+  || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
+const NS = 'default';
+const PORT = 8080;
+const OUTSIDE = 99;
+
+/** `<endpoint> <client>` of an answer; fails on an error. */
+function served(r: ProbeResult): { by: string; client: string } {
+  if ('error' in r) assert.fail(`no answer: ${r.error}`);
+  const [by, client] = r.reply.split(' ');
+  return { by: by!, client: client! };
+}
+
+/** The node's addresses (any family), from `ip -j addr`. */
+async function addressesOf(ns: Netns): Promise<string[]> {
+  const links = await ns.ipJson<{ addr_info?: { local: string }[] }[]>('addr');
+  return links.flatMap((l) => (l.addr_info ?? []).map((a) => a.local));
+}
+
+/** `GET url` from `ns`: status and body. */
+async function httpGet(ns: Netns, url: string): Promise<{ status: number; body: string }> {
+  const script = `require('node:http').get(process.argv[1], (r) => { let b = ''; r.on('data', (c) => b += c); `
+    + `r.on('end', () => console.log(JSON.stringify({ status: r.statusCode, body: b }))); })`
+    + `.on('error', (e) => console.log(JSON.stringify({ status: 0, body: e.code })));`;
+  return JSON.parse(await ns.exec(NODE, '-e', script, url)) as { status: number; body: string };
+}
+
+for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as const) {
+  test(`Services through weftd's proxy on ${backend}${dualStack ? ', dual stack' : ''}`, { skip }, async (t) => {
+    const c = await Cluster.start({ nodes: 2, backend, dualStack, mode: 'kube', weftdArgs: ['--service-proxy', '--ip-masq'] });
+    const agents: ServiceAgent[] = [];
+    let outside: Netns | undefined;
+    try {
+      const api = c.api!;
+      const [n1, n2] = c.nodes as [ClusterNode, ClusterNode];
+      outside = await createNetns('out');
+      await attachToUnderlay(c.underlay!, outside, OUTSIDE);
+      for (const n of c.nodes) {
+        // Same-node Service traffic answered across the bridge must pass conntrack (br_netfilter), as with kube-proxy.
+        for (const s of ['net.bridge.bridge-nf-call-iptables=1', 'net.bridge.bridge-nf-call-ip6tables=1']) {
+          await n.ns.exec('sysctl', '-qw', s);
+        }
+        // A node's own connections to a cluster IP need a route before they are translated: the default one here.
+        await n.ns.ip('route', 'add', 'default', 'via', `198.51.100.${OUTSIDE}`);
+      }
+      const s1 = await c.addPod(n1);
+      const s2 = await c.addPod(n2);
+      const c1 = await c.addPod(n1);
+      const c2 = await c.addPod(n2);
+      const agent = (ns: Netns, name: string) => {
+        const a = new ServiceAgent(ns, name, PORT);
+        agents.push(a);
+        return a;
+      };
+      const [, , a1, a2, node1, out] = [agent(s1.ns, 's1'), agent(s2.ns, 's2'), agent(c1.ns, 'c1'), agent(c2.ns, 'c2'),
+        agent(n1.ns, 'node-1'), agent(outside, 'out')];
+      await Promise.all(agents.map((a) => a.started()));
+      const ep = (p: Pod, v6 = false) => endpoint(v6 ? p.ipv6! : p.ip, p.node.name);
+      const slice = (name: string, service: string, endpoints: Record<string, unknown>[], family: 'IPv4' | 'IPv6' = 'IPv4') =>
+        sliceObject(NS, name, service, family, [{ port: PORT }], endpoints);
+      const put = (resource: string, o: Record<string, unknown>) => {
+        const { name } = o.metadata as { name: string };
+        if (!api.object(resource, name, NS)) api.seed(resource, o);
+        else api.modify(resource, name, (old) => {
+          for (const [k, v] of Object.entries(o)) if (k !== 'metadata') old[k] = v;
+        }, NS);
+      };
+      const many = async (from: ServiceAgent, ip: string, port: number, n: number) => {
+        const out: { by: string; client: string }[] = [];
+        for (let i = 0; i < n; i++) out.push(served(await from.probe(ip, 'TCP', port)));
+        return out;
+      };
+      const eventually = (from: ServiceAgent, ip: string, port: number, want: (r: ProbeResult) => boolean) =>
+        until(`TCP ${ip}:${port} answers as expected`, async () => want(await from.probe(ip, 'TCP', port, 500)), 20_000,
+          () => c.nodes.map((n) => `--- ${n.name}\n${n.daemon.log()}`).join('\n'));
+      const answered = (r: ProbeResult) => 'reply' in r;
+      const byOf = (rs: { by: string }[]) => [...new Set(rs.map((r) => r.by))].sort();
+
+      put('services', serviceObject(NS, 'web', {
+        type: 'NodePort', clusterIPs: ['10.96.0.10', ...(dualStack ? ['fd00:96::10'] : [])], ports: [{ port: 80, nodePort: 30080 }],
+      }));
+      put('endpointslices.discovery.k8s.io', slice('web-4', 'web', [ep(s1), ep(s2)]));
+      if (dualStack) put('endpointslices.discovery.k8s.io', slice('web-6', 'web', [ep(s1, true), ep(s2, true)], 'IPv6'));
+      await eventually(a1, '10.96.0.10', 80, answered);
+      await eventually(a2, '10.96.0.10', 80, answered);
+
+      await t.test('ClusterIP from pods on both nodes: every endpoint serves, each sees the pod\'s own address', async () => {
+        for (const [from, pod] of [[a1, c1], [a2, c2]] as const) {
+          const rs = await many(from, '10.96.0.10', 80, 16);
+          assert.deepEqual(byOf(rs), ['s1', 's2']);
+          assert.deepEqual([...new Set(rs.map((r) => r.client))], [pod.ip]);
+        }
+        if (dualStack) {
+          await eventually(a1, 'fd00:96::10', 80, answered);
+          const rs = await many(a1, 'fd00:96::10', 80, 16);
+          assert.deepEqual(byOf(rs), ['s1', 's2']);
+          assert.deepEqual([...new Set(rs.map((r) => r.client))], [c1.ipv6]);
+        }
+      });
+
+      await t.test('ClusterIP from the node itself: served, masqueraded to an address of the node', async () => {
+        const own = await addressesOf(n1.ns);
+        const rs = await many(node1, '10.96.0.10', 80, 12);
+        assert.deepEqual(byOf(rs), ['s1', 's2']);
+        for (const r of rs) assert.ok(own.includes(r.client), `${r.client} is one of node-1's addresses`);
+      });
+
+      await t.test('NodePort from an outside host, on either node: served, masqueraded (externalTrafficPolicy Cluster)', async () => {
+        for (const n of [n1, n2]) {
+          const own = await addressesOf(n.ns);
+          const rs = await many(out, n.address, 30080, 12);
+          assert.deepEqual(byOf(rs), ['s1', 's2']);
+          for (const r of rs) assert.ok(own.includes(r.client), `${r.client} is one of ${n.name}'s addresses`);
+        }
+      });
+
+      await t.test('externalTrafficPolicy Local: the client\'s address is kept, only nodes with endpoints serve, and say so', async () => {
+        put('services', serviceObject(NS, 'local', {
+          type: 'LoadBalancer', clusterIP: '10.96.0.11', externalTrafficPolicy: 'Local', healthCheckNodePort: 32100,
+          ports: [{ port: 80, nodePort: 30081 }],
+        }));
+        put('endpointslices.discovery.k8s.io', slice('local-4', 'local', [ep(s2)]));
+        await eventually(out, n2.address, 30081, answered);
+        assert.deepEqual(await many(out, n2.address, 30081, 6), Array(6).fill({ by: 's2', client: `198.51.100.${OUTSIDE}` }));
+        assert.deepEqual(await out.probe(n1.address, 'TCP', 30081, 500), { error: 'timeout' }, 'node-1 has no endpoint: dropped');
+        const ok = await httpGet(outside!, `http://${n2.address}:32100/`);
+        assert.equal(ok.status, 200);
+        assert.deepEqual(JSON.parse(ok.body), { service: { namespace: NS, name: 'local' }, localEndpoints: 1, serviceProxyHealthy: true });
+        assert.equal((await httpGet(outside!, `http://${n1.address}:32100/`)).status, 503);
+      });
+
+      await t.test('endpoint churn: an open connection lives on while new ones go to the endpoints now listed', async () => {
+        let held: { by: string } | undefined;
+        for (let i = 1; !held || held.by !== 's1'; i++) {
+          assert.ok(i < 40, 'a connection to s1 in 40 tries');
+          held = served(await a2.probe('10.96.0.10', 'TCP', 80, 2000, i));
+          if (held.by === 's1') {
+            const leaving = endpoint(s1.ip, n1.name, { ready: false, terminating: true });
+            put('endpointslices.discovery.k8s.io', slice('web-4', 'web', [ep(s2), leaving]));
+            await until('only s2 serves new connections', async () => byOf(await many(a1, '10.96.0.10', 80, 8)).join() === 's2');
+            assert.match(JSON.stringify(await a2.ping(i)), /ping/, 'the connection to s1 still answers');
+          }
+        }
+      });
+      await t.test('weftd logged no error', () => {
+        for (const n of c.nodes) assert.doesNotMatch(n.daemon.log(), /^E\d{4}/m, n.daemon.log());
+      });
+    } finally {
+      await Promise.all(agents.map((a) => a.stop()));
+      await outside?.remove();
+      await c.stop();
+    }
+  });
+}

@@ -1,0 +1,306 @@
+/**
+ * The Service proxy against a real kernel: a node namespace with three pods on a bridge and an
+ * outside host, Services and EndpointSlices created through the test API server with
+ * @kubernetes/client-node, the proxy (in this process) writing table inet weft-services into the
+ * node's namespace. Each probe sees which endpoint answered and the client address it saw.
+ * Endpoint `pc` is labelled as another node's, for the Local policies.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { CoreV1Api, DiscoveryV1Api, KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
+import { parseCIDR } from '../../src/ip/ip.ts';
+import { KubeHttp } from '../../src/lease/kube/http.ts';
+import { memoryLogger } from '../../src/log.ts';
+import { execRunner, nftMonitor } from '../../src/masq/runner.ts';
+import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../src/services/render.ts';
+import { tableScript, tableUpdate } from '../../src/nft/ruleset.ts';
+import { removeServiceRules, ServiceProxy } from '../../src/services/proxy.ts';
+import { KubeApiServer } from '../support/kube-apiserver.ts';
+import { needsRoot, withNetns } from '../support/netns.ts';
+import type { Netns } from '../support/netns.ts';
+import { ServiceAgent } from '../support/service-agent.ts';
+import type { ProbeResult } from '../support/service-agent.ts';
+import { endpoint, serviceModel, serviceObject, sliceObject } from '../support/services.ts';
+import { until } from '../support/until.ts';
+
+const NS = 'svc';
+const MERGE = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
+const POD_PORT = 8080;
+const PODS = { pa: 2, pb: 3, pc: 4 } as const;
+type PodName = keyof typeof PODS;
+const v4 = (p: PodName) => `10.244.1.${PODS[p]}`;
+const v6 = (p: PodName) => `fd00:244:1::${PODS[p]}`;
+/** pa and pb run on this node (n1); pc is said to run on n2. */
+const nodeOf = (p: PodName) => (p === 'pc' ? 'n2' : 'n1');
+const ep4 = (p: PodName) => endpoint(v4(p), nodeOf(p));
+const ep6 = (p: PodName) => endpoint(v6(p), nodeOf(p));
+
+/** The node: forwarding, br_netfilter on its bridge, pods with hairpin ports, an outside host on eth1. */
+async function buildNode(node: Netns, pods: Record<PodName, Netns>, outside: Netns): Promise<void> {
+  for (const s of ['net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1', 'net.bridge.bridge-nf-call-iptables=1',
+    'net.bridge.bridge-nf-call-ip6tables=1']) await node.exec('sysctl', '-qw', s);
+  await node.ip('link', 'add', 'br0', 'type', 'bridge');
+  await node.ip('addr', 'add', '10.244.1.1/24', 'dev', 'br0');
+  await node.ip('addr', 'add', 'fd00:244:1::1/64', 'dev', 'br0', 'nodad');
+  await node.ip('link', 'set', 'br0', 'up');
+  for (const [name, ns] of Object.entries(pods) as [PodName, Netns][]) {
+    await node.ip('link', 'add', `v-${name}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.name);
+    await node.ip('link', 'set', `v-${name}`, 'master', 'br0', 'up');
+    await node.exec('bridge', 'link', 'set', 'dev', `v-${name}`, 'hairpin', 'on');
+    await ns.ip('addr', 'add', `${v4(name)}/24`, 'dev', 'eth0');
+    await ns.ip('addr', 'add', `${v6(name)}/64`, 'dev', 'eth0', 'nodad');
+    await ns.ip('link', 'set', 'eth0', 'up');
+    await ns.ip('route', 'add', 'default', 'via', '10.244.1.1');
+    await ns.ip('-6', 'route', 'add', 'default', 'via', 'fd00:244:1::1');
+  }
+  await node.ip('link', 'add', 'eth1', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', outside.name);
+  await node.ip('addr', 'add', '198.51.100.1/24', 'dev', 'eth1');
+  await node.ip('link', 'set', 'eth1', 'up');
+  await node.ip('route', 'add', 'default', 'via', '198.51.100.2');
+  await outside.ip('addr', 'add', '198.51.100.2/24', 'dev', 'eth0');
+  await outside.ip('link', 'set', 'eth0', 'up');
+  // The external and load balancer IPs are announced to the outside host through the node.
+  await outside.ip('route', 'add', '198.18.0.0/24', 'via', '198.51.100.1');
+}
+
+/** `<endpoint> <client address>` of a reply, or fails with the error. */
+function served(r: ProbeResult): { by: string; client: string } {
+  if ('error' in r) assert.fail(`no answer: ${r.error}`);
+  const [by, client] = r.reply.split(' ');
+  return { by: by!, client: client! };
+}
+
+test('the Service proxy translates every Service type and policy on a real kernel, and keeps doing so', { skip: needsRoot }, async (t) => {
+  const api = await KubeApiServer.start();
+  api.seed('namespaces', { metadata: { name: NS } });
+  const kc = new KubeConfig();
+  kc.loadFromFile(await api.kubeconfig());
+  const core = kc.makeApiClient(CoreV1Api);
+  const discovery = kc.makeApiClient(DiscoveryV1Api);
+  const createService = (name: string, spec: Record<string, unknown>) =>
+    core.createNamespacedService({ namespace: NS, body: serviceObject(NS, name, spec) as V1Service });
+  const putSlice = async (name: string, service: string, family: 'IPv4' | 'IPv6', endpoints: Record<string, unknown>[], proto = 'TCP') => {
+    const body = sliceObject(NS, name, service, family, [{ port: POD_PORT, protocol: proto }], endpoints) as unknown as V1EndpointSlice;
+    const had = api.object('endpointslices.discovery.k8s.io', name, NS);
+    if (!had) await discovery.createNamespacedEndpointSlice({ namespace: NS, body });
+    else {
+      body.metadata!.resourceVersion = (had.metadata as { resourceVersion: string }).resourceVersion;
+      await discovery.replaceNamespacedEndpointSlice({ name, namespace: NS, body });
+    }
+  };
+  try {
+    await withNetns(['node', 'pa', 'pb', 'pc', 'out'], async (node, pa, pb, pc, out) => {
+      const pods = { pa, pb, pc };
+      await buildNode(node, pods, out);
+      const agents = {
+        pa: new ServiceAgent(pa, 'pa', POD_PORT), pb: new ServiceAgent(pb, 'pb', POD_PORT), pc: new ServiceAgent(pc, 'pc', POD_PORT),
+        node: new ServiceAgent(node, 'node', POD_PORT), out: new ServiceAgent(out, 'out', POD_PORT),
+      };
+      const inNode = ['ip', 'netns', 'exec', node.name];
+      const log = memoryLogger();
+      const proxy = new ServiceProxy({
+        http: new KubeHttp(kc), node: 'n1', log, runner: execRunner(inNode), watch: nftMonitor(inNode),
+        clusterCIDRs: [parseCIDR('10.244.0.0/16', 'test'), parseCIDR('fd00:244::/32', 'test')],
+      });
+      const stop = new AbortController();
+      try {
+        await Promise.all(Object.values(agents).map((a) => a.started()));
+        await createService('web', {
+          clusterIPs: ['10.96.0.10', 'fd00:96::10'], ipFamilyPolicy: 'RequireDualStack', ports: [{ port: 80, targetPort: POD_PORT }],
+        });
+        await putSlice('web-4', 'web', 'IPv4', [ep4('pa'), ep4('pb')]);
+        await putSlice('web-6', 'web', 'IPv6', [ep6('pa'), ep6('pb')]);
+        await proxy.start(stop.signal);
+        await proxy.synced();
+        /** Probes until `n` answers are in (each a new connection), returning who served and whom they saw. */
+        const many = async (from: ServiceAgent, ip: string, port: number, n: number, proto: 'TCP' | 'UDP' = 'TCP') => {
+          const out: { by: string; client: string }[] = [];
+          for (let i = 0; i < n; i++) out.push(served(await from.probe(ip, proto, port)));
+          return out;
+        };
+        const byOf = (rs: { by: string }[]) => [...new Set(rs.map((r) => r.by))].sort();
+        /** Waits until a probe gets what `want` says: the watch delivers a change some time after the API call returns. */
+        const eventually = (from: ServiceAgent, ip: string, proto: 'TCP' | 'UDP', port: number, want: (r: ProbeResult) => boolean) =>
+          until(`${proto} ${ip}:${port} answers as expected`, async () => want(await from.probe(ip, proto, port, 500)));
+        const answered = (r: ProbeResult) => 'reply' in r;
+
+        await t.test('ClusterIP from a pod: both endpoints serve, the pod\'s own address is seen; both families', async () => {
+          const rs = await many(agents.pc, '10.96.0.10', 80, 16);
+          assert.deepEqual(byOf(rs), ['pa', 'pb']);
+          assert.deepEqual([...new Set(rs.map((r) => r.client))], [v4('pc')]);
+          const rs6 = await many(agents.pc, 'fd00:96::10', 80, 16);
+          assert.deepEqual(byOf(rs6), ['pa', 'pb']);
+          assert.deepEqual([...new Set(rs6.map((r) => r.client))], [v6('pc')]);
+        });
+
+        await t.test('ClusterIP from the node itself is masqueraded; a pod reaching itself (hairpin) is masqueraded', async () => {
+          const fromNode = await many(agents.node, '10.96.0.10', 80, 6);
+          assert.deepEqual([...new Set(fromNode.map((r) => r.client))], ['10.244.1.1']);
+          const hairpin = await many(agents.pa, '10.96.0.10', 80, 16);
+          assert.ok(hairpin.some((r) => r.by === 'pa'), 'pa served itself at least once in 16 tries');
+          for (const r of hairpin) assert.equal(r.client, r.by === 'pa' ? '10.244.1.1' : v4('pa'), JSON.stringify(r));
+        });
+
+        await t.test('UDP, and a Service without endpoints rejects TCP and UDP at once', async () => {
+          await createService('dns', { clusterIP: '10.96.0.53', ports: [{ port: 53, protocol: 'UDP', targetPort: POD_PORT }] });
+          await putSlice('dns-4', 'dns', 'IPv4', [ep4('pb')], 'UDP');
+          await createService('empty', {
+            type: 'NodePort', clusterIP: '10.96.0.30',
+            ports: [{ name: 'tcp', port: 80, nodePort: 30082 }, { name: 'udp', port: 80, protocol: 'UDP', nodePort: 30082 }],
+          });
+          await eventually(agents.pc, '10.96.0.30', 'TCP', 80, (r) => 'error' in r && r.error === 'ECONNREFUSED');
+          await eventually(agents.pa, '10.96.0.53', 'UDP', 53, answered);
+          assert.equal(served(await agents.pa.probe('10.96.0.53', 'UDP', 53)).by, 'pb');
+          assert.deepEqual(await agents.pc.probe('10.96.0.30', 'TCP', 80, 1000), { error: 'ECONNREFUSED' });
+          assert.deepEqual(await agents.pc.probe('10.96.0.30', 'UDP', 80, 1000), { error: 'ECONNREFUSED' }, 'UDP to the cluster IP');
+          assert.deepEqual(await agents.out.probe('198.51.100.1', 'TCP', 30082, 1000), { error: 'ECONNREFUSED' }, 'TCP to the node port');
+        });
+
+        await t.test('NodePort from outside: Cluster policy masquerades, Local keeps the client, uses this node\'s endpoints', async () => {
+          await createService('np', { type: 'NodePort', clusterIP: '10.96.0.31', ports: [{ port: 80, nodePort: 30080 }] });
+          await putSlice('np-4', 'np', 'IPv4', [ep4('pc')]);
+          await createService('np-local', {
+            type: 'NodePort', clusterIP: '10.96.0.32', externalTrafficPolicy: 'Local', ports: [{ port: 80, nodePort: 30081 }],
+          });
+          await putSlice('np-local-4', 'np-local', 'IPv4', [ep4('pb'), ep4('pc')]);
+          await eventually(agents.out, '198.51.100.1', 'TCP', 30080, answered);
+          await eventually(agents.out, '198.51.100.1', 'TCP', 30081, answered);
+          assert.deepEqual(await many(agents.out, '198.51.100.1', 30080, 3), Array(3).fill({ by: 'pc', client: '10.244.1.1' }));
+          assert.deepEqual(await many(agents.out, '198.51.100.1', 30081, 6), Array(6).fill({ by: 'pb', client: '198.51.100.2' }));
+          // A pod of the cluster reaching the node port is sent to every endpoint, as with kube-proxy.
+          assert.deepEqual(byOf(await many(agents.pa, '10.244.1.1', 30081, 16)), ['pb', 'pc']);
+        });
+
+        await t.test('externalIPs and load balancer IPs from outside; loadBalancerSourceRanges let only their sources in', async () => {
+          await createService('lb', {
+            type: 'LoadBalancer', clusterIP: '10.96.0.33', externalIPs: ['198.18.0.10'], loadBalancerSourceRanges: ['198.51.100.0/24'],
+            ports: [{ port: 80, nodePort: 30083 }],
+          });
+          const status = { status: { loadBalancer: { ingress: [{ ip: '198.18.0.20' }] } } };
+          await core.patchNamespacedServiceStatus({ name: 'lb', namespace: NS, body: status }, MERGE);
+          await putSlice('lb-4', 'lb', 'IPv4', [ep4('pa')]);
+          await eventually(agents.out, '198.18.0.20', 'TCP', 80, answered);
+          assert.equal(served(await agents.out.probe('198.18.0.20', 'TCP', 80)).by, 'pa');
+          assert.equal(served(await agents.out.probe('198.18.0.10', 'TCP', 80)).by, 'pa');
+          const ranges = { spec: { loadBalancerSourceRanges: ['198.18.5.0/24'] } };
+          await core.patchNamespacedService({ name: 'lb', namespace: NS, body: ranges }, MERGE);
+          await until('the new source ranges are applied', async () => 'error' in await agents.out.probe('198.18.0.20', 'TCP', 80, 500));
+          assert.deepEqual(await agents.out.probe('198.18.0.20', 'TCP', 80, 500), { error: 'timeout' });
+          assert.equal(served(await agents.out.probe('198.18.0.10', 'TCP', 80)).by, 'pa', 'externalIPs are not load balancer IPs');
+        });
+
+        await t.test('ClientIP affinity keeps a client on one endpoint', async () => {
+          await createService('sticky', { clusterIP: '10.96.0.40', sessionAffinity: 'ClientIP', ports: [{ port: 80 }] });
+          await putSlice('sticky-4', 'sticky', 'IPv4', [ep4('pa'), ep4('pb')]);
+          await eventually(agents.pc, '10.96.0.40', 'TCP', 80, answered);
+          assert.equal(byOf(await many(agents.pc, '10.96.0.40', 80, 10)).length, 1);
+        });
+
+        await t.test('internalTrafficPolicy Local: this node\'s endpoints only, dropped when it has none', async () => {
+          await createService('itl', { clusterIP: '10.96.0.50', internalTrafficPolicy: 'Local', ports: [{ port: 80 }] });
+          await putSlice('itl-4', 'itl', 'IPv4', [ep4('pb'), ep4('pc')]);
+          await eventually(agents.pa, '10.96.0.50', 'TCP', 80, answered);
+          assert.deepEqual(byOf(await many(agents.pa, '10.96.0.50', 80, 8)), ['pb']);
+          await putSlice('itl-4', 'itl', 'IPv4', [ep4('pc')]);
+          await eventually(agents.pa, '10.96.0.50', 'TCP', 80, (r) => 'error' in r);
+          assert.deepEqual(await agents.pa.probe('10.96.0.50', 'TCP', 80, 500), { error: 'timeout' });
+        });
+
+        await t.test('endpoint churn: an open connection lives on, new ones go to the endpoints now listed', async () => {
+          const first = served(await agents.pc.probe('10.96.0.10', 'TCP', 80, 2000, 1));
+          const other = first.by === 'pa' ? 'pb' : 'pa';
+          await putSlice('web-4', 'web', 'IPv4', [ep4(other), ep4('pc'), endpoint(v4(first.by as PodName), 'n1', { ready: false })]);
+          await eventually(agents.pb, '10.96.0.10', 'TCP', 80, (r) => 'reply' in r && r.reply.startsWith('pc '));
+          assert.deepEqual(byOf(await many(agents.pb, '10.96.0.10', 80, 16)), [other, 'pc'].sort());
+          assert.match(JSON.stringify(await agents.pc.ping(1)), /ping/, 'the connection opened before the change still answers');
+        });
+
+        await t.test('a Service deleted and created again with the same IP serves again', async () => {
+          await core.deleteNamespacedService({ name: 'np', namespace: NS });
+          await eventually(agents.out, '198.51.100.1', 'TCP', 30080, (r) => 'error' in r);
+          await createService('np', { type: 'NodePort', clusterIP: '10.96.0.31', ports: [{ port: 80, nodePort: 30080 }] });
+          await eventually(agents.pa, '10.96.0.31', 'TCP', 80, answered);
+          assert.deepEqual(served(await agents.pa.probe('10.96.0.31', 'TCP', 80)).by, 'pc');
+        });
+
+        await t.test('the table is put back when something else deletes or changes it', async () => {
+          const drift = () => log.records.filter((r) => /changed by something else/.test(r.msg)).length;
+          assert.equal(drift(), 0, 'our own changes and the clients in the affinity sets are not drift');
+          await node.exec('nft', 'delete', 'table', 'inet', NFT_SERVICES_TABLE);
+          // From pa: pc, the endpoint, cannot reach itself here (it is labelled another node's, so no hairpin masquerade).
+          await eventually(agents.pa, '10.96.0.31', 'TCP', 80, answered);
+          await node.exec('nft', 'flush', 'map', 'inet', NFT_SERVICES_TABLE, 'services4');
+          await eventually(agents.pa, '10.96.0.31', 'TCP', 80, answered);
+        });
+        await t.test('nothing failed on the way', () => {
+          assert.deepEqual(log.records.filter((r) => r.level === 'error').map((r) => `${r.msg} ${JSON.stringify(r.fields)}`), []);
+        });
+      } finally {
+        stop.abort();
+        await proxy.stop();
+        await Promise.all(Object.values(agents).map((a) => a.stop()));
+      }
+    });
+  } finally {
+    await api.stop();
+  }
+});
+
+test('--cleanup-traffic-rules removes the table, and is a no-op without one', { skip: needsRoot }, async () => {
+  await withNetns(['node'], async (node) => {
+    const run = execRunner(['ip', 'netns', 'exec', node.name]);
+    await node.exec('nft', 'add', 'table', 'inet', NFT_SERVICES_TABLE);
+    await node.exec('nft', 'add', 'table', 'inet', 'other');
+    const log = memoryLogger();
+    await removeServiceRules(log, run);
+    assert.doesNotMatch(await node.exec('nft', 'list', 'tables'), new RegExp(NFT_SERVICES_TABLE));
+    assert.match(await node.exec('nft', 'list', 'tables'), /table inet other/, 'other tables stay');
+    await removeServiceRules(log, run);
+    assert.deepEqual(log.records.map((r) => r.msg), [`service proxy: table inet ${NFT_SERVICES_TABLE} removed`]);
+  });
+});
+
+/** A listing of the table as sets: its blocks and each block's elements in sorted order (the kernel's order is its own). */
+function normalized(listing: string): string {
+  const blocks = listing.split(/\n(?=\t(?:set|map|chain) )/).slice(1).map((b) => b.replace(/\n}\n?$/, '').trim());
+  const sortElements = (_: string, e: string) => `elements = { ${e.split(/,\s*/).map((x) => x.trim()).sort().join(', ')} }`;
+  return blocks.map((b) => b.replace(/elements = \{([^}]*)\}/, sortElements)).sort().join('\n');
+}
+
+test('each update loads into the table an earlier transaction left, slot maps shared by many Services', { skip: needsRoot }, async () => {
+  await withNetns(['node'], async (node) => {
+    const run = execRunner(['ip', 'netns', 'exec', node.name]);
+    const table = `inet ${NFT_SERVICES_TABLE}`;
+    const renderer = new ServiceRenderer();
+    const options = { node: 'n1', clusterCIDRs: [parseCIDR('10.244.0.0/16', 'test')] };
+    /** Services 0..n-1, TCP and UDP alike, each with `endpoints(i)` endpoints. */
+    const model = (n: number, endpoints: (i: number) => number) => serviceModel(
+      Array.from({ length: n }, (_, i) => serviceObject('ns', `s${i}`, {
+        clusterIP: `10.96.1.${i}`, ports: [{ port: 53, protocol: i % 2 === 0 ? 'TCP' : 'UDP' }],
+      })),
+      Array.from({ length: n }, (_, i) => sliceObject('ns', `s${i}-1`, `s${i}`, 'IPv4',
+        [{ port: 5353, protocol: i % 2 === 0 ? 'TCP' : 'UDP' }],
+        Array.from({ length: endpoints(i) }, (_, j) => endpoint(`10.244.${j}.${i}`, 'n2')))),
+    );
+    const load = async (script: string) => {
+      const r = await run(['nft', '-f', '-'], script);
+      assert.equal(r.code, 0, `${r.stderr}\n${script.slice(0, 2000)}`);
+    };
+    // More Services than slot maps: later ones share the maps of earlier ones.
+    let applied = renderer.render(model(70, () => 2), options).ruleset;
+    await load(tableScript(table, applied));
+    for (const next of [model(140, () => 2), model(140, (i) => 2 + (i % 3)), model(100, (i) => 1 + (i % 4))]) {
+      const ruleset = renderer.render(next, options).ruleset;
+      await load(tableUpdate(table, applied, ruleset));
+      applied = ruleset;
+      const fresh = await withNetns(['check'], async (check) => {
+        const r = await execRunner(['ip', 'netns', 'exec', check.name])(['nft', '-f', '-'], tableScript(table, ruleset));
+        assert.equal(r.code, 0, r.stderr);
+        return execRunner(['ip', 'netns', 'exec', check.name])(['nft', 'list', 'table', table.split(' ')[0]!, NFT_SERVICES_TABLE]);
+      });
+      const updated = (await run(['nft', 'list', 'table', 'inet', NFT_SERVICES_TABLE])).stdout;
+      assert.equal(normalized(updated), normalized(fresh.stdout), 'the update leaves what a fresh load would');
+    }
+  });
+});

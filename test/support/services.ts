@@ -1,0 +1,43 @@
+/**
+ * Services and EndpointSlices as the API serves them, for the Service proxy's tests and bench:
+ * builders of the JSON objects (the test API server and the parsers take the same), and the model
+ * the renderer takes.
+ */
+import { parseEndpointSlice, parseService, isInvalid, SERVICE_NAME_LABEL } from '../../src/services/model.ts';
+import type { EndpointSlice, Invalid, Service, ServiceModel } from '../../src/services/model.ts';
+
+type Obj = Record<string, unknown>;
+
+/** A Service object `namespace/name` with `spec` (and `status`). */
+export function serviceObject(namespace: string, name: string, spec: Obj, status: Obj = {}): Obj {
+  return { apiVersion: 'v1', kind: 'Service', metadata: { namespace, name }, spec, status };
+}
+
+/** An endpoint of a slice: address, node and conditions (ready unless given). */
+export function endpoint(address: string, nodeName: string, conditions: Obj = { ready: true }): Obj {
+  return { addresses: [address], nodeName, conditions };
+}
+
+/** An EndpointSlice `namespace/name` of Service `service`. */
+export function sliceObject(
+  namespace: string, name: string, service: string, addressType: 'IPv4' | 'IPv6', ports: Obj[], endpoints: Obj[],
+): Obj {
+  return {
+    apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice',
+    metadata: { namespace, name, labels: { [SERVICE_NAME_LABEL]: service } },
+    addressType, ports, endpoints,
+  };
+}
+
+/** The model of some objects; throws on an invalid one (a test's own mistake). */
+export function serviceModel(services: Obj[], slices: Obj[]): ServiceModel {
+  const parsed = <T extends object>(o: Obj, parse: (o: unknown) => T | Invalid): T => {
+    const v = parse(o);
+    if (isInvalid(v)) throw new Error(`invalid test object: ${v.invalid}`);
+    return v;
+  };
+  return {
+    services: services.map((o) => parsed<Service>(o, parseService)),
+    slices: slices.map((o) => parsed<EndpointSlice>(o, parseEndpointSlice)),
+  };
+}

@@ -1,0 +1,99 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { formatCIDR, formatIP } from '../../../src/ip/ip.ts';
+import { DEFAULT_AFFINITY_SECONDS, isInvalid, parseEndpointSlice, parseService } from '../../../src/services/model.ts';
+import type { EndpointSlice, Invalid, Service } from '../../../src/services/model.ts';
+import { endpoint, serviceObject, sliceObject } from '../../support/services.ts';
+
+function valid<T extends object>(v: T | Invalid): T {
+  if (isInvalid(v)) assert.fail(`unexpectedly invalid: ${v.invalid}`);
+  return v;
+}
+
+test('a Service gets the API defaults where fields are absent', () => {
+  const s = valid<Service>(parseService(serviceObject('ns', 'web', { clusterIP: '10.96.0.10', ports: [{ port: 80 }] })));
+  assert.equal(s.type, 'ClusterIP');
+  assert.deepEqual(s.clusterIPs.map(formatIP), ['10.96.0.10']);
+  assert.deepEqual(s.ports, [{ name: '', protocol: 'TCP', port: 80 }]);
+  assert.equal(s.affinitySeconds, undefined);
+  assert.equal(s.internalLocal, false);
+  assert.equal(s.externalLocal, false);
+});
+
+test('every field the proxy uses is read: dual stack, node ports, external and LB IPs, affinity, policies, ranges', () => {
+  const s = valid<Service>(parseService(serviceObject('ns', 'lb', {
+    type: 'LoadBalancer', clusterIPs: ['10.96.0.11', 'fd00:96::11'],
+    ports: [{ name: 'dns', protocol: 'UDP', port: 53, nodePort: 30053 }, { name: 'sctp', protocol: 'SCTP', port: 9, nodePort: 30009 }],
+    externalIPs: ['198.51.100.50'], sessionAffinity: 'ClientIP', sessionAffinityConfig: { clientIP: { timeoutSeconds: 60 } },
+    internalTrafficPolicy: 'Local', externalTrafficPolicy: 'Local', healthCheckNodePort: 32000,
+    loadBalancerSourceRanges: [' 198.18.0.0/15 ', 'fd00:1::/64'],
+  }, { loadBalancer: { ingress: [{ ip: '198.51.100.200' }, { hostname: 'lb.example' }] } })));
+  assert.deepEqual(s.clusterIPs.map(formatIP), ['10.96.0.11', 'fd00:96::11']);
+  assert.deepEqual(s.ports.map((p) => [p.name, p.protocol, p.port, p.nodePort]), [['dns', 'UDP', 53, 30053], ['sctp', 'SCTP', 9, 30009]]);
+  assert.deepEqual(s.externalIPs.map(formatIP), ['198.51.100.50']);
+  assert.deepEqual(s.loadBalancerIPs.map(formatIP), ['198.51.100.200']);
+  assert.equal(s.affinitySeconds, 60);
+  assert.equal(s.internalLocal, true);
+  assert.equal(s.externalLocal, true);
+  assert.equal(s.healthCheckNodePort, 32000);
+  assert.deepEqual(s.loadBalancerSourceRanges.map(formatCIDR), ['198.18.0.0/15', 'fd00:1::/64']);
+});
+
+test('ClientIP affinity without a timeout gets kube-proxy\'s 3 hours; a headless Service has no address', () => {
+  const affinity = { clusterIP: '10.96.0.1', sessionAffinity: 'ClientIP', ports: [{ port: 1 }] };
+  const a = valid<Service>(parseService(serviceObject('ns', 'a', affinity)));
+  assert.equal(a.affinitySeconds, DEFAULT_AFFINITY_SECONDS);
+  const h = valid<Service>(parseService(serviceObject('ns', 'h', { clusterIP: 'None', ports: [{ port: 1 }] })));
+  assert.deepEqual(h.clusterIPs, []);
+  const e = valid<Service>(parseService(serviceObject('ns', 'e', { type: 'ExternalName', externalName: 'x.example' })));
+  assert.deepEqual(e.clusterIPs, []);
+});
+
+test('externalTrafficPolicy Local counts only for NodePort and LoadBalancer Services', () => {
+  const spec = { clusterIP: '10.96.0.1', externalTrafficPolicy: 'Local', ports: [{ port: 1 }] };
+  const s = valid<Service>(parseService(serviceObject('ns', 'c', spec)));
+  assert.equal(s.externalLocal, false);
+});
+
+test('a bad field makes the Service invalid, naming the field and the object', () => {
+  const cases: [object, RegExp][] = [
+    [{ clusterIP: 'ten', ports: [{ port: 80 }] }, /^spec\.clusterIPs\[0\]: not an IP address/],
+    [{ clusterIPs: ['10.96.0.1', '10.96.0.2'], ports: [{ port: 80 }] }, /^spec\.clusterIPs: at most one address of each family/],
+    [{ clusterIP: '10.96.0.1', ports: [{ port: 0 }] }, /^spec\.ports\[0\]\.port: must be a port number/],
+    [{ clusterIP: '10.96.0.1', ports: [{ port: 80, protocol: 'ICMP' }] }, /^spec\.ports\[0\]\.protocol: must be one of TCP, UDP, SCTP/],
+    [{ clusterIP: '10.96.0.1', type: 'Bogus' }, /^spec\.type: must be one of/],
+    [{ clusterIP: '10.96.0.1', sessionAffinity: 'ClientIP', sessionAffinityConfig: { clientIP: { timeoutSeconds: 0 } } },
+      /^spec\.sessionAffinityConfig\.clientIP\.timeoutSeconds: must be 1-86400/],
+    [{ clusterIP: '10.96.0.1', loadBalancerSourceRanges: ['10.0.0.0/33'] }, /^spec\.loadBalancerSourceRanges\[0\]: not a CIDR/],
+    [{ clusterIP: '10.96.0.1', internalTrafficPolicy: 'Nearby' }, /^spec\.internalTrafficPolicy: must be one of Cluster, Local/],
+  ];
+  for (const [spec, why] of cases) {
+    const v = parseService(serviceObject('ns', 'bad', spec as Record<string, unknown>));
+    assert.ok(isInvalid(v), JSON.stringify(spec));
+    assert.equal(v.id, 'ns/bad');
+    assert.match(v.invalid, why);
+  }
+});
+
+test('an EndpointSlice: its Service, family, ports and endpoint conditions with the API\'s defaults', () => {
+  const s = valid<EndpointSlice>(parseEndpointSlice(sliceObject('ns', 'web-abc', 'web', 'IPv6', [{ name: 'http', port: 8080 }], [
+    { addresses: ['fd00:244::2'] },
+    endpoint('fd00:244::3', 'n2', { ready: false, serving: true, terminating: true }),
+  ])));
+  assert.equal(s.service, 'web');
+  assert.equal(s.family, 6);
+  assert.deepEqual(s.ports, [{ name: 'http', protocol: 'TCP', port: 8080 }]);
+  assert.deepEqual(s.endpoints.map((e) => [formatIP(e.ip), e.ready, e.serving, e.terminating, e.nodeName]), [
+    ['fd00:244::2', true, true, false, undefined],
+    ['fd00:244::3', false, true, true, 'n2'],
+  ]);
+});
+
+test('an EndpointSlice the proxy cannot use is invalid with the reason', () => {
+  const fqdn = parseEndpointSlice(sliceObject('ns', 'f', 'web', 'FQDN' as 'IPv4', [{ port: 80 }], [{ addresses: ['x.example'] }]));
+  assert.ok(isInvalid(fqdn) && /addressType: only IPv4 and IPv6/.test(fqdn.invalid));
+  const orphan = parseEndpointSlice({ metadata: { namespace: 'ns', name: 'o' }, addressType: 'IPv4', endpoints: [] });
+  assert.ok(isInvalid(orphan) && /no kubernetes\.io\/service-name label/.test(orphan.invalid));
+  const mixed = parseEndpointSlice(sliceObject('ns', 'm', 'web', 'IPv4', [{ port: 80 }], [{ addresses: ['fd00::1'] }]));
+  assert.ok(isInvalid(mixed) && /endpoints\[0\]\.addresses\[0\]: not an IPv4 address/.test(mixed.invalid));
+});

@@ -1,0 +1,58 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { KubeConfig } from '@kubernetes/client-node';
+import { ConfigError } from '../../../src/errors.ts';
+import { KubeHttp } from '../../../src/lease/kube/http.ts';
+import { silentLogger } from '../../../src/log.ts';
+import type { Runner } from '../../../src/masq/runner.ts';
+import { kubeProxyTrace, ServiceProxy, withoutClients } from '../../../src/services/proxy.ts';
+
+/** A runner answering as a node would where `present` (argv joined by spaces, or a table list) exists. */
+function node(present: { tables?: string; commands?: string[] }): Runner {
+  return async (argv) => {
+    const line = argv.join(' ');
+    if (line === 'nft list tables') return { code: 0, stdout: present.tables ?? 'table inet weft\n', stderr: '' };
+    if (present.commands?.includes(line)) return { code: 0, stdout: '', stderr: '' };
+    return { code: 1, stdout: '', stderr: 'No such file or directory' };
+  };
+}
+
+test('kube-proxy is found by its nftables tables, its iptables chain (nft or legacy) and its IPVS device', async () => {
+  assert.equal(await kubeProxyTrace(node({})), undefined);
+  assert.equal(await kubeProxyTrace(node({ tables: 'table inet weft\ntable ip6 kube-proxy\n' })), 'nftables table ip6 kube-proxy');
+  assert.equal(await kubeProxyTrace(node({ commands: ['nft list chain ip nat KUBE-SERVICES'] })), 'iptables chain KUBE-SERVICES (ip nat)');
+  const legacy = node({ commands: ['iptables-legacy -w -t nat -S KUBE-SERVICES'] });
+  assert.equal(await kubeProxyTrace(legacy), 'iptables-legacy chain KUBE-SERVICES (nat)');
+  assert.equal(await kubeProxyTrace(node({ commands: ['ip link show kube-ipvs0'] })), 'the IPVS device kube-ipvs0');
+});
+
+test('a node running kube-proxy, or without nft, refuses --service-proxy naming the conflict', async () => {
+  const kc = new KubeConfig();
+  kc.loadFromClusterAndUser({ name: 'c', server: 'https://127.0.0.1:1', skipTLSVerify: false }, { name: 'u' });
+  const proxy = (runner: Runner) => new ServiceProxy({ http: new KubeHttp(kc), node: 'n1', log: silentLogger, clusterCIDRs: [], runner });
+  const stop = new AbortController();
+  stop.abort();
+  await assert.rejects(proxy(node({ tables: 'table ip kube-proxy\n' })).start(stop.signal), (e: unknown) => {
+    assert.ok(e instanceof ConfigError);
+    assert.equal(e.field, '--service-proxy');
+    assert.match(e.message, /kube-proxy runs on this node \(nftables table ip kube-proxy\)/);
+    return true;
+  });
+  const noNft: Runner = async () => ({ code: 127, stdout: '', stderr: 'spawn nft ENOENT' });
+  await assert.rejects(proxy(noNft).start(stop.signal), /nft list tables: spawn nft ENOENT/);
+});
+
+test('the repair compares listings without the clients the kernel put in the affinity sets', () => {
+  const set = (elements: string) => [
+    '\tset affinity-ns/web/80/tcp/v4/10.244.1.2_8080 {',
+    '\t\ttype ipv4_addr', '\t\tsize 65535', '\t\tflags dynamic,timeout', '\t\ttimeout 3h',
+    ...(elements ? [elements] : []), '\t}',
+  ].join('\n');
+  const other = '\tset hairpin4 {\n\t\ttype ipv4_addr . ipv4_addr\n\t\telements = { 10.244.1.2 . 10.244.1.2 }\n\t}';
+  const empty = `table inet weft-services {\n${set('')}\n\n${other}\n}\n`;
+  const clients = '\t\telements = { 10.244.1.4 timeout 3h expires 2h59m,\n\t\t\t     10.244.1.5 timeout 3h expires 1h }';
+  const used = `table inet weft-services {\n${set(clients)}\n\n${other}\n}\n`;
+  assert.equal(withoutClients(used), empty);
+  assert.equal(withoutClients(empty), empty);
+  assert.notEqual(withoutClients(empty.replace('10.244.1.2 . 10.244.1.2', '10.244.1.3 . 10.244.1.3')), empty, 'other sets still count');
+});

@@ -1,0 +1,239 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { parseCIDR } from '../../../src/ip/ip.ts';
+import { tableUpdate } from '../../../src/nft/ruleset.ts';
+import type { NftRuleset } from '../../../src/nft/ruleset.ts';
+import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../../src/services/render.ts';
+import type { RenderOptions, RenderedServices } from '../../../src/services/render.ts';
+import { endpoint, serviceModel, serviceObject, sliceObject } from '../../support/services.ts';
+
+type Obj = Record<string, unknown>;
+const OPTIONS: RenderOptions = { node: 'n1', clusterCIDRs: [parseCIDR('10.244.0.0/16', 'test'), parseCIDR('fd00:244::/56', 'test')] };
+const TABLE = `inet ${NFT_SERVICES_TABLE}`;
+
+function render(services: Obj[], slices: Obj[], options: RenderOptions = OPTIONS): RenderedServices {
+  return new ServiceRenderer().render(serviceModel(services, slices), options);
+}
+const elements = (r: NftRuleset, name: string) => r.sets.find((s) => s.name === name)?.elements ?? [];
+/** Every element of the endpoint maps of a family, as `slot : address . port`. */
+const endpointSlots = (r: NftRuleset, f: 4 | 6) => r.sets.filter((s) => s.name.startsWith(`endpoints${f}-`)).flatMap((s) => s.elements);
+const web = (spec: Obj = {}, status: Obj = {}) =>
+  serviceObject('ns', 'web', { clusterIP: '10.96.0.10', ports: [{ port: 80 }], ...spec }, status);
+const webSlice = (endpoints: Obj[], name = 'web-1') => sliceObject('ns', name, 'web', 'IPv4', [{ port: 8080 }], endpoints);
+const TWO = [endpoint('10.244.1.2', 'n1'), endpoint('10.244.2.2', 'n2')];
+
+test('a ClusterIP Service: a map element sends it to its chain, which masquerades off-cluster sources and picks at random', () => {
+  const { ruleset } = render([web()], [webSlice(TWO)]);
+  assert.deepEqual(elements(ruleset, 'services4'), ['10.96.0.10 . tcp . 80 : goto svc-ns/web/80/tcp/v4']);
+  assert.deepEqual(ruleset.chains.get('svc-ns/web/80/tcp/v4'), [
+    'ip saddr != 10.244.0.0/16 jump mark-for-masquerade',
+    'meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0 : 8080',
+  ]);
+  assert.deepEqual(endpointSlots(ruleset, 4), ['0 : 10.244.1.2', '1 : 10.244.2.2']);
+  // Hairpin: the node's own endpoint reaching itself through the Service is masqueraded.
+  assert.deepEqual(elements(ruleset, 'hairpin4'), ['10.244.1.2 . 10.244.1.2']);
+  assert.deepEqual(elements(ruleset, 'no-endpoints4'), []);
+});
+
+test('one endpoint is a plain DNAT; the target port comes from the slice port of the same name and protocol', () => {
+  const ports = [{ name: 'http', port: 80 }, { name: 'dns', port: 53, protocol: 'UDP' }];
+  const svc = serviceObject('ns', 'web', { clusterIP: '10.96.0.10', ports });
+  const slice = sliceObject('ns', 'web-1', 'web', 'IPv4', [{ name: 'http', port: 8080 }, { name: 'dns', port: 5353, protocol: 'UDP' }],
+    [endpoint('10.244.2.2', 'n2')]);
+  const { ruleset } = render([svc], [slice]);
+  assert.equal(ruleset.chains.get('svc-ns/web/http/tcp/v4')?.at(-1), 'meta l4proto tcp dnat ip to 10.244.2.2:8080');
+  assert.equal(ruleset.chains.get('svc-ns/web/dns/udp/v4')?.at(-1), 'meta l4proto udp dnat ip to 10.244.2.2:5353');
+});
+
+test('ready endpoints only; serving terminating ones when none is ready; none usable rejects', () => {
+  const mixed = [
+    endpoint('10.244.1.2', 'n1', { ready: false, serving: true, terminating: true }),
+    endpoint('10.244.2.2', 'n2'),
+    endpoint('10.244.2.3', 'n2', { ready: false, serving: false, terminating: false }),
+  ];
+  assert.deepEqual(endpointSlots(render([web()], [webSlice(mixed)]).ruleset, 4), []);
+  assert.equal(render([web()], [webSlice(mixed)]).ruleset.chains.get('svc-ns/web/80/tcp/v4')?.at(-1),
+    'meta l4proto tcp dnat ip to 10.244.2.2:8080');
+  const terminating = [endpoint('10.244.1.2', 'n1', { ready: false, serving: true, terminating: true }),
+    endpoint('10.244.2.3', 'n2', { ready: false, serving: false, terminating: true })];
+  assert.equal(render([web()], [webSlice(terminating)]).ruleset.chains.get('svc-ns/web/80/tcp/v4')?.at(-1),
+    'meta l4proto tcp dnat ip to 10.244.1.2:8080');
+  const nodePort = web({ type: 'NodePort', ports: [{ port: 80, nodePort: 30080 }] });
+  const none = render([nodePort], [webSlice([endpoint('10.244.2.3', 'n2', { ready: false })])]);
+  assert.deepEqual(elements(none.ruleset, 'services4'), []);
+  assert.deepEqual(elements(none.ruleset, 'no-endpoints4'), ['10.96.0.10 . tcp . 80 : goto reject-chain']);
+  assert.deepEqual(elements(none.ruleset, 'no-endpoint-nodeports4'), ['tcp . 30080 : goto reject-chain']);
+  assert.deepEqual(none.ruleset.chains.get('reject-chain'), ['meta l4proto tcp reject with tcp reset', 'reject']);
+  assert.ok(none.ruleset.chains.get('filter-input')?.includes(
+    'ct state new ip daddr != 127.0.0.0/8 fib daddr type local meta l4proto . th dport vmap @no-endpoint-nodeports4'));
+});
+
+test('two slices holding one endpoint during churn give it once', () => {
+  const { ruleset } = render([web()], [webSlice(TWO), webSlice([endpoint('10.244.2.2', 'n2')], 'web-2')]);
+  assert.deepEqual(endpointSlots(ruleset, 4), ['0 : 10.244.1.2', '1 : 10.244.2.2']);
+});
+
+test('NodePort, externalIPs and load balancer IPs go through the external chain, which masquerades (externalTrafficPolicy Cluster)', () => {
+  const lb = web({ type: 'LoadBalancer', ports: [{ port: 80, nodePort: 30080 }], externalIPs: ['198.51.100.50'] },
+    { loadBalancer: { ingress: [{ ip: '198.51.100.200' }] } });
+  const { ruleset, healthChecks } = render([lb], [webSlice(TWO)]);
+  assert.deepEqual(elements(ruleset, 'services4'), [
+    '10.96.0.10 . tcp . 80 : goto svc-ns/web/80/tcp/v4',
+    '198.51.100.50 . tcp . 80 : goto ext-ns/web/80/tcp/v4',
+    '198.51.100.200 . tcp . 80 : goto ext-ns/web/80/tcp/v4',
+  ]);
+  assert.deepEqual(elements(ruleset, 'nodeports4'), ['tcp . 30080 : goto ext-ns/web/80/tcp/v4']);
+  assert.deepEqual(ruleset.chains.get('ext-ns/web/80/tcp/v4'), [
+    'jump mark-for-masquerade',
+    'meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0 : 8080',
+  ]);
+  const nodePorts = 'ip daddr != 127.0.0.0/8 fib daddr type local meta l4proto . th dport vmap @nodeports4';
+  assert.ok(ruleset.chains.get('nat-prerouting')?.includes(nodePorts));
+  assert.deepEqual(healthChecks, []);
+});
+
+test('externalTrafficPolicy Local: outside clients keep their address, reach this node\'s endpoints; pods and the node reach all', () => {
+  const lb = web({
+    type: 'LoadBalancer', ports: [{ port: 80, nodePort: 30080 }], externalTrafficPolicy: 'Local', healthCheckNodePort: 32000,
+  });
+  const { ruleset, healthChecks } = render([lb], [webSlice(TWO)]);
+  assert.deepEqual(ruleset.chains.get('ext-ns/web/80/tcp/v4'), [
+    'ip saddr 10.244.0.0/16 meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0 : 8080',
+    'fib saddr type local jump mark-for-masquerade',
+    'fib saddr type local meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0 : 8080',
+    'meta l4proto tcp dnat ip to 10.244.1.2:8080',
+  ]);
+  assert.deepEqual(healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 1 }]);
+  const elsewhere = render([lb], [webSlice([endpoint('10.244.2.2', 'n2')])]);
+  assert.equal(elsewhere.ruleset.chains.get('ext-ns/web/80/tcp/v4')?.at(-1), 'drop');
+  assert.deepEqual(elsewhere.healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 0 }]);
+});
+
+test('internalTrafficPolicy Local: cluster IP traffic reaches this node\'s endpoints, unmasqueraded; dropped when there are none', () => {
+  const svc = web({ internalTrafficPolicy: 'Local' });
+  const here = render([svc], [webSlice(TWO)]).ruleset;
+  assert.deepEqual(here.chains.get('svc-ns/web/80/tcp/v4'), ['meta l4proto tcp dnat ip to 10.244.1.2:8080']);
+  const elsewhere = render([svc], [webSlice([endpoint('10.244.2.2', 'n2')])]).ruleset;
+  assert.deepEqual(elements(elsewhere, 'no-endpoints4'), ['10.96.0.10 . tcp . 80 : drop']);
+  assert.equal(elsewhere.chains.get('svc-ns/web/80/tcp/v4'), undefined);
+});
+
+test('ClientIP affinity: a set per endpoint with the Service\'s timeout, checked before the random choice', () => {
+  const sticky = web({ sessionAffinity: 'ClientIP', sessionAffinityConfig: { clientIP: { timeoutSeconds: 600 } } });
+  const { ruleset } = render([sticky], [webSlice(TWO)]);
+  const sets = ruleset.sets.filter((s) => s.name.startsWith('affinity-'));
+  assert.deepEqual(sets.map((s) => [s.name, s.type, s.flags, s.timeoutSeconds]), [
+    ['affinity-ns/web/80/tcp/v4/10.244.1.2_8080', 'ipv4_addr', ['dynamic', 'timeout'], 600],
+    ['affinity-ns/web/80/tcp/v4/10.244.2.2_8080', 'ipv4_addr', ['dynamic', 'timeout'], 600],
+  ]);
+  assert.equal(ruleset.chains.get('svc-ns/web/80/tcp/v4')?.at(-1), 'goto aff-all-ns/web/80/tcp/v4');
+  assert.deepEqual(ruleset.chains.get('aff-all-ns/web/80/tcp/v4'), [
+    'ip saddr @affinity-ns/web/80/tcp/v4/10.244.1.2_8080 goto ep-ns/web/80/tcp/v4/10.244.1.2_8080',
+    'ip saddr @affinity-ns/web/80/tcp/v4/10.244.2.2_8080 goto ep-ns/web/80/tcp/v4/10.244.2.2_8080',
+    'numgen random mod 2 vmap { 0 : goto ep-ns/web/80/tcp/v4/10.244.1.2_8080, 1 : goto ep-ns/web/80/tcp/v4/10.244.2.2_8080 }',
+  ]);
+  assert.deepEqual(ruleset.chains.get('ep-ns/web/80/tcp/v4/10.244.2.2_8080'), [
+    'update @affinity-ns/web/80/tcp/v4/10.244.2.2_8080 { ip saddr }',
+    'meta l4proto tcp dnat ip to 10.244.2.2:8080',
+  ]);
+});
+
+test('loadBalancerSourceRanges drop other sources to the load balancer IPs, per family', () => {
+  const ranges = ['198.18.0.0/15', '203.0.113.0/24'];
+  const svc = web({ type: 'LoadBalancer', ports: [{ port: 80, nodePort: 30080 }], loadBalancerSourceRanges: ranges },
+    { loadBalancer: { ingress: [{ ip: '198.51.100.200' }] } });
+  const { ruleset } = render([svc], [webSlice(TWO)]);
+  assert.deepEqual(elements(ruleset, 'firewall4'), ['198.51.100.200 . tcp . 80 : goto fw-ns/web/80/tcp/v4']);
+  assert.deepEqual(ruleset.chains.get('fw-ns/web/80/tcp/v4'), ['ip saddr != { 198.18.0.0/15, 203.0.113.0/24 } drop']);
+  assert.ok(ruleset.chains.get('filter-prerouting')?.[0]?.includes('priority dstnat - 10'), 'checked before the DNAT');
+});
+
+test('IPv6 and dual stack: each family has its own maps, chains and endpoints; SCTP is one more protocol', () => {
+  const svc = serviceObject('ns', 'dual', { clusterIPs: ['10.96.0.20', 'fd00:96::20'], ports: [{ port: 9, protocol: 'SCTP' }] });
+  const slices = [
+    sliceObject('ns', 'd4', 'dual', 'IPv4', [{ port: 9, protocol: 'SCTP' }], [endpoint('10.244.2.9', 'n2')]),
+    sliceObject('ns', 'd6', 'dual', 'IPv6', [{ port: 9, protocol: 'SCTP' }],
+      [endpoint('fd00:244:2::9', 'n2'), endpoint('fd00:244:1::9', 'n1')]),
+  ];
+  const { ruleset } = render([svc], slices);
+  assert.deepEqual(elements(ruleset, 'services4'), ['10.96.0.20 . sctp . 9 : goto svc-ns/dual/9/sctp/v4']);
+  assert.deepEqual(elements(ruleset, 'services6'), ['fd00:96::20 . sctp . 9 : goto svc-ns/dual/9/sctp/v6']);
+  assert.deepEqual(ruleset.chains.get('svc-ns/dual/9/sctp/v6'), [
+    'ip6 saddr != fd00:244::/56 jump mark-for-masquerade',
+    'meta l4proto sctp dnat ip6 to numgen random mod 2 offset 0 map @endpoints6-1 : 9',
+  ]);
+  assert.deepEqual(endpointSlots(ruleset, 6), ['0 : fd00:244:1::9', '1 : fd00:244:2::9']);
+  assert.deepEqual(elements(ruleset, 'hairpin6'), ['fd00:244:1::9 . fd00:244:1::9']);
+});
+
+test('--nodeport-addresses limits node ports to the node\'s addresses in those networks', () => {
+  const np = web({ type: 'NodePort', ports: [{ port: 80, nodePort: 30080 }] });
+  const { ruleset } = render([np], [webSlice(TWO)], { ...OPTIONS, nodePortCIDRs: [parseCIDR('198.51.100.0/24', 'test')] });
+  const nat = ruleset.chains.get('nat-prerouting')!;
+  assert.ok(nat.includes('ip daddr { 198.51.100.0/24 } fib daddr type local meta l4proto . th dport vmap @nodeports4'));
+  assert.ok(!nat.some((r) => r.includes('@nodeports6')), 'no IPv6 node port address given: no IPv6 node ports');
+});
+
+test('an endpoint change sends only the elements that changed; a Service keeps its slots while others come and go', () => {
+  const renderer = new ServiceRenderer();
+  const other = serviceObject('ns', 'aaa', { clusterIP: '10.96.0.5', ports: [{ port: 80 }] });
+  const otherSlice = sliceObject('ns', 'aaa-1', 'aaa', 'IPv4', [{ port: 80 }], TWO);
+  const before = renderer.render(serviceModel([web(), other], [webSlice(TWO), otherSlice]), OPTIONS).ruleset;
+  const moved = [endpoint('10.244.1.2', 'n1'), endpoint('10.244.3.2', 'n3')];
+  const after = renderer.render(serviceModel([web(), other], [webSlice(moved), otherSlice]), OPTIONS).ruleset;
+  const script = tableUpdate(TABLE, before, after);
+  const oneElement = new RegExp('^delete element inet weft-services (endpoints4-\\d+) \\{ 1 \\}\n'
+    + 'add element inet weft-services \\1 \\{ 1 : 10\\.244\\.3\\.2 \\}\n$');
+  assert.match(script, oneElement);
+  const without = renderer.render(serviceModel([web()], [webSlice(moved)]), OPTIONS).ruleset;
+  assert.match(tableUpdate(TABLE, after, without), /delete chain inet weft-services svc-ns\/aaa\/80\/tcp\/v4/);
+  assert.equal(without.chains.get('svc-ns/web/80/tcp/v4')?.at(-1), after.chains.get('svc-ns/web/80/tcp/v4')?.at(-1));
+});
+
+test('two Services claiming one address and port (or node port) get one element, the first by name, not a failed transaction', () => {
+  const a = serviceObject('ns', 'a', { type: 'NodePort', clusterIP: '10.96.0.10', ports: [{ port: 80, nodePort: 30080 }] });
+  const b = serviceObject('ns', 'b', { type: 'NodePort', clusterIP: '10.96.0.10', ports: [{ port: 80, nodePort: 30080 }] });
+  const slices = ['a', 'b'].map((n) => sliceObject('ns', `${n}-1`, n, 'IPv4', [{ port: 8080 }], TWO));
+  const { ruleset } = render([b, a], slices);
+  assert.deepEqual(elements(ruleset, 'services4'), ['10.96.0.10 . tcp . 80 : goto svc-ns/a/80/tcp/v4']);
+  assert.deepEqual(elements(ruleset, 'nodeports4'), ['tcp . 30080 : goto ext-ns/a/80/tcp/v4']);
+});
+
+test('endpoints on different target ports (a named port resolving differently) are chosen through a chain each', () => {
+  const slices = [
+    sliceObject('ns', 'web-1', 'web', 'IPv4', [{ port: 8080 }], [endpoint('10.244.1.2', 'n1')]),
+    sliceObject('ns', 'web-2', 'web', 'IPv4', [{ port: 9090 }], [endpoint('10.244.2.2', 'n2')]),
+  ];
+  const { ruleset } = render([web()], slices);
+  assert.equal(ruleset.chains.get('svc-ns/web/80/tcp/v4')?.at(-1), 'goto pick-all-ns/web/80/tcp/v4');
+  assert.deepEqual(ruleset.chains.get('pick-all-ns/web/80/tcp/v4'), [
+    'numgen random mod 2 vmap { 0 : goto ep-ns/web/80/tcp/v4/10.244.1.2_8080, 1 : goto ep-ns/web/80/tcp/v4/10.244.2.2_9090 }',
+  ]);
+  assert.deepEqual(ruleset.chains.get('ep-ns/web/80/tcp/v4/10.244.2.2_9090'), ['meta l4proto tcp dnat ip to 10.244.2.2:9090']);
+  assert.deepEqual(endpointSlots(ruleset, 4), []);
+});
+
+test('a renderer keeping its parts gives, model after model, the rules a fresh one gives (slots aside)', () => {
+  const renderer = new ServiceRenderer();
+  const models = [
+    [[web(), serviceObject('ns', 'b', { type: 'NodePort', clusterIP: '10.96.0.11', ports: [{ port: 80, nodePort: 30080 }] })],
+      [webSlice(TWO), sliceObject('ns', 'b-1', 'b', 'IPv4', [{ port: 80 }], TWO)]],
+    [[web({ sessionAffinity: 'ClientIP' })], [webSlice([endpoint('10.244.1.2', 'n1')])]],
+    [[web(), serviceObject('ns', 'c', { clusterIP: '10.96.0.12', ports: [{ port: 53, protocol: 'UDP' }] })],
+      [webSlice(TWO), sliceObject('ns', 'c-1', 'c', 'IPv4', [{ port: 53, protocol: 'UDP' }], TWO)]],
+    [[], []],
+    [[web()], [webSlice(TWO)]],
+  ] as const;
+  /** The ruleset with slot numbers and bucket names taken out: those depend on history. */
+  const shape = (r: NftRuleset) => JSON.stringify({
+    chains: [...r.chains].map(([n, rules]) => [n, rules.map((l) => l.replace(/offset \d+ map @endpoints(\d)-\d+/, 'map @endpoints$1'))])
+      .sort(),
+    sets: r.sets.map((s) => [s.name.replace(/^(endpoints\d)-\d+$/, '$1'), s.type, s.kind === 'map' && s.name.startsWith('endpoints')
+      ? s.elements.map((e) => e.replace(/^\d+ : /, '')).sort() : s.elements]).sort(),
+  });
+  for (const [services, slices] of models) {
+    const kept = renderer.render(serviceModel([...services], [...slices]), OPTIONS).ruleset;
+    const fresh = new ServiceRenderer().render(serviceModel([...services], [...slices]), OPTIONS).ruleset;
+    assert.equal(shape(kept), shape(fresh));
+  }
+});
