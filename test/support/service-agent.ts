@@ -91,12 +91,12 @@ export class ServiceAgent {
   }
 
   /** Connects (TCP) or sends a datagram (UDP) to `ip`:`port`; `hold` keeps the TCP connection under that number. */
-  probe(ip: string, proto: 'TCP' | 'UDP', port: number, ms = 2000, hold?: number): Promise<ProbeResult> {
+  probe(ip: string, proto: 'TCP' | 'UDP', port: number, ms = 5000, hold?: number): Promise<ProbeResult> {
     return this.#ask({ op: 'probe', ip, proto, port, ms, ...(hold !== undefined ? { hold } : {}) });
   }
 
   /** Sends a line on a held connection and waits for its echo. */
-  ping(hold: number, ms = 2000): Promise<ProbeResult> {
+  ping(hold: number, ms = 5000): Promise<ProbeResult> {
     return this.#ask({ op: 'ping', hold, ms });
   }
 
