@@ -323,7 +323,7 @@ export class CniServer {
         veth: wired.hostVeth,
         addresses: allocations.map((a) => formatIP(a.address)),
       });
-      if (fixable && entry === undefined) {
+      if (fixable && entry === undefined && (conf.fixedAddress || this.#options.directory)) {
         const podMac = wired.podMac;
         // After the answer: the Pod's annotation is asked of the API server, off the pod's way.
         void this.#serially(id, () => this.#keep(store, fixable, id, ifname, allocations, podMac, conf)).catch((err: unknown) => {
@@ -366,7 +366,7 @@ export class CniServer {
    * Pod is annotated, and it still holds them (no DEL came meanwhile).
    */
   async #keep(store: HostLocalStore, pod: PodKey, id: string, ifname: string, allocations: readonly Allocation[], mac: string, conf: PluginConf): Promise<void> {
-    if (!conf.fixedAddress && !(await this.#options.directory?.fixedAddress(pod).catch(() => false))) return;
+    if (!conf.fixedAddress && !(await this.#options.directory!.fixedAddress(pod).catch(() => false))) return;
     const recorded = await store.locked(() => {
       const fixed = new FixedAddresses(store.dir);
       return fixed.locked(() => {
