@@ -228,7 +228,11 @@ export class KeptTable {
     const started = performance.now();
     const next = this.#options.render();
     const script = this.#appliedKnown ? tableUpdate(table, this.#applied, next) : tableScript(table, next);
-    if (script === '') return false;
+    if (script === '') {
+      // The same rules: the next render's delta (see ruleset.ts) is from this one.
+      if (this.#appliedKnown) this.#applied = next;
+      return false;
+    }
     const before = this.#applied;
     this.#applies++;
     const rendered = performance.now();
