@@ -40,10 +40,17 @@ export interface KeptTableOptions {
   applied?: (before: NftRuleset | undefined, now: NftRuleset | undefined, timings: { renderMs: number; nftMs: number }) => void;
   /**
    * The largest share of the time the table's listings may take (0.1: a listing of 2 s is
-   * followed by 18 s without one); default 1, a listing whenever one is wanted.
+   * followed by 18 s without one); default 1, a listing whenever one is wanted. Listings shorter
+   * than {@link CHEAP_LIST_MS} are never held back: a change then waits that little for its repair.
    */
   listDutyCycle?: number;
 }
+
+/**
+ * A listing this short is never held back by the duty cycle: while listing costs so little, a
+ * drift right after an apply is caught as before, not absorbed into a late listing.
+ */
+export const CHEAP_LIST_MS = 100;
 
 /** One nftables table kept as rendered, applied by difference and repaired. */
 export class KeptTable {
@@ -250,7 +257,7 @@ export class KeptTable {
   /** Waits until a listing keeps to the duty cycle; false when stopped meanwhile. */
   async #listGap(): Promise<boolean> {
     const share = this.#options.listDutyCycle ?? 1;
-    const wait = this.#listedAt + this.#listMs * (1 / share - 1) - performance.now();
+    const wait = this.#listMs < CHEAP_LIST_MS ? 0 : this.#listedAt + this.#listMs * (1 / share - 1) - performance.now();
     if (wait > 0) await sleep(wait, this.#stop.signal).catch(() => {});
     return !this.#stop.signal.aborted;
   }
