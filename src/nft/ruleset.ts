@@ -45,6 +45,8 @@ export interface NftRulesetDelta {
   /** The chains and sets, by name, that may differ from the previous ruleset (added, changed or gone). */
   chains: ReadonlySet<string>;
   sets: ReadonlySet<string>;
+  /** For some of {@link sets} (declarations unchanged): exactly the elements gone and added, so a set of 50,000 is not compared. */
+  elements?: ReadonlyMap<string, { gone: readonly string[]; added: readonly string[] }>;
 }
 
 /** Whether a chain's lines start with a base chain's declaration. */
@@ -71,12 +73,16 @@ function setBody(s: NftSet): string[] {
  * its key and added again, so a change to one of 100,000 endpoints sends one element, not all.
  */
 function elementChanges(table: string, from: NftSet, to: NftSet): string[] {
-  const add = (elements: string[]) => (elements.length > 0 ? [`add element ${table} ${to.name} { ${elements.join(', ')} }`] : []);
-  if (to.interval) return [`flush ${to.kind} ${table} ${to.name}`, ...add(to.elements)];
+  if (to.interval) return elementLines(table, to, [], []);
   const keep = new Set(to.elements);
   const had = new Set(from.elements);
-  const gone = from.elements.filter((e) => !keep.has(e));
-  const added = to.elements.filter((e) => !had.has(e));
+  return elementLines(table, to, from.elements.filter((e) => !keep.has(e)), to.elements.filter((e) => !had.has(e)));
+}
+
+/** The lines removing elements `gone` from set `to` and adding `added` (an interval set: flushed and filled again). */
+function elementLines(table: string, to: NftSet, gone: readonly string[], added: readonly string[]): string[] {
+  const add = (elements: readonly string[]) => (elements.length > 0 ? [`add element ${table} ${to.name} { ${elements.join(', ')} }`] : []);
+  if (to.interval) return [`flush ${to.kind} ${table} ${to.name}`, ...add(to.elements)];
   const key = (e: string) => (to.kind === 'map' ? e.slice(0, e.indexOf(' : ')) : e);
   return [
     ...(gone.length > 0 ? [`delete element ${table} ${to.name} { ${gone.map(key).join(', ')} }`] : []),
@@ -151,7 +157,11 @@ export function tableUpdate(table: string, from: NftRuleset | undefined, to: Nft
     const was = oldSets.get(name);
     if (was === s || (delta && !delta.sets.has(name))) continue;
     if (!was || !sameType(was, s)) lines.push(`add ${s.kind} ${table} ${name} { ${setBody(s).join('; ')}; }`);
-    else if (was.elements.join() !== s.elements.join()) lines.push(...elementChanges(table, was, s));
+    else {
+      const moved = delta?.elements?.get(name);
+      if (moved) lines.push(...elementLines(table, s, moved.gone, moved.added));
+      else if (was.elements.join() !== s.elements.join()) lines.push(...elementChanges(table, was, s));
+    }
   }
   for (const name of goneChains) lines.push(`delete chain ${table} ${name}`);
   for (const [name, rules] of changedChains) {

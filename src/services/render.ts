@@ -77,11 +77,11 @@ export interface RenderedServices {
 const CLAIM_MAPS = ['services', 'nodeports', 'no-endpoints', 'no-endpoint-nodeports', 'firewall'] as const;
 type ClaimMap = (typeof CLAIM_MAPS)[number];
 
-/** What a render must build again: slot maps by `<family>-<bucket>`, the verdict maps, the hairpin sets. */
+/** What a render must build again: slot maps by `<family>-<bucket>`, the verdict maps; the hairpin elements gone and added. */
 interface Dirty {
   buckets: Set<string>;
   claims: boolean;
-  hairpin: boolean;
+  hairpin: Map<Family, { gone: Set<string>; added: Set<string> }>;
 }
 
 /**
@@ -177,6 +177,8 @@ export class ServiceRenderer {
   /** Renders made, and the names of the chains and sets this one touches (none kept for the first). */
   #serial = 0;
   #touched: { chains: Set<string>; sets: Set<string> } | undefined;
+  /** This node's endpoints by family (the hairpin sets' elements), with how many entries of the parts name each. */
+  readonly #hairpins = new Map<Family, Map<string, number>>([[4, new Map()], [6, new Map()]]);
 
   render(model: ServiceModel, options: RenderOptions): RenderedServices {
     const slicesOf = new Map<string, EndpointSlice[]>();
@@ -190,8 +192,11 @@ export class ServiceRenderer {
     const services = new Map<string, Service>();
     for (const svc of model.services) services.set(`${svc.namespace}/${svc.name}`, svc);
     const first = this.#shared.size === 0;
-    const dirty: Dirty = { buckets: new Set(), claims: first, hairpin: first };
-    const touched = first ? undefined : { chains: new Set<string>(), sets: new Set<string>() };
+    const hairpin = new Map(([4, 6] as const).map((f) => [f, { gone: new Set<string>(), added: new Set<string>() }]));
+    const dirty: Dirty = { buckets: new Set(), claims: first, hairpin };
+    const touched = first
+      ? undefined
+      : { chains: new Set<string>(), sets: new Set<string>(), elements: new Map<string, { gone: string[]; added: string[] }>() };
     this.#touched = touched;
     let reorder = first;
     let health = first;
@@ -219,8 +224,8 @@ export class ServiceRenderer {
       } else {
         reorder = true;
         dirty.claims ||= next.claims.length > 0;
-        dirty.hairpin ||= next.hairpin.length > 0;
       }
+      this.#countHairpin(next, 1, dirty);
       for (const [f, bucket] of next.slots) {
         const id = `${f}-${bucket}`;
         dirty.buckets.add(id);
@@ -238,7 +243,14 @@ export class ServiceRenderer {
     const sets: NftSet[] = [...this.#partSets.values()];
     for (const id of dirty.buckets) this.#rebuildBucket(id);
     if (dirty.claims) this.#rebuildClaims(parts());
-    if (dirty.hairpin) this.#rebuildHairpin(parts());
+    for (const [f, { gone, added }] of dirty.hairpin) {
+      if (!first && gone.size === 0 && added.size === 0) continue;
+      const name = `hairpin${f}`;
+      this.#shared.set(name, { kind: 'set', name, type: `${addrType(f)} . ${addrType(f)}`, interval: false,
+        elements: [...this.#hairpins.get(f)!.keys()] });
+      touched?.sets.add(name);
+      touched?.elements.set(name, { gone: [...gone], added: [...added] });
+    }
     const bucketSets = [...this.#buckets.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     for (const f of [4, 6] as const) {
       sets.push(...bucketSets.filter((b) => b.name.startsWith(`endpoints${f}-`)));
@@ -280,7 +292,8 @@ export class ServiceRenderer {
       this.#putChain(`filter-${hook}`, [`type filter hook ${hook} priority filter - 10; policy accept;`, ...rejectRules]);
     }
     this.#touched = undefined;
-    const delta = { source: this, serial: ++this.#serial, chains: touched?.chains ?? new Set(), sets: touched?.sets ?? new Set() };
+    const delta = { source: this, serial: ++this.#serial, chains: touched?.chains ?? new Set(), sets: touched?.sets ?? new Set(),
+      ...(touched ? { elements: touched.elements } : {}) };
     return { ruleset: { sets, chains: new Map(this.#chains), delta }, healthChecks: this.#healthChecks };
   }
 
@@ -327,7 +340,23 @@ export class ServiceRenderer {
     const same = (a: readonly (readonly unknown[])[], b: readonly (readonly unknown[])[] | undefined) =>
       b !== undefined && a.length === b.length && a.every((x, i) => x.every((y, j) => y === b[i]![j]));
     dirty.claims ||= !same(part.claims, next?.claims);
-    dirty.hairpin ||= !same(part.hairpin, next?.hairpin);
+    this.#countHairpin(part, -1, dirty);
+  }
+
+  /** Counts a part's hairpin entries in (1) or out (-1), noting the elements that come or go. */
+  #countHairpin(part: Part, by: 1 | -1, dirty: Dirty): void {
+    for (const [f, element] of part.hairpin) {
+      const counts = this.#hairpins.get(f)!;
+      const changes = dirty.hairpin.get(f)!;
+      const n = (counts.get(element) ?? 0) + by;
+      if (n === 0) {
+        counts.delete(element);
+        if (!changes.added.delete(element)) changes.gone.add(element);
+      } else {
+        counts.set(element, n);
+        if (n === 1 && by === 1 && !changes.gone.delete(element)) changes.added.add(element);
+      }
+    }
   }
 
   /** The slot map `endpoints<f>-<bucket>` (id `<f>-<bucket>`) from its Services' parts, in name order. */
@@ -365,17 +394,6 @@ export class ServiceRenderer {
         this.#touched?.sets.add(`${map}${f}`);
         this.#shared.set(`${map}${f}`, { kind: 'map', name: `${map}${f}`, type, interval: false, elements: [...elements.values()] });
       }
-    }
-  }
-
-  /** The hairpin sets: each endpoint of this node once. */
-  #rebuildHairpin(parts: readonly Part[]): void {
-    for (const f of [4, 6] as const) {
-      const elements = new Set<string>();
-      for (const part of parts) for (const [hf, element] of part.hairpin) if (hf === f) elements.add(element);
-      this.#touched?.sets.add(`hairpin${f}`);
-      this.#shared.set(`hairpin${f}`, { kind: 'set', name: `hairpin${f}`, type: `${addrType(f)} . ${addrType(f)}`, interval: false,
-        elements: [...elements] });
     }
   }
 

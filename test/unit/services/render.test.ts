@@ -229,7 +229,7 @@ test('a renderer keeping its parts gives, model after model, the rules a fresh o
     chains: [...r.chains].map(([n, rules]) => [n, rules.map((l) => l.replace(/offset \d+ map @endpoints(\d)-\d+/, 'map @endpoints$1'))])
       .sort(),
     sets: r.sets.map((s) => [s.name.replace(/^(endpoints\d)-\d+$/, '$1'), s.type, s.kind === 'map' && s.name.startsWith('endpoints')
-      ? s.elements.map((e) => e.replace(/^\d+ : /, '')).sort() : s.elements]).sort(),
+      ? s.elements.map((e) => e.replace(/^\d+ : /, '')).sort() : [...s.elements].sort()]).sort(),
   });
   for (const [services, slices] of models) {
     const kept = renderer.render(serviceModel([...services], [...slices]), OPTIONS).ruleset;
@@ -261,6 +261,9 @@ test('a render names what it changed: the update from the one before looks at th
   const script = tableUpdate(TABLE, first, second);
   assert.match(script, /10\.244\.99\.2/);
   assert.equal(script, tableUpdate(TABLE, full(first), full(second)));
+  assert.match(script, /delete element inet weft-services hairpin4 \{ 10\.244\.7\.2 \. 10\.244\.7\.2 \}/);
+  assert.match(script, /add element inet weft-services hairpin4 \{ 10\.244\.99\.2 \. 10\.244\.99\.2 \}/);
+  assert.deepEqual(second.delta.elements?.get('hairpin4'), { gone: ['10.244.7.2 . 10.244.7.2'], added: ['10.244.99.2 . 10.244.99.2'] });
 
   const third = renderer.render(model(-1, 0, 49), OPTIONS).ruleset;
   assert.deepEqual([...third.delta!.chains], ['svc-fill/s49/80/tcp/v4'], 'a Service gone: its chain only');
