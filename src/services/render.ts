@@ -15,6 +15,10 @@
  *   every rule looking it up when either is added (measured here: one map for 10,000 Services of
  *   10 endpoints took 22 s to load, 64 maps 2 s), and a map or an anonymous set per Service costs
  *   a search through all of them by name or number (8 to 26 s).
+ * - A change costs what it touches: the renderer keeps each Service's part, the table's chains
+ *   and this node's endpoints (the hairpin sets, counted per element) from one render to the
+ *   next, and each ruleset names what changed since the one before (nft/ruleset.ts's delta), so
+ *   the update from it compares those chains and sets, and sends the hairpin elements that moved.
  * - ClientIP affinity, as kube-proxy does it: a chain per endpoint that records the client in a
  *   set of its own (timeout = the Service's) and a chain per Service port checking those sets
  *   before choosing at random. Only Services asking for affinity pay for these chains.
