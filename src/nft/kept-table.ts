@@ -11,7 +11,9 @@
  * - Repair: right after an apply that sent something, the table is listed (in the background, so
  *   the next change never waits for it); {@link KeptTable.check} lists it again and, when the two
  *   differ, loads it whole. The owner calls check from masq/runner.ts's runWatchedChecks, woken
- *   by `nft monitor`.
+ *   by `nft monitor`. A large table's listing costs seconds of nft's CPU: with a duty cycle
+ *   ({@link KeptTableOptions.listDutyCycle}) a listing waits until the ones before took at most
+ *   that share of the time since, applies meanwhile being covered by one listing after the last.
  */
 import { WeftError } from '../errors.ts';
 import type { Logger } from '../log.ts';
@@ -36,7 +38,19 @@ export interface KeptTableOptions {
   normalize?: (listing: string) => string;
   /** Called after each apply that sent something, with what was applied before and now. */
   applied?: (before: NftRuleset | undefined, now: NftRuleset | undefined, timings: { renderMs: number; nftMs: number }) => void;
+  /**
+   * The largest share of the time the table's listings may take (0.1: a listing of 2 s is
+   * followed by 18 s without one); default 1, a listing whenever one is wanted. Listings shorter
+   * than {@link CHEAP_LIST_MS} are never held back: a change then waits that little for its repair.
+   */
+  listDutyCycle?: number;
 }
+
+/**
+ * A listing this short is never held back by the duty cycle: while listing costs so little, a
+ * drift right after an apply is caught as before, not absorbed into a late listing.
+ */
+export const CHEAP_LIST_MS = 100;
 
 /** One nftables table kept as rendered, applied by difference and repaired. */
 export class KeptTable {
@@ -51,6 +65,9 @@ export class KeptTable {
   /** The apply {@link #golden} was listed after (-1: none yet, or being listed). */
   #goldenOf = -1;
   #goldenTask: Promise<void> | undefined;
+  /** When the last listing ended and how long it took (performance.now() ms). */
+  #listedAt = 0;
+  #listMs = 0;
   /** An apply came while {@link #goldenTask} listed: list again when it ends. */
   #goldenAgain = false;
   /** Bumped by every change; an apply covers the generation it started with. */
@@ -106,6 +123,9 @@ export class KeptTable {
     }
     this.#applying = this.#applyLoop().finally(() => {
       this.#applying = undefined;
+      // A kick between the loop's last look at #again and here (a waiter of that apply bumping
+      // at once) would be lost otherwise.
+      if (this.#again) this.kick();
     });
   }
 
@@ -121,6 +141,8 @@ export class KeptTable {
   async check(): Promise<void> {
     if (!this.#appliedKnown || this.#applying || this.#goldenOf !== this.#applies) return;
     const applies = this.#applies;
+    if (!(await this.#listGap())) return;
+    if (applies !== this.#applies) return;
     const listing = await this.#list();
     // An apply since (or still listing its own result) makes this listing no evidence of drift.
     if (this.#applying || !this.#appliedKnown || applies !== this.#applies) return;
@@ -180,8 +202,8 @@ export class KeptTable {
     }
     const applies = this.#applies;
     const started = performance.now();
-    this.#goldenTask = this.#list().then((listing) => {
-      if (applies !== this.#applies) return;
+    this.#goldenTask = this.#listGap().then((go) => (go && applies === this.#applies ? this.#list() : null)).then((listing) => {
+      if (listing === null || applies !== this.#applies) return;
       this.#golden = listing;
       this.#goldenOf = applies;
       this.#options.log.debug(`${this.#options.what}: listed the applied rules for the repair`, {
@@ -213,7 +235,11 @@ export class KeptTable {
     const started = performance.now();
     const next = this.#options.render();
     const script = this.#appliedKnown ? tableUpdate(table, this.#applied, next) : tableScript(table, next);
-    if (script === '') return false;
+    if (script === '') {
+      // The same rules: the next render's delta (see ruleset.ts) is from this one.
+      if (this.#appliedKnown) this.#applied = next;
+      return false;
+    }
     const before = this.#applied;
     this.#applies++;
     const rendered = performance.now();
@@ -228,10 +254,22 @@ export class KeptTable {
     return true;
   }
 
+  /** Waits until a listing keeps to the duty cycle; false when stopped meanwhile. */
+  async #listGap(): Promise<boolean> {
+    const share = this.#options.listDutyCycle ?? 1;
+    const wait = this.#listMs < CHEAP_LIST_MS ? 0 : this.#listedAt + this.#listMs * (1 / share - 1) - performance.now();
+    if (wait > 0) await sleep(wait, this.#stop.signal).catch(() => {});
+    return !this.#stop.signal.aborted;
+  }
+
   /** `nft list table <table>`, or undefined when it does not exist. */
   async #list(): Promise<string | undefined> {
     const argv = ['nft', 'list', 'table', ...this.#options.table.split(' ')];
-    const r = await this.#options.run(argv);
+    const started = performance.now();
+    const r = await this.#options.run(argv).finally(() => {
+      this.#listedAt = performance.now();
+      this.#listMs = this.#listedAt - started;
+    });
     if (r.code === 0) return this.#options.normalize ? this.#options.normalize(r.stdout) : r.stdout;
     if (/No such file or directory/i.test(r.stderr)) return undefined;
     throw new TrafficRulesError(`list nftables table ${this.#options.table}`, argv, r);

@@ -29,6 +29,24 @@ export interface NftRuleset {
   sets: NftSet[];
   /** Chains in script order. */
   chains: Map<string, string[]>;
+  /** Set by a renderer keeping its rules from one render to the next: what it changed since its previous ruleset. */
+  delta?: NftRulesetDelta;
+}
+
+/**
+ * What differs between a renderer's ruleset and its previous one: {@link tableUpdate} from that
+ * one looks at these chains and sets only, so a change to one of 10,000 Services costs as much
+ * as that Service.
+ */
+export interface NftRulesetDelta {
+  /** The renderer, and the number of this ruleset among its renders. */
+  source: object;
+  serial: number;
+  /** The chains and sets, by name, that may differ from the previous ruleset (added, changed or gone). */
+  chains: ReadonlySet<string>;
+  sets: ReadonlySet<string>;
+  /** For some of {@link sets} (declarations unchanged): exactly the elements gone and added, so a set of 50,000 is not compared. */
+  elements?: ReadonlyMap<string, { gone: readonly string[]; added: readonly string[] }>;
 }
 
 /** Whether a chain's lines start with a base chain's declaration. */
@@ -55,12 +73,16 @@ function setBody(s: NftSet): string[] {
  * its key and added again, so a change to one of 100,000 endpoints sends one element, not all.
  */
 function elementChanges(table: string, from: NftSet, to: NftSet): string[] {
-  const add = (elements: string[]) => (elements.length > 0 ? [`add element ${table} ${to.name} { ${elements.join(', ')} }`] : []);
-  if (to.interval) return [`flush ${to.kind} ${table} ${to.name}`, ...add(to.elements)];
+  if (to.interval) return elementLines(table, to, [], []);
   const keep = new Set(to.elements);
   const had = new Set(from.elements);
-  const gone = from.elements.filter((e) => !keep.has(e));
-  const added = to.elements.filter((e) => !had.has(e));
+  return elementLines(table, to, from.elements.filter((e) => !keep.has(e)), to.elements.filter((e) => !had.has(e)));
+}
+
+/** The lines removing elements `gone` from set `to` and adding `added` (an interval set: flushed and filled again). */
+function elementLines(table: string, to: NftSet, gone: readonly string[], added: readonly string[]): string[] {
+  const add = (elements: readonly string[]) => (elements.length > 0 ? [`add element ${table} ${to.name} { ${elements.join(', ')} }`] : []);
+  if (to.interval) return [`flush ${to.kind} ${table} ${to.name}`, ...add(to.elements)];
   const key = (e: string) => (to.kind === 'map' ? e.slice(0, e.indexOf(' : ')) : e);
   return [
     ...(gone.length > 0 ? [`delete element ${table} ${to.name} { ${gone.map(key).join(', ')} }`] : []),
@@ -93,6 +115,7 @@ export function tableScript(table: string, ruleset: NftRuleset | undefined): str
  * The `nft -f` script that, in one transaction, turns the loaded `from` into `to` touching only
  * what differs: changed elements of a few sets and maps (see {@link elementChanges}), changed
  * chains rewritten, and the rest of the table, with its thousands of elements, not sent again.
+ * When `to` carries the delta from `from` (see {@link NftRulesetDelta}), only what it names is compared.
  * In order: new chains are added (so map elements can jump to them), changed and gone chains
  * flushed (so nothing refers to what is deleted next), sets and maps that go (or change type)
  * deleted, new ones added, changed ones refilled, gone chains deleted (no map jumps to them any
@@ -101,6 +124,7 @@ export function tableScript(table: string, ruleset: NftRuleset | undefined): str
  */
 export function tableUpdate(table: string, from: NftRuleset | undefined, to: NftRuleset | undefined): string {
   if (!from || !to) return from === to ? '' : tableScript(table, to);
+  const delta = to.delta && from.delta?.source === to.delta.source && from.delta.serial + 1 === to.delta.serial ? to.delta : undefined;
   const oldSets = new Map(from.sets.map((s) => [s.name, s]));
   const newSets = new Map(to.sets.map((s) => [s.name, s]));
   const declaration = (x: NftSet) => setBody({ ...x, elements: [] }).join();
@@ -109,8 +133,14 @@ export function tableUpdate(table: string, from: NftRuleset | undefined, to: Nft
   // change: those are passed over without a look at their contents.
   const sameRules = (a: readonly string[] | undefined, b: readonly string[]) =>
     a === b || (a !== undefined && a.length === b.length && a.every((l, i) => l === b[i]));
-  const changedChains = [...to.chains].filter(([name, rules]) => !sameRules(from.chains.get(name), rules));
-  const goneChains = [...from.chains.keys()].filter((name) => !to.chains.has(name));
+  const candidates = delta
+    ? [...delta.chains].flatMap((name): [string, string[]][] => {
+      const rules = to.chains.get(name);
+      return rules ? [[name, rules]] : [];
+    })
+    : to.chains;
+  const changedChains = [...candidates].filter(([name, rules]) => !sameRules(from.chains.get(name), rules));
+  const goneChains = [...(delta ? delta.chains : from.chains.keys())].filter((name) => from.chains.has(name) && !to.chains.has(name));
   const lines: string[] = [];
   for (const [name, rules] of changedChains) {
     if (from.chains.has(name)) continue;
@@ -119,14 +149,19 @@ export function tableUpdate(table: string, from: NftRuleset | undefined, to: Nft
   for (const [name] of changedChains) if (from.chains.has(name)) lines.push(`flush chain ${table} ${name}`);
   for (const name of goneChains) lines.push(`flush chain ${table} ${name}`);
   for (const [name, s] of oldSets) {
+    if (delta && !delta.sets.has(name)) continue;
     const next = newSets.get(name);
     if (next !== s && (!next || !sameType(s, next))) lines.push(`delete ${s.kind} ${table} ${name}`);
   }
   for (const [name, s] of newSets) {
     const was = oldSets.get(name);
-    if (was === s) continue;
+    if (was === s || (delta && !delta.sets.has(name))) continue;
     if (!was || !sameType(was, s)) lines.push(`add ${s.kind} ${table} ${name} { ${setBody(s).join('; ')}; }`);
-    else if (was.elements.join() !== s.elements.join()) lines.push(...elementChanges(table, was, s));
+    else {
+      const moved = delta?.elements?.get(name);
+      if (moved) lines.push(...elementLines(table, s, moved.gone, moved.added));
+      else if (was.elements.join() !== s.elements.join()) lines.push(...elementChanges(table, was, s));
+    }
   }
   for (const name of goneChains) lines.push(`delete chain ${table} ${name}`);
   for (const [name, rules] of changedChains) {

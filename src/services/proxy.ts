@@ -9,7 +9,8 @@
  * - Apply and repair: nft/kept-table.ts, as network policy's table: one render per batch of
  *   changes, one `nft -f` transaction with what differs, the table listed after each apply and
  *   compared when `nft monitor` reports a change to the ruleset (every 5 minutes anyway), and
- *   loaded whole again when it differs. The clients recorded in the affinity sets are the
+ *   loaded whole again when it differs. Listings take at most a tenth of the time: at 10,000
+ *   Services one costs nft seconds of CPU, which must not follow every endpoint change. The clients recorded in the affinity sets are the
  *   kernel's, not drift, and are left out of the comparison. The table stays when weftd stops.
  * - Health checks: each externalTrafficPolicy Local load balancer's healthCheckNodePort is served
  *   as kube-proxy serves it (200 with this node's endpoint count when it has some, else 503), so
@@ -35,6 +36,8 @@ import type { HealthCheck } from './render.ts';
 
 /** The whole table is compared with the kernel's this often, whatever the monitor said. */
 const FULL_CHECK_MS = 5 * 60_000;
+/** The largest share of the time the table's listings (for the repair) may take. */
+const LIST_DUTY_CYCLE = 0.1;
 
 export interface ServiceProxyOptions {
   http: KubeHttp;
@@ -115,6 +118,7 @@ export class ServiceProxy {
       render: () => this.#render(),
       ready: () => this.#listed.size === 2,
       normalize: withoutClients,
+      listDutyCycle: LIST_DUTY_CYCLE,
       applied: (before, now, timings) => {
         if (!before && now) this.#log.info(`service proxy: translating Services in table inet ${NFT_SERVICES_TABLE}`, {
           services: this.#services.size, slices: this.#slices.size,
@@ -157,8 +161,9 @@ export class ServiceProxy {
   /** Ends the watches, the repair loop and the health check servers; the table stays. */
   async stop(): Promise<void> {
     this.#stop.abort();
-    await Promise.all(this.#tasks);
+    // First the table: a repair check waiting for its turn to list ends with it.
     await this.#table.stop();
+    await Promise.all(this.#tasks);
     await Promise.all([...this.#healthServers.values()].map(({ server }) => closeServer(server)));
     this.#healthServers.clear();
   }

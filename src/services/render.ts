@@ -15,6 +15,10 @@
  *   every rule looking it up when either is added (measured here: one map for 10,000 Services of
  *   10 endpoints took 22 s to load, 64 maps 2 s), and a map or an anonymous set per Service costs
  *   a search through all of them by name or number (8 to 26 s).
+ * - A change costs what it touches: the renderer keeps each Service's part, the table's chains
+ *   and this node's endpoints (the hairpin sets, counted per element) from one render to the
+ *   next, and each ruleset names what changed since the one before (nft/ruleset.ts's delta), so
+ *   the update from it compares those chains and sets, and sends the hairpin elements that moved.
  * - ClientIP affinity, as kube-proxy does it: a chain per endpoint that records the client in a
  *   set of its own (timeout = the Service's) and a chain per Service port checking those sets
  *   before choosing at random. Only Services asking for affinity pay for these chains.
@@ -77,11 +81,11 @@ export interface RenderedServices {
 const CLAIM_MAPS = ['services', 'nodeports', 'no-endpoints', 'no-endpoint-nodeports', 'firewall'] as const;
 type ClaimMap = (typeof CLAIM_MAPS)[number];
 
-/** What a render must build again: slot maps by `<family>-<bucket>`, the verdict maps, the hairpin sets. */
+/** What a render must build again: slot maps by `<family>-<bucket>`, the verdict maps; the hairpin elements gone and added. */
 interface Dirty {
   buckets: Set<string>;
   claims: boolean;
-  hairpin: boolean;
+  hairpin: Map<Family, { gone: Set<string>; added: Set<string> }>;
 }
 
 /**
@@ -170,6 +174,15 @@ export class ServiceRenderer {
    * change touches them, so that what is sent is worked out only for what changed.
    */
   readonly #shared = new Map<string, NftSet>();
+  /** Every chain of the last render, in script order, and the Services' own sets (affinity). */
+  readonly #chains = new Map<string, string[]>();
+  readonly #partSets = new Map<string, NftSet>();
+  #healthChecks: HealthCheck[] = [];
+  /** Renders made, and the names of the chains and sets this one touches (none kept for the first). */
+  #serial = 0;
+  #touched: { chains: Set<string>; sets: Set<string> } | undefined;
+  /** This node's endpoints by family (the hairpin sets' elements), with how many entries of the parts name each. */
+  readonly #hairpins = new Map<Family, Map<string, number>>([[4, new Map()], [6, new Map()]]);
 
   render(model: ServiceModel, options: RenderOptions): RenderedServices {
     const slicesOf = new Map<string, EndpointSlice[]>();
@@ -183,13 +196,24 @@ export class ServiceRenderer {
     const services = new Map<string, Service>();
     for (const svc of model.services) services.set(`${svc.namespace}/${svc.name}`, svc);
     const first = this.#shared.size === 0;
-    const dirty: Dirty = { buckets: new Set(), claims: first, hairpin: first };
+    const hairpin = new Map(([4, 6] as const).map((f) => [f, { gone: new Set<string>(), added: new Set<string>() }]));
+    const dirty: Dirty = { buckets: new Set(), claims: first, hairpin };
+    const touched = first
+      ? undefined
+      : { chains: new Set<string>(), sets: new Set<string>(), elements: new Map<string, { gone: string[]; added: string[] }>() };
+    this.#touched = touched;
     let reorder = first;
+    let health = first;
+    // Helpers first (in the first render's order, which the table keeps): the chains after them jump there.
+    this.#putChain('mark-for-masquerade', [`meta mark set meta mark | ${hex(MASQUERADE_MARK)}`]);
+    this.#putChain('reject-chain', ['meta l4proto tcp reject with tcp reset', 'reject']);
     for (const [key, part] of this.#parts) {
       if (services.has(key)) continue;
       this.#forget(key, part, dirty);
+      this.#replace(part, undefined);
       this.#parts.delete(key);
       reorder = true;
+      health ||= part.health !== undefined;
     }
     for (const [key, svc] of services) {
       const slices = slicesOf.get(key) ?? [];
@@ -197,14 +221,15 @@ export class ServiceRenderer {
       if (part && part.service === svc && part.context === context && part.slices.length === slices.length
         && part.slices.every((x, i) => x === slices[i])) continue;
       const next = this.#renderService(svc, slices, options, context);
+      health ||= part?.health !== undefined || next.health !== undefined;
       if (part) {
         for (const unit of part.units) if (!next.units.includes(unit)) this.#release(unit);
         this.#forget(key, part, dirty, next);
       } else {
         reorder = true;
         dirty.claims ||= next.claims.length > 0;
-        dirty.hairpin ||= next.hairpin.length > 0;
       }
+      this.#countHairpin(next, 1, dirty);
       for (const [f, bucket] of next.slots) {
         const id = `${f}-${bucket}`;
         dirty.buckets.add(id);
@@ -212,25 +237,24 @@ export class ServiceRenderer {
         if (members) members.add(key);
         else this.#bucketMembers.set(id, new Set([key]));
       }
+      this.#replace(part, next);
       this.#parts.set(key, next);
     }
     if (reorder) this.#order = [...services.keys()].sort();
-    const parts = this.#order.map((key) => this.#parts.get(key)!);
-    // Helpers first: the chains after them jump there.
-    const chains = new Map<string, string[]>([
-      ['mark-for-masquerade', [`meta mark set meta mark | ${hex(MASQUERADE_MARK)}`]],
-      ['reject-chain', ['meta l4proto tcp reject with tcp reset', 'reject']],
-    ]);
-    const sets: NftSet[] = [];
-    const healthChecks: HealthCheck[] = [];
-    for (const part of parts) {
-      for (const [name, rules] of part.chains) chains.set(name, rules);
-      if (part.sets.length > 0) sets.push(...part.sets);
-      if (part.health) healthChecks.push(part.health);
-    }
+    let inOrder: Part[] | undefined;
+    const parts = () => (inOrder ??= this.#order.map((key) => this.#parts.get(key)!));
+    if (health) this.#healthChecks = parts().flatMap((p) => (p.health ? [p.health] : []));
+    const sets: NftSet[] = [...this.#partSets.values()];
     for (const id of dirty.buckets) this.#rebuildBucket(id);
-    if (dirty.claims) this.#rebuildClaims(parts);
-    if (dirty.hairpin) this.#rebuildHairpin(parts);
+    if (dirty.claims) this.#rebuildClaims(parts());
+    for (const [f, { gone, added }] of dirty.hairpin) {
+      if (!first && gone.size === 0 && added.size === 0) continue;
+      const name = `hairpin${f}`;
+      this.#shared.set(name, { kind: 'set', name, type: `${addrType(f)} . ${addrType(f)}`, interval: false,
+        elements: [...this.#hairpins.get(f)!.keys()] });
+      touched?.sets.add(name);
+      touched?.elements.set(name, { gone: [...gone], added: [...added] });
+    }
     const bucketSets = [...this.#buckets.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
     for (const f of [4, 6] as const) {
       sets.push(...bucketSets.filter((b) => b.name.startsWith(`endpoints${f}-`)));
@@ -253,14 +277,14 @@ export class ServiceRenderer {
     });
     // The lookups sit in the base chains, which come after the verdict maps they name.
     const dispatchRules = lookups('services', 'nodeports');
-    chains.set('filter-prerouting', [
+    this.#putChain('filter-prerouting', [
       'type filter hook prerouting priority dstnat - 10; policy accept;',
       'ct state new ip daddr . meta l4proto . th dport vmap @firewall4',
       'ct state new ip6 daddr . meta l4proto . th dport vmap @firewall6',
     ]);
-    chains.set('nat-prerouting', ['type nat hook prerouting priority dstnat; policy accept;', ...dispatchRules]);
-    chains.set('nat-output', ['type nat hook output priority -100; policy accept;', ...dispatchRules]);
-    chains.set('nat-postrouting', [
+    this.#putChain('nat-prerouting', ['type nat hook prerouting priority dstnat; policy accept;', ...dispatchRules]);
+    this.#putChain('nat-output', ['type nat hook output priority -100; policy accept;', ...dispatchRules]);
+    this.#putChain('nat-postrouting', [
       'type nat hook postrouting priority srcnat; policy accept;',
       'ct status dnat ip saddr . ip daddr @hairpin4 masquerade',
       'ct status dnat ip6 saddr . ip6 daddr @hairpin6 masquerade',
@@ -269,9 +293,44 @@ export class ServiceRenderer {
     ]);
     const rejectRules = lookups('no-endpoints', 'no-endpoint-nodeports').map((r) => `ct state new ${r}`);
     for (const hook of ['input', 'forward', 'output']) {
-      chains.set(`filter-${hook}`, [`type filter hook ${hook} priority filter - 10; policy accept;`, ...rejectRules]);
+      this.#putChain(`filter-${hook}`, [`type filter hook ${hook} priority filter - 10; policy accept;`, ...rejectRules]);
     }
-    return { ruleset: { sets, chains }, healthChecks };
+    this.#touched = undefined;
+    const delta = { source: this, serial: ++this.#serial, chains: touched?.chains ?? new Set(), sets: touched?.sets ?? new Set(),
+      ...(touched ? { elements: touched.elements } : {}) };
+    return { ruleset: { sets, chains: new Map(this.#chains), delta }, healthChecks: this.#healthChecks };
+  }
+
+  /** Sets a chain of the table unless it already holds these rules. */
+  #putChain(name: string, rules: string[]): void {
+    const had = this.#chains.get(name);
+    if (had && had.length === rules.length && had.every((l, i) => l === rules[i])) return;
+    this.#chains.set(name, rules);
+    this.#touched?.chains.add(name);
+  }
+
+  /**
+   * Puts a Service's chains (in its order, after the helpers they jump to) and sets in place of
+   * those of its last render, noting the names of those that differ.
+   */
+  #replace(old: Part | undefined, next: Part | undefined): void {
+    const had = new Map(old?.chains);
+    for (const [name] of had) this.#chains.delete(name);
+    for (const [name, rules] of next?.chains ?? []) {
+      const was = had.get(name);
+      had.delete(name);
+      this.#chains.set(name, rules);
+      if (!was || was.length !== rules.length || !was.every((l, i) => l === rules[i])) this.#touched?.chains.add(name);
+    }
+    for (const [name] of had) this.#touched?.chains.add(name);
+    for (const set of old?.sets ?? []) {
+      this.#partSets.delete(set.name);
+      this.#touched?.sets.add(set.name);
+    }
+    for (const set of next?.sets ?? []) {
+      this.#partSets.set(set.name, set);
+      this.#touched?.sets.add(set.name);
+    }
   }
 
   /** Takes `part` (of Service `key`) out of the shared sets it fed, marking what to rebuild; `next` replaces it. */
@@ -285,7 +344,23 @@ export class ServiceRenderer {
     const same = (a: readonly (readonly unknown[])[], b: readonly (readonly unknown[])[] | undefined) =>
       b !== undefined && a.length === b.length && a.every((x, i) => x.every((y, j) => y === b[i]![j]));
     dirty.claims ||= !same(part.claims, next?.claims);
-    dirty.hairpin ||= !same(part.hairpin, next?.hairpin);
+    this.#countHairpin(part, -1, dirty);
+  }
+
+  /** Counts a part's hairpin entries in (1) or out (-1), noting the elements that come or go. */
+  #countHairpin(part: Part, by: 1 | -1, dirty: Dirty): void {
+    for (const [f, element] of part.hairpin) {
+      const counts = this.#hairpins.get(f)!;
+      const changes = dirty.hairpin.get(f)!;
+      const n = (counts.get(element) ?? 0) + by;
+      if (n === 0) {
+        counts.delete(element);
+        if (!changes.added.delete(element)) changes.gone.add(element);
+      } else {
+        counts.set(element, n);
+        if (n === 1 && by === 1 && !changes.gone.delete(element)) changes.added.add(element);
+      }
+    }
   }
 
   /** The slot map `endpoints<f>-<bucket>` (id `<f>-<bucket>`) from its Services' parts, in name order. */
@@ -296,6 +371,7 @@ export class ServiceRenderer {
     for (const key of members) {
       for (const [sf, sb, element] of this.#parts.get(key)!.slots) if (sf === f && sb === bucket) elements.push(element);
     }
+    this.#touched?.sets.add(`endpoints${f}-${bucket}`);
     if (elements.length === 0) {
       this.#buckets.delete(id);
       this.#bucketMembers.delete(id);
@@ -319,18 +395,9 @@ export class ServiceRenderer {
         const type = map === 'nodeports' || map === 'no-endpoint-nodeports'
           ? 'inet_proto . inet_service : verdict'
           : `${addrType(f)} . inet_proto . inet_service : verdict`;
+        this.#touched?.sets.add(`${map}${f}`);
         this.#shared.set(`${map}${f}`, { kind: 'map', name: `${map}${f}`, type, interval: false, elements: [...elements.values()] });
       }
-    }
-  }
-
-  /** The hairpin sets: each endpoint of this node once. */
-  #rebuildHairpin(parts: readonly Part[]): void {
-    for (const f of [4, 6] as const) {
-      const elements = new Set<string>();
-      for (const part of parts) for (const [hf, element] of part.hairpin) if (hf === f) elements.add(element);
-      this.#shared.set(`hairpin${f}`, { kind: 'set', name: `hairpin${f}`, type: `${addrType(f)} . ${addrType(f)}`, interval: false,
-        elements: [...elements] });
     }
   }
 

@@ -229,11 +229,50 @@ test('a renderer keeping its parts gives, model after model, the rules a fresh o
     chains: [...r.chains].map(([n, rules]) => [n, rules.map((l) => l.replace(/offset \d+ map @endpoints(\d)-\d+/, 'map @endpoints$1'))])
       .sort(),
     sets: r.sets.map((s) => [s.name.replace(/^(endpoints\d)-\d+$/, '$1'), s.type, s.kind === 'map' && s.name.startsWith('endpoints')
-      ? s.elements.map((e) => e.replace(/^\d+ : /, '')).sort() : s.elements]).sort(),
+      ? s.elements.map((e) => e.replace(/^\d+ : /, '')).sort() : [...s.elements].sort()]).sort(),
   });
   for (const [services, slices] of models) {
     const kept = renderer.render(serviceModel([...services], [...slices]), OPTIONS).ruleset;
     const fresh = new ServiceRenderer().render(serviceModel([...services], [...slices]), OPTIONS).ruleset;
     assert.equal(shape(kept), shape(fresh));
   }
+});
+
+test('a render names what it changed: the update from the one before looks at that only, and sends what a full comparison sends', () => {
+  const renderer = new ServiceRenderer();
+  const fill = (i: number, ep: number) => [
+    serviceObject('fill', `s${i}`, { clusterIP: `10.96.1.${i}`, ports: [{ port: 80 }] }),
+    sliceObject('fill', `s${i}-1`, `s${i}`, 'IPv4', [{ port: 8080 }], [endpoint(`10.244.${ep}.2`, 'n1'), endpoint(`10.244.${ep}.3`, 'n2')]),
+  ];
+  // As the reflectors do, unchanged objects are handed over again as they were.
+  const kept = serviceModel(...[0, 1].map((k) => Array.from({ length: 50 }, (_, i) => fill(i, i)[k]!)) as [Obj[], Obj[]]);
+  const model = (changed: number, ep: number, count = 50) => ({
+    services: kept.services.slice(0, count),
+    slices: kept.slices.slice(0, count).map((x, i) => (i === changed ? serviceModel([], [fill(i, ep)[1]!]).slices[0]! : x)),
+  });
+  const full = (r: NftRuleset): NftRuleset => ({ sets: r.sets, chains: r.chains });
+  const first = renderer.render(model(7, 7), OPTIONS).ruleset;
+  const second = renderer.render(model(7, 99), OPTIONS).ruleset;
+  assert.ok(second.delta);
+  assert.deepEqual([...second.delta.chains], [], 'two endpoints a Service had: only elements change');
+  const sets = [...second.delta.sets].filter((n) => !/^(endpoints4-\d+|hairpin[46])$/.test(n));
+  assert.deepEqual(sets, [], 'a slot map and the hairpin sets only');
+  assert.equal([...second.delta.sets].filter((n) => n.startsWith('endpoints')).length, 1);
+  const script = tableUpdate(TABLE, first, second);
+  assert.match(script, /10\.244\.99\.2/);
+  assert.equal(script, tableUpdate(TABLE, full(first), full(second)));
+  assert.match(script, /delete element inet weft-services hairpin4 \{ 10\.244\.7\.2 \. 10\.244\.7\.2 \}/);
+  assert.match(script, /add element inet weft-services hairpin4 \{ 10\.244\.99\.2 \. 10\.244\.99\.2 \}/);
+  assert.deepEqual(second.delta.elements?.get('hairpin4'), { gone: ['10.244.7.2 . 10.244.7.2'], added: ['10.244.99.2 . 10.244.99.2'] });
+
+  const third = renderer.render(model(-1, 0, 49), OPTIONS).ruleset;
+  assert.deepEqual([...third.delta!.chains], ['svc-fill/s49/80/tcp/v4'], 'a Service gone: its chain only');
+  assert.equal(tableUpdate(TABLE, second, third), tableUpdate(TABLE, full(second), full(third)));
+  assert.match(tableUpdate(TABLE, second, third), /delete chain inet weft-services svc-fill\/s49\/80\/tcp\/v4/);
+  // Not the render before: everything is compared, and the update is still right.
+  assert.equal(tableUpdate(TABLE, first, third), tableUpdate(TABLE, full(first), full(third)));
+  assert.match(tableUpdate(TABLE, first, third), /delete chain inet weft-services svc-fill\/s49\/80\/tcp\/v4/);
+  assert.doesNotMatch(tableUpdate(TABLE, first, third), /10\.244\.99\./, 'from the first, the second\'s endpoint never came');
+  // The rulesets handed out stay as they were while the renderer goes on.
+  assert.ok(second.chains.has('svc-fill/s49/80/tcp/v4'));
 });

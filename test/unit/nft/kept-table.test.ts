@@ -1,0 +1,93 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { memoryLogger } from '../../../src/log.ts';
+import type { Runner } from '../../../src/masq/runner.ts';
+import { CHEAP_LIST_MS, KeptTable } from '../../../src/nft/kept-table.ts';
+import type { NftRuleset } from '../../../src/nft/ruleset.ts';
+
+const LIST_MS = CHEAP_LIST_MS + 20;
+const sleep = (ms: number) => new Promise((res) => setTimeout(res, ms));
+
+/** A kernel holding one chain whose rules are the last applied `counter` value; listings take `listMs`. */
+function kernel(listMs = LIST_MS) {
+  const calls: { argv: string; at: number; end?: number }[] = [];
+  let listing = '';
+  const run: Runner = async (argv, input) => {
+    const call: { argv: string; at: number; end?: number } = { argv: argv.join(' '), at: performance.now() };
+    calls.push(call);
+    if (argv[1] === '-f') listing = /counter (\d+)/.exec(input ?? '')?.[1] ?? listing;
+    if (argv[1] === 'list') await sleep(listMs);
+    call.end = performance.now();
+    return { code: 0, stdout: `table inet t { ${listing} }\n`, stderr: '' };
+  };
+  return { run, calls, lists: () => calls.filter((c) => c.argv.startsWith('nft list')), drift: () => (listing = 'altered') };
+}
+
+test('listings keep to the duty cycle: applies in a burst are listed once, after the gap; drift is still repaired', async () => {
+  const k = kernel();
+  const log = memoryLogger();
+  let n = 0;
+  const ruleset = (): NftRuleset => ({ sets: [], chains: new Map([['c', [`counter ${n}`]]]) });
+  const table = new KeptTable({ table: 'inet t', what: 'test', log, run: k.run, render: ruleset, ready: () => true, listDutyCycle: 0.2 });
+  try {
+    const until = async (what: string, ok: () => boolean) => {
+      for (const end = performance.now() + 10_000; !ok();) {
+        assert.ok(performance.now() < end, `timed out waiting for ${what}`);
+        await sleep(5);
+      }
+    };
+    await table.appliedThrough(table.bump());
+    await until('the first listing', () => k.lists()[0]?.end !== undefined);
+    const first = k.lists()[0]!;
+    for (let i = 0; i < 3; i++) {
+      n++;
+      await table.appliedThrough(table.bump());
+    }
+    assert.equal(k.calls.filter((c) => c.argv === 'nft -f -').length, 4);
+    await until('the second listing', () => k.lists()[1]?.end !== undefined);
+    await sleep(LIST_MS * 6);
+    assert.equal(k.lists().length, 2, 'the three applies of the burst listed once');
+    const second = k.lists()[1]!;
+    // 20%: a listing of LIST_MS (or more) is followed by at least 4 × LIST_MS without one.
+    assert.ok(second.at - first.end! >= 4 * LIST_MS - 1, `the second listing ${Math.round(second.at - first.end!)} ms after the first`);
+
+    k.drift();
+    await table.check();
+    await until('the reload', () => k.calls.filter((c) => c.argv === 'nft -f -').length === 5);
+    assert.ok(log.records.some((r) => /changed by something else/.test(r.msg)), 'drift reported');
+    assert.ok(k.lists()[2]!.at - second.end! >= 4 * LIST_MS - 1, 'the repair\'s own listing waited its turn too');
+  } finally {
+    await table.stop();
+  }
+});
+
+test('a repair check waiting for its turn to list ends when the table stops', async () => {
+  const k = kernel();
+  const table = new KeptTable({ table: 'inet t', what: 'test', log: memoryLogger(), run: k.run,
+    render: () => ({ sets: [], chains: new Map([['c', ['counter 1']]]) }), ready: () => true, listDutyCycle: 0.001 });
+  await table.appliedThrough(table.bump());
+  while (k.lists()[0]?.end === undefined) await sleep(5);
+  const started = performance.now();
+  const checking = table.check();
+  await sleep(10);
+  await table.stop();
+  await checking;
+  assert.ok(performance.now() - started < 1000, 'not the minutes the duty cycle asks for');
+  assert.equal(k.lists().length, 1);
+});
+
+test('cheap listings are not held back: a repair check lists at once', async () => {
+  const k = kernel(CHEAP_LIST_MS / 2);
+  const table = new KeptTable({ table: 'inet t', what: 'test', log: memoryLogger(), run: k.run,
+    render: () => ({ sets: [], chains: new Map([['c', ['counter 1']]]) }), ready: () => true, listDutyCycle: 0.01 });
+  try {
+    await table.appliedThrough(table.bump());
+    while (k.lists()[0]?.end === undefined) await sleep(5);
+    const started = performance.now();
+    await table.check();
+    assert.equal(k.lists().length, 2);
+    assert.ok(performance.now() - started < 1000, `listed after ${Math.round(performance.now() - started)} ms, not the 5 s of a 1% duty cycle`);
+  } finally {
+    await table.stop();
+  }
+});
