@@ -283,3 +283,29 @@ export class Reflector<T> {
     });
   }
 }
+
+/**
+ * A reflector that keeps `store` equal to the resource: replaced by every (re)list, patched by
+ * every batch; `changed` gets what each brought, and whether it was a list.
+ */
+export function reflectInto<T>(
+  options: Omit<ReflectorOptions<T>, 'onList' | 'onChanges'>,
+  store: Map<string, T>,
+  changed: (items: Changes<T>, listed: boolean) => void,
+): Reflector<T> {
+  return new Reflector<T>({
+    ...options,
+    onList: (items) => {
+      store.clear();
+      for (const [k, v] of items) store.set(k, v);
+      changed(items, true);
+    },
+    onChanges: (changes) => {
+      for (const [k, v] of changes) {
+        if (v === null) store.delete(k);
+        else store.set(k, v);
+      }
+      changed(changes, false);
+    },
+  });
+}

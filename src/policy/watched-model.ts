@@ -12,8 +12,7 @@
  */
 import { WeftError } from '../errors.ts';
 import type { IP } from '../ip/ip.ts';
-import { Reflector } from '../k8s/reflector.ts';
-import type { Changes } from '../k8s/reflector.ts';
+import { reflectInto } from '../k8s/reflector.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
 import { isInvalid, parseNamespace, parseNetworkPolicy, parsePod } from './model.ts';
@@ -93,22 +92,12 @@ export class WatchedModel {
   /** Runs the watches until `signal` aborts; each promise rejects when its watch stops for good (401, 403). */
   watch(signal: AbortSignal): Promise<void>[] {
     type Parse<T> = (o: unknown) => Stored<T>;
-    const reflect = <T>(path: string, resource: string, store: Map<string, Stored<T>>, parse: Parse<T>) => new Reflector<Stored<T>>({
+    const reflect = <T>(path: string, resource: string, store: Map<string, Stored<T>>, parse: Parse<T>) => reflectInto<Stored<T>>({
       http: this.#options.http, path, resource, log: this.#options.log, parse,
       ...(this.#options.watchSilenceMs ? { watchSilenceMs: this.#options.watchSilenceMs } : {}),
-      onList: (items) => {
-        store.clear();
-        for (const [k, v] of items) store.set(k, v);
-        this.#listed.add(resource);
-        this.#changed(resource, items);
-      },
-      onChanges: (changes: Changes<Stored<T>>) => {
-        for (const [k, v] of changes) {
-          if (v === null) store.delete(k);
-          else store.set(k, v);
-        }
-        this.#changed(resource, changes);
-      },
+    }, store, (items, listed) => {
+      if (listed) this.#listed.add(resource);
+      this.#changed(resource, items);
     }).run(signal);
     return [
       reflect('/api/v1/pods', 'pods', this.#pods, parsePod),

@@ -23,7 +23,7 @@ import { createServer } from 'node:http';
 import type { Server } from 'node:http';
 import { ConfigError, WeftError } from '../errors.ts';
 import type { CIDR } from '../ip/ip.ts';
-import { Reflector } from '../k8s/reflector.ts';
+import { reflectInto } from '../k8s/reflector.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
 import { execRunner, mustRun, nftMonitor, requireNft, runWatchedChecks } from '../masq/runner.ts';
@@ -180,22 +180,12 @@ export class ServiceProxy {
 
   #reflect<T extends object>(path: string, resource: string, store: Map<string, Stored<T>>, parse: (o: unknown) => Stored<T>,
     signal: AbortSignal): Promise<void> {
-    return new Reflector<Stored<T>>({
+    return reflectInto<Stored<T>>({
       http: this.#options.http, path, resource, log: this.#log, parse,
       ...(this.#options.watchSilenceMs ? { watchSilenceMs: this.#options.watchSilenceMs } : {}),
-      onList: (items) => {
-        store.clear();
-        for (const [k, v] of items) store.set(k, v);
-        this.#listed.add(resource);
-        this.#changed(resource, items);
-      },
-      onChanges: (changes) => {
-        for (const [k, v] of changes) {
-          if (v === null) store.delete(k);
-          else store.set(k, v);
-        }
-        this.#changed(resource, changes);
-      },
+    }, store, (items, listed) => {
+      if (listed) this.#listed.add(resource);
+      this.#changed(resource, items);
     }).run(signal);
   }
 
