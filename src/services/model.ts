@@ -84,12 +84,6 @@ export interface EndpointSlice {
   endpoints: Endpoint[];
 }
 
-/** Every valid Service and EndpointSlice the proxy knows. */
-export interface ServiceModel {
-  services: readonly Service[];
-  slices: readonly EndpointSlice[];
-}
-
 function ip(v: unknown, field: string): IP {
   const parsed = typeof v === 'string' ? tryParseIP(v) : undefined;
   if (!parsed) throw new Bad(`${field}: not an IP address: ${JSON.stringify(v)}`);

@@ -4,14 +4,17 @@
  *
  * DESIGN NOTES
  *
- * - Inputs: two reflectors (k8s/reflector.ts) keep every Service and every EndpointSlice of the
- *   cluster as model values; an invalid object is left out with one warning per object and reason.
+ * - Inputs: two reflectors (k8s/reflector.ts) list and watch every Service and EndpointSlice of
+ *   the cluster as model values into index.ts's LiveServiceIndex, which tells the renderer the
+ *   Services each batch touched; an invalid object is left out with one warning per object and
+ *   reason.
  * - Apply and repair: nft/kept-table.ts, as network policy's table: one render per batch of
  *   changes, one `nft -f` transaction with what differs, the table listed after each apply and
  *   compared when `nft monitor` reports a change to the ruleset (every 5 minutes anyway), and
  *   loaded whole again when it differs. Listings take at most a tenth of the time: at 10,000
- *   Services one costs nft seconds of CPU, which must not follow every endpoint change. The clients recorded in the affinity sets are the
- *   kernel's, not drift, and are left out of the comparison. The table stays when weftd stops.
+ *   Services one costs nft a second of CPU, which must not follow every endpoint change. The
+ *   clients recorded in the affinity sets are the kernel's, not drift, and are left out of the
+ *   comparison. The table stays when weftd stops.
  * - Health checks: each externalTrafficPolicy Local load balancer's healthCheckNodePort is served
  *   as kube-proxy serves it (200 with this node's endpoint count when it has some, else 503), so
  *   a cloud load balancer sends only to nodes with endpoints.
@@ -23,12 +26,13 @@ import { createServer } from 'node:http';
 import type { Server } from 'node:http';
 import { ConfigError, WeftError } from '../errors.ts';
 import type { CIDR } from '../ip/ip.ts';
-import { reflectInto } from '../k8s/reflector.ts';
+import { Reflector } from '../k8s/reflector.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
 import { execRunner, mustRun, nftMonitor, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
+import { LiveServiceIndex } from './index.ts';
 import { isInvalid, parseEndpointSlice, parseService } from './model.ts';
 import type { EndpointSlice, Invalid, Service } from './model.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from './render.ts';
@@ -97,8 +101,7 @@ export class ServiceProxy {
   readonly #options: ServiceProxyOptions;
   readonly #log: Logger;
   readonly #run: Runner;
-  readonly #services = new Map<string, Stored<Service>>();
-  readonly #slices = new Map<string, Stored<EndpointSlice>>();
+  readonly #index = new LiveServiceIndex();
   readonly #listed = new Set<string>();
   /** `resource key` → the reason last warned about, so a bad object is reported once per problem. */
   readonly #warned = new Map<string, string>();
@@ -121,7 +124,7 @@ export class ServiceProxy {
       listDutyCycle: LIST_DUTY_CYCLE,
       applied: (before, now, timings) => {
         if (!before && now) this.#log.info(`service proxy: translating Services in table inet ${NFT_SERVICES_TABLE}`, {
-          services: this.#services.size, slices: this.#slices.size,
+          services: this.#index.services.size, slices: this.#index.sliceCount,
           render_ms: Math.round(timings.renderMs), nft_ms: Math.round(timings.nftMs),
         });
         void this.#serveHealthChecks();
@@ -143,8 +146,8 @@ export class ServiceProxy {
     }
     const stop = AbortSignal.any([signal, this.#stop.signal]);
     const watches = [
-      this.#reflect('/api/v1/services', 'services', this.#services, parseService, stop),
-      this.#reflect('/apis/discovery.k8s.io/v1/endpointslices', 'endpointslices', this.#slices, parseEndpointSlice, stop),
+      this.#reflect('/api/v1/services', 'services', parseService, stop),
+      this.#reflect('/apis/discovery.k8s.io/v1/endpointslices', 'endpointslices', parseEndpointSlice, stop),
     ].map((w) => w.catch((e: unknown) => {
       this.#log.error('service proxy: a watch stopped for good; the rules in place stay as they are', { err: e });
       this.#table.fail(e);
@@ -169,27 +172,30 @@ export class ServiceProxy {
   }
 
   #render() {
-    const valid = <T extends object>(m: Map<string, Stored<T>>) => [...m.values()].filter((v): v is T => !isInvalid(v));
-    const rendered = this.#renderer.render({ services: valid(this.#services), slices: valid(this.#slices) }, {
+    const changed = this.#index.takeChanged();
+    const rendered = this.#renderer.render(this.#index, {
       node: this.#options.node, clusterCIDRs: this.#options.clusterCIDRs,
       ...(this.#options.nodePortCIDRs ? { nodePortCIDRs: this.#options.nodePortCIDRs } : {}),
-    });
+    }, changed);
     this.#healthChecks = rendered.healthChecks;
     return rendered.ruleset;
   }
 
-  #reflect<T extends object>(path: string, resource: string, store: Map<string, Stored<T>>, parse: (o: unknown) => Stored<T>,
-    signal: AbortSignal): Promise<void> {
-    return reflectInto<Stored<T>>({
+  #reflect<T extends object>(path: string, resource: string, parse: (o: unknown) => Stored<T>, signal: AbortSignal): Promise<void> {
+    return new Reflector<Stored<T>>({
       http: this.#options.http, path, resource, log: this.#log, parse,
       ...(this.#options.watchSilenceMs ? { watchSilenceMs: this.#options.watchSilenceMs } : {}),
-    }, store, (items, listed) => {
-      if (listed) this.#listed.add(resource);
-      this.#changed(resource, items);
+      onList: (items) => {
+        this.#listed.add(resource);
+        this.#changed(resource, items, true);
+      },
+      onChanges: (changes) => this.#changed(resource, changes, false),
     }).run(signal);
   }
 
-  #changed(resource: string, items: Map<string, object | null>): void {
+  #changed(resource: string, items: Map<string, object | null>, listed: boolean): void {
+    if (resource === 'services') this.#index.putServices(items as Map<string, Stored<Service> | null>, listed);
+    else this.#index.putSlices(items as Map<string, Stored<EndpointSlice> | null>, listed);
     for (const [key, v] of items) {
       const id = `${resource} ${key}`;
       if (v !== null && isInvalid(v)) {

@@ -1,27 +1,29 @@
 /**
  * The Service proxy's rules: Services and EndpointSlices rendered into table `inet weft-services`
- * for one node. Pure but for the slots a {@link ServiceRenderer} keeps from one render to the next.
+ * for one node. Pure but for what a {@link ServiceRenderer} keeps from one render to the next.
  *
  * DESIGN NOTES
  *
  * - Dispatch is one lookup whatever the number of Services: verdict maps keyed by
  *   `address . protocol . port` (cluster IPs, externalIPs, load balancer IPs) and by
  *   `protocol . port` for node ports (addresses the node owns, `fib daddr type local`, or those in
- *   --nodeport-addresses) send a new connection to its Service port's chain.
- * - Endpoints are chosen by `numgen random mod N offset K` looked up in a map of endpoint
- *   addresses by slot, the target port in the rule. Each Service port and family keeps a slot range (K) across renders,
- *   so an endpoint change rewrites a few map elements, and the chain only when N changes. The
- *   maps are split into {@link BUCKETS} by slot: the kernel checks every element of a map against
- *   every rule looking it up when either is added (measured here: one map for 10,000 Services of
- *   10 endpoints took 22 s to load, 64 maps 2 s), and a map or an anonymous set per Service costs
- *   a search through all of them by name or number (8 to 26 s).
- * - A change costs what it touches: the renderer keeps each Service's part, the table's chains
- *   and this node's endpoints (the hairpin sets, counted per element) from one render to the
- *   next, and each ruleset names what changed since the one before (nft/ruleset.ts's delta), so
- *   the update from it compares those chains and sets, and sends the hairpin elements that moved.
+ *   --nodeport-addresses) send a new connection to a chain choosing its endpoint.
+ * - Those chains are shared: an endpoint is chosen by `numgen random mod N` looked up, together
+ *   with the packet's own `address . protocol . port` (or `protocol . port`), in a map of
+ *   endpoints (`<address> . <port>`), so the chain depends on N and the policies only and every
+ *   Service with N endpoints goes to the same one. The maps are per N too: the kernel checks each
+ *   element of a map against each rule looking it up when either is added, and a map of one N is
+ *   looked up by a rule or two. A Service costs map elements, not chains: 10,000 Services of 10
+ *   endpoints load in a second, where a chain each took seconds more (measured with nft 1.0.6).
+ * - A change costs what it touches: the renderer keeps each Service's part from one render to
+ *   the next and is told which Services changed; the elements a part claims are counted in and
+ *   out, and each ruleset names what changed since the one before (nft/ruleset.ts's delta), with
+ *   exactly the elements that came and went.
+ * - Two Services claiming one key of a verdict map (an address and port given twice): the first
+ *   by name keeps it, with the endpoint elements that come with it; nothing fails.
  * - ClientIP affinity, as kube-proxy does it: a chain per endpoint that records the client in a
  *   set of its own (timeout = the Service's) and a chain per Service port checking those sets
- *   before choosing at random. Only Services asking for affinity pay for these chains.
+ *   before choosing at random. Only Services asking for affinity pay for chains of their own.
  * - Endpoints used: the ready ones; when none is ready, the serving terminating ones (kube-proxy's
  *   rule, per set: all endpoints, and this node's for the Local policies).
  * - Masquerade where kube-proxy masquerades (mark 0x4000, masqueraded in postrouting): traffic to
@@ -39,20 +41,16 @@
 import { formatCIDR, formatIP } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
 import type { NftRuleset, NftSet } from '../nft/ruleset.ts';
-import type { Endpoint, EndpointSlice, Service, ServiceModel, ServicePort } from './model.ts';
+import type { Endpoint, EndpointSlice, Service, ServicePort } from './model.ts';
 
 /** The Service proxy's table (family `inet`). */
 export const NFT_SERVICES_TABLE = 'weft-services';
 
-/** Endpoint maps per family; see the design notes. */
-export const BUCKETS = 64;
-
 /** kube-proxy's masquerade mark, which weftd's --ip-masq rules already leave to it. */
 export const MASQUERADE_MARK = 0x4000;
 
-/** Slots of a Service port: all endpoints from its base, this node's from base + LOCAL_SLOTS. */
+/** This node's endpoints of a key are numbered from here, all endpoints from 0. */
 const LOCAL_SLOTS = 0x8000;
-const SLOTS_PER_RANGE = 0x10000;
 
 export interface RenderOptions {
   /** This node's name: endpoints on it are the Local policies' and hairpin's. */
@@ -61,6 +59,13 @@ export interface RenderOptions {
   clusterCIDRs: readonly CIDR[];
   /** --nodeport-addresses; undefined or empty: every address of the node. */
   nodePortCIDRs?: readonly CIDR[];
+}
+
+/** What a render reads: the Services and each Service's slices, by the Service's `namespace/name`. */
+export interface ServiceIndex {
+  services: ReadonlyMap<string, Service>;
+  /** Slices of a Service (absent or not), in a stable order: the same array while they do not change. */
+  slices: ReadonlyMap<string, readonly EndpointSlice[]>;
 }
 
 /** An eTP Local load balancer's health check node port and what it answers. */
@@ -81,32 +86,34 @@ export interface RenderedServices {
 const CLAIM_MAPS = ['services', 'nodeports', 'no-endpoints', 'no-endpoint-nodeports', 'firewall'] as const;
 type ClaimMap = (typeof CLAIM_MAPS)[number];
 
-/** What a render must build again: slot maps by `<family>-<bucket>`, the verdict maps; the hairpin elements gone and added. */
-interface Dirty {
-  buckets: Set<string>;
-  claims: boolean;
-  hairpin: Map<Family, { gone: Set<string>; added: Set<string> }>;
+/** A key of a verdict map a Service claims, and the endpoint elements that come with it. */
+interface Claim {
+  /** The verdict map's name, e.g. `services4`. */
+  map: string;
+  /** `<key> : <verdict>`. */
+  element: string;
+  /** [endpoint map, `<key> . <slot> : <address> . <port>`]. */
+  endpoints: [string, string][];
 }
 
-/**
- * One Service's part of the rules, kept from one render to the next and made again only when
- * its object, its slices (the reflectors hand over new objects for changed ones only) or the
- * node's context change: a render of 10,000 Services then formats only the changed ones.
- */
+/** A chain several Services go to, named after what it does. */
+interface SharedChain {
+  name: string;
+  rules: string[];
+  /** The endpoint maps its rules look up. */
+  maps: string[];
+}
+
+/** One Service's part of the rules, kept from one render to the next. */
 interface Part {
   service: Service;
   slices: readonly EndpointSlice[];
-  /** The node and cluster networks it was made for. */
-  context: string;
-  /** The units (Service port and family) holding slot ranges. */
-  units: string[];
+  /** Chains and sets of its own (affinity, loadBalancerSourceRanges). */
   chains: [string, string[]][];
   sets: NftSet[];
-  /** [map, family, key, element]: added unless an earlier Service claimed the key. */
-  claims: [ClaimMap, Family, string, string][];
+  shared: SharedChain[];
+  claims: Claim[];
   hairpin: [Family, string][];
-  /** [family, bucket, `slot : address`]. */
-  slots: [Family, number, string][];
   health?: HealthCheck;
 }
 
@@ -116,10 +123,18 @@ interface Target extends Endpoint {
   local: boolean;
 }
 
+/** The elements of a set or map as they are now, and what came and went in this render. */
+interface Contents {
+  elements: Map<string, string>;
+  gone: Set<string>;
+  added: Set<string>;
+}
+
 const l3 = (f: Family) => (f === 4 ? 'ip' : 'ip6');
 const addrType = (f: Family) => (f === 4 ? 'ipv4_addr' : 'ipv6_addr');
 const hostPort = (t: Target) => (t.ip.family === 4 ? `${formatIP(t.ip)}:${t.port}` : `[${formatIP(t.ip)}]:${t.port}`);
 const hex = (n: number) => `0x${n.toString(16)}`;
+const keyOf = (element: string) => element.slice(0, element.indexOf(' : '));
 
 /** The endpoints a set of candidates uses: the ready ones, else the serving terminating ones. */
 export function usable<T extends Pick<Endpoint, 'ready' | 'serving' | 'terminating'>>(candidates: readonly T[]): T[] {
@@ -145,7 +160,7 @@ function targetsOf(port: ServicePort, family: Family, slices: readonly EndpointS
   return all.map((e): Target => ({ ...e, local: e.nodeName === node }));
 }
 
-/** The chain names of one Service port in one family. */
+/** The chain names of one Service port in one family (affinity). */
 function unitName(s: Service, p: ServicePort, f: Family): string {
   return `${s.namespace}/${s.name}/${p.name || p.port}/${p.protocol.toLowerCase()}/v${f}`;
 }
@@ -154,29 +169,49 @@ function unitName(s: Service, p: ServicePort, f: Family): string {
 const endpointName = (t: Target) => `${formatIP(t.ip).replaceAll(':', '_')}_${t.port}`;
 
 /**
- * Renders Services for a node, keeping each Service port's slot range from one render to the
- * next (see the design notes): construct once, call {@link render} with each new model.
+ * How a connection reaches a Service port's endpoints: `addr`, to an address and port of its
+ * own (the lookup key `<address> . <protocol> . <port>`), or `nodeport` (`<protocol> . <port>`).
+ */
+type Via = 'addr' | 'nodeport';
+
+/** The names of the endpoint maps. */
+const ENDPOINT_MAP = /^(nodeport-)?endpoints[46]-(tcp|udp|sctp)-\d+$/;
+
+/** The endpoint map of a way in, a family, a protocol and a number of endpoints. */
+const endpointMap = (via: Via, f: Family, proto: string, n: number) => `${via === 'addr' ? '' : 'nodeport-'}endpoints${f}-${proto}-${n}`;
+
+/** What the endpoint maps of a way in, a family and a protocol are keyed by (before the endpoint's number). */
+const endpointKey = (via: Via, f: Family, proto: string) => (via === 'addr' ? `${l3(f)} daddr . ${proto} dport` : `${proto} dport`);
+
+/** The statement choosing one of `n` endpoints (numbered from `offset`) by the packet's own key. */
+function pick(via: Via, f: Family, proto: string, n: number, offset: number): { rule: string; map: string } {
+  const map = endpointMap(via, f, proto, n);
+  const slot = `numgen random mod ${n}${offset > 0 ? ` offset ${offset}` : ''}`;
+  return { rule: `dnat ${l3(f)} to ${endpointKey(via, f, proto)} . ${slot} map @${map}`, map };
+}
+
+/**
+ * Renders Services for a node, keeping each Service's part and the elements they claim from
+ * one render to the next (see the design notes): construct once, call {@link render} with each
+ * new index and the Services that changed.
  */
 export class ServiceRenderer {
-  /** Unit name → slot range index. */
-  readonly #ranges = new Map<string, number>();
-  readonly #freeRanges: number[] = [];
-  #nextRange = 0;
   /** Each Service's part of the last render, by `namespace/name`. */
   readonly #parts = new Map<string, Part>();
-  /** The Services' keys in name order (sorted again only when Services come or go). */
-  #order: string[] = [];
-  /** The slot maps by `<family>-<bucket>`, and the Services with slots in each. */
-  readonly #buckets = new Map<string, NftSet>();
-  readonly #bucketMembers = new Map<string, Set<string>>();
-  /**
-   * The hairpin sets and the verdict maps of the last render by name: the same objects while no
-   * change touches them, so that what is sent is worked out only for what changed.
-   */
-  readonly #shared = new Map<string, NftSet>();
+  /** The node and cluster networks the parts were made for. */
+  #context: string | undefined;
+  /** Claims of each key of each verdict map (`<map> <key>`), by Service: the first by name holds it. */
+  readonly #claims = new Map<string, Map<string, Claim>>();
+  /** Elements of the verdict maps, the endpoint maps and the hairpin sets, by name. */
+  readonly #contents = new Map<string, Contents>();
+  /** Shared chains, with how many parts go to each. */
+  readonly #shared = new Map<string, { chain: SharedChain; refs: number }>();
+  /** The sets and maps of the last render by name: the same objects while nothing touches them. */
+  readonly #sets = new Map<string, NftSet>();
   /** Every chain of the last render, in script order, and the Services' own sets (affinity). */
   readonly #chains = new Map<string, string[]>();
   readonly #partSets = new Map<string, NftSet>();
+  readonly #health = new Map<string, HealthCheck>();
   #healthChecks: HealthCheck[] = [];
   /** Renders made, and the names of the chains and sets this one touches (none kept for the first). */
   #serial = 0;
@@ -184,82 +219,190 @@ export class ServiceRenderer {
   /** This node's endpoints by family (the hairpin sets' elements), with how many entries of the parts name each. */
   readonly #hairpins = new Map<Family, Map<string, number>>([[4, new Map()], [6, new Map()]]);
 
-  render(model: ServiceModel, options: RenderOptions): RenderedServices {
-    const slicesOf = new Map<string, EndpointSlice[]>();
-    for (const slice of model.slices) {
-      const key = `${slice.namespace}/${slice.service}`;
-      const list = slicesOf.get(key);
-      if (list) list.push(slice);
-      else slicesOf.set(key, [slice]);
-    }
+  /**
+   * The rules for `index`. `changed` names the Services (`namespace/name`) whose object or
+   * slices may differ from the last render's; undefined: any may.
+   */
+  render(index: ServiceIndex, options: RenderOptions, changed?: Iterable<string>): RenderedServices {
     const context = `${options.node} ${options.clusterCIDRs.map(formatCIDR).join()}`;
-    const services = new Map<string, Service>();
-    for (const svc of model.services) services.set(`${svc.namespace}/${svc.name}`, svc);
-    const first = this.#shared.size === 0;
-    const hairpin = new Map(([4, 6] as const).map((f) => [f, { gone: new Set<string>(), added: new Set<string>() }]));
-    const dirty: Dirty = { buckets: new Set(), claims: first, hairpin };
-    const touched = first
-      ? undefined
-      : { chains: new Set<string>(), sets: new Set<string>(), elements: new Map<string, { gone: string[]; added: string[] }>() };
-    this.#touched = touched;
-    let reorder = first;
+    const first = this.#serial === 0;
+    const newContext = context !== this.#context;
+    this.#context = context;
+    this.#touched = first ? undefined : { chains: new Set(), sets: new Set() };
+    for (const c of this.#contents.values()) {
+      c.gone.clear();
+      c.added.clear();
+    }
     let health = first;
     // Helpers first (in the first render's order, which the table keeps): the chains after them jump there.
     this.#putChain('mark-for-masquerade', [`meta mark set meta mark | ${hex(MASQUERADE_MARK)}`]);
     this.#putChain('reject-chain', ['meta l4proto tcp reject with tcp reset', 'reject']);
-    for (const [key, part] of this.#parts) {
-      if (services.has(key)) continue;
-      this.#forget(key, part, dirty);
-      this.#replace(part, undefined);
-      this.#parts.delete(key);
-      reorder = true;
-      health ||= part.health !== undefined;
-    }
-    for (const [key, svc] of services) {
-      const slices = slicesOf.get(key) ?? [];
+    const keys = changed === undefined || newContext ? new Set([...this.#parts.keys(), ...index.services.keys()]) : new Set(changed);
+    for (const key of keys) {
+      const svc = index.services.get(key);
+      const slices = index.slices.get(key) ?? [];
       const part = this.#parts.get(key);
-      if (part && part.service === svc && part.context === context && part.slices.length === slices.length
+      if (!newContext && part && part.service === svc && part.slices.length === slices.length
         && part.slices.every((x, i) => x === slices[i])) continue;
-      const next = this.#renderService(svc, slices, options, context);
-      health ||= part?.health !== undefined || next.health !== undefined;
-      if (part) {
-        for (const unit of part.units) if (!next.units.includes(unit)) this.#release(unit);
-        this.#forget(key, part, dirty, next);
+      const next = svc ? this.#renderService(svc, slices, options) : undefined;
+      health ||= part?.health !== undefined || next?.health !== undefined;
+      this.#swap(key, part, next);
+    }
+    if (health) {
+      this.#healthChecks = [...this.#health].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, h]) => h);
+    }
+    this.#putBaseChains(options);
+    return { ruleset: this.#ruleset(first), healthChecks: this.#healthChecks };
+  }
+
+  /** Puts `next` (undefined: none) in place of Service `key`'s `old` part. */
+  #swap(key: string, old: Part | undefined, next: Part | undefined): void {
+    if (next) this.#parts.set(key, next);
+    else this.#parts.delete(key);
+    for (const chain of next?.shared ?? []) this.#refShared(chain, 1);
+    for (const chain of old?.shared ?? []) this.#refShared(chain, -1);
+    this.#putClaims(key, old?.claims ?? [], next?.claims ?? []);
+    if (next) this.#countHairpin(next, 1);
+    if (old) this.#countHairpin(old, -1);
+    if (next?.health) this.#health.set(key, next.health);
+    else this.#health.delete(key);
+    this.#replace(old, next);
+  }
+
+  /** Sets a chain of the table unless it already holds these rules. */
+  #putChain(name: string, rules: string[]): void {
+    const had = this.#chains.get(name);
+    if (had && had.length === rules.length && had.every((l, i) => l === rules[i])) return;
+    this.#chains.set(name, rules);
+    this.#touched?.chains.add(name);
+  }
+
+  #dropChain(name: string): void {
+    if (this.#chains.delete(name)) this.#touched?.chains.add(name);
+  }
+
+  /** Counts a part going to (1) or leaving (-1) a shared chain, which exists while any goes there. */
+  #refShared(chain: SharedChain, by: 1 | -1): void {
+    const entry = this.#shared.get(chain.name);
+    const refs = (entry?.refs ?? 0) + by;
+    if (refs === 0) {
+      this.#shared.delete(chain.name);
+      this.#dropChain(chain.name);
+    } else if (entry) {
+      entry.refs = refs;
+      // Rules made for another context (cluster networks) under the same name.
+      if (by === 1 && entry.chain !== chain) {
+        entry.chain = chain;
+        this.#putChain(chain.name, chain.rules);
+      }
+    } else {
+      this.#shared.set(chain.name, { chain, refs });
+      this.#putChain(chain.name, chain.rules);
+    }
+  }
+
+  /** The elements of set `name`, with what came and went in this render. */
+  #contentsOf(name: string): Contents {
+    let c = this.#contents.get(name);
+    if (!c) {
+      c = { elements: new Map(), gone: new Set(), added: new Set() };
+      this.#contents.set(name, c);
+    }
+    return c;
+  }
+
+  #addElement(set: string, element: string): void {
+    const c = this.#contentsOf(set);
+    c.elements.set(keyOf(element), element);
+    if (!c.gone.delete(element)) c.added.add(element);
+  }
+
+  #removeElement(set: string, element: string): void {
+    const c = this.#contentsOf(set);
+    c.elements.delete(keyOf(element));
+    if (!c.added.delete(element)) c.gone.add(element);
+  }
+
+  /** Service `owner`'s claims go from `old` to `next`; the map elements follow the claims that hold their keys. */
+  #putClaims(owner: string, old: readonly Claim[], next: readonly Claim[]): void {
+    const ids = new Set<string>();
+    const idOf = (c: Claim) => `${c.map} ${keyOf(c.element)}`;
+    const holder = (claims: Map<string, Claim> | undefined) => {
+      let first: string | undefined;
+      for (const k of claims?.keys() ?? []) if (first === undefined || k < first) first = k;
+      return first === undefined ? undefined : claims!.get(first);
+    };
+    const before = new Map<string, Claim | undefined>();
+    for (const c of [...old, ...next]) {
+      const id = idOf(c);
+      if (!ids.has(id)) before.set(id, holder(this.#claims.get(id)));
+      ids.add(id);
+    }
+    for (const c of old) this.#claims.get(idOf(c))?.delete(owner);
+    for (const c of next) {
+      const id = idOf(c);
+      let claims = this.#claims.get(id);
+      if (!claims) this.#claims.set(id, (claims = new Map()));
+      claims.set(owner, c);
+    }
+    for (const id of ids) {
+      const claims = this.#claims.get(id);
+      if (claims?.size === 0) this.#claims.delete(id);
+      const was = before.get(id);
+      const now = holder(claims);
+      if (was === now) continue;
+      if (was) {
+        this.#removeElement(was.map, was.element);
+        for (const [map, e] of was.endpoints) this.#removeElement(map, e);
+      }
+      if (now) {
+        this.#addElement(now.map, now.element);
+        for (const [map, e] of now.endpoints) this.#addElement(map, e);
+      }
+    }
+  }
+
+  /** Counts a part's hairpin entries in (1) or out (-1): an element while any part names it. */
+  #countHairpin(part: Part, by: 1 | -1): void {
+    for (const [f, element] of part.hairpin) {
+      const counts = this.#hairpins.get(f)!;
+      const n = (counts.get(element) ?? 0) + by;
+      if (n === 0) {
+        counts.delete(element);
+        this.#removeElement(`hairpin${f}`, element);
       } else {
-        reorder = true;
-        dirty.claims ||= next.claims.length > 0;
+        counts.set(element, n);
+        if (n === 1 && by === 1) this.#addElement(`hairpin${f}`, element);
       }
-      this.#countHairpin(next, 1, dirty);
-      for (const [f, bucket] of next.slots) {
-        const id = `${f}-${bucket}`;
-        dirty.buckets.add(id);
-        const members = this.#bucketMembers.get(id);
-        if (members) members.add(key);
-        else this.#bucketMembers.set(id, new Set([key]));
-      }
-      this.#replace(part, next);
-      this.#parts.set(key, next);
     }
-    if (reorder) this.#order = [...services.keys()].sort();
-    let inOrder: Part[] | undefined;
-    const parts = () => (inOrder ??= this.#order.map((key) => this.#parts.get(key)!));
-    if (health) this.#healthChecks = parts().flatMap((p) => (p.health ? [p.health] : []));
-    const sets: NftSet[] = [...this.#partSets.values()];
-    for (const id of dirty.buckets) this.#rebuildBucket(id);
-    if (dirty.claims) this.#rebuildClaims(parts());
-    for (const [f, { gone, added }] of dirty.hairpin) {
-      if (!first && gone.size === 0 && added.size === 0) continue;
-      const name = `hairpin${f}`;
-      this.#shared.set(name, { kind: 'set', name, type: `${addrType(f)} . ${addrType(f)}`, interval: false,
-        elements: [...this.#hairpins.get(f)!.keys()] });
-      touched?.sets.add(name);
-      touched?.elements.set(name, { gone: [...gone], added: [...added] });
+  }
+
+  /**
+   * Puts a Service's own chains (in its order, after the helpers they jump to) and sets in place
+   * of those of its last render, noting the names of those that differ.
+   */
+  #replace(old: Part | undefined, next: Part | undefined): void {
+    const had = new Map(old?.chains);
+    for (const [name] of had) this.#chains.delete(name);
+    for (const [name, rules] of next?.chains ?? []) {
+      const was = had.get(name);
+      had.delete(name);
+      this.#chains.set(name, rules);
+      if (!was || was.length !== rules.length || !was.every((l, i) => l === rules[i])) this.#touched?.chains.add(name);
     }
-    const bucketSets = [...this.#buckets.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-    for (const f of [4, 6] as const) {
-      sets.push(...bucketSets.filter((b) => b.name.startsWith(`endpoints${f}-`)));
-      for (const name of [`hairpin${f}`, ...CLAIM_MAPS.map((m) => `${m}${f}`)]) sets.push(this.#shared.get(name)!);
+    for (const [name] of had) this.#touched?.chains.add(name);
+    for (const set of old?.sets ?? []) {
+      this.#partSets.delete(set.name);
+      this.#touched?.sets.add(set.name);
     }
+    for (const set of next?.sets ?? []) {
+      this.#partSets.set(set.name, set);
+      this.#touched?.sets.add(set.name);
+    }
+  }
+
+  /** The base chains: the verdict map lookups and the masquerade. */
+  #putBaseChains(options: RenderOptions): void {
     const restrict = options.nodePortCIDRs && options.nodePortCIDRs.length > 0 ? options.nodePortCIDRs : undefined;
     const nodePortMatch = (f: Family): string | undefined => {
       const loopback = f === 4 ? 'ip daddr != 127.0.0.0/8' : 'ip6 daddr != ::1';
@@ -295,171 +438,169 @@ export class ServiceRenderer {
     for (const hook of ['input', 'forward', 'output']) {
       this.#putChain(`filter-${hook}`, [`type filter hook ${hook} priority filter - 10; policy accept;`, ...rejectRules]);
     }
-    this.#touched = undefined;
-    const delta = { source: this, serial: ++this.#serial, chains: touched?.chains ?? new Set(), sets: touched?.sets ?? new Set(),
-      ...(touched ? { elements: touched.elements } : {}) };
-    return { ruleset: { sets, chains: new Map(this.#chains), delta }, healthChecks: this.#healthChecks };
   }
 
-  /** Sets a chain of the table unless it already holds these rules. */
-  #putChain(name: string, rules: string[]): void {
-    const had = this.#chains.get(name);
-    if (had && had.length === rules.length && had.every((l, i) => l === rules[i])) return;
-    this.#chains.set(name, rules);
-    this.#touched?.chains.add(name);
+  /** The set of `name` for this render: the last one's object unless its elements changed. */
+  #set(name: string, declare: (elements: string[]) => NftSet): NftSet {
+    const c = this.#contentsOf(name);
+    const had = this.#sets.get(name);
+    if (had && c.gone.size === 0 && c.added.size === 0) return had;
+    const set = declare([...c.elements.values()]);
+    this.#sets.set(name, set);
+    return set;
   }
 
-  /**
-   * Puts a Service's chains (in its order, after the helpers they jump to) and sets in place of
-   * those of its last render, noting the names of those that differ.
-   */
-  #replace(old: Part | undefined, next: Part | undefined): void {
-    const had = new Map(old?.chains);
-    for (const [name] of had) this.#chains.delete(name);
-    for (const [name, rules] of next?.chains ?? []) {
-      const was = had.get(name);
-      had.delete(name);
-      this.#chains.set(name, rules);
-      if (!was || was.length !== rules.length || !was.every((l, i) => l === rules[i])) this.#touched?.chains.add(name);
+  /** The ruleset of this render, with what it changed since the last one. */
+  #ruleset(first: boolean): NftRuleset {
+    const touched = this.#touched;
+    const elements = new Map<string, { gone: string[]; added: string[] }>();
+    const sets: NftSet[] = [...this.#partSets.values()];
+    const note = (set: NftSet, existed: boolean) => {
+      const c = this.#contents.get(set.name)!;
+      if (first || (c.gone.size === 0 && c.added.size === 0)) return;
+      touched?.sets.add(set.name);
+      if (existed) elements.set(set.name, { gone: [...c.gone], added: [...c.added] });
+    };
+    // The endpoint maps the shared chains look up, in name order.
+    const maps = new Set<string>();
+    for (const { chain } of this.#shared.values()) for (const m of chain.maps) maps.add(m);
+    for (const name of [...this.#sets.keys()]) {
+      if (!ENDPOINT_MAP.test(name) || maps.has(name)) continue;
+      this.#sets.delete(name);
+      this.#contents.delete(name);
+      touched?.sets.add(name);
     }
-    for (const [name] of had) this.#touched?.chains.add(name);
-    for (const set of old?.sets ?? []) {
-      this.#partSets.delete(set.name);
-      this.#touched?.sets.add(set.name);
-    }
-    for (const set of next?.sets ?? []) {
-      this.#partSets.set(set.name, set);
-      this.#touched?.sets.add(set.name);
-    }
-  }
-
-  /** Takes `part` (of Service `key`) out of the shared sets it fed, marking what to rebuild; `next` replaces it. */
-  #forget(key: string, part: Part, dirty: Dirty, next?: Part): void {
-    if (!next) for (const unit of part.units) this.#release(unit);
-    for (const [f, bucket] of part.slots) {
-      const id = `${f}-${bucket}`;
-      dirty.buckets.add(id);
-      this.#bucketMembers.get(id)?.delete(key);
-    }
-    const same = (a: readonly (readonly unknown[])[], b: readonly (readonly unknown[])[] | undefined) =>
-      b !== undefined && a.length === b.length && a.every((x, i) => x.every((y, j) => y === b[i]![j]));
-    dirty.claims ||= !same(part.claims, next?.claims);
-    this.#countHairpin(part, -1, dirty);
-  }
-
-  /** Counts a part's hairpin entries in (1) or out (-1), noting the elements that come or go. */
-  #countHairpin(part: Part, by: 1 | -1, dirty: Dirty): void {
-    for (const [f, element] of part.hairpin) {
-      const counts = this.#hairpins.get(f)!;
-      const changes = dirty.hairpin.get(f)!;
-      const n = (counts.get(element) ?? 0) + by;
-      if (n === 0) {
-        counts.delete(element);
-        if (!changes.added.delete(element)) changes.gone.add(element);
-      } else {
-        counts.set(element, n);
-        if (n === 1 && by === 1 && !changes.gone.delete(element)) changes.added.add(element);
-      }
-    }
-  }
-
-  /** The slot map `endpoints<f>-<bucket>` (id `<f>-<bucket>`) from its Services' parts, in name order. */
-  #rebuildBucket(id: string): void {
-    const [f, bucket] = id.split('-').map(Number) as [Family, number];
-    const members = [...(this.#bucketMembers.get(id) ?? [])].sort();
-    const elements: string[] = [];
-    for (const key of members) {
-      for (const [sf, sb, element] of this.#parts.get(key)!.slots) if (sf === f && sb === bucket) elements.push(element);
-    }
-    this.#touched?.sets.add(`endpoints${f}-${bucket}`);
-    if (elements.length === 0) {
-      this.#buckets.delete(id);
-      this.#bucketMembers.delete(id);
-      return;
-    }
-    // typeof, as numgen's value has no type of its own. The port is the rule's, not the map's:
-    // nft 1.0.6 refuses elements added later to a map of `ip daddr . th dport` ("conflicting
-    // protocols specified: tcp vs. th"), and a `tcp dport` one cannot serve UDP rules.
-    this.#buckets.set(id, { kind: 'map', name: `endpoints${f}-${bucket}`, type: `numgen random mod 2 : ${l3(f)} daddr`, typeOf: true,
-      interval: false, elements });
-  }
-
-  /** The verdict maps Services claim keys in: the first Service by name keeps a key (see {@link Part}). */
-  #rebuildClaims(parts: readonly Part[]): void {
     for (const f of [4, 6] as const) {
-      for (const map of CLAIM_MAPS) {
-        const elements = new Map<string, string>();
-        for (const part of parts) {
-          for (const [m, cf, key, element] of part.claims) if (m === map && cf === f && !elements.has(key)) elements.set(key, element);
-        }
-        const type = map === 'nodeports' || map === 'no-endpoint-nodeports'
+      for (const name of [...maps].filter((m) => m.includes(`endpoints${f}-`)).sort()) {
+        const existed = this.#sets.has(name);
+        const via: Via = name.startsWith('nodeport-') ? 'nodeport' : 'addr';
+        const proto = name.split('-').at(-2)!;
+        // typeof, as numgen's value has no type of its own; mod 2 only says it is a number. One
+        // protocol per map, named in key and value: nft 1.0.6 reads a map whose value holds
+        // `th dport` back from the kernel with "conflicting protocols specified" (failing every
+        // later rule looking it up, and its listing), and a value's `udp dport` makes the rules
+        // looking it up match UDP only.
+        const type = `${endpointKey(via, f, proto)} . numgen random mod 2 : ${l3(f)} daddr . ${proto} dport`;
+        const set = this.#set(name, (e) => ({ kind: 'map', name, type,
+          typeOf: true, interval: false, elements: e }));
+        if (!existed) touched?.sets.add(name);
+        note(set, existed);
+        sets.push(set);
+      }
+      const hairpin = this.#set(`hairpin${f}`, (e) => ({ kind: 'set', name: `hairpin${f}`, type: `${addrType(f)} . ${addrType(f)}`,
+        interval: false, elements: e }));
+      note(hairpin, true);
+      sets.push(hairpin);
+      for (const m of CLAIM_MAPS) {
+        const name = `${m}${f}`;
+        const type = m === 'nodeports' || m === 'no-endpoint-nodeports'
           ? 'inet_proto . inet_service : verdict'
           : `${addrType(f)} . inet_proto . inet_service : verdict`;
-        this.#touched?.sets.add(`${map}${f}`);
-        this.#shared.set(`${map}${f}`, { kind: 'map', name: `${map}${f}`, type, interval: false, elements: [...elements.values()] });
+        const map = this.#set(name, (e) => ({ kind: 'map', name, type, interval: false, elements: e }));
+        note(map, true);
+        sets.push(map);
       }
     }
+    this.#touched = undefined;
+    const delta = { source: this, serial: ++this.#serial, chains: touched?.chains ?? new Set<string>(), sets: touched?.sets ?? new Set(),
+      ...(touched ? { elements } : {}) };
+    return { sets, chains: new Map(this.#chains), delta };
   }
 
   /** One Service's part of the rules, from its object and slices (see {@link Part}). */
-  #renderService(s: Service, slices: readonly EndpointSlice[], options: RenderOptions, context: string): Part {
-    const part: Part = { service: s, slices, context, units: [], chains: [], sets: [], claims: [], hairpin: [], slots: [] };
+  #renderService(s: Service, slices: readonly EndpointSlice[], options: RenderOptions): Part {
+    const part: Part = { service: s, slices, chains: [], sets: [], shared: [], claims: [], hairpin: [] };
     const clusterCIDR = (f: Family) => options.clusterCIDRs.find((c) => c.ip.family === f);
-    const claim = (map: ClaimMap, f: Family, key: string, verdict: string) => part.claims.push([map, f, key, `${key} : ${verdict}`]);
     let localForHealth = 0;
     for (const clusterIP of s.clusterIPs) {
       const f = clusterIP.family;
       const ext = [...s.externalIPs, ...s.loadBalancerIPs].filter((ip) => ip.family === f);
       for (const p of s.ports) {
-        const unit = unitName(s, p, f);
         const proto = p.protocol.toLowerCase();
         const targets = targetsOf(p, f, slices, options.node);
         const all = usable(targets);
         const local = usable(targets.filter((t) => t.local));
         localForHealth = Math.max(localForHealth, local.length);
         for (const t of local) part.hairpin.push([f, `${formatIP(t.ip)} . ${formatIP(t.ip)}`]);
-        const key = (ip: IP) => `${formatIP(ip)} . ${proto} . ${p.port}`;
+        const addrKey = (ip: IP) => `${formatIP(ip)} . ${proto} . ${p.port}`;
+        /** The endpoint maps' key of a way in (addr: `<address> . <port>`, nodeport: `<port>`). */
+        const slotKey = (via: Via, ip?: IP) => (via === 'addr' ? `${formatIP(ip!)} . ${p.port}` : `${p.nodePort}`);
+        const claim = (map: ClaimMap, key: string, verdict: string, endpoints: [string, string][] = []) =>
+          part.claims.push({ map: `${map}${f}`, element: `${key} : ${verdict}`, endpoints });
+        const hasNodePort = p.nodePort !== undefined && (s.type === 'NodePort' || s.type === 'LoadBalancer');
+        const nodePortKey = `${proto} . ${p.nodePort}`;
         if (all.length === 0) {
-          claim('no-endpoints', f, key(clusterIP), 'goto reject-chain');
-          for (const ip of ext) claim('no-endpoints', f, key(ip), 'goto reject-chain');
-          if (p.nodePort !== undefined) claim('no-endpoint-nodeports', f, `${proto} . ${p.nodePort}`, 'goto reject-chain');
+          claim('no-endpoints', addrKey(clusterIP), 'goto reject-chain');
+          for (const ip of ext) claim('no-endpoints', addrKey(ip), 'goto reject-chain');
+          if (p.nodePort !== undefined) claim('no-endpoint-nodeports', nodePortKey, 'goto reject-chain');
           continue;
         }
-        part.units.push(unit);
-        const range = this.#range(unit);
-        const base = Math.floor(range / BUCKETS) * SLOTS_PER_RANGE;
-        const pick = this.#picker(unit, f, proto, range % BUCKETS, s.affinitySeconds, part);
-        const toAll = pick(all, base, 'all');
-        const toLocal = local.length === 0 ? 'drop' : s.internalLocal || s.externalLocal ? pick(local, base + LOCAL_SLOTS, 'local') : '';
         const cidr = clusterCIDR(f);
-        // Cluster IP traffic.
-        if (s.internalLocal && local.length === 0) claim('no-endpoints', f, key(clusterIP), 'drop');
-        else {
-          const internal: string[] = [];
-          if (!s.internalLocal && cidr) internal.push(`${l3(f)} saddr != ${formatCIDR(cidr)} jump mark-for-masquerade`);
-          internal.push(s.internalLocal ? toLocal : toAll);
-          part.chains.push([`svc-${unit}`, internal]);
-          claim('services', f, key(clusterIP), `goto svc-${unit}`);
-        }
-        // External traffic: node ports, externalIPs, load balancer IPs.
-        const hasNodePort = p.nodePort !== undefined && (s.type === 'NodePort' || s.type === 'LoadBalancer');
-        if (!hasNodePort && ext.length === 0) continue;
-        const external = s.externalLocal
+        const masqueradeOffCluster = cidr ? [`${l3(f)} saddr != ${formatCIDR(cidr)} jump mark-for-masquerade`] : [];
+        const externalRules = (toAll: string, toLocal: string) => (s.externalLocal
           ? [
             ...(cidr ? [`${l3(f)} saddr ${formatCIDR(cidr)} ${toAll}`] : []),
             'fib saddr type local jump mark-for-masquerade',
             `fib saddr type local ${toAll}`,
             toLocal,
           ]
-          : ['jump mark-for-masquerade', toAll];
-        part.chains.push([`ext-${unit}`, external]);
-        for (const ip of ext) claim('services', f, key(ip), `goto ext-${unit}`);
-        if (hasNodePort) claim('nodeports', f, `${proto} . ${p.nodePort}`, `goto ext-${unit}`);
+          : ['jump mark-for-masquerade', toAll]);
         const lbIPs = s.loadBalancerIPs.filter((ip) => ip.family === f);
         if (s.loadBalancerSourceRanges.length > 0 && lbIPs.length > 0) {
+          const unit = unitName(s, p, f);
           const ranges = s.loadBalancerSourceRanges.filter((c) => c.ip.family === f).map(formatCIDR);
           part.chains.push([`fw-${unit}`, [ranges.length > 0 ? `${l3(f)} saddr != { ${ranges.join(', ')} } drop` : 'drop']]);
-          for (const ip of lbIPs) claim('firewall', f, key(ip), `goto fw-${unit}`);
+          for (const ip of lbIPs) claim('firewall', addrKey(ip), `goto fw-${unit}`);
+        }
+        if (s.internalLocal && local.length === 0) claim('no-endpoints', addrKey(clusterIP), 'drop');
+        if (s.affinitySeconds !== undefined) {
+          // Chains of its own: the clients it saw are its own.
+          const unit = unitName(s, p, f);
+          const choose = this.#affinity(unit, f, proto, s.affinitySeconds, part);
+          const toAll = choose(all, 'all');
+          const toLocal = local.length === 0 ? 'drop' : choose(local, 'local');
+          if (!(s.internalLocal && local.length === 0)) {
+            part.chains.push([`svc-${unit}`, [...(s.internalLocal ? [] : masqueradeOffCluster), s.internalLocal ? toLocal : toAll]]);
+            claim('services', addrKey(clusterIP), `goto svc-${unit}`);
+          }
+          if (!hasNodePort && ext.length === 0) continue;
+          part.chains.push([`ext-${unit}`, externalRules(toAll, toLocal)]);
+          for (const ip of ext) claim('services', addrKey(ip), `goto ext-${unit}`);
+          if (hasNodePort) claim('nodeports', nodePortKey, `goto ext-${unit}`);
+          continue;
+        }
+        // Shared chains, named after the counts and policies that make their rules.
+        const endpoints = (via: Via, useLocal: boolean, ip?: IP): [string, string][] => [
+          ...all.map((t, j): [string, string] =>
+            [endpointMap(via, f, proto, all.length), `${slotKey(via, ip)} . ${j} : ${formatIP(t.ip)} . ${t.port}`]),
+          ...(useLocal ? local : []).map((t, j): [string, string] =>
+            [endpointMap(via, f, proto, local.length), `${slotKey(via, ip)} . ${LOCAL_SLOTS + j} : ${formatIP(t.ip)} . ${t.port}`]),
+        ];
+        const share = (name: string, rules: string[], maps: string[]) => {
+          part.shared.push({ name, rules, maps });
+          return name;
+        };
+        const picks = (via: Via) => {
+          const toAll = pick(via, f, proto, all.length, 0);
+          const toLocal = local.length > 0 ? pick(via, f, proto, local.length, LOCAL_SLOTS) : undefined;
+          return { toAll, toLocal, maps: [toAll.map, ...(toLocal ? [toLocal.map] : [])] };
+        };
+        if (!(s.internalLocal && local.length === 0)) {
+          const { toAll, toLocal } = picks('addr');
+          const chain = s.internalLocal
+            ? share(`cluster-local${f}-${proto}-${local.length}`, [toLocal!.rule], [toLocal!.map])
+            : share(`cluster${f}-${proto}-${all.length}`, [...masqueradeOffCluster, toAll.rule], [toAll.map]);
+          claim('services', addrKey(clusterIP), `goto ${chain}`, endpoints('addr', s.internalLocal, clusterIP));
+        }
+        for (const via of ['addr', 'nodeport'] as const) {
+          if (via === 'addr' ? ext.length === 0 : !hasNodePort) continue;
+          const { toAll, toLocal, maps } = picks(via);
+          const prefix = via === 'addr' ? 'ext' : 'nodeport';
+          const chain = s.externalLocal
+            ? share(`${prefix}-local${f}-${proto}-${all.length}-${local.length}`, externalRules(toAll.rule, toLocal?.rule ?? 'drop'), maps)
+            : share(`${prefix}${f}-${proto}-${all.length}`, externalRules(toAll.rule, ''), [toAll.map]);
+          if (via === 'nodeport') claim('nodeports', nodePortKey, `goto ${chain}`, endpoints(via, s.externalLocal));
+          for (const ip of via === 'addr' ? ext : []) claim('services', addrKey(ip), `goto ${chain}`, endpoints(via, s.externalLocal, ip));
         }
       }
     }
@@ -469,58 +610,26 @@ export class ServiceRenderer {
     return part;
   }
 
-  /** The slot range of a unit, kept while it exists. */
-  #range(unit: string): number {
-    let range = this.#ranges.get(unit);
-    if (range === undefined) {
-      range = this.#freeRanges.pop() ?? this.#nextRange++;
-      this.#ranges.set(unit, range);
-    }
-    return range;
-  }
-
-  #release(unit: string): void {
-    const range = this.#ranges.get(unit);
-    if (range === undefined) return;
-    this.#ranges.delete(unit);
-    this.#freeRanges.push(range);
-  }
-
   /**
-   * How a unit's chains send a connection to one of `targets` (slots from `base`): a DNAT
-   * statement, through the slot map when there are several (the slots it looks up added to
-   * `elements`); with affinity, or targets of several ports (a named target port resolving to
-   * different numbers), a `goto` to a chain choosing among a chain per endpoint (added, with
-   * affinity's sets, to `chains` and `sets`).
+   * How a unit's chains with ClientIP affinity send a connection to one of `targets`: a `goto`
+   * to a chain checking the clients each endpoint saw, else choosing at random among a chain
+   * per endpoint (added, with affinity's sets, to the part's chains and sets).
    */
-  #picker(unit: string, f: Family, proto: string, bucket: number, affinitySeconds: number | undefined,
-    part: Part): (targets: Target[], base: number, which: string) => string {
+  #affinity(unit: string, f: Family, proto: string, seconds: number, part: Part): (targets: Target[], which: string) => string {
     const made = new Set<string>();
-    return (targets, base, which) => {
-      const port = targets[0]!.port;
-      if (affinitySeconds === undefined && targets.every((t) => t.port === port)) {
-        if (targets.length === 1) return `meta l4proto ${proto} dnat ${l3(f)} to ${hostPort(targets[0]!)}`;
-        targets.forEach((t, j) => part.slots.push([f, bucket, `${base + j} : ${formatIP(t.ip)}`]));
-        const slot = `numgen random mod ${targets.length} offset ${base}`;
-        return `meta l4proto ${proto} dnat ${l3(f)} to ${slot} map @endpoints${f}-${bucket} : ${port}`;
-      }
+    return (targets, which) => {
       const chainOf = (t: Target) => `ep-${unit}/${endpointName(t)}`;
       const setOf = (t: Target) => `affinity-${unit}/${endpointName(t)}`;
       for (const t of targets) {
         if (made.has(chainOf(t))) continue;
         made.add(chainOf(t));
-        const dnat = `meta l4proto ${proto} dnat ${l3(f)} to ${hostPort(t)}`;
-        if (affinitySeconds === undefined) {
-          part.chains.push([chainOf(t), [dnat]]);
-          continue;
-        }
         part.sets.push({ kind: 'set', name: setOf(t), type: addrType(f), interval: false, flags: ['dynamic', 'timeout'],
-          timeoutSeconds: affinitySeconds, elements: [] });
-        part.chains.push([chainOf(t), [`update @${setOf(t)} { ${l3(f)} saddr }`, dnat]]);
+          timeoutSeconds: seconds, elements: [] });
+        part.chains.push([chainOf(t), [`update @${setOf(t)} { ${l3(f)} saddr }`, `meta l4proto ${proto} dnat ${l3(f)} to ${hostPort(t)}`]]);
       }
-      const choose = `${affinitySeconds === undefined ? 'pick' : 'aff'}-${which}-${unit}`;
+      const choose = `aff-${which}-${unit}`;
       part.chains.push([choose, [
-        ...(affinitySeconds === undefined ? [] : targets.map((t) => `${l3(f)} saddr @${setOf(t)} goto ${chainOf(t)}`)),
+        ...targets.map((t) => `${l3(f)} saddr @${setOf(t)} goto ${chainOf(t)}`),
         `numgen random mod ${targets.length} vmap { ${targets.map((t, j) => `${j} : goto ${chainOf(t)}`).join(', ')} }`,
       ]]);
       return `goto ${choose}`;

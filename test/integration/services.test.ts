@@ -268,26 +268,29 @@ function normalized(listing: string): string {
   return blocks.map((b) => b.replace(/elements = \{([^}]*)\}/, sortElements)).sort().join('\n');
 }
 
-test('each update loads into the table an earlier transaction left, slot maps shared by many Services', { skip: needsRoot }, async () => {
+test('each update loads into the table an earlier transaction left, chains and endpoint maps shared by many Services', { skip: needsRoot }, async () => {
   await withNetns(['node'], async (node) => {
     const run = execRunner(['ip', 'netns', 'exec', node.name]);
     const table = `inet ${NFT_SERVICES_TABLE}`;
     const renderer = new ServiceRenderer();
     const options = { node: 'n1', clusterCIDRs: [parseCIDR('10.244.0.0/16', 'test')] };
-    /** Services 0..n-1, TCP and UDP alike, each with `endpoints(i)` endpoints. */
+    /**
+     * Services 0..n-1, TCP and UDP alike, each with `endpoints(i)` endpoints, every third of them
+     * on this node; every fifth a NodePort with an externalIP and externalTrafficPolicy Local.
+     */
     const model = (n: number, endpoints: (i: number) => number) => serviceModel(
       Array.from({ length: n }, (_, i) => serviceObject('ns', `s${i}`, {
-        clusterIP: `10.96.1.${i}`, ports: [{ port: 53, protocol: i % 2 === 0 ? 'TCP' : 'UDP' }],
+        clusterIP: `10.96.1.${i}`, ports: [{ port: 53, protocol: i % 2 === 0 ? 'TCP' : 'UDP', ...(i % 5 === 0 ? { nodePort: 30000 + i } : {}) }],
+        ...(i % 5 === 0 ? { type: 'NodePort', externalTrafficPolicy: 'Local', externalIPs: [`198.51.100.${i}`] } : {}),
       })),
       Array.from({ length: n }, (_, i) => sliceObject('ns', `s${i}-1`, `s${i}`, 'IPv4',
         [{ port: 5353, protocol: i % 2 === 0 ? 'TCP' : 'UDP' }],
-        Array.from({ length: endpoints(i) }, (_, j) => endpoint(`10.244.${j}.${i}`, 'n2')))),
+        Array.from({ length: endpoints(i) }, (_, j) => endpoint(`10.244.${j}.${i}`, j % 3 === 0 ? 'n1' : 'n2')))),
     );
     const load = async (script: string) => {
       const r = await run(['nft', '-f', '-'], script);
       assert.equal(r.code, 0, `${r.stderr}\n${script.slice(0, 2000)}`);
     };
-    // More Services than slot maps: later ones share the maps of earlier ones.
     let applied = renderer.render(model(70, () => 2), options).ruleset;
     await load(tableScript(table, applied));
     for (const next of [model(140, () => 2), model(140, (i) => 2 + (i % 3)), model(100, (i) => 1 + (i % 4))]) {

@@ -4,7 +4,8 @@
  * the renderer takes.
  */
 import { parseEndpointSlice, parseService, isInvalid, SERVICE_NAME_LABEL } from '../../src/services/model.ts';
-import type { EndpointSlice, Invalid, Service, ServiceModel } from '../../src/services/model.ts';
+import type { EndpointSlice, Invalid, Service } from '../../src/services/model.ts';
+import type { ServiceIndex } from '../../src/services/render.ts';
 
 type Obj = Record<string, unknown>;
 
@@ -29,15 +30,22 @@ export function sliceObject(
   };
 }
 
-/** The model of some objects; throws on an invalid one (a test's own mistake). */
-export function serviceModel(services: Obj[], slices: Obj[]): ServiceModel {
+/** The renderer's index of some objects; throws on an invalid one (a test's own mistake). */
+export function serviceModel(services: Obj[], slices: Obj[]): ServiceIndex {
   const parsed = <T extends object>(o: Obj, parse: (o: unknown) => T | Invalid): T => {
     const v = parse(o);
     if (isInvalid(v)) throw new Error(`invalid test object: ${v.invalid}`);
     return v;
   };
-  return {
-    services: services.map((o) => parsed<Service>(o, parseService)),
-    slices: slices.map((o) => parsed<EndpointSlice>(o, parseEndpointSlice)),
-  };
+  return indexOf(services.map((o) => parsed<Service>(o, parseService)), slices.map((o) => parsed<EndpointSlice>(o, parseEndpointSlice)));
+}
+
+/** The renderer's index of parsed Services and slices, a Service's slices in the order given. */
+export function indexOf(services: readonly Service[], slices: readonly EndpointSlice[]): ServiceIndex {
+  const bySlices = new Map<string, EndpointSlice[]>();
+  for (const slice of slices) {
+    const key = `${slice.namespace}/${slice.service}`;
+    bySlices.set(key, [...(bySlices.get(key) ?? []), slice]);
+  }
+  return { services: new Map(services.map((s) => [`${s.namespace}/${s.name}`, s])), slices: bySlices };
 }

@@ -15,34 +15,43 @@ function render(services: Obj[], slices: Obj[], options: RenderOptions = OPTIONS
   return new ServiceRenderer().render(serviceModel(services, slices), options);
 }
 const elements = (r: NftRuleset, name: string) => r.sets.find((s) => s.name === name)?.elements ?? [];
-/** Every element of the endpoint maps of a family, as `slot : address . port`. */
-const endpointSlots = (r: NftRuleset, f: 4 | 6) => r.sets.filter((s) => s.name.startsWith(`endpoints${f}-`)).flatMap((s) => s.elements);
+/** Every element of the endpoint maps of a family, as `<map>: <key> . <slot> : <address> . <port>`. */
+const endpointSlots = (r: NftRuleset, f: 4 | 6) => r.sets.filter((s) => new RegExp(`^(nodeport-)?endpoints${f}-`).test(s.name))
+  .flatMap((s) => s.elements.map((e) => `${s.name}: ${e}`));
 const web = (spec: Obj = {}, status: Obj = {}) =>
   serviceObject('ns', 'web', { clusterIP: '10.96.0.10', ports: [{ port: 80 }], ...spec }, status);
 const webSlice = (endpoints: Obj[], name = 'web-1') => sliceObject('ns', name, 'web', 'IPv4', [{ port: 8080 }], endpoints);
 const TWO = [endpoint('10.244.1.2', 'n1'), endpoint('10.244.2.2', 'n2')];
 
-test('a ClusterIP Service: a map element sends it to its chain, which masquerades off-cluster sources and picks at random', () => {
+test('a ClusterIP Service: a map element sends it to the chain of its endpoint count, which picks one of its endpoints at random', () => {
   const { ruleset } = render([web()], [webSlice(TWO)]);
-  assert.deepEqual(elements(ruleset, 'services4'), ['10.96.0.10 . tcp . 80 : goto svc-ns/web/80/tcp/v4']);
-  assert.deepEqual(ruleset.chains.get('svc-ns/web/80/tcp/v4'), [
+  assert.deepEqual(elements(ruleset, 'services4'), ['10.96.0.10 . tcp . 80 : goto cluster4-tcp-2']);
+  assert.deepEqual(ruleset.chains.get('cluster4-tcp-2'), [
     'ip saddr != 10.244.0.0/16 jump mark-for-masquerade',
-    'meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0 : 8080',
+    'dnat ip to ip daddr . tcp dport . numgen random mod 2 map @endpoints4-tcp-2',
   ]);
-  assert.deepEqual(endpointSlots(ruleset, 4), ['0 : 10.244.1.2', '1 : 10.244.2.2']);
+  assert.deepEqual(endpointSlots(ruleset, 4), [
+    'endpoints4-tcp-2: 10.96.0.10 . 80 . 0 : 10.244.1.2 . 8080',
+    'endpoints4-tcp-2: 10.96.0.10 . 80 . 1 : 10.244.2.2 . 8080',
+  ]);
+  assert.equal(ruleset.sets.find((x) => x.name === 'endpoints4-tcp-2')?.type,
+    'ip daddr . tcp dport . numgen random mod 2 : ip daddr . tcp dport');
   // Hairpin: the node's own endpoint reaching itself through the Service is masqueraded.
   assert.deepEqual(elements(ruleset, 'hairpin4'), ['10.244.1.2 . 10.244.1.2']);
   assert.deepEqual(elements(ruleset, 'no-endpoints4'), []);
 });
 
-test('one endpoint is a plain DNAT; the target port comes from the slice port of the same name and protocol', () => {
+test('one endpoint is one element; the target port comes from the slice port of the same name and protocol', () => {
   const ports = [{ name: 'http', port: 80 }, { name: 'dns', port: 53, protocol: 'UDP' }];
   const svc = serviceObject('ns', 'web', { clusterIP: '10.96.0.10', ports });
   const slice = sliceObject('ns', 'web-1', 'web', 'IPv4', [{ name: 'http', port: 8080 }, { name: 'dns', port: 5353, protocol: 'UDP' }],
     [endpoint('10.244.2.2', 'n2')]);
   const { ruleset } = render([svc], [slice]);
-  assert.equal(ruleset.chains.get('svc-ns/web/http/tcp/v4')?.at(-1), 'meta l4proto tcp dnat ip to 10.244.2.2:8080');
-  assert.equal(ruleset.chains.get('svc-ns/web/dns/udp/v4')?.at(-1), 'meta l4proto udp dnat ip to 10.244.2.2:5353');
+  assert.deepEqual(elements(ruleset, 'services4'), ['10.96.0.10 . tcp . 80 : goto cluster4-tcp-1', '10.96.0.10 . udp . 53 : goto cluster4-udp-1']);
+  assert.deepEqual(endpointSlots(ruleset, 4), [
+    'endpoints4-tcp-1: 10.96.0.10 . 80 . 0 : 10.244.2.2 . 8080',
+    'endpoints4-udp-1: 10.96.0.10 . 53 . 0 : 10.244.2.2 . 5353',
+  ]);
 });
 
 test('ready endpoints only; serving terminating ones when none is ready; none usable rejects', () => {
@@ -51,13 +60,11 @@ test('ready endpoints only; serving terminating ones when none is ready; none us
     endpoint('10.244.2.2', 'n2'),
     endpoint('10.244.2.3', 'n2', { ready: false, serving: false, terminating: false }),
   ];
-  assert.deepEqual(endpointSlots(render([web()], [webSlice(mixed)]).ruleset, 4), []);
-  assert.equal(render([web()], [webSlice(mixed)]).ruleset.chains.get('svc-ns/web/80/tcp/v4')?.at(-1),
-    'meta l4proto tcp dnat ip to 10.244.2.2:8080');
+  assert.deepEqual(endpointSlots(render([web()], [webSlice(mixed)]).ruleset, 4), ['endpoints4-tcp-1: 10.96.0.10 . 80 . 0 : 10.244.2.2 . 8080']);
   const terminating = [endpoint('10.244.1.2', 'n1', { ready: false, serving: true, terminating: true }),
     endpoint('10.244.2.3', 'n2', { ready: false, serving: false, terminating: true })];
-  assert.equal(render([web()], [webSlice(terminating)]).ruleset.chains.get('svc-ns/web/80/tcp/v4')?.at(-1),
-    'meta l4proto tcp dnat ip to 10.244.1.2:8080');
+  assert.deepEqual(endpointSlots(render([web()], [webSlice(terminating)]).ruleset, 4),
+    ['endpoints4-tcp-1: 10.96.0.10 . 80 . 0 : 10.244.1.2 . 8080']);
   const nodePort = web({ type: 'NodePort', ports: [{ port: 80, nodePort: 30080 }] });
   const none = render([nodePort], [webSlice([endpoint('10.244.2.3', 'n2', { ready: false })])]);
   assert.deepEqual(elements(none.ruleset, 'services4'), []);
@@ -70,22 +77,36 @@ test('ready endpoints only; serving terminating ones when none is ready; none us
 
 test('two slices holding one endpoint during churn give it once', () => {
   const { ruleset } = render([web()], [webSlice(TWO), webSlice([endpoint('10.244.2.2', 'n2')], 'web-2')]);
-  assert.deepEqual(endpointSlots(ruleset, 4), ['0 : 10.244.1.2', '1 : 10.244.2.2']);
+  assert.deepEqual(endpointSlots(ruleset, 4), [
+    'endpoints4-tcp-2: 10.96.0.10 . 80 . 0 : 10.244.1.2 . 8080',
+    'endpoints4-tcp-2: 10.96.0.10 . 80 . 1 : 10.244.2.2 . 8080',
+  ]);
 });
 
-test('NodePort, externalIPs and load balancer IPs go through the external chain, which masquerades (externalTrafficPolicy Cluster)', () => {
+test('NodePort, externalIPs and load balancer IPs go through external chains, which masquerade (externalTrafficPolicy Cluster)', () => {
   const lb = web({ type: 'LoadBalancer', ports: [{ port: 80, nodePort: 30080 }], externalIPs: ['198.51.100.50'] },
     { loadBalancer: { ingress: [{ ip: '198.51.100.200' }] } });
   const { ruleset, healthChecks } = render([lb], [webSlice(TWO)]);
   assert.deepEqual(elements(ruleset, 'services4'), [
-    '10.96.0.10 . tcp . 80 : goto svc-ns/web/80/tcp/v4',
-    '198.51.100.50 . tcp . 80 : goto ext-ns/web/80/tcp/v4',
-    '198.51.100.200 . tcp . 80 : goto ext-ns/web/80/tcp/v4',
+    '10.96.0.10 . tcp . 80 : goto cluster4-tcp-2',
+    '198.51.100.50 . tcp . 80 : goto ext4-tcp-2',
+    '198.51.100.200 . tcp . 80 : goto ext4-tcp-2',
   ]);
-  assert.deepEqual(elements(ruleset, 'nodeports4'), ['tcp . 30080 : goto ext-ns/web/80/tcp/v4']);
-  assert.deepEqual(ruleset.chains.get('ext-ns/web/80/tcp/v4'), [
+  assert.deepEqual(elements(ruleset, 'nodeports4'), ['tcp . 30080 : goto nodeport4-tcp-2']);
+  assert.deepEqual(ruleset.chains.get('ext4-tcp-2'), [
     'jump mark-for-masquerade',
-    'meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0 : 8080',
+    'dnat ip to ip daddr . tcp dport . numgen random mod 2 map @endpoints4-tcp-2',
+  ]);
+  assert.deepEqual(ruleset.chains.get('nodeport4-tcp-2'), [
+    'jump mark-for-masquerade',
+    'dnat ip to tcp dport . numgen random mod 2 map @nodeport-endpoints4-tcp-2',
+  ]);
+  // Each way in has the endpoints under its own key.
+  assert.deepEqual(endpointSlots(ruleset, 4).filter((e) => e.endsWith('10.244.2.2 . 8080')), [
+    'endpoints4-tcp-2: 10.96.0.10 . 80 . 1 : 10.244.2.2 . 8080',
+    'endpoints4-tcp-2: 198.51.100.50 . 80 . 1 : 10.244.2.2 . 8080',
+    'endpoints4-tcp-2: 198.51.100.200 . 80 . 1 : 10.244.2.2 . 8080',
+    'nodeport-endpoints4-tcp-2: 30080 . 1 : 10.244.2.2 . 8080',
   ]);
   const nodePorts = 'ip daddr != 127.0.0.0/8 fib daddr type local meta l4proto . th dport vmap @nodeports4';
   assert.ok(ruleset.chains.get('nat-prerouting')?.includes(nodePorts));
@@ -97,25 +118,35 @@ test('externalTrafficPolicy Local: outside clients keep their address, reach thi
     type: 'LoadBalancer', ports: [{ port: 80, nodePort: 30080 }], externalTrafficPolicy: 'Local', healthCheckNodePort: 32000,
   });
   const { ruleset, healthChecks } = render([lb], [webSlice(TWO)]);
-  assert.deepEqual(ruleset.chains.get('ext-ns/web/80/tcp/v4'), [
-    'ip saddr 10.244.0.0/16 meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0 : 8080',
+  assert.deepEqual(elements(ruleset, 'nodeports4'), ['tcp . 30080 : goto nodeport-local4-tcp-2-1']);
+  const pick = 'dnat ip to tcp dport . numgen random mod';
+  assert.deepEqual(ruleset.chains.get('nodeport-local4-tcp-2-1'), [
+    `ip saddr 10.244.0.0/16 ${pick} 2 map @nodeport-endpoints4-tcp-2`,
     'fib saddr type local jump mark-for-masquerade',
-    'fib saddr type local meta l4proto tcp dnat ip to numgen random mod 2 offset 0 map @endpoints4-0 : 8080',
-    'meta l4proto tcp dnat ip to 10.244.1.2:8080',
+    `fib saddr type local ${pick} 2 map @nodeport-endpoints4-tcp-2`,
+    `${pick} 1 offset 32768 map @nodeport-endpoints4-tcp-1`,
+  ]);
+  assert.deepEqual(endpointSlots(ruleset, 4).filter((e) => e.startsWith('nodeport-')), [
+    'nodeport-endpoints4-tcp-1: 30080 . 32768 : 10.244.1.2 . 8080',
+    'nodeport-endpoints4-tcp-2: 30080 . 0 : 10.244.1.2 . 8080',
+    'nodeport-endpoints4-tcp-2: 30080 . 1 : 10.244.2.2 . 8080',
   ]);
   assert.deepEqual(healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 1 }]);
   const elsewhere = render([lb], [webSlice([endpoint('10.244.2.2', 'n2')])]);
-  assert.equal(elsewhere.ruleset.chains.get('ext-ns/web/80/tcp/v4')?.at(-1), 'drop');
+  assert.equal(elsewhere.ruleset.chains.get('nodeport-local4-tcp-1-0')?.at(-1), 'drop');
   assert.deepEqual(elsewhere.healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 0 }]);
 });
 
 test('internalTrafficPolicy Local: cluster IP traffic reaches this node\'s endpoints, unmasqueraded; dropped when there are none', () => {
   const svc = web({ internalTrafficPolicy: 'Local' });
   const here = render([svc], [webSlice(TWO)]).ruleset;
-  assert.deepEqual(here.chains.get('svc-ns/web/80/tcp/v4'), ['meta l4proto tcp dnat ip to 10.244.1.2:8080']);
+  assert.deepEqual(elements(here, 'services4'), ['10.96.0.10 . tcp . 80 : goto cluster-local4-tcp-1']);
+  assert.deepEqual(here.chains.get('cluster-local4-tcp-1'), ['dnat ip to ip daddr . tcp dport . numgen random mod 1 offset 32768 map @endpoints4-tcp-1']);
+  assert.deepEqual(endpointSlots(here, 4), ['endpoints4-tcp-1: 10.96.0.10 . 80 . 32768 : 10.244.1.2 . 8080']);
   const elsewhere = render([svc], [webSlice([endpoint('10.244.2.2', 'n2')])]).ruleset;
   assert.deepEqual(elements(elsewhere, 'no-endpoints4'), ['10.96.0.10 . tcp . 80 : drop']);
-  assert.equal(elsewhere.chains.get('svc-ns/web/80/tcp/v4'), undefined);
+  assert.deepEqual(elements(elsewhere, 'services4'), []);
+  assert.deepEqual([...elsewhere.chains.keys()].filter((n) => n.startsWith('cluster')), []);
 });
 
 test('ClientIP affinity: a set per endpoint with the Service\'s timeout, checked before the random choice', () => {
@@ -156,13 +187,18 @@ test('IPv6 and dual stack: each family has its own maps, chains and endpoints; S
       [endpoint('fd00:244:2::9', 'n2'), endpoint('fd00:244:1::9', 'n1')]),
   ];
   const { ruleset } = render([svc], slices);
-  assert.deepEqual(elements(ruleset, 'services4'), ['10.96.0.20 . sctp . 9 : goto svc-ns/dual/9/sctp/v4']);
-  assert.deepEqual(elements(ruleset, 'services6'), ['fd00:96::20 . sctp . 9 : goto svc-ns/dual/9/sctp/v6']);
-  assert.deepEqual(ruleset.chains.get('svc-ns/dual/9/sctp/v6'), [
+  assert.deepEqual(elements(ruleset, 'services4'), ['10.96.0.20 . sctp . 9 : goto cluster4-sctp-1']);
+  assert.deepEqual(elements(ruleset, 'services6'), ['fd00:96::20 . sctp . 9 : goto cluster6-sctp-2']);
+  assert.deepEqual(ruleset.chains.get('cluster6-sctp-2'), [
     'ip6 saddr != fd00:244::/56 jump mark-for-masquerade',
-    'meta l4proto sctp dnat ip6 to numgen random mod 2 offset 0 map @endpoints6-1 : 9',
+    'dnat ip6 to ip6 daddr . sctp dport . numgen random mod 2 map @endpoints6-sctp-2',
   ]);
-  assert.deepEqual(endpointSlots(ruleset, 6), ['0 : fd00:244:1::9', '1 : fd00:244:2::9']);
+  assert.deepEqual(endpointSlots(ruleset, 6), [
+    'endpoints6-sctp-2: fd00:96::20 . 9 . 0 : fd00:244:1::9 . 9',
+    'endpoints6-sctp-2: fd00:96::20 . 9 . 1 : fd00:244:2::9 . 9',
+  ]);
+  assert.equal(ruleset.sets.find((x) => x.name === 'endpoints6-sctp-2')?.type,
+    'ip6 daddr . sctp dport . numgen random mod 2 : ip6 daddr . sctp dport');
   assert.deepEqual(elements(ruleset, 'hairpin6'), ['fd00:244:1::9 . fd00:244:1::9']);
 });
 
@@ -174,46 +210,66 @@ test('--nodeport-addresses limits node ports to the node\'s addresses in those n
   assert.ok(!nat.some((r) => r.includes('@nodeports6')), 'no IPv6 node port address given: no IPv6 node ports');
 });
 
-test('an endpoint change sends only the elements that changed; a Service keeps its slots while others come and go', () => {
+test('an endpoint change sends only the elements that changed; a chain and a map go with the last Service using them', () => {
   const renderer = new ServiceRenderer();
   const other = serviceObject('ns', 'aaa', { clusterIP: '10.96.0.5', ports: [{ port: 80 }] });
   const otherSlice = sliceObject('ns', 'aaa-1', 'aaa', 'IPv4', [{ port: 80 }], TWO);
   const before = renderer.render(serviceModel([web(), other], [webSlice(TWO), otherSlice]), OPTIONS).ruleset;
   const moved = [endpoint('10.244.1.2', 'n1'), endpoint('10.244.3.2', 'n3')];
-  const after = renderer.render(serviceModel([web(), other], [webSlice(moved), otherSlice]), OPTIONS).ruleset;
-  const script = tableUpdate(TABLE, before, after);
-  const oneElement = new RegExp('^delete element inet weft-services (endpoints4-\\d+) \\{ 1 \\}\n'
-    + 'add element inet weft-services \\1 \\{ 1 : 10\\.244\\.3\\.2 \\}\n$');
-  assert.match(script, oneElement);
-  const without = renderer.render(serviceModel([web()], [webSlice(moved)]), OPTIONS).ruleset;
-  assert.match(tableUpdate(TABLE, after, without), /delete chain inet weft-services svc-ns\/aaa\/80\/tcp\/v4/);
-  assert.equal(without.chains.get('svc-ns/web/80/tcp/v4')?.at(-1), after.chains.get('svc-ns/web/80/tcp/v4')?.at(-1));
+  const after = renderer.render(serviceModel([web(), other], [webSlice(moved), otherSlice]), OPTIONS, ['ns/web']).ruleset;
+  assert.equal(tableUpdate(TABLE, before, after), [
+    'delete element inet weft-services endpoints4-tcp-2 { 10.96.0.10 . 80 . 1 }',
+    'add element inet weft-services endpoints4-tcp-2 { 10.96.0.10 . 80 . 1 : 10.244.3.2 . 8080 }',
+    '',
+  ].join('\n'));
+  const without = renderer.render(serviceModel([web()], [webSlice(moved)]), OPTIONS, ['ns/aaa']).ruleset;
+  const gone = tableUpdate(TABLE, after, without);
+  assert.match(gone, /^delete element inet weft-services endpoints4-tcp-2 \{ 10\.96\.0\.5 \. 80 \. 0, 10\.96\.0\.5 \. 80 \. 1 \}$/m);
+  assert.match(gone, /^delete element inet weft-services services4 \{ 10\.96\.0\.5 \. tcp \. 80 \}$/m);
+  assert.doesNotMatch(gone, /chain/, 'the other Service still goes to cluster4-tcp-2');
+  const three = renderer.render(serviceModel([web()], [webSlice([...moved, endpoint('10.244.4.2', 'n4')])]), OPTIONS, ['ns/web']).ruleset;
+  const grown = tableUpdate(TABLE, without, three);
+  assert.match(grown, /^add chain inet weft-services cluster4-tcp-3$/m);
+  assert.match(grown, /^delete chain inet weft-services cluster4-tcp-2$/m);
+  assert.match(grown, /^add map inet weft-services endpoints4-tcp-3 \{ typeof .*elements = \{ .*10\.244\.4\.2 \. 8080 \}; \}$/m);
+  assert.match(grown, /^delete map inet weft-services endpoints4-tcp-2$/m);
+  assert.match(grown, /^add element inet weft-services services4 \{ 10\.96\.0\.10 \. tcp \. 80 : goto cluster4-tcp-3 \}$/m);
 });
 
 test('two Services claiming one address and port (or node port) get one element, the first by name, not a failed transaction', () => {
   const a = serviceObject('ns', 'a', { type: 'NodePort', clusterIP: '10.96.0.10', ports: [{ port: 80, nodePort: 30080 }] });
   const b = serviceObject('ns', 'b', { type: 'NodePort', clusterIP: '10.96.0.10', ports: [{ port: 80, nodePort: 30080 }] });
-  const slices = ['a', 'b'].map((n) => sliceObject('ns', `${n}-1`, n, 'IPv4', [{ port: 8080 }], TWO));
-  const { ruleset } = render([b, a], slices);
-  assert.deepEqual(elements(ruleset, 'services4'), ['10.96.0.10 . tcp . 80 : goto svc-ns/a/80/tcp/v4']);
-  assert.deepEqual(elements(ruleset, 'nodeports4'), ['tcp . 30080 : goto ext-ns/a/80/tcp/v4']);
+  const slices = [sliceObject('ns', 'a-1', 'a', 'IPv4', [{ port: 8080 }], TWO),
+    sliceObject('ns', 'b-1', 'b', 'IPv4', [{ port: 9090 }], [endpoint('10.244.9.9', 'n2')])];
+  const renderer = new ServiceRenderer();
+  const both = renderer.render(serviceModel([b, a], slices), OPTIONS).ruleset;
+  assert.deepEqual(elements(both, 'services4'), ['10.96.0.10 . tcp . 80 : goto cluster4-tcp-2']);
+  assert.deepEqual(elements(both, 'nodeports4'), ['tcp . 30080 : goto nodeport4-tcp-2']);
+  assert.ok(!endpointSlots(both, 4).some((e) => e.includes('10.244.9.9')), 'the endpoints of the key\'s holder only');
+  // The first by name gone, the other holds the keys, with its endpoints.
+  const one = renderer.render(serviceModel([b], [slices[1]!]), OPTIONS, ['ns/a']).ruleset;
+  assert.deepEqual(elements(one, 'services4'), ['10.96.0.10 . tcp . 80 : goto cluster4-tcp-1']);
+  assert.deepEqual(endpointSlots(one, 4), [
+    'endpoints4-tcp-1: 10.96.0.10 . 80 . 0 : 10.244.9.9 . 9090',
+    'nodeport-endpoints4-tcp-1: 30080 . 0 : 10.244.9.9 . 9090',
+  ]);
+  const fresh = new ServiceRenderer().render(serviceModel([b], [slices[1]!]), OPTIONS).ruleset;
+  assert.equal(tableUpdate(TABLE, both, one), tableUpdate(TABLE, { sets: both.sets, chains: both.chains }, fresh));
 });
 
-test('endpoints on different target ports (a named port resolving differently) are chosen through a chain each', () => {
+test('endpoints on different target ports (a named port resolving differently) are elements like any other', () => {
   const slices = [
     sliceObject('ns', 'web-1', 'web', 'IPv4', [{ port: 8080 }], [endpoint('10.244.1.2', 'n1')]),
     sliceObject('ns', 'web-2', 'web', 'IPv4', [{ port: 9090 }], [endpoint('10.244.2.2', 'n2')]),
   ];
   const { ruleset } = render([web()], slices);
-  assert.equal(ruleset.chains.get('svc-ns/web/80/tcp/v4')?.at(-1), 'goto pick-all-ns/web/80/tcp/v4');
-  assert.deepEqual(ruleset.chains.get('pick-all-ns/web/80/tcp/v4'), [
-    'numgen random mod 2 vmap { 0 : goto ep-ns/web/80/tcp/v4/10.244.1.2_8080, 1 : goto ep-ns/web/80/tcp/v4/10.244.2.2_9090 }',
+  assert.deepEqual(endpointSlots(ruleset, 4), [
+    'endpoints4-tcp-2: 10.96.0.10 . 80 . 0 : 10.244.1.2 . 8080',
+    'endpoints4-tcp-2: 10.96.0.10 . 80 . 1 : 10.244.2.2 . 9090',
   ]);
-  assert.deepEqual(ruleset.chains.get('ep-ns/web/80/tcp/v4/10.244.2.2_9090'), ['meta l4proto tcp dnat ip to 10.244.2.2:9090']);
-  assert.deepEqual(endpointSlots(ruleset, 4), []);
 });
 
-test('a renderer keeping its parts gives, model after model, the rules a fresh one gives (slots aside)', () => {
+test('a renderer keeping its parts gives, model after model, the rules a fresh one gives', () => {
   const renderer = new ServiceRenderer();
   const models = [
     [[web(), serviceObject('ns', 'b', { type: 'NodePort', clusterIP: '10.96.0.11', ports: [{ port: 80, nodePort: 30080 }] })],
@@ -221,15 +277,14 @@ test('a renderer keeping its parts gives, model after model, the rules a fresh o
     [[web({ sessionAffinity: 'ClientIP' })], [webSlice([endpoint('10.244.1.2', 'n1')])]],
     [[web(), serviceObject('ns', 'c', { clusterIP: '10.96.0.12', ports: [{ port: 53, protocol: 'UDP' }] })],
       [webSlice(TWO), sliceObject('ns', 'c-1', 'c', 'IPv4', [{ port: 53, protocol: 'UDP' }], TWO)]],
+    [[web({ type: 'LoadBalancer', externalTrafficPolicy: 'Local', ports: [{ port: 80, nodePort: 30080 }] })], [webSlice(TWO)]],
     [[], []],
     [[web()], [webSlice(TWO)]],
   ] as const;
-  /** The ruleset with slot numbers and bucket names taken out: those depend on history. */
+  /** The ruleset in name order (the order of chains and elements depends on history). */
   const shape = (r: NftRuleset) => JSON.stringify({
-    chains: [...r.chains].map(([n, rules]) => [n, rules.map((l) => l.replace(/offset \d+ map @endpoints(\d)-\d+/, 'map @endpoints$1'))])
-      .sort(),
-    sets: r.sets.map((s) => [s.name.replace(/^(endpoints\d)-\d+$/, '$1'), s.type, s.kind === 'map' && s.name.startsWith('endpoints')
-      ? s.elements.map((e) => e.replace(/^\d+ : /, '')).sort() : [...s.elements].sort()]).sort(),
+    chains: [...r.chains].sort(),
+    sets: r.sets.map((s) => [s.name, s.type, [...s.elements].sort()]).sort(),
   });
   for (const [services, slices] of models) {
     const kept = renderer.render(serviceModel([...services], [...slices]), OPTIONS).ruleset;
@@ -246,18 +301,18 @@ test('a render names what it changed: the update from the one before looks at th
   ];
   // As the reflectors do, unchanged objects are handed over again as they were.
   const kept = serviceModel(...[0, 1].map((k) => Array.from({ length: 50 }, (_, i) => fill(i, i)[k]!)) as [Obj[], Obj[]]);
-  const model = (changed: number, ep: number, count = 50) => ({
-    services: kept.services.slice(0, count),
-    slices: kept.slices.slice(0, count).map((x, i) => (i === changed ? serviceModel([], [fill(i, ep)[1]!]).slices[0]! : x)),
-  });
+  const model = (changed: number, ep: number, count = 50) => {
+    const services = new Map([...kept.services].slice(0, count));
+    const slices = new Map([...kept.slices].filter(([k]) => services.has(k)));
+    slices.set(`fill/s${changed}`, serviceModel([], [fill(changed, ep)[1]!]).slices.get(`fill/s${changed}`)!);
+    return { services, slices };
+  };
   const full = (r: NftRuleset): NftRuleset => ({ sets: r.sets, chains: r.chains });
   const first = renderer.render(model(7, 7), OPTIONS).ruleset;
-  const second = renderer.render(model(7, 99), OPTIONS).ruleset;
+  const second = renderer.render(model(7, 99), OPTIONS, ['fill/s7']).ruleset;
   assert.ok(second.delta);
   assert.deepEqual([...second.delta.chains], [], 'two endpoints a Service had: only elements change');
-  const sets = [...second.delta.sets].filter((n) => !/^(endpoints4-\d+|hairpin[46])$/.test(n));
-  assert.deepEqual(sets, [], 'a slot map and the hairpin sets only');
-  assert.equal([...second.delta.sets].filter((n) => n.startsWith('endpoints')).length, 1);
+  assert.deepEqual([...second.delta.sets].sort(), ['endpoints4-tcp-2', 'hairpin4']);
   const script = tableUpdate(TABLE, first, second);
   assert.match(script, /10\.244\.99\.2/);
   assert.equal(script, tableUpdate(TABLE, full(first), full(second)));
@@ -265,14 +320,17 @@ test('a render names what it changed: the update from the one before looks at th
   assert.match(script, /add element inet weft-services hairpin4 \{ 10\.244\.99\.2 \. 10\.244\.99\.2 \}/);
   assert.deepEqual(second.delta.elements?.get('hairpin4'), { gone: ['10.244.7.2 . 10.244.7.2'], added: ['10.244.99.2 . 10.244.99.2'] });
 
-  const third = renderer.render(model(-1, 0, 49), OPTIONS).ruleset;
-  assert.deepEqual([...third.delta!.chains], ['svc-fill/s49/80/tcp/v4'], 'a Service gone: its chain only');
+  const third = renderer.render(model(7, 99, 49), OPTIONS, ['fill/s49']).ruleset;
+  assert.deepEqual([...third.delta!.chains], [], 'a Service gone: its elements only');
   assert.equal(tableUpdate(TABLE, second, third), tableUpdate(TABLE, full(second), full(third)));
-  assert.match(tableUpdate(TABLE, second, third), /delete chain inet weft-services svc-fill\/s49\/80\/tcp\/v4/);
+  assert.match(tableUpdate(TABLE, second, third), /delete element inet weft-services services4 \{ 10\.96\.1\.49 \. tcp \. 80 \}/);
   // Not the render before: everything is compared, and the update is still right.
-  assert.equal(tableUpdate(TABLE, first, third), tableUpdate(TABLE, full(first), full(third)));
-  assert.match(tableUpdate(TABLE, first, third), /delete chain inet weft-services svc-fill\/s49\/80\/tcp\/v4/);
-  assert.doesNotMatch(tableUpdate(TABLE, first, third), /10\.244\.99\./, 'from the first, the second\'s endpoint never came');
+  const skipped = tableUpdate(TABLE, first, third);
+  assert.equal(skipped, tableUpdate(TABLE, full(first), full(third)));
+  assert.match(skipped, /delete element inet weft-services services4 \{ 10\.96\.1\.49 \. tcp \. 80 \}/);
+  assert.match(skipped, /add element inet weft-services endpoints4-tcp-2 \{ 10\.96\.1\.7 \. 80 \. 0 : 10\.244\.99\.2 \. 8080/);
   // The rulesets handed out stay as they were while the renderer goes on.
-  assert.ok(second.chains.has('svc-fill/s49/80/tcp/v4'));
+  assert.ok(elements(second, 'services4').includes('10.96.1.49 . tcp . 80 : goto cluster4-tcp-2'));
+  // Told nothing changed, the renderer looks at nothing: the same rules.
+  assert.equal(tableUpdate(TABLE, third, renderer.render(model(7, 99, 49), OPTIONS, []).ruleset), '');
 });
