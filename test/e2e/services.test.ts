@@ -59,10 +59,6 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
       outside = await createNetns('out');
       await attachToUnderlay(c.underlay!, outside, OUTSIDE);
       for (const n of c.nodes) {
-        // Same-node Service traffic answered across the bridge must pass conntrack (br_netfilter), as with kube-proxy.
-        for (const s of ['net.bridge.bridge-nf-call-iptables=1', 'net.bridge.bridge-nf-call-ip6tables=1']) {
-          await n.ns.exec('sysctl', '-qw', s);
-        }
         // A node's own connections to a cluster IP need a route before they are translated: the default one here.
         await n.ns.ip('route', 'add', 'default', 'via', `198.51.100.${OUTSIDE}`);
       }
