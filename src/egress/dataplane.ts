@@ -7,10 +7,11 @@
  *   iptables.ts for iptables (the node's traffic rules engine decides); the notes below speak
  *   of nftables, iptables.ts says what it does otherwise.
  * - Steering (a node with selected pods whose gateway is another node): nftables table
- *   `inet weft-egress`, chain `prerouting` (filter, priority mangle) marks packets from the
- *   policy's local pods to destinations outside the cluster (and in its list, if it has one)
- *   with the gateway's mark (bits {@link EGRESS_MARK_MASK}; the k-th gateway node used here gets
- *   k+1 in them); `ip rule fwmark <mark>/<mask> lookup <EGRESS_TABLE_BASE + k>` sends them to a
+ *   `inet weft-egress`, chain `prerouting` (filter, {@link STEER_PRIORITY}: after Services' DNAT,
+ *   so a cluster IP whose endpoint is outside the cluster is steered by that endpoint, and before
+ *   routing) marks packets from the policy's local pods to destinations outside the cluster (and
+ *   in its list, if it has one) with the gateway's mark (bits {@link EGRESS_MARK_MASK}; the k-th
+ *   gateway node used here gets k+1 in them); `ip rule fwmark <mark>/<mask> lookup <EGRESS_TABLE_BASE + k>` sends them to a
  *   table of ours holding one default route: the same next hop the backend uses for the gateway
  *   node's subnet (vxlan: via its VTEP address on flannel.<VNI>, onlink; host-gw and DirectRouting:
  *   via its public address). Replies come back the normal way (the gateway de-NATs them and routes
@@ -68,6 +69,8 @@ export const EGRESS_RULE_PRIORITY = 1500;
 const NAT_PRIORITY = 'srcnat - 10';
 /** nat priority of our prerouting chain (inbound DNAT): before kube-proxy's (dstnat). */
 const DNAT_PRIORITY = 'dstnat - 10';
+/** Priority of the steering chain: after every DNAT of prerouting (kube-proxy's, the Service proxy's). */
+const STEER_PRIORITY = 'dstnat + 10';
 
 /** The next hop the backend uses towards a node, for one family. */
 export interface NextHop {
@@ -302,7 +305,7 @@ function renderNft(plan: DataplanePlan): string {
       ? []
       : plan.families.map((f) => `meta mark & ${hex(EGRESS_MARK_MASK)} != 0 snat ${nfKeyword(f)} to ${nfKeyword(f)} saddr`);
   const chains = [
-    ...(steering.length > 0 ? [chain('prerouting', 'filter', 'prerouting', 'mangle', steering)] : []),
+    ...(steering.length > 0 ? [chain('prerouting', 'filter', 'prerouting', STEER_PRIORITY, steering)] : []),
     ...(dnat.length > 0 ? [chain('inbound', 'nat', 'prerouting', DNAT_PRIORITY, dnat)] : []),
     chain('postrouting', 'nat', 'postrouting', NAT_PRIORITY, [...identity, ...keepSource, ...nat]),
     ...(steering.length > 0

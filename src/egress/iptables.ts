@@ -19,6 +19,8 @@
  * - mangle PREROUTING → `WEFT-EGRESS-PRE`: new connections from outside to an inbound pod get
  *   their gateway's conntrack mark (`WEFT-EGRESS-INB`), steered pods their gateway's packet mark
  *   (`WEFT-EGRESS-OUT`), replies of marked connections the conntrack mark as packet mark, last.
+ *   mangle runs before any DNAT, so unlike the nftables chain it sees a Service's cluster IP, not
+ *   its endpoint: a Service whose endpoints are outside the cluster is not steered here.
  * - mangle POSTROUTING → `WEFT-EGRESS-POST`: clears our mark bits.
  * - nat PREROUTING → `WEFT-EGRESS-DNAT`: the gateway's DNATs of EIPs to pods.
  * - nat POSTROUTING → `WEFT-EGRESS-SNAT`: steered connections and connections DNATed from an

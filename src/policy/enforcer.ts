@@ -27,14 +27,16 @@
  *   br_netfilter with net.bridge.bridge-nf-call-iptables / -ip6tables at 1, without which traffic
  *   between two pods of the node crosses cni0 unseen by the forward hook.
  */
-import { ConfigError, WeftError } from '../errors.ts';
+import { WeftError } from '../errors.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
+import { ensureBridgeNetfilter } from '../masq/bridge-netfilter.ts';
+import type { BridgeNetfilterOptions } from '../masq/bridge-netfilter.ts';
 import { execRunner, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
 import { NFT_POLICY_TABLE } from './nft-script.ts';
-import { BRIDGE_NF_SYSCTLS, PolicyRenderer } from './render.ts';
+import { PolicyRenderer } from './render.ts';
 import { WatchedModel } from './watched-model.ts';
 import type { WiredPod } from './watched-model.ts';
 
@@ -109,7 +111,7 @@ export class PolicyEnforcer {
    */
   async start(signal: AbortSignal): Promise<void> {
     await requireNft(this.#run, '--network-policy', 'network policy');
-    await this.#ensureBridgeNetfilter(true);
+    await ensureBridgeNetfilter(this.#bridgeNetfilter(), true);
     const stop = AbortSignal.any([signal, this.#stop.signal]);
     const watches = this.#inputs.watch(stop).map((w) => w.catch((e: unknown) => {
       // 401/403: enforcement cannot go on; the rules in place stay, and weftd says why.
@@ -158,49 +160,21 @@ export class PolicyEnforcer {
     this.#table.kick();
   }
 
+  #bridgeNetfilter(): BridgeNetfilterOptions {
+    return {
+      sysctl: this.#sysctl, run: this.#run, log: this.#log, flag: '--network-policy', what: 'network policy',
+      without: 'traffic between two pods of this node would pass unchecked',
+    };
+  }
+
   async #repairLoop(signal: AbortSignal): Promise<void> {
     const watcher = this.#options.watch ?? (this.#options.runner ? undefined : nftMonitor());
     await runWatchedChecks({
       periodMs: (this.#options.resyncSeconds ?? 5) * 1000, fullEveryMs: FULL_CHECK_MS, what: 'the network policy rules', log: this.#log,
       ...(watcher ? { watcher } : {}),
     }, signal, async (full) => {
-      await this.#ensureBridgeNetfilter(false);
+      await ensureBridgeNetfilter(this.#bridgeNetfilter(), false);
       if (full) await this.#table.check();
     });
-  }
-
-  /**
-   * Sets the br_netfilter sysctls to 1 where they are not. At start, a missing module or a
-   * read-only /proc/sys is a ConfigError naming the sysctl; later, an error in the log.
-   */
-  async #ensureBridgeNetfilter(starting: boolean): Promise<void> {
-    for (const key of BRIDGE_NF_SYSCTLS) {
-      let value: string;
-      try {
-        value = await this.#sysctl.read(key);
-      } catch (e) {
-        const why =
-          `${key} cannot be read (${(e as Error).message}): br_netfilter is not loaded (modprobe br_netfilter), ` +
-          'so traffic between two pods of this node would pass unchecked';
-        if (starting) throw new ConfigError('--network-policy', why, { cause: e });
-        this.#log.error(`network policy: ${why}`);
-        continue;
-      }
-      if (value === '1') continue;
-      try {
-        await this.#sysctl.write(key, '1');
-      } catch (e) {
-        const why =
-          `${key} is ${value} and could not be set to 1 (${(e as Error).message}): ` +
-          'traffic between two pods of this node would pass unchecked; set it on the host or give weftd a writable /proc/sys';
-        if (starting) throw new ConfigError('--network-policy', why, { cause: e });
-        this.#log.error(`network policy: ${why}`);
-        continue;
-      }
-      if (starting) {
-        this.#log.info(`network policy: set ${key}=1 (was ${value}) so the forward hook sees traffic between pods of this node`);
-      }
-      else this.#log.warn(`network policy: ${key} was switched to ${value}; set it back to 1`);
-    }
   }
 }

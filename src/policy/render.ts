@@ -72,9 +72,6 @@ import type { NftSet, PolicyRuleset } from './nft-script.ts';
 import { cidrRange, disjointBoxes, formatPorts, formatRange, ipRange, merge, subtract } from './ranges.ts';
 import type { Range } from './ranges.ts';
 
-/** The sysctls (in the node's namespace) that must be 1 for same-node traffic to be seen. */
-export const BRIDGE_NF_SYSCTLS = ['net.bridge.bridge-nf-call-iptables', 'net.bridge.bridge-nf-call-ip6tables'] as const;
-
 const FAMILIES: readonly Family[] = [4, 6];
 /** NFT_SET_MAXNAMELEN is 256 with the NUL; room is left for the suffixes. */
 const MAX_SET_NAME = 240;

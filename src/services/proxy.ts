@@ -18,6 +18,11 @@
  * - Health checks: each externalTrafficPolicy Local load balancer's healthCheckNodePort is served
  *   as kube-proxy serves it (200 with this node's endpoint count when it has some, else 503), so
  *   a cloud load balancer sends only to nodes with endpoints.
+ * - br_netfilter: a pod reaching a Service whose endpoint is on its own bridge gets the reply
+ *   bridged, not routed; unless the bridge passes it to conntrack (bridge-nf-call-iptables and
+ *   -ip6tables at 1) its source is never translated back and the client drops it. The proxy
+ *   sets both at start (loading the module when they are absent) and sets them back at each
+ *   repair check, as network policy does (masq/bridge-netfilter.ts).
  * - Refusal: a node where kube-proxy's rules are found (its nftables tables, its iptables chain
  *   KUBE-SERVICES, its IPVS device) stops weftd at start with an error naming them: two proxies
  *   would translate the same connections.
@@ -29,8 +34,10 @@ import type { CIDR } from '../ip/ip.ts';
 import { Reflector } from '../k8s/reflector.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
-import { execRunner, mustRun, nftMonitor, requireNft, runWatchedChecks } from '../masq/runner.ts';
-import type { Runner, RulesetWatcher } from '../masq/runner.ts';
+import { ensureBridgeNetfilter } from '../masq/bridge-netfilter.ts';
+import type { BridgeNetfilterOptions } from '../masq/bridge-netfilter.ts';
+import { execRunner, mustRun, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
+import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
 import { LiveServiceIndex } from './index.ts';
 import { isInvalid, parseEndpointSlice, parseService } from './model.ts';
@@ -56,6 +63,8 @@ export interface ServiceProxyOptions {
   runner?: Runner;
   /** Reports ruleset changes; default `nft monitor` when `runner` is the default. */
   watch?: RulesetWatcher;
+  /** Reads and sets the br_netfilter sysctls; default /proc/sys. */
+  sysctl?: Sysctl;
   /** Address the health check node ports listen on; default every address. */
   healthCheckHost?: string;
   /** Passed to the reflectors (tests). */
@@ -133,8 +142,8 @@ export class ServiceProxy {
   }
 
   /**
-   * Checks that nft works and that kube-proxy is not running here (ConfigErrors naming what was
-   * found), then starts the watches and the repair loop in the background and resolves.
+   * Checks that nft works and that kube-proxy is not running here, and sets the br_netfilter
+   * sysctls (ConfigErrors naming what was found or failed), then starts the watches and the repair loop in the background and resolves.
    * {@link synced} says when the first rules are in place. `signal` (or {@link stop}) ends it.
    */
   async start(signal: AbortSignal): Promise<void> {
@@ -144,6 +153,7 @@ export class ServiceProxy {
       throw new ConfigError('--service-proxy', `kube-proxy runs on this node (${trace}): two Service proxies would translate the same `
         + 'connections; remove kube-proxy from this node (see service-proxy.yaml) or run weftd without --service-proxy');
     }
+    await ensureBridgeNetfilter(this.#bridgeNetfilter(), true);
     const stop = AbortSignal.any([signal, this.#stop.signal]);
     const watches = [
       this.#reflect('/api/v1/services', 'services', parseService, stop),
@@ -217,8 +227,16 @@ export class ServiceProxy {
       periodMs: FULL_CHECK_MS, fullEveryMs: FULL_CHECK_MS, what: 'the service proxy rules', log: this.#log,
       ...(watcher ? { watcher } : {}),
     }, signal, async (full) => {
+      await ensureBridgeNetfilter(this.#bridgeNetfilter(), false);
       if (full) await this.#table.check();
     });
+  }
+
+  #bridgeNetfilter(): BridgeNetfilterOptions {
+    return {
+      sysctl: this.#options.sysctl ?? procSysctl, run: this.#run, log: this.#log, flag: '--service-proxy', what: 'service proxy',
+      without: 'replies from an endpoint to a client pod of the same node would bypass conntrack and be dropped',
+    };
   }
 
   /** Starts and stops the health check servers to match the last render; updates what they answer. */

@@ -5,11 +5,15 @@
  * Probed from a pod on the same node as an endpoint, from a pod on the other node, from the node
  * itself and from the outside host, each probe reporting which endpoint answered and the client
  * address it saw; endpoint churn with a connection open; the health check node port of an
- * externalTrafficPolicy Local load balancer. vxlan over IPv4, host-gw over dual stack.
+ * externalTrafficPolicy Local load balancer. vxlan over IPv4, host-gw over dual stack; then the
+ * two other pairs of backend and family in brief: ClusterIP from a pod on another node, NodePort
+ * from the outside host, each family, after weftd restarted on a node with br_netfilter off (it
+ * must switch it on).
  */
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { test } from 'node:test';
+import { BRIDGE_NF_SYSCTLS } from '../../src/masq/bridge-netfilter.ts';
 import { Cluster } from '../support/cluster.ts';
 import type { ClusterNode, Pod } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
@@ -40,6 +44,9 @@ async function addressesOf(ns: Netns): Promise<string[]> {
   return links.flatMap((l) => (l.addr_info ?? []).map((a) => a.local));
 }
 
+/** A node's IPv6 address on the underlay (attachToUnderlay's numbering). */
+const underlayV6 = (n: ClusterNode) => `2001:db8::${n.address.split('.').at(-1)}`;
+
 /** `GET url` from `ns`: status and body. */
 async function httpGet(ns: Netns, url: string): Promise<{ status: number; body: string }> {
   const script = `require('node:http').get(process.argv[1], (r) => { let b = ''; r.on('data', (c) => b += c); `
@@ -57,12 +64,8 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
       const api = c.api!;
       const [n1, n2] = c.nodes as [ClusterNode, ClusterNode];
       outside = await createNetns('out');
-      await attachToUnderlay(c.underlay!, outside, OUTSIDE);
+      await attachToUnderlay(c.underlay!, outside, OUTSIDE, { ipv6: dualStack });
       for (const n of c.nodes) {
-        // Same-node Service traffic answered across the bridge must pass conntrack (br_netfilter), as with kube-proxy.
-        for (const s of ['net.bridge.bridge-nf-call-iptables=1', 'net.bridge.bridge-nf-call-ip6tables=1']) {
-          await n.ns.exec('sysctl', '-qw', s);
-        }
         // A node's own connections to a cluster IP need a route before they are translated: the default one here.
         await n.ns.ip('route', 'add', 'default', 'via', `198.51.100.${OUTSIDE}`);
       }
@@ -128,12 +131,14 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
         for (const r of rs) assert.ok(own.includes(r.client), `${r.client} is one of node-1's addresses`);
       });
 
-      await t.test('NodePort from an outside host, on either node: served, masqueraded (externalTrafficPolicy Cluster)', async () => {
+      await t.test('NodePort from an outside host, each node and family: served, masqueraded (externalTrafficPolicy Cluster)', async () => {
         for (const n of [n1, n2]) {
           const own = await addressesOf(n.ns);
-          const rs = await many(out, n.address, 30080, 12);
-          assert.deepEqual(byOf(rs), ['s1', 's2']);
-          for (const r of rs) assert.ok(own.includes(r.client), `${r.client} is one of ${n.name}'s addresses`);
+          for (const address of [n.address, ...(dualStack ? [underlayV6(n)] : [])]) {
+            const rs = await many(out, address, 30080, 12);
+            assert.deepEqual(byOf(rs), ['s1', 's2'], `NodePort at ${address}`);
+            for (const r of rs) assert.ok(own.includes(r.client), `${r.client} is one of ${n.name}'s addresses`);
+          }
         }
       });
 
@@ -168,6 +173,63 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
       await t.test('weftd logged no error', () => {
         for (const n of c.nodes) assert.doesNotMatch(n.daemon.log(), /^E\d{4}/m, n.daemon.log());
       });
+    } finally {
+      await Promise.all(agents.map((a) => a.stop()));
+      await outside?.remove();
+      await c.stop();
+    }
+  });
+}
+
+for (const [backend, dualStack] of [['vxlan', true], ['host-gw', false]] as const) {
+  test(`Services through weftd's proxy on ${backend}${dualStack ? ', dual stack' : ''}: ClusterIP from a pod on another node, NodePort `
+    + 'from an outside host', { skip }, async () => {
+    const c = await Cluster.start({ nodes: 2, backend, dualStack, mode: 'kube', weftdArgs: ['--service-proxy', '--ip-masq'] });
+    const agents: ServiceAgent[] = [];
+    let outside: Netns | undefined;
+    try {
+      const api = c.api!;
+      const [n1, n2] = c.nodes as [ClusterNode, ClusterNode];
+      outside = await createNetns('out');
+      await attachToUnderlay(c.underlay!, outside, OUTSIDE, { ipv6: dualStack });
+      // weftd switches br_netfilter on for its proxy: a node restarted with it off has it back, and says so.
+      await c.stopWeftd(n1);
+      await n1.ns.exec('sysctl', '-qw', ...BRIDGE_NF_SYSCTLS.map((k) => `${k}=0`));
+      await c.restartWeftd(n1);
+      assert.deepEqual(await Promise.all(BRIDGE_NF_SYSCTLS.map(async (k) => (await n1.ns.exec('sysctl', '-n', k)).trim())), ['1', '1']);
+      for (const k of BRIDGE_NF_SYSCTLS) assert.ok(n1.daemon.log().includes(`service proxy: set ${k}=1 (was 0)`), n1.daemon.log());
+      const server = await c.addPod(n2);
+      const client = await c.addPod(n1);
+      agents.push(new ServiceAgent(server.ns, 's', PORT), new ServiceAgent(client.ns, 'c', PORT), new ServiceAgent(outside, 'out', PORT));
+      const [, fromPod, fromOutside] = agents as [ServiceAgent, ServiceAgent, ServiceAgent];
+      await Promise.all(agents.map((a) => a.started()));
+      api.seed('services', serviceObject(NS, 'web', {
+        type: 'NodePort', clusterIPs: ['10.96.0.10', ...(dualStack ? ['fd00:96::10'] : [])], ports: [{ port: 80, nodePort: 30080 }],
+      }));
+      const slice = (family: 'IPv4' | 'IPv6', ip: string) =>
+        api.seed('endpointslices.discovery.k8s.io', sliceObject(NS, `web-${family}`, 'web', family, [{ port: PORT }],
+          [endpoint(ip, n2.name)]));
+      slice('IPv4', server.ip);
+      if (dualStack) slice('IPv6', server.ipv6!);
+      const n1Addresses = await addressesOf(n1.ns);
+      /** From, to, port, and the client address the endpoint must see. */
+      const probes: [ServiceAgent, string, number, (client: string) => boolean][] = [
+        [fromPod, '10.96.0.10', 80, (a) => a === client.ip],
+        [fromOutside, n1.address, 30080, (a) => n1Addresses.includes(a)],
+      ];
+      if (dualStack) {
+        probes.push([fromPod, 'fd00:96::10', 80, (a) => a === client.ipv6],
+          [fromOutside, underlayV6(n1), 30080, (a) => n1Addresses.includes(a)]);
+      }
+      for (const [from, ip, port, seen] of probes) {
+        let last: ProbeResult | undefined;
+        await until(`${ip}:${port} served by s`, async () => 'reply' in (last = await from.probe(ip, 'TCP', port, 500)), 20_000,
+          () => c.nodes.map((n) => `--- ${n.name}\n${n.daemon.log()}`).join('\n'));
+        const { by, client: address } = served(last!);
+        assert.equal(by, 's');
+        assert.ok(seen(address), `${ip}:${port}: the endpoint saw ${address}`);
+      }
+      for (const n of c.nodes) assert.doesNotMatch(n.daemon.log(), /^E\d{4}/m, n.daemon.log());
     } finally {
       await Promise.all(agents.map((a) => a.stop()));
       await outside?.remove();

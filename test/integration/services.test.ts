@@ -12,7 +12,8 @@ import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { parseCIDR } from '../../src/ip/ip.ts';
 import { KubeHttp } from '../../src/lease/kube/http.ts';
 import { memoryLogger } from '../../src/log.ts';
-import { execRunner, nftMonitor } from '../../src/masq/runner.ts';
+import { BRIDGE_NF_SYSCTLS } from '../../src/masq/bridge-netfilter.ts';
+import { execRunner, nftMonitor, runnerSysctl } from '../../src/masq/runner.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../src/services/render.ts';
 import { tableScript, tableUpdate } from '../../src/nft/ruleset.ts';
 import { removeServiceRules, ServiceProxy } from '../../src/services/proxy.ts';
@@ -36,10 +37,14 @@ const nodeOf = (p: PodName) => (p === 'pc' ? 'n2' : 'n1');
 const ep4 = (p: PodName) => endpoint(v4(p), nodeOf(p));
 const ep6 = (p: PodName) => endpoint(v6(p), nodeOf(p));
 
-/** The node: forwarding, br_netfilter on its bridge, pods with hairpin ports, an outside host on eth1. */
+/**
+ * The node: forwarding, pods with hairpin ports on a bridge, an outside host on eth1. br_netfilter
+ * is off on the bridge: the proxy must switch it on.
+ */
 async function buildNode(node: Netns, pods: Record<PodName, Netns>, outside: Netns): Promise<void> {
-  for (const s of ['net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1', 'net.bridge.bridge-nf-call-iptables=1',
-    'net.bridge.bridge-nf-call-ip6tables=1']) await node.exec('sysctl', '-qw', s);
+  for (const s of ['net.ipv4.ip_forward=1', 'net.ipv6.conf.all.forwarding=1', ...BRIDGE_NF_SYSCTLS.map((k) => `${k}=0`)]) {
+    await node.exec('sysctl', '-qw', s);
+  }
   await node.ip('link', 'add', 'br0', 'type', 'bridge');
   await node.ip('addr', 'add', '10.244.1.1/24', 'dev', 'br0');
   await node.ip('addr', 'add', 'fd00:244:1::1/64', 'dev', 'br0', 'nodad');
@@ -101,6 +106,7 @@ test('the Service proxy translates every Service type and policy on a real kerne
       const log = memoryLogger();
       const proxy = new ServiceProxy({
         http: new KubeHttp(kc), node: 'n1', log, runner: execRunner(inNode), watch: nftMonitor(inNode),
+        sysctl: runnerSysctl(execRunner(inNode)),
         clusterCIDRs: [parseCIDR('10.244.0.0/16', 'test'), parseCIDR('fd00:244::/32', 'test')],
       });
       const stop = new AbortController();
@@ -112,6 +118,8 @@ test('the Service proxy translates every Service type and policy on a real kerne
         await putSlice('web-4', 'web', 'IPv4', [ep4('pa'), ep4('pb')]);
         await putSlice('web-6', 'web', 'IPv6', [ep6('pa'), ep6('pb')]);
         await proxy.start(stop.signal);
+        assert.deepEqual(await Promise.all(BRIDGE_NF_SYSCTLS.map((k) => node.exec('sysctl', '-n', k))), ['1\n', '1\n']);
+        assert.equal(log.records.filter((r) => /^service proxy: set net\.bridge/.test(r.msg)).length, 2, 'each sysctl set is logged');
         await proxy.synced();
         /** Probes until `n` answers are in (each a new connection), returning who served and whom they saw. */
         const many = async (from: ServiceAgent, ip: string, port: number, n: number, proto: 'TCP' | 'UDP' = 'TCP') => {

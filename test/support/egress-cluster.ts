@@ -43,10 +43,12 @@ interface Rule {
 
 /**
  * What weftd's ServiceAccount may do by daemonset.yaml's ClusterRole and egress-rbac.yaml's
- * roles, as the test API server's grants spell it, so the e2e tests prove the manifests suffice.
+ * roles (and those of the `extra` manifests), as the test API server's grants spell it, so the
+ * e2e tests prove the manifests suffice.
  */
-export async function manifestGrant(): Promise<string[]> {
-  const docs = await Promise.all(['daemonset.yaml', 'egress-rbac.yaml'].map(async (f) => loadAllYaml(await readFile(new URL(`../../${f}`, import.meta.url), 'utf8')) as Obj[]));
+export async function manifestGrant(extra: readonly string[] = []): Promise<string[]> {
+  const docs = await Promise.all(['daemonset.yaml', 'egress-rbac.yaml', ...extra]
+    .map(async (f) => loadAllYaml(await readFile(new URL(`../../${f}`, import.meta.url), 'utf8')) as Obj[]));
   const rules = docs.flat().filter((d) => d.kind === 'ClusterRole' || d.kind === 'Role').flatMap((d) => d.rules as Rule[]);
   return rules.flatMap((r) => r.apiGroups.flatMap((g) => r.resources.flatMap((res) => {
     const [plural, sub] = res.split('/') as [string, string | undefined];
@@ -114,10 +116,11 @@ export class EgressCluster {
     this.#stops = stops;
   }
 
-  static async start(o: Omit<ClusterOptions, 'mode'>): Promise<EgressCluster> {
+  /** `manifests`: more manifests whose roles weftd's ServiceAccount gets (service-proxy.yaml). */
+  static async start(o: Omit<ClusterOptions, 'mode'> & { manifests?: string[] }): Promise<EgressCluster> {
     const crds = loadAllYaml(await readFile(new URL('../../egress-crds.yaml', import.meta.url), 'utf8')) as Obj[];
     const c = await Cluster.start({
-      ...o, mode: 'kube', weftdGrant: await manifestGrant(), weftdArgs: ['--ip-masq', '--egress-gateways', '--egress-service-cidr=10.96.0.0/12', ...(o.weftdArgs ?? [])],
+      ...o, mode: 'kube', weftdGrant: await manifestGrant(o.manifests), weftdArgs: ['--ip-masq', '--egress-gateways', '--egress-service-cidr=10.96.0.0/12', ...(o.weftdArgs ?? [])],
       prepareApi: async (api) => {
         for (const crd of crds) api.seed('customresourcedefinitions.apiextensions.k8s.io', crd);
         for (const name of ['default', 'kube-flannel']) if (!api.object('namespaces', name)) api.seed('namespaces', { metadata: { name } });

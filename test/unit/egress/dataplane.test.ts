@@ -18,6 +18,8 @@ test('a node with selected pods marks their outside traffic per gateway, routes 
   assert.match(nft, /ip saddr @p0_local4 ip daddr != @inside4 meta mark set meta mark & 0xff00ffff \| 0x10000/);
   assert.match(nft, /ip saddr @p1_local4 ip daddr != @inside4 ip daddr @p1_dst4 meta mark set meta mark & 0xff00ffff \| 0x20000/);
   assert.match(nft, /set p1_dst4 \{[^}]*elements = \{ 203\.0\.113\.0\/24 \}/);
+  // After every DNAT of prerouting (the Service proxy's at dstnat): a cluster IP is steered by its endpoint (e2e services-compose).
+  assert.match(nft, /chain prerouting \{\n\t\ttype filter hook prerouting priority dstnat \+ 10;/);
   assert.match(nft, /type nat hook postrouting priority srcnat - 10;[^}]*meta mark & 0xff0000 != 0 snat ip to ip saddr/);
   assert.match(nft, /chain unmark \{[^}]*meta mark & 0xff0000 != 0 meta mark set meta mark & 0xff00ffff/);
   assert.doesNotMatch(nft, /snat ip to 198/, 'no SNAT to an EIP off the gateway');

@@ -4,7 +4,7 @@ import { KubeConfig } from '@kubernetes/client-node';
 import { ConfigError } from '../../../src/errors.ts';
 import { KubeHttp } from '../../../src/lease/kube/http.ts';
 import { silentLogger } from '../../../src/log.ts';
-import type { Runner } from '../../../src/masq/runner.ts';
+import type { Runner, Sysctl } from '../../../src/masq/runner.ts';
 import { kubeProxyTrace, ServiceProxy, withoutClients } from '../../../src/services/proxy.ts';
 
 /** A runner answering as a node would where `present` (argv joined by spaces, or a table list) exists. */
@@ -55,4 +55,26 @@ test('the repair compares listings without the clients the kernel put in the aff
   assert.equal(withoutClients(used), empty);
   assert.equal(withoutClients(empty), empty);
   assert.notEqual(withoutClients(empty.replace('10.244.1.2 . 10.244.1.2', '10.244.1.3 . 10.244.1.3')), empty, 'other sets still count');
+});
+
+test('start sets the br_netfilter sysctls, and refuses naming the sysctl when it cannot', async () => {
+  const kc = new KubeConfig();
+  kc.loadFromClusterAndUser({ name: 'c', server: 'https://127.0.0.1:1', skipTLSVerify: false }, { name: 'u' });
+  const stop = new AbortController();
+  stop.abort();
+  const written: string[] = [];
+  const off: Sysctl = { read: async () => '0', write: async (k, v) => void written.push(`${k}=${v}`) };
+  const proxy = (sysctl: Sysctl) =>
+    new ServiceProxy({ http: new KubeHttp(kc), node: 'n1', log: silentLogger, clusterCIDRs: [], runner: node({}), sysctl });
+  const p = proxy(off);
+  await p.start(stop.signal);
+  await p.stop();
+  assert.deepEqual(written, ['net.bridge.bridge-nf-call-iptables=1', 'net.bridge.bridge-nf-call-ip6tables=1']);
+  const absent: Sysctl = { read: async () => { throw new Error('ENOENT'); }, write: async () => undefined };
+  await assert.rejects(proxy(absent).start(stop.signal), (e: unknown) => {
+    assert.ok(e instanceof ConfigError);
+    assert.equal(e.field, '--service-proxy');
+    assert.match(e.message, /net\.bridge\.bridge-nf-call-iptables cannot be read \(ENOENT\) and br_netfilter could not be loaded/);
+    return true;
+  });
 });
