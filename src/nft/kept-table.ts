@@ -15,6 +15,7 @@
  *   ({@link KeptTableOptions.listDutyCycle}) a listing waits until the ones before took at most
  *   that share of the time since, applies meanwhile being covered by one listing after the last.
  */
+import { createHash } from 'node:crypto';
 import { WeftError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { mustRun, TrafficRulesError } from '../masq/runner.ts';
@@ -52,6 +53,12 @@ export interface KeptTableOptions {
  */
 export const CHEAP_LIST_MS = 100;
 
+/** A listing of the table, as compared by the repair. */
+interface Listing {
+  digest: string;
+  bytes: number;
+}
+
 /** One nftables table kept as rendered, applied by difference and repaired. */
 export class KeptTable {
   readonly #options: KeptTableOptions;
@@ -59,7 +66,7 @@ export class KeptTable {
   #applied: NftRuleset | undefined;
   #appliedKnown = false;
   /** The listing right after our last apply (undefined: no table). */
-  #golden: string | undefined;
+  #golden: Listing | undefined;
   /** Applies sent, so a listing taken across one is not mistaken for drift. */
   #applies = 0;
   /** The apply {@link #golden} was listed after (-1: none yet, or being listed). */
@@ -146,7 +153,7 @@ export class KeptTable {
     const listing = await this.#list();
     // An apply since (or still listing its own result) makes this listing no evidence of drift.
     if (this.#applying || !this.#appliedKnown || applies !== this.#applies) return;
-    if (listing === this.#golden) return;
+    if (listing?.digest === this.#golden?.digest) return;
     this.#options.log.warn(`${this.#options.what}: table ${this.#options.table} was changed by something else; loading it again`, {
       state: listing === undefined ? 'missing' : this.#golden === undefined ? 'present, wanted absent' : 'altered',
     });
@@ -208,7 +215,7 @@ export class KeptTable {
       this.#goldenOf = applies;
       this.#options.log.debug(`${this.#options.what}: listed the applied rules for the repair`, {
         list_ms: Math.round(performance.now() - started),
-        bytes: listing?.length ?? 0,
+        bytes: listing?.bytes ?? 0,
       });
     }, (e: unknown) => {
       if (applies !== this.#applies) return;
@@ -262,15 +269,21 @@ export class KeptTable {
     return !this.#stop.signal.aborted;
   }
 
-  /** `nft list table <table>`, or undefined when it does not exist. */
-  async #list(): Promise<string | undefined> {
+  /**
+   * What `nft list table <table>` prints, as a digest (a listing at 10,000 Services is 7 MB, not
+   * worth holding to be compared whole), or undefined when the table does not exist.
+   */
+  async #list(): Promise<Listing | undefined> {
     const argv = ['nft', 'list', 'table', ...this.#options.table.split(' ')];
     const started = performance.now();
     const r = await this.#options.run(argv).finally(() => {
       this.#listedAt = performance.now();
       this.#listMs = this.#listedAt - started;
     });
-    if (r.code === 0) return this.#options.normalize ? this.#options.normalize(r.stdout) : r.stdout;
+    if (r.code === 0) {
+      const text = this.#options.normalize ? this.#options.normalize(r.stdout) : r.stdout;
+      return { digest: createHash('sha256').update(text).digest('hex'), bytes: text.length };
+    }
     if (/No such file or directory/i.test(r.stderr)) return undefined;
     throw new TrafficRulesError(`list nftables table ${this.#options.table}`, argv, r);
   }

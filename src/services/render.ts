@@ -88,12 +88,16 @@ type ClaimMap = (typeof CLAIM_MAPS)[number];
 
 /** A key of a verdict map a Service claims, and the endpoint elements that come with it. */
 interface Claim {
+  /** The claiming Service (`namespace/name`). */
+  owner: string;
+  /** `<map> <key>`. */
+  id: string;
   /** The verdict map's name, e.g. `services4`. */
   map: string;
   /** `<key> : <verdict>`. */
   element: string;
-  /** [endpoint map, `<key> . <slot> : <address> . <port>`]. */
-  endpoints: [string, string][];
+  /** [endpoint map, its elements `<key> . <slot> : <address> . <port>`]. */
+  endpoints: [string, string[]][];
 }
 
 /** A chain several Services go to, named after what it does. */
@@ -113,7 +117,8 @@ interface Part {
   sets: NftSet[];
   shared: SharedChain[];
   claims: Claim[];
-  hairpin: [Family, string][];
+  /** This node's endpoints, as elements of the hairpin set of each family. */
+  hairpin: [Family, string[]][];
   health?: HealthCheck;
 }
 
@@ -123,9 +128,12 @@ interface Target extends Endpoint {
   local: boolean;
 }
 
-/** The elements of a set or map as they are now, and what came and went in this render. */
+/**
+ * The elements of a set or map as they are now, and what came and went in this render. One
+ * holder per key (see {@link Claim}), so an element leaves as it came, whole.
+ */
 interface Contents {
-  elements: Map<string, string>;
+  elements: Set<string>;
   gone: Set<string>;
   added: Set<string>;
 }
@@ -135,6 +143,11 @@ const addrType = (f: Family) => (f === 4 ? 'ipv4_addr' : 'ipv6_addr');
 const hostPort = (t: Target) => (t.ip.family === 4 ? `${formatIP(t.ip)}:${t.port}` : `[${formatIP(t.ip)}]:${t.port}`);
 const hex = (n: number) => `0x${n.toString(16)}`;
 const keyOf = (element: string) => element.slice(0, element.indexOf(' : '));
+/**
+ * A text made of `parts` as one flat string (join): a template's pieces would stay linked as a
+ * tree of V8 cons strings, ~100 bytes more for each of 100,000 held elements (see formatIP).
+ */
+const flat = (...parts: (string | number)[]) => parts.join('');
 
 /** The endpoints a set of candidates uses: the ready ones, else the serving terminating ones. */
 export function usable<T extends Pick<Endpoint, 'ready' | 'serving' | 'terminating'>>(candidates: readonly T[]): T[] {
@@ -200,10 +213,12 @@ export class ServiceRenderer {
   readonly #parts = new Map<string, Part>();
   /** The node and cluster networks the parts were made for. */
   #context: string | undefined;
-  /** Claims of each key of each verdict map (`<map> <key>`), by Service: the first by name holds it. */
-  readonly #claims = new Map<string, Map<string, Claim>>();
+  /** Claims of each key of each verdict map (`<map> <key>`): the first Service by name holds it. */
+  readonly #claims = new Map<string, Claim[]>();
   /** Elements of the verdict maps, the endpoint maps and the hairpin sets, by name. */
   readonly #contents = new Map<string, Contents>();
+  /** Shared chains as made for the current context, by name: every part going to one holds the same object. */
+  readonly #chainCache = new Map<string, SharedChain>();
   /** Shared chains, with how many parts go to each. */
   readonly #shared = new Map<string, { chain: SharedChain; refs: number }>();
   /** The sets and maps of the last render by name: the same objects while nothing touches them. */
@@ -228,6 +243,7 @@ export class ServiceRenderer {
     const first = this.#serial === 0;
     const newContext = context !== this.#context;
     this.#context = context;
+    if (newContext) this.#chainCache.clear();
     this.#touched = first ? undefined : { chains: new Set(), sets: new Set() };
     for (const c of this.#contents.values()) {
       c.gone.clear();
@@ -281,6 +297,13 @@ export class ServiceRenderer {
     if (this.#chains.delete(name)) this.#touched?.chains.add(name);
   }
 
+  /** The shared chain `name`, made by `make` unless the current context already has it. */
+  #sharedChain(name: string, make: () => Omit<SharedChain, 'name'>): SharedChain {
+    let chain = this.#chainCache.get(name);
+    if (!chain) this.#chainCache.set(name, (chain = { name, ...make() }));
+    return chain;
+  }
+
   /** Counts a part going to (1) or leaving (-1) a shared chain, which exists while any goes there. */
   #refShared(chain: SharedChain, by: 1 | -1): void {
     const entry = this.#shared.get(chain.name);
@@ -305,66 +328,58 @@ export class ServiceRenderer {
   #contentsOf(name: string): Contents {
     let c = this.#contents.get(name);
     if (!c) {
-      c = { elements: new Map(), gone: new Set(), added: new Set() };
+      c = { elements: new Set(), gone: new Set(), added: new Set() };
       this.#contents.set(name, c);
     }
     return c;
   }
 
+  /** Adds an element (the first render, which sends everything, keeps no account of what came). */
   #addElement(set: string, element: string): void {
     const c = this.#contentsOf(set);
-    c.elements.set(keyOf(element), element);
-    if (!c.gone.delete(element)) c.added.add(element);
+    c.elements.add(element);
+    if (this.#touched && !c.gone.delete(element)) c.added.add(element);
   }
 
   #removeElement(set: string, element: string): void {
     const c = this.#contentsOf(set);
-    c.elements.delete(keyOf(element));
-    if (!c.added.delete(element)) c.gone.add(element);
+    c.elements.delete(element);
+    if (this.#touched && !c.added.delete(element)) c.gone.add(element);
   }
 
   /** Service `owner`'s claims go from `old` to `next`; the map elements follow the claims that hold their keys. */
   #putClaims(owner: string, old: readonly Claim[], next: readonly Claim[]): void {
-    const ids = new Set<string>();
-    const idOf = (c: Claim) => `${c.map} ${keyOf(c.element)}`;
-    const holder = (claims: Map<string, Claim> | undefined) => {
-      let first: string | undefined;
-      for (const k of claims?.keys() ?? []) if (first === undefined || k < first) first = k;
-      return first === undefined ? undefined : claims!.get(first);
-    };
+    const holder = (claims: readonly Claim[] | undefined) => claims?.reduce((a, b) => (b.owner < a.owner ? b : a));
     const before = new Map<string, Claim | undefined>();
-    for (const c of [...old, ...next]) {
-      const id = idOf(c);
-      if (!ids.has(id)) before.set(id, holder(this.#claims.get(id)));
-      ids.add(id);
+    for (const c of [...old, ...next]) if (!before.has(c.id)) before.set(c.id, holder(this.#claims.get(c.id)));
+    for (const id of new Set(old.map((c) => c.id))) {
+      const left = this.#claims.get(id)!.filter((c) => c.owner !== owner);
+      if (left.length > 0) this.#claims.set(id, left);
+      else this.#claims.delete(id);
     }
-    for (const c of old) this.#claims.get(idOf(c))?.delete(owner);
     for (const c of next) {
-      const id = idOf(c);
-      let claims = this.#claims.get(id);
-      if (!claims) this.#claims.set(id, (claims = new Map()));
-      claims.set(owner, c);
+      const claims = this.#claims.get(c.id);
+      // A Service claiming a key twice (an address given twice): its first claim stands.
+      if (!claims) this.#claims.set(c.id, [c]);
+      else if (!claims.some((x) => x.owner === owner)) claims.push(c);
     }
-    for (const id of ids) {
-      const claims = this.#claims.get(id);
-      if (claims?.size === 0) this.#claims.delete(id);
-      const was = before.get(id);
-      const now = holder(claims);
+    for (const [id, was] of before) {
+      const now = holder(this.#claims.get(id));
       if (was === now) continue;
       if (was) {
         this.#removeElement(was.map, was.element);
-        for (const [map, e] of was.endpoints) this.#removeElement(map, e);
+        for (const [map, elements] of was.endpoints) for (const e of elements) this.#removeElement(map, e);
       }
       if (now) {
         this.#addElement(now.map, now.element);
-        for (const [map, e] of now.endpoints) this.#addElement(map, e);
+        for (const [map, elements] of now.endpoints) for (const e of elements) this.#addElement(map, e);
       }
     }
   }
 
   /** Counts a part's hairpin entries in (1) or out (-1): an element while any part names it. */
   #countHairpin(part: Part, by: 1 | -1): void {
-    for (const [f, element] of part.hairpin) {
+    for (const [f, elements] of part.hairpin) for (const element of elements) {
       const counts = this.#hairpins.get(f)!;
       const n = (counts.get(element) ?? 0) + by;
       if (n === 0) {
@@ -445,7 +460,7 @@ export class ServiceRenderer {
     const c = this.#contentsOf(name);
     const had = this.#sets.get(name);
     if (had && c.gone.size === 0 && c.added.size === 0) return had;
-    const set = declare([...c.elements.values()]);
+    const set = declare([...c.elements]);
     this.#sets.set(name, set);
     return set;
   }
@@ -510,6 +525,7 @@ export class ServiceRenderer {
   /** One Service's part of the rules, from its object and slices (see {@link Part}). */
   #renderService(s: Service, slices: readonly EndpointSlice[], options: RenderOptions): Part {
     const part: Part = { service: s, slices, chains: [], sets: [], shared: [], claims: [], hairpin: [] };
+    const owner = `${s.namespace}/${s.name}`;
     const clusterCIDR = (f: Family) => options.clusterCIDRs.find((c) => c.ip.family === f);
     let localForHealth = 0;
     for (const clusterIP of s.clusterIPs) {
@@ -521,12 +537,10 @@ export class ServiceRenderer {
         const all = usable(targets);
         const local = usable(targets.filter((t) => t.local));
         localForHealth = Math.max(localForHealth, local.length);
-        for (const t of local) part.hairpin.push([f, `${formatIP(t.ip)} . ${formatIP(t.ip)}`]);
+        if (local.length > 0) part.hairpin.push([f, local.map((t) => flat(formatIP(t.ip), ' . ', formatIP(t.ip)))]);
         const addrKey = (ip: IP) => `${formatIP(ip)} . ${proto} . ${p.port}`;
-        /** The endpoint maps' key of a way in (addr: `<address> . <port>`, nodeport: `<port>`). */
-        const slotKey = (via: Via, ip?: IP) => (via === 'addr' ? `${formatIP(ip!)} . ${p.port}` : `${p.nodePort}`);
-        const claim = (map: ClaimMap, key: string, verdict: string, endpoints: [string, string][] = []) =>
-          part.claims.push({ map: `${map}${f}`, element: `${key} : ${verdict}`, endpoints });
+        const claim = (map: ClaimMap, key: string, verdict: string, endpoints: [string, string[]][] = []) =>
+          part.claims.push({ owner, id: flat(map, f, ' ', key), map: `${map}${f}`, element: flat(key, ' : ', verdict), endpoints });
         const hasNodePort = p.nodePort !== undefined && (s.type === 'NodePort' || s.type === 'LoadBalancer');
         const nodePortKey = `${proto} . ${p.nodePort}`;
         if (all.length === 0) {
@@ -569,38 +583,48 @@ export class ServiceRenderer {
           if (hasNodePort) claim('nodeports', nodePortKey, `goto ext-${unit}`);
           continue;
         }
-        // Shared chains, named after the counts and policies that make their rules.
-        const endpoints = (via: Via, useLocal: boolean, ip?: IP): [string, string][] => [
-          ...all.map((t, j): [string, string] =>
-            [endpointMap(via, f, proto, all.length), `${slotKey(via, ip)} . ${j} : ${formatIP(t.ip)} . ${t.port}`]),
-          ...(useLocal ? local : []).map((t, j): [string, string] =>
-            [endpointMap(via, f, proto, local.length), `${slotKey(via, ip)} . ${LOCAL_SLOTS + j} : ${formatIP(t.ip)} . ${t.port}`]),
-        ];
-        const share = (name: string, rules: string[], maps: string[]) => {
-          part.shared.push({ name, rules, maps });
-          return name;
+        // Shared chains, named after the counts and policies that make their rules; the endpoints
+        // under the Service's own keys in the maps they look up.
+        const destination = (t: Target) => [formatIP(t.ip), t.port].join(' . ');
+        const allTo = all.map(destination);
+        const localTo = local.map(destination);
+        type Uses = { all: boolean; local: boolean };
+        const endpoints = (via: Via, uses: Uses, ip?: IP): [string, string[]][] => {
+          const key = via === 'addr' ? `${formatIP(ip!)} . ${p.port}` : `${p.nodePort}`;
+          return [
+            ...(uses.all ? [[endpointMap(via, f, proto, all.length), allTo.map((to, j) => flat(key, ' . ', j, ' : ', to))] as [string, string[]]]
+              : []),
+            ...(uses.local && local.length > 0
+              ? [[endpointMap(via, f, proto, local.length), localTo.map((to, j) => flat(key, ' . ', LOCAL_SLOTS + j, ' : ', to))] as [string, string[]]]
+              : []),
+          ];
         };
-        const picks = (via: Via) => {
-          const toAll = pick(via, f, proto, all.length, 0);
-          const toLocal = local.length > 0 ? pick(via, f, proto, local.length, LOCAL_SLOTS) : undefined;
-          return { toAll, toLocal, maps: [toAll.map, ...(toLocal ? [toLocal.map] : [])] };
+        /** A shared chain choosing among all endpoints, this node's, or both, by `via`'s key. */
+        const share = (name: string, via: Via, uses: Uses, rules: (toAll: string, toLocal: string | undefined) => string[]) => {
+          part.shared.push(this.#sharedChain(name, () => {
+            const toAll = pick(via, f, proto, all.length, 0);
+            const toLocal = uses.local && local.length > 0 ? pick(via, f, proto, local.length, LOCAL_SLOTS) : undefined;
+            return { rules: rules(toAll.rule, toLocal?.rule), maps: [...(uses.all ? [toAll.map] : []), ...(toLocal ? [toLocal.map] : [])] };
+          }));
+          return `goto ${name}`;
         };
         if (!(s.internalLocal && local.length === 0)) {
-          const { toAll, toLocal } = picks('addr');
-          const chain = s.internalLocal
-            ? share(`cluster-local${f}-${proto}-${local.length}`, [toLocal!.rule], [toLocal!.map])
-            : share(`cluster${f}-${proto}-${all.length}`, [...masqueradeOffCluster, toAll.rule], [toAll.map]);
-          claim('services', addrKey(clusterIP), `goto ${chain}`, endpoints('addr', s.internalLocal, clusterIP));
+          const uses = { all: !s.internalLocal, local: s.internalLocal };
+          const verdict = s.internalLocal
+            ? share(`cluster-local${f}-${proto}-${local.length}`, 'addr', uses, (_, toLocal) => [toLocal!])
+            : share(`cluster${f}-${proto}-${all.length}`, 'addr', uses, (toAll) => [...masqueradeOffCluster, toAll]);
+          claim('services', addrKey(clusterIP), verdict, endpoints('addr', uses, clusterIP));
         }
+        const uses = { all: true, local: s.externalLocal };
         for (const via of ['addr', 'nodeport'] as const) {
           if (via === 'addr' ? ext.length === 0 : !hasNodePort) continue;
-          const { toAll, toLocal, maps } = picks(via);
           const prefix = via === 'addr' ? 'ext' : 'nodeport';
-          const chain = s.externalLocal
-            ? share(`${prefix}-local${f}-${proto}-${all.length}-${local.length}`, externalRules(toAll.rule, toLocal?.rule ?? 'drop'), maps)
-            : share(`${prefix}${f}-${proto}-${all.length}`, externalRules(toAll.rule, ''), [toAll.map]);
-          if (via === 'nodeport') claim('nodeports', nodePortKey, `goto ${chain}`, endpoints(via, s.externalLocal));
-          for (const ip of via === 'addr' ? ext : []) claim('services', addrKey(ip), `goto ${chain}`, endpoints(via, s.externalLocal, ip));
+          const verdict = s.externalLocal
+            ? share(`${prefix}-local${f}-${proto}-${all.length}-${local.length}`, via, uses,
+              (toAll, toLocal) => externalRules(toAll, toLocal ?? 'drop'))
+            : share(`${prefix}${f}-${proto}-${all.length}`, via, uses, (toAll) => externalRules(toAll, ''));
+          if (via === 'nodeport') claim('nodeports', nodePortKey, verdict, endpoints(via, uses));
+          for (const ip of via === 'addr' ? ext : []) claim('services', addrKey(ip), verdict, endpoints(via, uses, ip));
         }
       }
     }

@@ -278,6 +278,10 @@ test('a renderer keeping its parts gives, model after model, the rules a fresh o
     [[web(), serviceObject('ns', 'c', { clusterIP: '10.96.0.12', ports: [{ port: 53, protocol: 'UDP' }] })],
       [webSlice(TWO), sliceObject('ns', 'c-1', 'c', 'IPv4', [{ port: 53, protocol: 'UDP' }], TWO)]],
     [[web({ type: 'LoadBalancer', externalTrafficPolicy: 'Local', ports: [{ port: 80, nodePort: 30080 }] })], [webSlice(TWO)]],
+    [[web({ type: 'NodePort', internalTrafficPolicy: 'Local', externalIPs: ['198.51.100.9'], ports: [{ port: 80, nodePort: 30080 }] })],
+      [webSlice([...TWO, endpoint('10.244.1.3', 'n1')])]],
+    [[web({ type: 'NodePort', internalTrafficPolicy: 'Local', externalTrafficPolicy: 'Local', ports: [{ port: 80, nodePort: 30080 }] })],
+      [webSlice([endpoint('10.244.2.2', 'n2')])]],
     [[], []],
     [[web()], [webSlice(TWO)]],
   ] as const;
@@ -286,10 +290,20 @@ test('a renderer keeping its parts gives, model after model, the rules a fresh o
     chains: [...r.chains].sort(),
     sets: r.sets.map((s) => [s.name, s.type, [...s.elements].sort()]).sort(),
   });
+  /** Every set a rule or element names is there, and every endpoint map is looked up by a rule. */
+  const whole = (r: NftRuleset) => {
+    const named = new Set([...r.chains.values()].flat().flatMap((l) => [...l.matchAll(/@([\w./-]+)/g)].map((m) => m[1]!)));
+    const sets = new Set(r.sets.map((x) => x.name));
+    for (const name of named) assert.ok(sets.has(name), `a rule names ${name}, which is not there`);
+    for (const set of r.sets) if (/endpoints/.test(set.name) && !/^no-/.test(set.name)) assert.ok(named.has(set.name), `${set.name} is looked up by no rule`);
+    const targets = r.sets.flatMap((x) => x.elements).flatMap((e) => [...e.matchAll(/goto ([\w./-]+)/g)].map((m) => m[1]!));
+    for (const chain of targets) assert.ok(r.chains.has(chain), `an element goes to ${chain}, which is not there`);
+  };
   for (const [services, slices] of models) {
     const kept = renderer.render(serviceModel([...services], [...slices]), OPTIONS).ruleset;
     const fresh = new ServiceRenderer().render(serviceModel([...services], [...slices]), OPTIONS).ruleset;
     assert.equal(shape(kept), shape(fresh));
+    whole(kept);
   }
 });
 
