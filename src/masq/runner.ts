@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { ConfigError, WeftError } from '../errors.ts';
 import type { Logger } from '../log.ts';
-import { sleep } from '../retry.ts';
+import { Backoff, sleep } from '../retry.ts';
 
 export interface RunResult {
   /** Exit status; 127 when the program could not be started (e.g. not installed). */
@@ -130,11 +130,16 @@ export interface WatchedChecksOptions {
 /** Changes that arrive together (one transaction prints a line per object) are checked once. */
 const SETTLE_MS = 100;
 
+/** A watch that ran this long before it died is started again without waiting. */
+const WATCH_STEADY_MS = 60_000;
+
 /**
  * The loop that keeps rules repaired: `check(full)` every period, and at once when the watcher
  * reports a change (a full check then). While the watcher lives, the periodic checks are light
- * (`full` false) but for one every `fullEveryMs`; when it dies, every check is full again. A
- * failed check is logged and tried again next period. Returns when `signal` aborts.
+ * (`full` false) but for one every `fullEveryMs`. When it dies (`nft monitor` exits when a
+ * transaction of 100,000 elements overflows its socket), what it missed is checked at once and
+ * it is started again, after a backoff (1 s to 1 min) when it keeps dying; meanwhile every check
+ * is full. A failed check is logged and tried again next period. Returns when `signal` aborts.
  */
 export async function runWatchedChecks(
   options: WatchedChecksOptions,
@@ -144,34 +149,42 @@ export async function runWatchedChecks(
   const delay = options.delay ?? sleep;
   let changed = false;
   let wake: (() => void) | undefined;
-  let live = false;
-  const watch = options.watcher?.(() => {
-    changed = true;
-    wake?.();
-  });
-  if (watch) {
-    live = true;
-    void watch.ended.then(() => {
-      if (signal.aborted) return;
-      live = false;
-      options.log.warn(`nft monitor ended; checking ${options.what} every period instead`, { periodSeconds: options.periodMs / 1000 });
+  let watch: RulesetWatch | undefined;
+  const backoff = new Backoff(1000, 60_000);
+  const startWatch = () => {
+    if (!options.watcher || signal.aborted) return;
+    const started = Date.now();
+    const current = options.watcher(() => {
+      changed = true;
       wake?.();
     });
-  }
+    watch = current;
+    void current.ended.then(() => {
+      if (signal.aborted || watch !== current) return;
+      watch = undefined;
+      if (Date.now() - started >= WATCH_STEADY_MS) backoff.reset();
+      const again = backoff.next();
+      options.log.warn(`nft monitor ended; checking ${options.what} now and starting it again`, { afterMs: again });
+      changed = true;
+      wake?.();
+      delay(again, signal).then(startWatch, () => {});
+    });
+  };
+  startWatch();
   let lastFull = Date.now();
   try {
     while (!signal.aborted) {
       const woken = new Promise<void>((resolve) => (wake = resolve));
       try {
         // A change reported while the last check ran is checked at once.
-        if (!changed) await (live ? Promise.race([delay(options.periodMs, signal), woken]) : delay(options.periodMs, signal));
+        if (!changed) await Promise.race([delay(options.periodMs, signal), woken]);
         if (changed) await delay(SETTLE_MS, signal);
       } catch {
         return;
       }
       wake = undefined;
       if (signal.aborted) return;
-      const full = !live || changed || Date.now() - lastFull >= options.fullEveryMs;
+      const full = !watch || changed || Date.now() - lastFull >= options.fullEveryMs;
       changed = false;
       try {
         if (full) lastFull = Date.now();

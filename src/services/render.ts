@@ -122,8 +122,10 @@ interface Part {
   health?: HealthCheck;
 }
 
-/** An endpoint as a destination: its address, conditions and target port. */
-interface Target extends Endpoint {
+/** An endpoint as a destination: its address and target port, and whether it is on this node. */
+interface Target {
+  endpoint: Endpoint;
+  ip: IP;
   port: number;
   local: boolean;
 }
@@ -150,27 +152,36 @@ const keyOf = (element: string) => element.slice(0, element.indexOf(' : '));
 const flat = (...parts: (string | number)[]) => parts.join('');
 
 /** The endpoints a set of candidates uses: the ready ones, else the serving terminating ones. */
-export function usable<T extends Pick<Endpoint, 'ready' | 'serving' | 'terminating'>>(candidates: readonly T[]): T[] {
-  const ready = candidates.filter((e) => e.ready);
-  return ready.length > 0 ? ready : candidates.filter((e) => e.serving && e.terminating);
+function usable<T extends { endpoint: Pick<Endpoint, 'ready' | 'serving' | 'terminating'> }>(candidates: readonly T[]): T[] {
+  if (candidates.every((c) => c.endpoint.ready)) return candidates as T[];
+  const ready = candidates.filter((c) => c.endpoint.ready);
+  return ready.length > 0 ? ready : candidates.filter((c) => c.endpoint.serving && c.endpoint.terminating);
 }
 
-/** The targets of one Service port in one family, from the Service's slices, sorted and unique. */
+/**
+ * The targets of one Service port in one family, from the Service's slices, sorted and unique.
+ * Called for each of 100,000 endpoints at a first render: it copies no endpoint it can keep.
+ */
 function targetsOf(port: ServicePort, family: Family, slices: readonly EndpointSlice[], node: string): Target[] {
-  const candidates = new Map<string, Endpoint & { port: number }>();
+  const targets: Target[] = [];
+  let seen: Map<bigint, Target>[] | undefined;
   for (const slice of slices) {
     if (slice.family !== family) continue;
     const p = slice.ports.find((sp) => sp.name === port.name && sp.protocol === port.protocol);
     if (!p) continue;
+    // One map of addresses per target port: during churn two slices can hold one endpoint.
+    const byAddress = (seen ??= [])[p.port] ??= new Map<bigint, Target>();
     for (const e of slice.endpoints) {
-      const key = `${e.ip.value}.${p.port}`;
-      const had = candidates.get(key);
-      // During churn two slices can hold one endpoint: the readier entry wins.
-      if (!had || (e.ready && !had.ready)) candidates.set(key, { ...e, port: p.port });
+      const had = byAddress.get(e.ip.value);
+      if (had && (had.endpoint.ready || !e.ready)) continue;
+      const target: Target = { endpoint: e, ip: e.ip, port: p.port, local: e.nodeName === node };
+      byAddress.set(e.ip.value, target);
+      // The readier entry wins.
+      if (had) targets[targets.indexOf(had)] = target;
+      else targets.push(target);
     }
   }
-  const all = [...candidates.values()].sort((a, b) => (a.ip.value < b.ip.value ? -1 : a.ip.value > b.ip.value ? 1 : a.port - b.port));
-  return all.map((e): Target => ({ ...e, local: e.nodeName === node }));
+  return targets.sort((a, b) => (a.ip.value < b.ip.value ? -1 : a.ip.value > b.ip.value ? 1 : a.port - b.port));
 }
 
 /** The chain names of one Service port in one family (affinity). */
