@@ -26,8 +26,8 @@
  *   element then checked to be in the kernel; median of 3. The table is not polled meanwhile: a
  *   listing of it costs nft a second of CPU at 10,000 Services, which would be taken from weftd.
  *   weftd's own render and nft times are printed beside.
- * - svc_hwm_mb: VmHWM of node-2's weftd, started at 10,000 Services and settled (after the
- *   cold sync measurement), the largest of the 3.
+ * - svc_hwm_mb: VmHWM of node-2's weftd, started at 10,000 Services, once it has applied the
+ *   table and listed it for the repair (after the cold sync measurement), the largest of the 3.
  *
  * Last line: svc_sync_10000_ms=<> svc_update_p99_ms=<> connect_100_us=<> connect_10000_us=<>
  * connect_flat_ratio=<> svc_conn_rate_ratio=<> svc_throughput_ratio=<> svc_hwm_mb=<>
@@ -204,7 +204,9 @@ try {
     syncs.push(stampMs(translating()!) - t0);
     if (!(await hasElement(node2, 'services4', `${clusterIP(SERVICES - 2)} . tcp . 80`))) throw new Error('the table misses the last Service');
     await ready;
-    await sleep(5000);
+    // The peak may come with the repair's first listing of the table, after the apply.
+    await waitFor('the listing for the repair', async () => /listed the applied rules for the repair/.test(node2.daemon.log()), 120_000);
+    await sleep(1000);
     hwms.push((await procStatus(node2.daemon.proc.pid!)).hwmMb);
   }
   const first = /translating Services in table .*?render_ms=(\d+) nft_ms=(\d+)/.exec(node2.daemon.log());

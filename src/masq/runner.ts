@@ -5,6 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
+import { Readable } from 'node:stream';
 import { ConfigError, WeftError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { Backoff, sleep } from '../retry.ts';
@@ -16,8 +17,20 @@ export interface RunResult {
   stderr: string;
 }
 
-/** Runs `argv` (program first) with `stdin` as its input; never rejects for a non-zero exit. */
-export type Runner = (argv: readonly string[], stdin?: string) => Promise<RunResult>;
+/**
+ * Runs `argv` (program first) with `stdin` as its input; never rejects for a non-zero exit.
+ * `stdout`, when given, takes the standard output as it comes, text piece by piece, instead of
+ * {@link RunResult.stdout} (a runner that has it all at once may hand it over either way).
+ */
+export type Runner = (argv: readonly string[], stdin?: Stdin, stdout?: (text: string) => void) => Promise<RunResult>;
+
+/** A command's input: a text, or its pieces, made as the command reads them (a 7 MB script need not be held whole). */
+export type Stdin = string | Iterable<string>;
+
+/** A command's input as one text (for runners that need it whole). */
+export function stdinText(stdin: Stdin | undefined): string {
+  return stdin === undefined || typeof stdin === 'string' ? stdin ?? '' : [...stdin].join('');
+}
 
 /** A command the rules depend on failed; `command` is the program and its arguments. */
 export class TrafficRulesError extends WeftError {
@@ -35,25 +48,30 @@ export class TrafficRulesError extends WeftError {
 
 /** A runner spawning the command directly, each argv prefixed by `prefix` (e.g. `ip netns exec ns`). */
 export function execRunner(prefix: readonly string[] = []): Runner {
-  return (argv, stdin) =>
+  return (argv, stdin, stdout) =>
     new Promise((resolve) => {
       const full = [...prefix, ...argv];
       const child = spawn(full[0]!, full.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
       const out: Buffer[] = [];
       const err: Buffer[] = [];
-      child.stdout.on('data', (b: Buffer) => out.push(b));
+      if (stdout) {
+        child.stdout.setEncoding('utf8');
+        child.stdout.on('data', stdout);
+      } else child.stdout.on('data', (b: Buffer) => out.push(b));
       child.stderr.on('data', (b: Buffer) => err.push(b));
       child.stdin.on('error', () => {});
       child.on('error', (e) => resolve({ code: 127, stdout: '', stderr: e.message }));
       child.on('close', (code) =>
         resolve({ code: code ?? 1, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }),
       );
-      child.stdin.end(stdin ?? '');
+      if (stdin === undefined || typeof stdin === 'string') child.stdin.end(stdin ?? '');
+      // Piece by piece, each made once the pipe has taken the last.
+      else Readable.from(stdin, { objectMode: false }).pipe(child.stdin);
     });
 }
 
 /** Runs `argv`, throwing a {@link TrafficRulesError} (naming the command and its stderr) on failure. */
-export async function mustRun(run: Runner, verb: string, argv: readonly string[], stdin?: string): Promise<string> {
+export async function mustRun(run: Runner, verb: string, argv: readonly string[], stdin?: Stdin): Promise<string> {
   const r = await run(argv, stdin);
   if (r.code !== 0) throw new TrafficRulesError(verb, argv, r);
   return r.stdout;

@@ -21,7 +21,7 @@ import type { Logger } from '../log.ts';
 import { mustRun, TrafficRulesError } from '../masq/runner.ts';
 import type { Runner } from '../masq/runner.ts';
 import { Backoff, sleep } from '../retry.ts';
-import { tableScript, tableUpdate } from './ruleset.ts';
+import { tableScriptPieces, tableUpdate } from './ruleset.ts';
 import type { NftRuleset } from './ruleset.ts';
 
 export interface KeptTableOptions {
@@ -35,8 +35,11 @@ export interface KeptTableOptions {
   render: () => NftRuleset | undefined;
   /** Whether the inputs are complete (the first apply waits for them). */
   ready: () => boolean;
-  /** What of a listing counts for the repair (e.g. without what the kernel adds to dynamic sets); default all. */
-  normalize?: (listing: string) => string;
+  /**
+   * What of a listing counts for the repair (e.g. not what the kernel adds to dynamic sets): a
+   * fresh filter of its lines for each listing; default every line.
+   */
+  lineFilter?: () => (line: string) => boolean;
   /** Called after each apply that sent something, with what was applied before and now. */
   applied?: (before: NftRuleset | undefined, now: NftRuleset | undefined, timings: { renderMs: number; nftMs: number }) => void;
   /**
@@ -241,19 +244,27 @@ export class KeptTable {
     const { table, run } = this.#options;
     const started = performance.now();
     const next = this.#options.render();
-    const script = this.#appliedKnown ? tableUpdate(table, this.#applied, next) : tableScript(table, next);
-    if (script === '') {
+    const update = this.#appliedKnown ? tableUpdate(table, this.#applied, next) : undefined;
+    if (update === '') {
       // The same rules: the next render's delta (see ruleset.ts) is from this one.
-      if (this.#appliedKnown) this.#applied = next;
+      this.#applied = next;
       return false;
     }
+    // A whole load is made as nft reads it (see tableScriptPieces).
+    let bytes = update?.length ?? 0;
+    const script = update ?? (function* counted() {
+      for (const piece of tableScriptPieces(table, next)) {
+        bytes += piece.length;
+        yield piece;
+      }
+    })();
     const before = this.#applied;
     this.#applies++;
     const rendered = performance.now();
     await mustRun(run, `apply nftables table ${table}`, ['nft', '-f', '-'], script);
     const nftMs = performance.now() - rendered;
     this.#options.log.debug(`${this.#options.what}: rules applied`, {
-      render_ms: Math.round(rendered - started), nft_ms: Math.round(nftMs), bytes: script.length, whole: !this.#appliedKnown,
+      render_ms: Math.round(rendered - started), nft_ms: Math.round(nftMs), bytes, whole: update === undefined,
     });
     this.#applied = next;
     this.#appliedKnown = true;
@@ -270,19 +281,32 @@ export class KeptTable {
   }
 
   /**
-   * What `nft list table <table>` prints, as a digest (a listing at 10,000 Services is 7 MB, not
-   * worth holding to be compared whole), or undefined when the table does not exist.
+   * What `nft list table <table>` prints, as a digest taken as it comes (a listing at 10,000
+   * Services is 8 MB, not worth holding), or undefined when the table does not exist.
    */
   async #list(): Promise<Listing | undefined> {
     const argv = ['nft', 'list', 'table', ...this.#options.table.split(' ')];
     const started = performance.now();
-    const r = await this.#options.run(argv).finally(() => {
+    const hash = createHash('sha256');
+    const keep = this.#options.lineFilter?.() ?? (() => true);
+    let bytes = 0;
+    let partial = '';
+    const take = (text: string) => {
+      const lines = (partial + text).split('\n');
+      partial = lines.pop()!;
+      for (const line of lines) {
+        if (!keep(line)) continue;
+        hash.update(line).update('\n');
+        bytes += line.length + 1;
+      }
+    };
+    const r = await this.#options.run(argv, undefined, take).finally(() => {
       this.#listedAt = performance.now();
       this.#listMs = this.#listedAt - started;
     });
     if (r.code === 0) {
-      const text = this.#options.normalize ? this.#options.normalize(r.stdout) : r.stdout;
-      return { digest: createHash('sha256').update(text).digest('hex'), bytes: text.length };
+      take(`${r.stdout}\n`);
+      return { digest: hash.digest('hex'), bytes };
     }
     if (/No such file or directory/i.test(r.stderr)) return undefined;
     throw new TrafficRulesError(`list nftables table ${this.#options.table}`, argv, r);

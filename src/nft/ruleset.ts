@@ -90,25 +90,44 @@ function elementLines(table: string, to: NftSet, gone: readonly string[], added:
   ];
 }
 
+/** Elements per line of a whole load's set: a set of 100,000 is sent a line at a time, not as one 5 MB line. */
+const ELEMENTS_PER_LINE = 1000;
+
 /**
  * The `nft -f` script that, in one transaction, replaces table `<table>` (e.g. `inet weft-policy`)
- * with `ruleset`, or only removes it when there is none. Equal inputs give byte-equal scripts.
- * Data sets and maps come first, then the regular chains, then the verdict maps jumping to them,
- * then the base chains.
+ * with `ruleset`, or only removes it when there is none, a few lines at a time: a table of
+ * 10,000 Services is a 7 MB script, made as nft reads it rather than held whole. Equal inputs
+ * give byte-equal scripts. Data sets and maps come first, then the regular chains, then the
+ * verdict maps jumping to them, then the base chains.
  */
-export function tableScript(table: string, ruleset: NftRuleset | undefined): string {
-  const lines = [`table ${table} {}`, `delete table ${table}`];
-  if (ruleset) {
-    lines.push(`table ${table} {`);
-    const declare = (s: NftSet) => lines.push(`\t${s.kind} ${s.name} {`, ...setBody(s).map((l) => `\t\t${l}`), '\t}');
-    const chain = (name: string, rules: readonly string[]) => lines.push(`\tchain ${name} {`, ...rules.map((l) => `\t\t${l}`), '\t}');
-    for (const s of ruleset.sets) if (!isVerdictMap(s)) declare(s);
-    for (const [name, rules] of ruleset.chains) if (!isBase(rules)) chain(name, rules);
-    for (const s of ruleset.sets) if (isVerdictMap(s)) declare(s);
-    for (const [name, rules] of ruleset.chains) if (isBase(rules)) chain(name, rules);
-    lines.push('}');
+export function* tableScriptPieces(table: string, ruleset: NftRuleset | undefined): Generator<string> {
+  yield `table ${table} {}\ndelete table ${table}\n`;
+  if (!ruleset) return;
+  yield `table ${table} {\n`;
+  function* declare(s: NftSet) {
+    const body = setBody({ ...s, elements: [] }).map((l) => `\t\t${l}\n`).join('');
+    if (s.elements.length === 0) {
+      yield `\t${s.kind} ${s.name} {\n${body}\t}\n`;
+      return;
+    }
+    yield `\t${s.kind} ${s.name} {\n${body}\t\telements = { `;
+    for (let i = 0; i < s.elements.length; i += ELEMENTS_PER_LINE) {
+      const last = i + ELEMENTS_PER_LINE >= s.elements.length;
+      yield `${s.elements.slice(i, i + ELEMENTS_PER_LINE).join(', ')}${last ? ' }\n' : ',\n\t\t\t'}`;
+    }
+    yield '\t}\n';
   }
-  return `${lines.join('\n')}\n`;
+  const chain = (name: string, rules: readonly string[]) => `\tchain ${name} {\n${rules.map((l) => `\t\t${l}\n`).join('')}\t}\n`;
+  for (const s of ruleset.sets) if (!isVerdictMap(s)) yield* declare(s);
+  for (const [name, rules] of ruleset.chains) if (!isBase(rules)) yield chain(name, rules);
+  for (const s of ruleset.sets) if (isVerdictMap(s)) yield* declare(s);
+  for (const [name, rules] of ruleset.chains) if (isBase(rules)) yield chain(name, rules);
+  yield '}\n';
+}
+
+/** {@link tableScriptPieces} as one text. */
+export function tableScript(table: string, ruleset: NftRuleset | undefined): string {
+  return [...tableScriptPieces(table, ruleset)].join('');
 }
 
 /**

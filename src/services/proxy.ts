@@ -73,9 +73,26 @@ export interface ServiceProxyOptions {
 
 type Stored<T> = T | Invalid;
 
-/** Drops the clients an affinity set holds from a listing of the table: they are the kernel's. */
-export function withoutClients(listing: string): string {
-  return listing.replace(/(\tset affinity-[^\n]*\{\n(?:\t\t(?!elements)[^\n]*\n)*)\t\telements = \{[^}]*\}\n/g, '$1');
+/**
+ * A filter of a listing's lines leaving out the clients an affinity set holds (its `elements`,
+ * which may go on over several lines): they are the kernel's, not drift.
+ */
+export function withoutClients(): (line: string) => boolean {
+  let inAffinitySet = false;
+  let inElements = false;
+  return (line) => {
+    if (inElements) {
+      inElements = !line.includes('}');
+      return false;
+    }
+    if (line.startsWith('\tset ')) inAffinitySet = line.startsWith('\tset affinity-');
+    else if (line === '\t}') inAffinitySet = false;
+    else if (inAffinitySet && line.startsWith('\t\telements = {')) {
+      inElements = !line.includes('}');
+      return false;
+    }
+    return true;
+  };
 }
 
 /**
@@ -129,7 +146,7 @@ export class ServiceProxy {
       table: `inet ${NFT_SERVICES_TABLE}`, what: 'service proxy', log: this.#log, run: this.#run,
       render: () => this.#render(),
       ready: () => this.#listed.size === 2,
-      normalize: withoutClients,
+      lineFilter: withoutClients,
       listDutyCycle: LIST_DUTY_CYCLE,
       applied: (before, now, timings) => {
         if (!before && now) this.#log.info(`service proxy: translating Services in table inet ${NFT_SERVICES_TABLE}`, {

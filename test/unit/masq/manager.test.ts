@@ -4,18 +4,18 @@ import { ConfigError, WeftError } from '../../../src/errors.ts';
 import { parseCIDR } from '../../../src/ip/ip.ts';
 import { memoryLogger } from '../../../src/log.ts';
 import { TrafficRules } from '../../../src/masq/manager.ts';
-import { TrafficRulesError } from '../../../src/masq/runner.ts';
-import type { RunResult, Runner, Sysctl } from '../../../src/masq/runner.ts';
+import { stdinText, TrafficRulesError } from '../../../src/masq/runner.ts';
+import type { RunResult, Runner, Stdin, Sysctl } from '../../../src/masq/runner.ts';
 
 const NETS = { network: parseCIDR('10.244.0.0/16', 'n'), subnet: parseCIDR('10.244.1.0/24', 's') };
 
 /** A runner answering from `answer` (argv joined by spaces → result) and recording every call. */
 function fakeRunner(answer: (cmd: string, stdin?: string) => Partial<RunResult> | undefined): Runner & { calls: string[] } {
   const calls: string[] = [];
-  const run = async (argv: readonly string[], stdin?: string): Promise<RunResult> => {
+  const run = async (argv: readonly string[], stdin?: Stdin): Promise<RunResult> => {
     const cmd = argv.join(' ');
     calls.push(cmd);
-    const r = answer(cmd, stdin);
+    const r = answer(cmd, stdin === undefined ? undefined : stdinText(stdin));
     return { code: 0, stdout: '', stderr: '', ...r };
   };
   return Object.assign(run, { calls });

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { memoryLogger } from '../../../src/log.ts';
+import { stdinText } from '../../../src/masq/runner.ts';
 import type { Runner } from '../../../src/masq/runner.ts';
 import { CHEAP_LIST_MS, KeptTable } from '../../../src/nft/kept-table.ts';
 import type { NftRuleset } from '../../../src/nft/ruleset.ts';
@@ -15,7 +16,7 @@ function kernel(listMs = LIST_MS) {
   const run: Runner = async (argv, input) => {
     const call: { argv: string; at: number; end?: number } = { argv: argv.join(' '), at: performance.now() };
     calls.push(call);
-    if (argv[1] === '-f') listing = /counter (\d+)/.exec(input ?? '')?.[1] ?? listing;
+    if (argv[1] === '-f') listing = /counter (\d+)/.exec(stdinText(input))?.[1] ?? listing;
     if (argv[1] === 'list') await sleep(listMs);
     call.end = performance.now();
     return { code: 0, stdout: `table inet t { ${listing} }\n`, stderr: '' };
