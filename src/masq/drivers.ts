@@ -11,7 +11,7 @@ import {
   nftRemoveScript, nftScript, NFT_TABLE, FLANNEL_NFT_TABLES, parseIptablesSave, parseIptablesVersion, parseNftTables,
 } from './rules.ts';
 import type { IptablesPart, IptablesPartState, WantedRules } from './rules.ts';
-import { mustRun, TrafficRulesError } from './runner.ts';
+import { mustRun, NFT_LIST_TABLES, TrafficRulesError } from './runner.ts';
 import type { Runner } from './runner.ts';
 
 export type DriverName = 'nftables' | 'iptables';
@@ -46,8 +46,8 @@ export class NftablesDriver implements Driver {
 
   /** Asked once per driver: whether nft works does not change while weftd runs. */
   unavailable(): Promise<string | undefined> {
-    this.#unavailable ??= this.#run(['nft', 'list', 'tables']).then((r) =>
-      r.code === 0 ? undefined : `nft list tables: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`);
+    this.#unavailable ??= this.#run(NFT_LIST_TABLES).then((r) =>
+      r.code === 0 ? undefined : `${NFT_LIST_TABLES.join(' ')}: ${(r.stderr || r.stdout).trim() || `exit status ${r.code}`}`);
     return this.#unavailable;
   }
 
@@ -108,7 +108,7 @@ export class NftablesDriver implements Driver {
   }
 
   async #tables(): Promise<Set<string>> {
-    return parseNftTables(await mustRun(this.#run, 'list nftables tables', ['nft', 'list', 'tables']));
+    return parseNftTables(await mustRun(this.#run, 'list nftables tables', NFT_LIST_TABLES));
   }
 
   /** `nft list table inet weft`, or undefined when the table does not exist. */

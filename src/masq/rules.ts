@@ -371,7 +371,7 @@ export function nftRemoveScript(): string {
   return nftScript({ fullyRandom: false });
 }
 
-/** Tables named in `nft list tables` output, as `<family> <name>`. */
+/** Tables named in `nft list chains` (or `nft list tables`) output, as `<family> <name>`. */
 export function parseNftTables(text: string): Set<string> {
   const out = new Set<string>();
   for (const line of text.split('\n')) {

@@ -36,7 +36,7 @@ import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
 import { ensureBridgeNetfilter } from '../masq/bridge-netfilter.ts';
 import type { BridgeNetfilterOptions } from '../masq/bridge-netfilter.ts';
-import { execRunner, mustRun, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
+import { execRunner, mustRun, NFT_LIST_TABLES, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
 import { LiveServiceIndex } from './index.ts';
@@ -100,8 +100,8 @@ export function withoutClients(): (line: string) => boolean {
  * (through iptables-nft, seen by nft, or iptables-legacy), its IPVS device.
  */
 export async function kubeProxyTrace(run: Runner): Promise<string | undefined> {
-  const tables = await run(['nft', 'list', 'tables']);
-  const found = /^table (ip6?) kube-proxy$/m.exec(tables.stdout);
+  const tables = await run(NFT_LIST_TABLES);
+  const found = /^table (ip6?) kube-proxy\b/m.exec(tables.stdout);
   if (found) return `nftables table ${found[1]} kube-proxy`;
   for (const family of ['ip', 'ip6']) {
     const chain = await run(['nft', 'list', 'chain', family, 'nat', 'KUBE-SERVICES']);

@@ -153,14 +153,14 @@ test('prepare() does the engine choice, forwarding and the other engine\'s lefto
   rules.prepare();
   await new Promise((r) => setTimeout(r, 10));
   const before = [...run.calls];
-  assert.ok(before.includes('nft list tables') && before.includes('iptables-save -t nat'), before.join(', '));
+  assert.ok(before.includes('nft list chains') && before.includes('iptables-save -t nat'), before.join(', '));
   assert.deepEqual(sysctl.writes, ['net.ipv4.ip_forward=1'], 'forwarding switched on before the lease is known');
   assert.ok(!before.includes('nft -f -'), 'no rules before the networks are known');
   await rules.start(NETS);
   await rules.stop();
   const after = run.calls.slice(before.length);
   assert.ok(after.includes('nft -f -'), after.join(', '));
-  assert.ok(!after.some((c) => c === 'nft list tables' || c.startsWith('iptables')), `start() asked nothing prepare() knew: ${after.join(', ')}`);
+  assert.ok(!after.some((c) => c === 'nft list chains' || c.startsWith('iptables')), `start() asked nothing prepare() knew: ${after.join(', ')}`);
 });
 
 test('a failing prepare() surfaces in start()', async () => {

@@ -15,17 +15,17 @@ test('nft that works passes; nft that fails is a ConfigError naming the flag and
   const asked: string[][] = [];
   const ok: Runner = async (argv) => (asked.push([...argv]), { code: 0, stdout: 'table inet filter\n', stderr: '' });
   await requireNft(ok, '--egress-gateways', 'egress gateways');
-  assert.deepEqual(asked, [['nft', 'list', 'tables']]);
+  assert.deepEqual(asked, [['nft', 'list', 'chains']]);
 
   const broken: Runner = async () => ({ code: 1, stdout: '', stderr: 'Error: Could not process rule: Operation not permitted\n' });
   await assert.rejects(requireNft(broken, '--network-policy', 'network policy'), (e: unknown) => {
     assert.ok(e instanceof ConfigError);
     assert.match(e.message, /--network-policy/);
-    assert.match(e.message, /network policy is applied with nftables \(whatever --traffic-rules says\), and nft does not work here: nft list tables: Error: Could not process rule: Operation not permitted$/);
+    assert.match(e.message, /network policy is applied with nftables \(whatever --traffic-rules says\), and nft does not work here: nft list chains: Error: Could not process rule: Operation not permitted$/);
     return true;
   });
   const missing: Runner = async () => ({ code: 127, stdout: '', stderr: '' });
-  await assert.rejects(requireNft(missing, '--egress-gateways', 'egress gateways'), /nft list tables: exit status 127/);
+  await assert.rejects(requireNft(missing, '--egress-gateways', 'egress gateways'), /nft list chains: exit status 127/);
 });
 
 test('a ruleset watch that dies is checked for at once and started again, its changes then heard as before', async () => {

@@ -36,7 +36,7 @@ test('start-up refuses, naming what is missing: nft, br_netfilter, or a sysctl i
       return true;
     });
   };
-  await refused(enforcer(async () => ({ code: 127, stdout: '', stderr: 'spawn nft ENOENT' }), bridgeOn), /nftables .*nft list tables: spawn nft ENOENT/);
+  await refused(enforcer(async () => ({ code: 127, stdout: '', stderr: 'spawn nft ENOENT' }), bridgeOn), /nftables .*nft list chains: spawn nft ENOENT/);
   await refused(enforcer(nftWorks, { read: async () => { throw new Error('ENOENT'); }, write: async () => undefined }), /net\.bridge\.bridge-nf-call-iptables cannot be read .*modprobe br_netfilter/);
   await refused(enforcer(nftWorks, { read: async () => '0', write: async () => { throw new Error('EROFS'); } }), /net\.bridge\.bridge-nf-call-iptables is 0 and could not be set to 1 \(EROFS\)/);
   const written: string[] = [];

@@ -11,7 +11,7 @@ import { kubeProxyTrace, ServiceProxy, withoutClients } from '../../../src/servi
 function node(present: { tables?: string; commands?: string[] }): Runner {
   return async (argv) => {
     const line = argv.join(' ');
-    if (line === 'nft list tables') return { code: 0, stdout: present.tables ?? 'table inet weft\n', stderr: '' };
+    if (line === 'nft list chains') return { code: 0, stdout: present.tables ?? 'table inet weft {\n\tchain c {\n\t}\n}\n', stderr: '' };
     if (present.commands?.includes(line)) return { code: 0, stdout: '', stderr: '' };
     return { code: 1, stdout: '', stderr: 'No such file or directory' };
   };
@@ -19,7 +19,7 @@ function node(present: { tables?: string; commands?: string[] }): Runner {
 
 test('kube-proxy is found by its nftables tables, its iptables chain (nft or legacy) and its IPVS device', async () => {
   assert.equal(await kubeProxyTrace(node({})), undefined);
-  assert.equal(await kubeProxyTrace(node({ tables: 'table inet weft\ntable ip6 kube-proxy\n' })), 'nftables table ip6 kube-proxy');
+  assert.equal(await kubeProxyTrace(node({ tables: 'table inet weft {\n}\ntable ip6 kube-proxy {\n\tchain services {\n\t}\n}\n' })), 'nftables table ip6 kube-proxy');
   assert.equal(await kubeProxyTrace(node({ commands: ['nft list chain ip nat KUBE-SERVICES'] })), 'iptables chain KUBE-SERVICES (ip nat)');
   const legacy = node({ commands: ['iptables-legacy -w -t nat -S KUBE-SERVICES'] });
   assert.equal(await kubeProxyTrace(legacy), 'iptables-legacy chain KUBE-SERVICES (nat)');
@@ -32,14 +32,14 @@ test('a node running kube-proxy, or without nft, refuses --service-proxy naming 
   const proxy = (runner: Runner) => new ServiceProxy({ http: new KubeHttp(kc), node: 'n1', log: silentLogger, clusterCIDRs: [], runner });
   const stop = new AbortController();
   stop.abort();
-  await assert.rejects(proxy(node({ tables: 'table ip kube-proxy\n' })).start(stop.signal), (e: unknown) => {
+  await assert.rejects(proxy(node({ tables: 'table ip kube-proxy {\n\tchain services {\n\t}\n}\n' })).start(stop.signal), (e: unknown) => {
     assert.ok(e instanceof ConfigError);
     assert.equal(e.field, '--service-proxy');
     assert.match(e.message, /kube-proxy runs on this node \(nftables table ip kube-proxy\)/);
     return true;
   });
   const noNft: Runner = async () => ({ code: 127, stdout: '', stderr: 'spawn nft ENOENT' });
-  await assert.rejects(proxy(noNft).start(stop.signal), /nft list tables: spawn nft ENOENT/);
+  await assert.rejects(proxy(noNft).start(stop.signal), /nft list chains: spawn nft ENOENT/);
 });
 
 test('the repair compares listings without the clients the kernel put in the affinity sets', () => {
