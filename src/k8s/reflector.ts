@@ -149,6 +149,7 @@ export class Reflector<T> {
     let from = this.#seen ?? '0';
     let rv = '';
     let pages = 0;
+    const started = performance.now();
     for (;;) {
       signal.throwIfAborted();
       const query: Record<string, string> = { ...this.#options.query, limit };
@@ -187,7 +188,7 @@ export class Reflector<T> {
       if (cont === undefined) break;
     }
     this.#seen = rv;
-    log.info(`listed ${this.#name}`, { count: items.size, pages, resourceVersion: rv });
+    log.info(`listed ${this.#name}`, { count: items.size, pages, resourceVersion: rv, ms: Math.round(performance.now() - started) });
     this.#options.onList(items);
     return rv;
   }

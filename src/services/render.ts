@@ -345,17 +345,21 @@ export class ServiceRenderer {
     return c;
   }
 
-  /** Adds an element (the first render, which sends everything, keeps no account of what came). */
-  #addElement(set: string, element: string): void {
+  /** Adds elements (the first render, which sends everything, keeps no account of what came). */
+  #addElements(set: string, elements: Iterable<string>): void {
     const c = this.#contentsOf(set);
-    c.elements.add(element);
-    if (this.#touched && !c.gone.delete(element)) c.added.add(element);
+    for (const element of elements) {
+      c.elements.add(element);
+      if (this.#touched && !c.gone.delete(element)) c.added.add(element);
+    }
   }
 
-  #removeElement(set: string, element: string): void {
+  #removeElements(set: string, elements: Iterable<string>): void {
     const c = this.#contentsOf(set);
-    c.elements.delete(element);
-    if (this.#touched && !c.added.delete(element)) c.gone.add(element);
+    for (const element of elements) {
+      c.elements.delete(element);
+      if (this.#touched && !c.added.delete(element)) c.gone.add(element);
+    }
   }
 
   /** Service `owner`'s claims go from `old` to `next`; the map elements follow the claims that hold their keys. */
@@ -378,12 +382,12 @@ export class ServiceRenderer {
       const now = holder(this.#claims.get(id));
       if (was === now) continue;
       if (was) {
-        this.#removeElement(was.map, was.element);
-        for (const [map, elements] of was.endpoints) for (const e of elements) this.#removeElement(map, e);
+        this.#removeElements(was.map, [was.element]);
+        for (const [map, elements] of was.endpoints) this.#removeElements(map, elements);
       }
       if (now) {
-        this.#addElement(now.map, now.element);
-        for (const [map, elements] of now.endpoints) for (const e of elements) this.#addElement(map, e);
+        this.#addElements(now.map, [now.element]);
+        for (const [map, elements] of now.endpoints) this.#addElements(map, elements);
       }
     }
   }
@@ -395,10 +399,10 @@ export class ServiceRenderer {
       const n = (counts.get(element) ?? 0) + by;
       if (n === 0) {
         counts.delete(element);
-        this.#removeElement(`hairpin${f}`, element);
+        this.#removeElements(`hairpin${f}`, [element]);
       } else {
         counts.set(element, n);
-        if (n === 1 && by === 1) this.#addElement(`hairpin${f}`, element);
+        if (n === 1 && by === 1) this.#addElements(`hairpin${f}`, [element]);
       }
     }
   }
@@ -548,7 +552,12 @@ export class ServiceRenderer {
         const all = usable(targets);
         const local = usable(targets.filter((t) => t.local));
         localForHealth = Math.max(localForHealth, local.length);
-        if (local.length > 0) part.hairpin.push([f, local.map((t) => flat(formatIP(t.ip), ' . ', formatIP(t.ip)))]);
+        if (local.length > 0) {
+          part.hairpin.push([f, local.map((t) => {
+            const ip = formatIP(t.ip);
+            return flat(ip, ' . ', ip);
+          })]);
+        }
         const addrKey = (ip: IP) => `${formatIP(ip)} . ${proto} . ${p.port}`;
         const claim = (map: ClaimMap, key: string, verdict: string, endpoints: [string, string[]][] = []) =>
           part.claims.push({ owner, id: flat(map, f, ' ', key), map: `${map}${f}`, element: flat(key, ' : ', verdict), endpoints });
