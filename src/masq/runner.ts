@@ -5,7 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
-import { Readable } from 'node:stream';
+import { pipeline, Readable } from 'node:stream';
 import { ConfigError, WeftError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { Backoff, sleep } from '../retry.ts';
@@ -65,8 +65,8 @@ export function execRunner(prefix: readonly string[] = []): Runner {
         resolve({ code: code ?? 1, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }),
       );
       if (stdin === undefined || typeof stdin === 'string') child.stdin.end(stdin ?? '');
-      // Piece by piece, each made once the pipe has taken the last.
-      else Readable.from(stdin, { objectMode: false }).pipe(child.stdin);
+      // Piece by piece, each made once the pipe has taken the last; a failure shows as the command's.
+      else pipeline(Readable.from(stdin, { objectMode: false }), child.stdin, () => {});
     });
 }
 
