@@ -331,17 +331,24 @@ test('nftables watched by nft monitor: a change is restored at once, an idle nod
   });
 });
 
-test('nftables: when the monitor dies, the rules are checked every period again', { skip: needsRoot }, async () => {
+test('nftables: a monitor that keeps dying is started again, and the rules are still checked every period', { skip: needsRoot }, async () => {
   await withNetns(['node'], async (node) => {
     const records = memoryLogger();
     const ac = new AbortController();
-    const rules = manager(node!, 'nftables', { log: records, resyncSeconds: 1, watch: () => ({ ended: Promise.resolve(), stop: () => {} }) });
+    let starts = 0;
+    const dying = () => {
+      starts++;
+      return { ended: Promise.resolve(), stop: () => {} };
+    };
+    const rules = manager(node!, 'nftables', { log: records, resyncSeconds: 1, watch: dying });
     try {
       await rules.start(NETS, { signal: ac.signal });
       await deleteNftRule(node!);
-      for (let i = 0; i < 30 && !records.records.some((r) => r.msg === 'traffic rules drifted; restored'); i++) await sleep(100);
-      assert.ok(records.records.some((r) => r.msg === 'nft monitor ended; checking the traffic rules every period instead'));
+      // The first restart waits a backoff of under a second.
+      for (let i = 0; i < 30 && (starts < 2 || !records.records.some((r) => r.msg === 'traffic rules drifted; restored')); i++) await sleep(100);
+      assert.ok(records.records.some((r) => r.msg === 'nft monitor ended; checking the traffic rules now and starting it again'));
       assert.ok(records.records.some((r) => r.msg === 'traffic rules drifted; restored'), 'restored by the periodic check');
+      assert.ok(starts >= 2, `the monitor started again (${starts} starts)`);
     } finally {
       ac.abort();
       await rules.stop();
