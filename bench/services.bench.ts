@@ -6,7 +6,9 @@
  * SCALED: 10,000 Services of 10 endpoints each are API objects (Services and EndpointSlices in
  * the test API server) whose endpoints are addresses, not wired pods, half of them said to be on
  * node-2; only the bench Service's endpoint, the server pod, carries traffic. The rules weftd
- * renders and loads are the same as for wired pods (the proxy sees EndpointSlices, not veths).
+ * renders and loads are the same as for wired pods (the proxy sees EndpointSlices, not veths),
+ * but for the hairpin set: it holds this node's endpoints in the cluster network (its pods,
+ * a few hundred on a real node), and the 100,000 filler addresses lie outside 10.244.0.0/16.
  *
  * - connect_100_us, connect_10000_us: the median time of a TCP connect (SYN to SYN-ACK, the first
  *   packet's dispatch by the rules included) from the client to the bench Service's cluster IP,

@@ -140,27 +140,39 @@ export class Reflector<T> {
     }
   }
 
-  /** Lists every object (paged) and hands them to onList; returns the list's resourceVersion. */
+  /**
+   * Lists every object (paged) and hands them to onList; returns the list's resourceVersion. The
+   * next page is asked for as soon as a page's continue token is read, so the server makes it
+   * while this one's objects are parsed.
+   */
   async #relist(signal: AbortSignal): Promise<string> {
     const { http, path, resource, parse, log } = this.#options;
     const limit = String(this.#options.listPageSize ?? 500);
     let items = new Map<string, T>();
-    let cont: string | undefined;
     let from = this.#seen ?? '0';
     let rv = '';
     let pages = 0;
     const started = performance.now();
-    for (;;) {
-      signal.throwIfAborted();
+    type Page = { items?: Meta[]; metadata?: { resourceVersion?: string; continue?: string } };
+    const fetch = (cont: string | undefined): Promise<Page> => {
       const query: Record<string, string> = { ...this.#options.query, limit };
       if (cont !== undefined) query.continue = cont;
       else if (from !== '') {
         query.resourceVersion = from;
         if (from !== '0') query.resourceVersionMatch = 'NotOlderThan';
       }
-      let page: { items?: Meta[]; metadata?: { resourceVersion?: string; continue?: string } };
+      const asked = http.get<Page>(path, { query, signal, ...(this.#options.listTimeoutMs ? { timeoutMs: this.#options.listTimeoutMs } : {}) });
+      // Asked ahead: when the list fails before it is awaited, its own failure is nobody's.
+      asked.catch(() => {});
+      return asked;
+    };
+    let cont: string | undefined;
+    let next = fetch(undefined);
+    for (;;) {
+      signal.throwIfAborted();
+      let page: Page;
       try {
-        page = await http.get(path, { query, signal, ...(this.#options.listTimeoutMs ? { timeoutMs: this.#options.listTimeoutMs } : {}) });
+        page = await next;
       } catch (e) {
         const err = kubeError('list', resource, undefined, e);
         if (err instanceof KubeApiError && err.status === 410 && (cont !== undefined || from !== '')) {
@@ -174,17 +186,19 @@ export class Reflector<T> {
           items = new Map();
           cont = undefined;
           from = '';
+          next = fetch(undefined);
           continue;
         }
         throw err;
       }
       pages++;
       rv = page.metadata?.resourceVersion ?? '';
+      cont = page.metadata?.continue || undefined;
+      if (cont !== undefined) next = fetch(cont);
       for (const o of page.items ?? []) {
         const key = keyOf(o);
         if (key !== undefined) items.set(key, parse(o));
       }
-      cont = page.metadata?.continue || undefined;
       if (cont === undefined) break;
     }
     this.#seen = rv;

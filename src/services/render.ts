@@ -29,16 +29,17 @@
  * - Masquerade where kube-proxy masquerades (mark 0x4000, masqueraded in postrouting): traffic to
  *   a cluster IP from outside the cluster network (the node itself included); every external
  *   connection (node port, externalIP, load balancer IP) of an externalTrafficPolicy Cluster
- *   Service; and hairpin, a pod reaching itself through its Service. externalTrafficPolicy Local
- *   keeps the client's address and uses this node's endpoints only, dropping when it has none;
- *   pods and the node itself still reach every endpoint, as with kube-proxy.
+ *   Service; and hairpin, a pod (an endpoint in the cluster network) reaching itself through its
+ *   Service. externalTrafficPolicy Local keeps the client's address and uses this node's
+ *   endpoints only, dropping when it has none; pods and the node itself still reach every
+ *   endpoint, as with kube-proxy.
  *   internalTrafficPolicy Local uses this node's endpoints for cluster IP traffic, dropping when
  *   there are none.
  * - A Service port without endpoints rejects new connections (TCP reset, ICMP port unreachable)
  *   in filter chains at input, forward and output; loadBalancerSourceRanges drop other sources
  *   to the load balancer IPs before NAT.
  */
-import { formatCIDR, formatIP } from '../ip/ip.ts';
+import { contains, formatCIDR, formatIP } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
 import type { NftRuleset, NftSet } from '../nft/ruleset.ts';
 import type { Endpoint, EndpointSlice, Service, ServicePort } from './model.ts';
@@ -552,8 +553,12 @@ export class ServiceRenderer {
         const all = usable(targets);
         const local = usable(targets.filter((t) => t.local));
         localForHealth = Math.max(localForHealth, local.length);
-        if (local.length > 0) {
-          part.hairpin.push([f, local.map((t) => {
+        // Hairpin: only endpoints on this node's bridge, in the cluster network, can reach
+        // themselves through it (a host-network endpoint's own connection stays on the node).
+        const cidr = clusterCIDR(f);
+        const bridged = cidr ? local.filter((t) => contains(cidr, t.ip)) : local;
+        if (bridged.length > 0) {
+          part.hairpin.push([f, bridged.map((t) => {
             const ip = formatIP(t.ip);
             return flat(ip, ' . ', ip);
           })]);
@@ -569,7 +574,6 @@ export class ServiceRenderer {
           if (p.nodePort !== undefined) claim('no-endpoint-nodeports', nodePortKey, 'goto reject-chain');
           continue;
         }
-        const cidr = clusterCIDR(f);
         const masqueradeOffCluster = cidr ? [`${l3(f)} saddr != ${formatCIDR(cidr)} jump mark-for-masquerade`] : [];
         const externalRules = (toAll: string, toLocal: string) => (s.externalLocal
           ? [

@@ -75,6 +75,11 @@ test('ready endpoints only; serving terminating ones when none is ready; none us
     'ct state new ip daddr != 127.0.0.0/8 fib daddr type local meta l4proto . th dport vmap @no-endpoint-nodeports4'));
 });
 
+test('hairpin: only this node\'s endpoints in the cluster network, a host-network one reaching itself stays on the node', () => {
+  const { ruleset } = render([web()], [webSlice([endpoint('10.244.1.2', 'n1'), endpoint('198.51.100.1', 'n1'), endpoint('10.244.2.2', 'n2')])]);
+  assert.deepEqual(elements(ruleset, 'hairpin4'), ['10.244.1.2 . 10.244.1.2']);
+});
+
 test('two slices holding one endpoint during churn give it once', () => {
   const { ruleset } = render([web()], [webSlice(TWO), webSlice([endpoint('10.244.2.2', 'n2')], 'web-2')]);
   assert.deepEqual(endpointSlots(ruleset, 4), [
@@ -184,7 +189,7 @@ test('IPv6 and dual stack: each family has its own maps, chains and endpoints; S
   const slices = [
     sliceObject('ns', 'd4', 'dual', 'IPv4', [{ port: 9, protocol: 'SCTP' }], [endpoint('10.244.2.9', 'n2')]),
     sliceObject('ns', 'd6', 'dual', 'IPv6', [{ port: 9, protocol: 'SCTP' }],
-      [endpoint('fd00:244:2::9', 'n2'), endpoint('fd00:244:1::9', 'n1')]),
+      [endpoint('fd00:244:0:2::9', 'n2'), endpoint('fd00:244:0:1::9', 'n1')]),
   ];
   const { ruleset } = render([svc], slices);
   assert.deepEqual(elements(ruleset, 'services4'), ['10.96.0.20 . sctp . 9 : goto cluster4-sctp-1']);
@@ -194,12 +199,12 @@ test('IPv6 and dual stack: each family has its own maps, chains and endpoints; S
     'dnat ip6 to ip6 daddr . sctp dport . numgen random mod 2 map @endpoints6-sctp-2',
   ]);
   assert.deepEqual(endpointSlots(ruleset, 6), [
-    'endpoints6-sctp-2: fd00:96::20 . 9 . 0 : fd00:244:1::9 . 9',
-    'endpoints6-sctp-2: fd00:96::20 . 9 . 1 : fd00:244:2::9 . 9',
+    'endpoints6-sctp-2: fd00:96::20 . 9 . 0 : fd00:244:0:1::9 . 9',
+    'endpoints6-sctp-2: fd00:96::20 . 9 . 1 : fd00:244:0:2::9 . 9',
   ]);
   assert.equal(ruleset.sets.find((x) => x.name === 'endpoints6-sctp-2')?.type,
     'ip6 daddr . sctp dport . numgen random mod 2 : ip6 daddr . sctp dport');
-  assert.deepEqual(elements(ruleset, 'hairpin6'), ['fd00:244:1::9 . fd00:244:1::9']);
+  assert.deepEqual(elements(ruleset, 'hairpin6'), ['fd00:244:0:1::9 . fd00:244:0:1::9']);
 });
 
 test('--nodeport-addresses limits node ports to the node\'s addresses in those networks', () => {
