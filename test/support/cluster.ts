@@ -8,6 +8,7 @@
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -78,11 +79,39 @@ export function spawnWeftd(ns: Netns, args: readonly string[], env: Record<strin
   return { proc, log: () => text, exited };
 }
 
+/** The children of every thread of process `pid` (none when it is gone). */
+function childrenOf(pid: number): number[] {
+  try {
+    return readdirSync(`/proc/${pid}/task`).flatMap((tid) =>
+      readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').split(' ').filter(Boolean).map(Number));
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * Kills `d` as a crash would (SIGKILL) and its children with it, as its container's end would
+ * on a node: left here they would live on (`nft monitor` waits for a ruleset change that never
+ * comes in a namespace being removed) and keep the namespace.
+ */
+function killDaemon(d: Daemon): void {
+  const children = childrenOf(d.proc.pid!);
+  d.proc.kill('SIGKILL');
+  for (const child of children) {
+    try {
+      process.kill(child, 'SIGKILL');
+    } catch {
+      // Gone already.
+    }
+  }
+}
+
 /** Stops `d` with `signal` (SIGKILL after 10 s); resolves with its exit code (null if killed). */
 export async function stopDaemon(d: Daemon, signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
   if (d.proc.exitCode !== null || d.proc.signalCode !== null) return d.proc.exitCode;
-  d.proc.kill(signal);
-  const timer = setTimeout(() => d.proc.kill('SIGKILL'), 10_000);
+  if (signal === 'SIGKILL') killDaemon(d);
+  else d.proc.kill(signal);
+  const timer = setTimeout(() => killDaemon(d), 10_000);
   try {
     return await d.exited;
   } finally {
