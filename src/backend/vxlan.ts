@@ -11,7 +11,7 @@ import { ConfigError } from '../errors.ts';
 import { formatCIDR, formatIP, parseIP } from '../ip/ip.ts';
 import type { Family, IP } from '../ip/ip.ts';
 import type { Lease, LeaseAttrs } from '../lease/lease.ts';
-import { RT_SCOPE_LINK, RT_TABLE_MAIN, RTN_UNICAST } from '../netlink/records.ts';
+import { RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN, RTN_UNICAST } from '../netlink/records.ts';
 import type { Link, Route } from '../netlink/records.ts';
 import { WEFT_RTPROT } from '../reconcile/state.ts';
 import type { KernelState, Ownership } from '../reconcile/state.ts';
@@ -109,7 +109,8 @@ export class VxlanBackend implements Backend {
       if (!network) continue;
       routes.push({
         family, dst: formatCIDR(network), linkIndex: link.index, table: RT_TABLE_MAIN, protocol: WEFT_RTPROT,
-        scope: RT_SCOPE_LINK, type: RTN_UNICAST, metric: family === 6 ? 1024 : 0, onlink: false,
+        // The kernel gives IPv6 routes no scope of their own (universe): one wanted as link would differ every pass.
+        scope: family === 6 ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK, type: RTN_UNICAST, metric: family === 6 ? 1024 : 0, onlink: false,
       });
     }
     return { routes, neighs: [], fdb: [] };

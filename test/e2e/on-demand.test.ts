@@ -10,6 +10,7 @@ import { Cluster } from '../support/cluster.ts';
 import type { ClusterNode } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
 import { needsRoot } from '../support/netns.ts';
+import { weftctl } from '../support/weftctl.ts';
 
 const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
 
@@ -63,6 +64,10 @@ test('vxlan on demand, dual stack: IPv6 misses are answered from the lease table
     for (const x of pods) for (const y of pods) if (x !== y) await c.waitPing(x, y, true);
     for (const x of pods) for (const y of pods) if (x !== y) await c.waitPing(x, y);
     assert.deepEqual((await v6(a)).fdb.sort(), [await underlay6(b), await underlay6(cc)].sort());
+    // The kernel holds what weftd wants, the IPv6 network's route included (IPv6 routes have no
+    // scope of their own: one wanted with scope link was written again on every pass).
+    const diff = await weftctl(c, a, 'diff');
+    assert.equal(diff.code, 0, diff.stdout + diff.stderr);
   } finally {
     await c.stop();
   }

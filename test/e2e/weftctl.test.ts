@@ -6,7 +6,6 @@
  * users other than root.
  */
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,32 +15,11 @@ import type { ClusterNode } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
 import { needsRoot } from '../support/netns.ts';
 import { until } from '../support/until.ts';
+import { run, weftctl } from '../support/weftctl.ts';
+import type { Run } from '../support/weftctl.ts';
 
 const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
-const WEFTCTL = fileURLToPath(new URL('../../bin/weftctl', import.meta.url));
 const NODE = fileURLToPath(new URL('../../node_modules/.bin/node', import.meta.url));
-
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-function run(cmd: string, args: string[]): Promise<Run> {
-  return new Promise((resolve) => {
-    execFile(cmd, args, { maxBuffer: 16 << 20 }, (e, stdout, stderr) => {
-      resolve({ code: e ? (typeof e.code === 'number' ? e.code : 1) : 0, stdout, stderr });
-    });
-  });
-}
-
-/** bin/weftctl in `n`'s namespace, told where the registry is (etcd, or the API server in kube mode). */
-function weftctl(c: Cluster, n: ClusterNode, ...args: string[]): Promise<Run> {
-  const registry = c.etcd
-    ? [`--etcd-endpoints=${c.etcd.endpoint}`]
-    : ['--kube-subnet-mgr', `--kubeconfig-file=${join(c.dir, 'kubeconfig.json')}`, '--kube-api-url=https://127.0.0.1:6443', `--net-config-path=${join(c.dir, 'net-conf.json')}`];
-  return run('ip', ['netns', 'exec', n.ns.name, WEFTCTL, `--subnet-file=${join(n.dir, 'subnet.env')}`, ...registry, ...args]);
-}
 
 /** One raw request to `n`'s admin socket, as `user` (setpriv), answered or refused. */
 function ask(n: ClusterNode, body: string, user?: number): Promise<Run> {
