@@ -2,14 +2,9 @@
  * The serving and probing process of the network policy tests: one per pod (and node, and outside
  * host) namespace, serving TCP and UDP 80 and 81 over both families, and probing on request.
  */
-import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { createInterface } from 'node:readline';
 import type { Protocol } from '../../src/policy/model.ts';
+import { LineAgent } from './line-agent.ts';
 import type { Netns } from './netns.ts';
-
-const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
 
 /**
  * Serves TCP and UDP 80 and 81 (both families), and probes on request: `{id, ip, proto, port, ms}`
@@ -46,42 +41,13 @@ require('node:readline').createInterface({ input: process.stdin }).on('line', (l
 });`;
 
 /** A process in a namespace that serves and probes. */
-export class Agent {
-  readonly #child;
-  readonly #waiting = new Map<number, (ok: boolean) => void>();
-  readonly #exited;
-  #next = 0;
-
+export class Agent extends LineAgent<{ ok: boolean }> {
   constructor(ns: Netns) {
-    this.#child = spawn('ip', ['netns', 'exec', ns.name, NODE, '-e', AGENT], { stdio: ['pipe', 'pipe', 'inherit'] });
-    this.#exited = once(this.#child, 'exit');
-  }
-
-  async started(): Promise<void> {
-    const lines = createInterface({ input: this.#child.stdout! });
-    const ready = new Promise<void>((resolve) => {
-      lines.on('line', (line) => {
-        if (line === 'ready') return resolve();
-        const { id, ok } = JSON.parse(line) as { id: number; ok: boolean };
-        this.#waiting.get(id)?.(ok);
-        this.#waiting.delete(id);
-      });
-    });
-    await Promise.race([ready, this.#exited.then(() => assert.fail('an agent exited before it was ready'))]);
+    super(ns, AGENT, [], 'an agent');
   }
 
   /** Whether a new `proto` connection (or datagram answered) to `ip`:`port` succeeds within `ms`. */
-  probe(ip: string, proto: Protocol, port: number, ms: number): Promise<boolean> {
-    const id = this.#next++;
-    const answer = new Promise<boolean>((resolve) => this.#waiting.set(id, resolve));
-    this.#child.stdin!.write(`${JSON.stringify({ id, ip, proto, port, ms })}\n`);
-    return answer;
-  }
-
-  async stop(): Promise<void> {
-    if (this.#child.exitCode === null && this.#child.signalCode === null) {
-      this.#child.kill('SIGTERM');
-      await this.#exited;
-    }
+  async probe(ip: string, proto: Protocol, port: number, ms: number): Promise<boolean> {
+    return (await this.request({ ip, proto, port, ms })).ok;
   }
 }

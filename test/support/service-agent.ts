@@ -6,13 +6,8 @@
  * address that endpoint saw. Connections can be held open and pinged, to follow one across
  * endpoint changes.
  */
-import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { createInterface } from 'node:readline';
+import { LineAgent } from './line-agent.ts';
 import type { Netns } from './netns.ts';
-
-const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
 
 const AGENT = `
 const net = require('node:net');
@@ -65,52 +60,19 @@ require('node:readline').createInterface({ input: process.stdin }).on('line', (l
 /** What a probe got: the answering endpoint's name and the client address it saw, or an error code. */
 export type ProbeResult = { reply: string } | { error: string };
 
-export class ServiceAgent {
-  readonly #child;
-  readonly #waiting = new Map<number, (r: ProbeResult) => void>();
-  readonly #exited;
-  #next = 0;
-
+export class ServiceAgent extends LineAgent<ProbeResult> {
   /** Serves as `name` on `port` in `ns`. */
   constructor(ns: Netns, name: string, port: number) {
-    this.#child = spawn('ip', ['netns', 'exec', ns.name, NODE, '-e', AGENT, name, String(port)], { stdio: ['pipe', 'pipe', 'inherit'] });
-    this.#exited = once(this.#child, 'exit');
-  }
-
-  async started(): Promise<void> {
-    const lines = createInterface({ input: this.#child.stdout! });
-    const ready = new Promise<void>((resolve) => {
-      lines.on('line', (line) => {
-        if (line === 'ready') return resolve();
-        const { id, ...result } = JSON.parse(line) as { id: number } & ProbeResult;
-        this.#waiting.get(id)?.(result);
-        this.#waiting.delete(id);
-      });
-    });
-    await Promise.race([ready, this.#exited.then(() => assert.fail('a service agent exited before it was ready'))]);
+    super(ns, AGENT, [name, String(port)], 'a service agent');
   }
 
   /** Connects (TCP) or sends a datagram (UDP) to `ip`:`port`; `hold` keeps the TCP connection under that number. */
   probe(ip: string, proto: 'TCP' | 'UDP', port: number, ms = 5000, hold?: number): Promise<ProbeResult> {
-    return this.#ask({ op: 'probe', ip, proto, port, ms, ...(hold !== undefined ? { hold } : {}) });
+    return this.request({ op: 'probe', ip, proto, port, ms, ...(hold !== undefined ? { hold } : {}) });
   }
 
   /** Sends a line on a held connection and waits for its echo. */
   ping(hold: number, ms = 5000): Promise<ProbeResult> {
-    return this.#ask({ op: 'ping', hold, ms });
-  }
-
-  #ask(request: Record<string, unknown>): Promise<ProbeResult> {
-    const id = this.#next++;
-    const answer = new Promise<ProbeResult>((resolve) => this.#waiting.set(id, resolve));
-    this.#child.stdin!.write(`${JSON.stringify({ id, ...request })}\n`);
-    return answer;
-  }
-
-  async stop(): Promise<void> {
-    if (this.#child.exitCode === null && this.#child.signalCode === null) {
-      this.#child.kill('SIGTERM');
-      await this.#exited;
-    }
+    return this.request({ op: 'ping', hold, ms });
   }
 }
