@@ -201,10 +201,12 @@ try {
     await node2.ns.exec('nft', 'delete', 'table', ...TABLE);
     const t0 = Date.now();
     const ready = c.restartWeftd(node2);
-    const translating = () => /^I(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{3}) service proxy: translating Services .*$/m.exec(node2.daemon.log());
+    const firstApply = /^I(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{3}) service proxy: translating Services .*$/m;
+    const translating = () => firstApply.exec(node2.daemon.log());
     await waitFor('the first apply after a restart', async () => translating() !== null, 120_000);
     syncs.push(stampMs(translating()!) - t0);
-    if (!(await hasElement(node2, 'services4', `${clusterIP(SERVICES - 2)} . tcp . 80`))) throw new Error('the table misses the last Service');
+    const last = `${clusterIP(SERVICES - 2)} . tcp . 80`;
+    if (!(await hasElement(node2, 'services4', last))) throw new Error('the table misses the last Service');
     await ready;
     // The peak may come with the repair's first listing of the table, after the apply.
     await waitFor('the listing for the repair', async () => /listed the applied rules for the repair/.test(node2.daemon.log()), 120_000);

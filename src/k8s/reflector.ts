@@ -161,7 +161,8 @@ export class Reflector<T> {
         query.resourceVersion = from;
         if (from !== '0') query.resourceVersionMatch = 'NotOlderThan';
       }
-      const asked = http.get<Page>(path, { query, signal, ...(this.#options.listTimeoutMs ? { timeoutMs: this.#options.listTimeoutMs } : {}) });
+      const timeout = this.#options.listTimeoutMs ? { timeoutMs: this.#options.listTimeoutMs } : {};
+      const asked = http.get<Page>(path, { query, signal, ...timeout });
       // Asked ahead: when the list fails before it is awaited, its own failure is nobody's.
       asked.catch(() => {});
       return asked;

@@ -615,13 +615,9 @@ export class ServiceRenderer {
         type Uses = { all: boolean; local: boolean };
         const endpoints = (via: Via, uses: Uses, ip?: IP): [string, string[]][] => {
           const key = via === 'addr' ? `${formatIP(ip!)} . ${p.port}` : `${p.nodePort}`;
-          return [
-            ...(uses.all ? [[endpointMap(via, f, proto, all.length), allTo.map((to, j) => flat(key, ' . ', j, ' : ', to))] as [string, string[]]]
-              : []),
-            ...(uses.local && local.length > 0
-              ? [[endpointMap(via, f, proto, local.length), localTo.map((to, j) => flat(key, ' . ', LOCAL_SLOTS + j, ' : ', to))] as [string, string[]]]
-              : []),
-          ];
+          const group = (targets: string[], from: number): [string, string[]] =>
+            [endpointMap(via, f, proto, targets.length), targets.map((to, j) => flat(key, ' . ', from + j, ' : ', to))];
+          return [...(uses.all ? [group(allTo, 0)] : []), ...(uses.local && local.length > 0 ? [group(localTo, LOCAL_SLOTS)] : [])];
         };
         /** A shared chain choosing among all endpoints, this node's, or both, by `via`'s key. */
         const share = (name: string, via: Via, uses: Uses, rules: (toAll: string, toLocal: string | undefined) => string[]) => {

@@ -345,7 +345,8 @@ test('nftables: a monitor that keeps dying is started again, and the rules are s
       await rules.start(NETS, { signal: ac.signal });
       await deleteNftRule(node!);
       // The first restart waits a backoff of under a second.
-      for (let i = 0; i < 30 && (starts < 2 || !records.records.some((r) => r.msg === 'traffic rules drifted; restored')); i++) await sleep(100);
+      const restored = () => records.records.some((r) => r.msg === 'traffic rules drifted; restored');
+      for (let i = 0; i < 30 && (starts < 2 || !restored()); i++) await sleep(100);
       assert.ok(records.records.some((r) => r.msg === 'nft monitor ended; checking the traffic rules now and starting it again'));
       assert.ok(records.records.some((r) => r.msg === 'traffic rules drifted; restored'), 'restored by the periodic check');
       assert.ok(starts >= 2, `the monitor started again (${starts} starts)`);

@@ -288,7 +288,8 @@ test('each update loads into the table an earlier transaction left, chains and e
      */
     const model = (n: number, endpoints: (i: number) => number) => serviceModel(
       Array.from({ length: n }, (_, i) => serviceObject('ns', `s${i}`, {
-        clusterIP: `10.96.${i >> 8}.${i & 255}`, ports: [{ port: 53, protocol: i % 2 === 0 ? 'TCP' : 'UDP', ...(i % 5 === 0 ? { nodePort: 30000 + i } : {}) }],
+        clusterIP: `10.96.${i >> 8}.${i & 255}`,
+        ports: [{ port: 53, protocol: i % 2 === 0 ? 'TCP' : 'UDP', ...(i % 5 === 0 ? { nodePort: 30000 + i } : {}) }],
         ...(i % 5 === 0 ? { type: 'NodePort', externalTrafficPolicy: 'Local', externalIPs: [`198.18.${i >> 8}.${i & 255}`] } : {}),
       })),
       Array.from({ length: n }, (_, i) => sliceObject('ns', `s${i}-1`, `s${i}`, 'IPv4',
@@ -302,7 +303,8 @@ test('each update loads into the table an earlier transaction left, chains and e
     let applied = renderer.render(model(70, () => 2), options).ruleset;
     await load(tableScript(table, applied));
     // The last: maps of more elements than a line of a whole load holds (tableScriptPieces).
-    for (const next of [model(140, () => 2), model(140, (i) => 2 + (i % 3)), model(100, (i) => 1 + (i % 4)), model(2200, (i) => 1 + (i % 2))]) {
+    const models = [model(140, () => 2), model(140, (i) => 2 + (i % 3)), model(100, (i) => 1 + (i % 4)), model(2200, (i) => 1 + (i % 2))];
+    for (const next of models) {
       const ruleset = renderer.render(next, options).ruleset;
       await load(tableUpdate(table, applied, ruleset));
       applied = ruleset;
