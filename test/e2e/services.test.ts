@@ -55,16 +55,30 @@ async function httpGet(ns: Netns, url: string): Promise<{ status: number; body: 
   return JSON.parse(await ns.exec(NODE, '-e', script, url)) as { status: number; body: string };
 }
 
+/** A two-node kube-mode cluster whose weftds run the Service proxy, and an outside host on its underlay. */
+async function servicesCluster(backend: 'vxlan' | 'host-gw', dualStack: boolean): Promise<{ c: Cluster; outside: Netns }> {
+  const c = await Cluster.start({ nodes: 2, backend, dualStack, mode: 'kube', weftdArgs: ['--service-proxy', '--ip-masq'] });
+  const outside = await createNetns('out').catch(async (e: unknown) => {
+    await c.stop();
+    throw e;
+  });
+  try {
+    await attachToUnderlay(c.underlay!, outside, OUTSIDE, { ipv6: dualStack });
+  } catch (e) {
+    await outside.remove();
+    await c.stop();
+    throw e;
+  }
+  return { c, outside };
+}
+
 for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as const) {
   test(`Services through weftd's proxy on ${backend}${dualStack ? ', dual stack' : ''}`, { skip }, async (t) => {
-    const c = await Cluster.start({ nodes: 2, backend, dualStack, mode: 'kube', weftdArgs: ['--service-proxy', '--ip-masq'] });
+    const { c, outside } = await servicesCluster(backend, dualStack);
     const agents: ServiceAgent[] = [];
-    let outside: Netns | undefined;
     try {
       const api = c.api!;
       const [n1, n2] = c.nodes as [ClusterNode, ClusterNode];
-      outside = await createNetns('out');
-      await attachToUnderlay(c.underlay!, outside, OUTSIDE, { ipv6: dualStack });
       for (const n of c.nodes) {
         // A node's own connections to a cluster IP need a route before they are translated: the default one here.
         await n.ns.ip('route', 'add', 'default', 'via', `198.51.100.${OUTSIDE}`);
@@ -175,7 +189,7 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
       });
     } finally {
       await Promise.all(agents.map((a) => a.stop()));
-      await outside?.remove();
+      await outside.remove();
       await c.stop();
     }
   });
@@ -184,14 +198,11 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
 for (const [backend, dualStack] of [['vxlan', true], ['host-gw', false]] as const) {
   test(`Services through weftd's proxy on ${backend}${dualStack ? ', dual stack' : ''}: ClusterIP from a pod on another node, NodePort `
     + 'from an outside host', { skip }, async () => {
-    const c = await Cluster.start({ nodes: 2, backend, dualStack, mode: 'kube', weftdArgs: ['--service-proxy', '--ip-masq'] });
+    const { c, outside } = await servicesCluster(backend, dualStack);
     const agents: ServiceAgent[] = [];
-    let outside: Netns | undefined;
     try {
       const api = c.api!;
       const [n1, n2] = c.nodes as [ClusterNode, ClusterNode];
-      outside = await createNetns('out');
-      await attachToUnderlay(c.underlay!, outside, OUTSIDE, { ipv6: dualStack });
       // weftd switches br_netfilter on for its proxy: a node restarted with it off has it back, and says so.
       await c.stopWeftd(n1);
       await n1.ns.exec('sysctl', '-qw', ...BRIDGE_NF_SYSCTLS.map((k) => `${k}=0`));
@@ -232,7 +243,7 @@ for (const [backend, dualStack] of [['vxlan', true], ['host-gw', false]] as cons
       for (const n of c.nodes) assert.doesNotMatch(n.daemon.log(), /^E\d{4}/m, n.daemon.log());
     } finally {
       await Promise.all(agents.map((a) => a.stop()));
-      await outside?.remove();
+      await outside.remove();
       await c.stop();
     }
   });
