@@ -5,24 +5,32 @@ SHELL := /bin/bash
 NODE := $(CURDIR)/node_modules/.bin/node
 export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 
-DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
-	iproute2 iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool curl wireguard-go tcpdump \
-	$(IMAGE_TOOLS)
 # make image and its test: a Debian root file system (mmdebstrap), the build (buildah) and a
 # container runtime to run it as the DaemonSet does (podman with runc: crun refuses this machine's
-# hybrid cgroup hierarchy).
+# hybrid cgroup hierarchy). Defined before DEBIAN_PACKAGES, which expands it at once (:=).
 IMAGE_TOOLS := mmdebstrap buildah podman runc conmon
+DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
+	iproute2 procps iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool curl wireguard-go tcpdump \
+	xz-utils $(IMAGE_TOOLS)
 
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
-.PHONY: all deps deps-debian deps-npm build build-native build-ts test test-unit test-integration \
+.PHONY: all deps deps-debian deps-npm deps-peers build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
 	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean \
 	image test-image bench-image bench-services
 
 all: build
 
-deps: deps-debian deps-npm
+deps: deps-debian deps-npm deps-peers
+
+# The real Kubernetes v1.28.4 and flannel v0.20.2 binaries the tests run against, from ../shared/peers
+# beside the checkout (its README says what they are); unpack checks each against SHA256SUMS.
+PEERS_SRC ?= $(CURDIR)/../shared/peers
+PEERS := $(CURDIR)/dist/peers
+deps-peers: deps-debian
+	@test -x $(PEERS_SRC)/unpack || { echo "make deps: no $(PEERS_SRC)/unpack (the peers folder beside this checkout)" >&2; exit 1; }
+	$(PEERS_SRC)/unpack $(PEERS)
 
 # Installs only what is missing, so a second run is quick and needs no network.
 deps-debian:

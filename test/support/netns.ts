@@ -109,8 +109,21 @@ export async function joinUnderlay(ul: Netns, nodes: readonly Netns[], opts: { i
   for (const [i, ns] of nodes.entries()) await attachToUnderlay(ul, ns, i + 1, opts);
 }
 
-/** Puts node `n` (1-based) on the underlay bridge of `ul`: eth0 with 198.51.100.<n> (and 2001:db8::<n>). */
+/**
+ * What a node's administrator (or kubeadm's preflight) sets before a network agent runs: forwarding
+ * on, for IPv6 too with `ipv6`. A new namespace otherwise inherits the machine's values, which a test
+ * must not depend on.
+ */
+export async function setNodeSysctls(ns: Netns, opts: { ipv6?: boolean } = {}): Promise<void> {
+  await ns.exec('sysctl', '-q', '-w', 'net.ipv4.ip_forward=1', ...(opts.ipv6 ? ['net.ipv6.conf.all.forwarding=1'] : []));
+}
+
+/**
+ * Puts node `n` (1-based) on the underlay bridge of `ul`: eth0 with 198.51.100.<n> (and 2001:db8::<n>),
+ * and the node's sysctls set (see {@link setNodeSysctls}).
+ */
 export async function attachToUnderlay(ul: Netns, ns: Netns, n: number, opts: { ipv6?: boolean } = {}): Promise<void> {
+  await setNodeSysctls(ns, opts);
   await ul.ip('link', 'add', `p${n}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.name);
   await ul.ip('link', 'set', `p${n}`, 'master', 'br0', 'up');
   await ns.ip('addr', 'add', `198.51.100.${n}/24`, 'dev', 'eth0');
