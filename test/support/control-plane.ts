@@ -219,13 +219,14 @@ export class KubeControlPlane {
 
   /**
    * An admin request to `path`; returns the body, throws on a status of 400 or more with the
-   * server's message (and `status` on the error), except a 404 for GET, which gives undefined.
+   * server's message (and `status` and the Status `body` on the error), except a 404 for GET, which gives undefined.
    */
   async request(method: string, path: string, body?: unknown, contentType?: string): Promise<Obj | undefined> {
     const r = await this.#fetch(path, { method, body, ...(contentType ? { contentType } : {}) });
     if (r.status === 404 && method === 'GET') return undefined;
     if (r.status >= 400) {
-      throw Object.assign(new Error(`${method} ${path}: ${r.status} ${String(r.body.message ?? r.body.text ?? '')}`), { status: r.status });
+      const message = `${method} ${path}: ${r.status} ${String(r.body.message ?? r.body.text ?? '')}`;
+      throw Object.assign(new Error(message), { status: r.status, body: r.body });
     }
     return r.body;
   }
