@@ -206,8 +206,12 @@ class GatewayRound {
     for (const p of [...policies].sort(byKey((x) => x.id))) {
       if (!this.#keep(p, previousEip.get(p.id))) pending.push(p);
     }
+    // Asked-for EIPs first, then policies coming back to their previous EIP: a new policy placed
+    // before them would take that EIP while it looks free, and the two would share it.
     const asks = (p: Policy) => p.ipv4 !== undefined || p.ipv6 !== undefined;
-    for (const p of [...pending.filter(asks), ...pending.filter((x) => !asks(x))]) this.#placeNew(p, previousEip.get(p.id));
+    const returning = (p: Policy) => !asks(p) && previousEip.has(p.id);
+    const order = [...pending.filter(asks), ...pending.filter(returning), ...pending.filter((x) => !asks(x) && !returning(x))];
+    for (const p of order) this.#placeNew(p, previousEip.get(p.id));
     return this.#status();
   }
 

@@ -158,6 +158,14 @@ test('failover: a gateway node NotReady, unlabelled or no longer renewing loses 
   assert.deepEqual(Object.values(where(back)), ['n2 198.51.100.10', 'n2 198.51.100.10'], 'renewed exactly at the timeout still serves');
 });
 
+test('a policy whose node stopped serving gets its EIP back on another, before a new policy sorting first can take it', () => {
+  const g = gateway({ eipPool: { ipv4: ['198.51.100.10', '198.51.100.11'], ipv6: [] } });
+  const previous = new Map([['default/z', { node: 'n2', ipv4: '198.51.100.10' }]]);
+  const nodes = [node('n1'), node('n2', { ready: false })];
+  const r = run({ gateways: [g], policies: [policy('default/b'), policy('default/z')], previous, nodes });
+  assert.deepEqual(where(r), { 'default/b': 'n1 198.51.100.11', 'default/z': 'n1 198.51.100.10' });
+});
+
 test('placements are sticky: a new node, another mode or a new policy moves no working policy', () => {
   const policies = ids(3).map((id) => policy(id));
   const first = run({ policies, nodes: [node('n2')] });
