@@ -9,13 +9,12 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { FIXED_ADDRESS_ANNOTATION, KubePods } from '../../src/cni/kube-pods.ts';
-import { kubeConfigFromFlags } from '../../src/lease/kube/client.ts';
-import { KubeHttp } from '../../src/lease/kube/http.ts';
 import { memoryLogger } from '../../src/log.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
 import { NOTHING, SUBNET_ENV, leftovers, podState, withNode, withPods } from '../support/cni-node.ts';
 import type { CniNode } from '../support/cni-node.ts';
-import { KubeApiServer } from '../support/kube-apiserver.ts';
+import { KubeControlPlane } from '../support/control-plane.ts';
+import { weftClient } from '../support/control-plane-objects.ts';
 import { needsRoot } from '../support/netns.ts';
 import { until } from '../support/until.ts';
 import type { Netns } from '../support/netns.ts';
@@ -212,14 +211,17 @@ test('fixed addresses: two pods never share one, a full range names who holds it
 });
 
 test('kube mode: a Pod annotated weft.dev/fixed-address keeps its address and MAC; its entry goes once the Pod is gone for good', { skip }, async () => {
-  const api = await KubeApiServer.start();
+  const cp = await KubeControlPlane.start();
   try {
-    const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: await api.kubeconfig() }));
-    const directory = new KubePods(http, 'node-a', memoryLogger());
-    const pod = (name: string, annotations: Record<string, string> = {}) =>
-      ({ metadata: { name, namespace: 'default', annotations }, spec: { nodeName: 'node-a', containers: [{ name: 'c', image: 'i' }] } });
-    api.seed('pods', pod('db-0', { [FIXED_ADDRESS_ANNOTATION]: 'true' }));
-    api.seed('pods', pod('plain-0'));
+    const directory = new KubePods(await weftClient(cp), 'node-a', memoryLogger());
+    await cp.namespace('default');
+    const pods = '/api/v1/namespaces/default/pods';
+    const pod = (name: string, annotations: Record<string, string> = {}) => cp.create(pods, {
+      apiVersion: 'v1', kind: 'Pod', metadata: { name, annotations },
+      spec: { nodeName: 'node-a', automountServiceAccountToken: false, containers: [{ name: 'c', image: 'i' }] },
+    });
+    await pod('db-0', { [FIXED_ADDRESS_ANNOTATION]: 'true' });
+    await pod('plain-0');
     await withNode(async (node) => withPods(2, async ([a, b]) => {
       await node.serve({ directory });
       const run = (command: string, id: string, ns: Netns, name: string) =>
@@ -246,12 +248,12 @@ test('kube mode: a Pod annotated weft.dev/fixed-address keeps its address and MA
       }
       // The Pod re-created with the same name between two sweeps keeps the entry; gone at two sweeps 30 s apart, it goes.
       const t0 = Date.now();
-      api.remove('pods', 'db-0', 'default');
+      await cp.remove(`${pods}/db-0`);
       await node.server!.sweep(t0);
-      api.seed('pods', pod('db-0', { [FIXED_ADDRESS_ANNOTATION]: 'true' }));
+      await pod('db-0', { [FIXED_ADDRESS_ANNOTATION]: 'true' });
       await node.server!.sweep(t0 + 40_000);
       assert.ok(existsSync(join(node.store, '.weft-fixed', 'default_db-0')), 'a re-created Pod keeps its entry');
-      api.remove('pods', 'db-0', 'default');
+      await cp.remove(`${pods}/db-0`);
       await node.server!.sweep(t0 + 50_000);
       assert.ok(existsSync(join(node.store, '.weft-fixed', 'default_db-0')), 'seen gone once is not enough');
       await node.server!.sweep(t0 + 90_000);
@@ -259,7 +261,7 @@ test('kube mode: a Pod annotated weft.dev/fixed-address keeps its address and MA
       assert.deepEqual(await leftovers(node), NOTHING);
     }));
   } finally {
-    await api.stop();
+    await cp.stop();
   }
 });
 
