@@ -1,6 +1,7 @@
 /**
  * The Service proxy against a real kernel: a node namespace with three pods on a bridge and an
- * outside host, Services and EndpointSlices created through the test API server with
+ * outside host, Services and EndpointSlices created in the real kube-apiserver v1.28.4 (dual
+ * stack; it validates them and checks the cluster IPs and node ports asked for) with
  * @kubernetes/client-node, the proxy (in this process) writing table inet weft-services into the
  * node's namespace. Each probe sees which endpoint answered and the client address it saw.
  * Endpoint `pc` is labelled as another node's, for the Local policies.
@@ -17,7 +18,7 @@ import { execRunner, nftMonitor, runnerSysctl } from '../../src/masq/runner.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../src/services/render.ts';
 import { tableScript, tableUpdate } from '../../src/nft/ruleset.ts';
 import { removeServiceRules, ServiceProxy } from '../../src/services/proxy.ts';
-import { KubeApiServer } from '../support/kube-apiserver.ts';
+import { KubeControlPlane } from '../support/control-plane.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 import { ServiceAgent } from '../support/service-agent.ts';
@@ -77,17 +78,16 @@ function served(r: ProbeResult): { by: string; client: string } {
 }
 
 test('the Service proxy translates every Service type and policy on a real kernel, and keeps doing so', { skip: needsRoot }, async (t) => {
-  const api = await KubeApiServer.start();
-  api.seed('namespaces', { metadata: { name: NS } });
+  const cp = await KubeControlPlane.start({ dualStack: true });
   const kc = new KubeConfig();
-  kc.loadFromFile(await api.kubeconfig());
+  kc.loadFromFile(await cp.kubeconfig());
   const core = kc.makeApiClient(CoreV1Api);
   const discovery = kc.makeApiClient(DiscoveryV1Api);
   const createService = (name: string, spec: Record<string, unknown>) =>
     core.createNamespacedService({ namespace: NS, body: serviceObject(NS, name, spec) as V1Service });
   const putSlice = async (name: string, service: string, family: 'IPv4' | 'IPv6', endpoints: Record<string, unknown>[], proto = 'TCP') => {
     const body = sliceObject(NS, name, service, family, [{ port: POD_PORT, protocol: proto }], endpoints) as unknown as V1EndpointSlice;
-    const had = api.object('endpointslices.discovery.k8s.io', name, NS);
+    const had = await cp.request('GET', `/apis/discovery.k8s.io/v1/namespaces/${NS}/endpointslices/${name}`);
     if (!had) await discovery.createNamespacedEndpointSlice({ namespace: NS, body });
     else {
       body.metadata!.resourceVersion = (had.metadata as { resourceVersion: string }).resourceVersion;
@@ -95,6 +95,7 @@ test('the Service proxy translates every Service type and policy on a real kerne
     }
   };
   try {
+    await cp.namespace(NS);
     await withNetns(['node', 'pa', 'pb', 'pc', 'out'], async (node, pa, pb, pc, out) => {
       const pods = { pa, pb, pc };
       await buildNode(node, pods, out);
@@ -113,7 +114,8 @@ test('the Service proxy translates every Service type and policy on a real kerne
       try {
         await Promise.all(Object.values(agents).map((a) => a.started()));
         await createService('web', {
-          clusterIPs: ['10.96.0.10', 'fd00:96::10'], ipFamilyPolicy: 'RequireDualStack', ports: [{ port: 80, targetPort: POD_PORT }],
+          clusterIP: '10.96.0.10', clusterIPs: ['10.96.0.10', 'fd00:10:96::10'], ipFamilyPolicy: 'RequireDualStack',
+          ports: [{ port: 80, targetPort: POD_PORT }],
         });
         await putSlice('web-4', 'web', 'IPv4', [ep4('pa'), ep4('pb')]);
         await putSlice('web-6', 'web', 'IPv6', [ep6('pa'), ep6('pb')]);
@@ -137,7 +139,7 @@ test('the Service proxy translates every Service type and policy on a real kerne
           const rs = await many(agents.pc, '10.96.0.10', 80, 16);
           assert.deepEqual(byOf(rs), ['pa', 'pb']);
           assert.deepEqual([...new Set(rs.map((r) => r.client))], [v4('pc')]);
-          const rs6 = await many(agents.pc, 'fd00:96::10', 80, 16);
+          const rs6 = await many(agents.pc, 'fd00:10:96::10', 80, 16);
           assert.deepEqual(byOf(rs6), ['pa', 'pb']);
           assert.deepEqual([...new Set(rs6.map((r) => r.client))], [v6('pc')]);
         });
@@ -251,7 +253,7 @@ test('the Service proxy translates every Service type and policy on a real kerne
       }
     });
   } finally {
-    await api.stop();
+    await cp.stop();
   }
 });
 
