@@ -2,11 +2,11 @@
  * A candidate for the egress controller Lease in a process of its own, so a test can pause it with
  * SIGSTOP: runs leases.ts's election as argv[3] against the API server of kubeconfig argv[2]
  * (lease duration, renew deadline and retry period in ms: argv[4..6]) and, while leading,
- * rewrites Lease default/probe every 20 ms with its name as holder, fenced as the controller fences its
- * writes: a read and a conditional update, each started only while the leadership has time left
- * and given only that time. Prints `leading` and `stopped` as it starts and stops leading.
+ * rewrites Lease default/probe every 20 ms with its name as holder (and the time), fenced as the
+ * controller fences its writes: a read and a conditional update, each started only while the
+ * leadership has time left and given only that time. Prints `leading` and `stopped` as it starts and stops leading.
  */
-import { runElection } from '../../src/egress/leases.ts';
+import { microTime, runElection } from '../../src/egress/leases.ts';
 import { kubeConfigFromFlags } from '../../src/lease/kube/client.ts';
 import { KubeHttp } from '../../src/lease/kube/http.ts';
 import { silentLogger } from '../../src/log.ts';
@@ -27,7 +27,9 @@ await runElection(
         if (leadership.remainingMs() <= 0) break;
         const probe = await http.get<Record<string, unknown>>(path, { signal: leadership.signal, timeoutMs: leadership.remainingMs() });
         if (leadership.remainingMs() <= 0) break;
-        await http.update(path, { ...probe, spec: { holderIdentity: identity } }, { signal: leadership.signal, timeoutMs: leadership.remainingMs() });
+        // A new renewTime makes every write a change, so a watch sees each one kube-apiserver accepts.
+        const spec = { holderIdentity: identity, renewTime: microTime(Date.now()) };
+        await http.update(path, { ...probe, spec }, { signal: leadership.signal, timeoutMs: leadership.remainingMs() });
       } catch {
         // refused (409) or cut short by the deadline: the loop asks again
       }

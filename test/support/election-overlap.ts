@@ -1,86 +1,98 @@
 /**
  * Forced overlap of two egress controller candidates (election-candidate.ts, each a process of
- * its own against one test API server): `a` leads and writes, is paused with SIGSTOP for
- * `pauseMs` (past its renew deadline and the lease duration), `b` takes over and writes, then `a`
- * is resumed. What the API server accepted tells whether the two ever acted at once.
+ * its own against one real kube-apiserver v1.28.4): `a` leads and writes, is paused with SIGSTOP
+ * for `pauseMs` (past its renew deadline and the lease duration), `b` takes over and writes, then
+ * `a` is resumed. What kube-apiserver accepted, in the order it committed it, tells whether the
+ * two ever acted at once: a watch of the namespace's Leases sees every accepted write (each one
+ * changes its Lease), stamped when it arrives here.
  */
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { KubeApiServer } from './kube-apiserver.ts';
+import { CONTROLLER_LEASE } from '../../src/egress/leases.ts';
+import { sleep } from '../../src/retry.ts';
+import { KubeControlPlane } from './control-plane.ts';
+import { watchEvents } from './control-plane-objects.ts';
+import type { SeenEvent } from './control-plane-objects.ts';
 import { until } from './until.ts';
 
 const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
 const CANDIDATE = new URL('./election-candidate.ts', import.meta.url).pathname;
+const LEASES = '/apis/coordination.k8s.io/v1/namespaces/default/leases';
 
 export interface OverlapResult {
-  /** The probe's writers, in the order the API server accepted their updates. */
+  /** The probe's writers, in the order kube-apiserver accepted their updates. */
   writers: string[];
   /** ms between b's first accepted write and a's last one after it (0: none after). */
   overlapMs: number;
-  /** ms between a's last renewal of the controller Lease and b's takeover, as the API server accepted them. */
+  /** ms between a's last renewal of the controller Lease and b's takeover, as kube-apiserver accepted them. */
   takeoverMs: number;
   /** What a printed: `leading` and `stopped` lines. */
   aOut: string;
 }
 
-const holder = (api: KubeApiServer) =>
-  (api.object('leases.coordination.k8s.io', 'probe', 'default')?.spec as { holderIdentity?: string } | undefined)?.holderIdentity;
+/** The writes of Lease `name` among `events`: when each arrived and the holder it wrote. */
+function writes(events: SeenEvent[], name: string): { at: number; holder: string }[] {
+  return events
+    .filter((e) => e.object.metadata?.name === name && (e.type === 'ADDED' || e.type === 'MODIFIED'))
+    .map((e) => ({ at: e.at, holder: String((e.object.spec as { holderIdentity?: string } | undefined)?.holderIdentity ?? '') }));
+}
 
+/** Runs the forced overlap with the election's timings and the pause, in ms. */
 export async function forcedOverlap(o: { leaseMs: number; deadlineMs: number; retryMs: number; pauseMs: number }): Promise<OverlapResult> {
-  const api = await KubeApiServer.start();
+  const cp = await KubeControlPlane.start();
   const children: ChildProcess[] = [];
   const outs: string[] = [];
-  const start = (name: string) => {
-    const child = spawn(NODE, [CANDIDATE, kubeconfig, name, String(o.leaseMs), String(o.deadlineMs), String(o.retryMs)], { stdio: ['ignore', 'pipe', 'inherit'] });
-    const i = children.push(child) - 1;
-    outs[i] = '';
-    child.stdout!.on('data', (d: Buffer) => (outs[i] += d.toString()));
-    return () => outs[i]!;
-  };
-  let kubeconfig = '';
+  let stopWatch = () => {};
   try {
-    api.seed('leases.coordination.k8s.io', { metadata: { namespace: 'default', name: 'probe' }, spec: { holderIdentity: '' } });
-    kubeconfig = await api.kubeconfig();
+    await cp.create(LEASES, {
+      apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: 'probe' }, spec: { holderIdentity: '' },
+    });
+    const watch = await watchEvents(cp, LEASES);
+    stopWatch = watch.stop;
+    const holder = () => writes(watch.events, 'probe').at(-1)?.holder;
+    const kubeconfig = await cp.kubeconfig();
+    const start = (name: string) => {
+      const args = [CANDIDATE, kubeconfig, name, String(o.leaseMs), String(o.deadlineMs), String(o.retryMs)];
+      const child = spawn(NODE, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+      const i = children.push(child) - 1;
+      outs[i] = '';
+      child.stdout!.on('data', (d: Buffer) => (outs[i] += d.toString()));
+      return () => outs[i]!;
+    };
     const a = start('a');
     await until('a leads', () => a().includes('leading'), 10_000);
     const b = start('b');
-    await until('a writes', () => holder(api) === 'a', 5000);
-    await new Promise((r) => setTimeout(r, o.retryMs * 3));
+    await until('a writes', () => holder() === 'a', 5000);
+    await sleep(o.retryMs * 3);
     if (b().includes('leading')) throw new Error('b took a Lease that a renews');
     const pausedAt = performance.now();
     children[0]!.kill('SIGSTOP');
     await until('b leads', () => b().includes('leading'), 10_000 + o.pauseMs);
-    await until('b writes', () => holder(api) === 'b', 5000);
-    await new Promise((r) => setTimeout(r, Math.max(0, pausedAt + o.pauseMs - performance.now())));
+    await until('b writes', () => holder() === 'b', 5000);
+    await sleep(Math.max(0, pausedAt + o.pauseMs - performance.now()));
     children[0]!.kill('SIGCONT');
     await until('a says it stopped', () => a().includes('stopped'), 5000);
-    await new Promise((r) => setTimeout(r, 1000));
-    const accepted = api.requests
-      .filter((r) => r.verb === 'update' && r.path.endsWith('/leases/probe') && r.status === 200)
-      .sort((x, y) => x.at - y.at)
-      .map((r) => ({ at: r.at, writer: (JSON.parse(r.body!) as { spec: { holderIdentity: string } }).spec.holderIdentity }));
-    const lease = api.requests
-      .filter((r) => r.path.endsWith('/leases/weft-egress-controller') && (r.verb === 'update' || r.verb === 'create') && r.status < 300)
-      .sort((x, y) => x.at - y.at)
-      .map((r) => ({ at: r.at, holder: (JSON.parse(r.body!) as { spec: { holderIdentity: string } }).spec.holderIdentity }));
+    await sleep(1000);
+    const accepted = writes(watch.events, 'probe').filter((w) => w.holder !== '');
+    const lease = writes(watch.events, CONTROLLER_LEASE);
     const takeover = lease.find((w) => w.holder === 'b')!;
     const lastRenewal = lease.filter((w) => w.holder === 'a' && w.at < takeover.at).at(-1)!;
-    const takeoverMs = takeover.at - lastRenewal.at;
-    const firstB = accepted.find((w) => w.writer === 'b');
-    const lastA = accepted.filter((w) => w.writer === 'a').at(-1);
+    const firstB = accepted.find((w) => w.holder === 'b');
+    const lastA = accepted.filter((w) => w.holder === 'a').at(-1);
     return {
-      writers: accepted.map((w) => w.writer),
+      writers: accepted.map((w) => w.holder),
       overlapMs: firstB && lastA ? Math.max(0, lastA.at - firstB.at) : 0,
-      takeoverMs,
+      takeoverMs: takeover.at - lastRenewal.at,
       aOut: a(),
     };
   } finally {
+    stopWatch();
     for (const c of children) {
       c.kill('SIGCONT');
       c.kill('SIGTERM');
       if (c.exitCode === null && c.signalCode === null) await once(c, 'exit');
     }
-    await api.stop();
+    await cp.stop();
   }
 }
