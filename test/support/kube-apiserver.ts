@@ -1,31 +1,33 @@
 /**
- * A Kubernetes API server for tests, faithful to kube-apiserver's documented semantics for what
- * Weft uses (no kube-apiserver can be installed on these machines), spoken to by the real
- * @kubernetes/client-node. HTTPS on 127.0.0.1 (and a unix socket) with a throwaway CA, bearer
- * tokens (401 for a missing or unknown token) and a per-token allow-list standing in for RBAC
- * (403 with the apiserver's message).
+ * A Kubernetes API server for the tests that need faults on cue, which the real kube-apiserver
+ * (v1.28.4, control-plane.ts; every other test runs on it) cannot be made to produce: history
+ * compacted now, so that a resumed watch or a continue token gets 410 Gone; every watch reset, or
+ * kept open and mute; requests answered with an error, or preceded by a change, for as long as a
+ * test says (beforeServe); every request counted, with its content type and when it was answered.
+ * It follows kube-apiserver's documented semantics for what Weft uses (kube-api/api.ts says what
+ * it serves), spoken to by the real @kubernetes/client-node, and kube-api-semantics.test.ts holds
+ * it to the real server. HTTPS on 127.0.0.1 (and a unix socket) with a throwaway CA, bearer tokens
+ * (401 for an unknown one) and a per-token allow-list standing in for RBAC (403 with its message).
  *
- * One generic store serves every resource the same way (test/support/kube-api/): core/v1 Nodes,
- * Pods, Namespaces, Services (cluster IPs and node ports allocated when absent);
- * discovery.k8s.io/v1 EndpointSlices; coordination.k8s.io/v1 Leases; networking.k8s.io/v1 NetworkPolicies;
- * apiextensions.k8s.io/v1 CustomResourceDefinitions, and the custom resources of every CRD
- * created. For each: get, list (label and field selectors, `limit`/`continue`, 410 Expired),
- * watch (`resourceVersion`, `allowWatchBookmarks`, `timeoutSeconds`, `sendInitialEvents`, label
- * and field selectors with the ADDED/DELETED an object moving in or out of them causes; a
- * compacted resourceVersion gets an ERROR event with a 410 Status, as the real server sends
- * it), create, update, patch, delete, the status subresource; discovery at /api, /apis and each
- * group version; errors as metav1.Status. See kube-api/api.ts for the verbs' semantics.
+ * Who still uses it, and for which fault (keep this true: grep -rl 'kube-apiserver.ts\|kube-api/' test bench):
+ * - test/integration/kube-faults.test.ts: requests counted (no PATCH when the Node is current, the
+ *   strategic merge patch's content type); compact + silenceWatches + breakWatches (a relist after
+ *   410); silenceWatches alone (the watch-liveness check); beforeServe (503 on every list and
+ *   watch, 503s then a 403 on nodes/status, a page's snapshot compacted between pages).
+ * - test/integration/k8s/reflector-faults.test.ts: list pages counted; silence, compact, break (a relist after 410).
+ * - test/integration/kube-api-semantics.test.ts: this server held to the real one; compact (410 for a continue token).
+ * - test/integration/kube-apiserver.test.ts: this server's own tests.
+ * - test/unit/egress-crds.test.ts: kube-api/schema.ts judges samples without a server (the real one: egress-crds.test.ts).
+ * - test/e2e/egress.test.ts (beforeServe: the API server stalled with 503s), through the e2e harness (test/support/cluster.ts,
+ *   egress-cluster.ts, image-cluster.ts), which still starts this server in kube mode; its move is a change of its own.
+ * - bench/faults.bench.ts (beforeServe 503s and breakWatches: the API server down), bench/support/egress.ts
+ *   (beforeServe: a stall), bench/netpol.bench.ts (the e2e harness's server, seeded): through the harness.
+ * - bench/kube.bench.ts, bench/support/kube-child.ts (for bench/support/weftd.ts): no fault; thousands of
+ *   Nodes seeded into the store at once, so that the set-up is not what a bench measures.
  *
- * Not served (405, 415 or 404, as the real server answers what it does not know): deletecollection,
- * server-side apply, the legacy /watch/ paths, protobuf, conversion webhooks (versions of a
- * custom resource differ only in apiVersion), CEL validation rules, admission other than
- * "the namespace must exist". Pods are deleted at once (no grace period: there is no kubelet).
- *
- * Test hooks change the store directly, bypassing validation and admission (standing in for
- * other clients and for an administrator): seed, modify, remove, object, and the Node and Pod
- * shorthands; and disturb it: compact (drop history up to now), breakWatches (reset every watch
- * connection), silenceWatches (keep them open but send nothing more), beforeServe (fail or
- * change things before a request is served).
+ * Test hooks change the store directly, bypassing validation and admission (other clients, an
+ * administrator): seed, modify, remove, object, the Node and Pod shorthands; and disturb it as
+ * above: compact, breakWatches, silenceWatches, beforeServe.
  */
 import { once } from 'node:events';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -37,6 +39,7 @@ import type { Server as NetServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Api } from './kube-api/api.ts';
+import { apiGroups, apiResourceList } from './kube-api/discovery.ts';
 import { ApiError, badRequest, qualifiedResource } from './kube-api/status.ts';
 import type { Obj } from './kube-api/status.ts';
 import type { StoreEvent } from './kube-api/store.ts';
@@ -327,9 +330,9 @@ export class KubeApiServer {
     };
     if (p[0] === 'version' && p.length === 1) return discovery(() => ({ major: '1', minor: '34', gitVersion: 'v1.34.0-weft-test', platform: 'linux/amd64' }));
     if (p[0] === 'api' && p.length === 1) return discovery(() => ({ kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress: new URL(this.url).host }] }));
-    if (p[0] === 'apis' && p.length === 1) return discovery(() => ({ kind: 'APIGroupList', apiVersion: 'v1', groups: this.#groups() }));
+    if (p[0] === 'apis' && p.length === 1) return discovery(() => ({ kind: 'APIGroupList', apiVersion: 'v1', groups: apiGroups(this.#api.types()) }));
     if (p[0] === 'apis' && p.length === 2) {
-      const g = this.#groups().find((x) => x.name === p[1]);
+      const g = apiGroups(this.#api.types()).find((x) => x.name === p[1]);
       if (!g) throw notFound();
       return discovery(() => ({ kind: 'APIGroup', apiVersion: 'v1', ...g }));
     }
@@ -341,7 +344,7 @@ export class KubeApiServer {
     else throw notFound();
     const served = this.#api.types().filter((t) => t.group === group && t.version === version);
     if (served.length === 0) throw notFound();
-    if (rest.length === 0) return discovery(() => this.#resourceList(group ? `${group}/${version}` : version, served));
+    if (rest.length === 0) return discovery(() => apiResourceList(group ? `${group}/${version}` : version, served));
     let namespace: string | undefined;
     if (rest[0] === 'namespaces' && rest.length >= 3 && this.#api.type(group, version, rest[2]!)?.namespaced) {
       namespace = rest[1];
@@ -361,31 +364,6 @@ export class KubeApiServer {
     const verb = VERBS[method];
     if (!verb || (sub && verb === 'delete')) throw notAllowed();
     return { ...base, verb, resource: sub ? `${type.plural}/${sub}` : type.plural, name, ...(sub ? { sub } : {}) };
-  }
-
-  #groups(): Obj[] {
-    const versions = new Map<string, string[]>();
-    for (const t of this.#api.types()) {
-      if (!t.group) continue;
-      const vs = versions.get(t.group) ?? [];
-      if (!vs.includes(t.version)) vs.push(t.version);
-      versions.set(t.group, vs);
-    }
-    return [...versions].map(([name, vs]) => {
-      const list = vs.map((version) => ({ groupVersion: `${name}/${version}`, version }));
-      return { name, versions: list, preferredVersion: list[0] };
-    });
-  }
-
-  #resourceList(groupVersion: string, served: ResourceType[]): Obj {
-    const resources = served.flatMap((t) => [
-      {
-        name: t.plural, singularName: t.singular, namespaced: t.namespaced, kind: t.kind,
-        verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'], ...(t.shortNames.length ? { shortNames: t.shortNames } : {}),
-      },
-      ...(t.status ? [{ name: `${t.plural}/status`, singularName: '', namespaced: t.namespaced, kind: t.kind, verbs: ['get', 'patch', 'update'] }] : []),
-    ]);
-    return { kind: 'APIResourceList', apiVersion: 'v1', groupVersion, resources };
   }
 
   #authorize(req: IncomingMessage, route: Resolved): void {

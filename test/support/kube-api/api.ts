@@ -7,6 +7,21 @@
  * keep an object with deletionTimestamp until the last is removed), and the status subresource.
  * What differs between resources is data in {@link ResourceType}.
  *
+ * Served: core/v1 Nodes, Pods, Namespaces, Services (cluster IPs and node ports allocated when absent);
+ * discovery.k8s.io/v1 EndpointSlices; coordination.k8s.io/v1 Leases; networking.k8s.io/v1 NetworkPolicies;
+ * apiextensions.k8s.io/v1 CustomResourceDefinitions, and the custom resources of every CRD
+ * created. For each: get, list (label and field selectors, `limit`/`continue`, 410 Expired),
+ * watch (`resourceVersion`, `allowWatchBookmarks`, `timeoutSeconds`, `sendInitialEvents`, label
+ * and field selectors with the ADDED/DELETED an object moving in or out of them causes; a
+ * compacted resourceVersion gets an ERROR event with a 410 Status, as the real server sends
+ * it), create, update, patch, delete, the status subresource; discovery at /api, /apis and each
+ * group version (discovery.ts); errors as metav1.Status.
+ *
+ * Not served (405, 415 or 404, as the real server answers what it does not know): deletecollection,
+ * server-side apply, the legacy /watch/ paths, protobuf, conversion webhooks (versions of a
+ * custom resource differ only in apiVersion), CEL validation rules, admission other than
+ * "the namespace must exist". Pods are deleted at once (no grace period: there is no kubelet).
+ *
  * Done at once rather than by a controller: a Namespace's deletion removes its content and
  * then itself; a CRD is Established as soon as it is created, its deletion removes its objects.
  */
