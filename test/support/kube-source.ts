@@ -17,8 +17,11 @@ import { silentLogger } from '../../src/log.ts';
 import { sleep } from '../../src/retry.ts';
 import { flannelNode } from './kube-nodes.ts';
 
+/** flannel's annotation prefix, short for the tests' many annotation keys. */
 export { FLANNEL_PREFIX as P } from './kube-nodes.ts';
+/** net-conf.json of an IPv4 vxlan network. */
 export const V4_CONF = '{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}';
+/** net-conf.json of a dual-stack vxlan network. */
 export const DUAL_CONF = '{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}';
 
 /** The VTEP MAC of node `n`. */
