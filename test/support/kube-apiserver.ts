@@ -10,10 +10,9 @@
  * (401 for an unknown one) and a per-token allow-list standing in for RBAC (403 with its message).
  *
  * Who still uses it, and for which fault (keep this true: grep -rl 'kube-apiserver.ts\|kube-api/' test bench):
- * - test/integration/kube-faults.test.ts: requests counted (no PATCH when the Node is current, the
- *   strategic merge patch's content type); compact + silenceWatches + breakWatches (a relist after
- *   410); silenceWatches alone (the watch-liveness check); beforeServe (503 on every list and
- *   watch, 503s then a 403 on nodes/status, a page's snapshot compacted between pages).
+ * - test/integration/kube-faults.test.ts: requests counted (no PATCH when the Node is current, the strategic merge
+ *   patch's content type); compact + silenceWatches + breakWatches (a relist after 410); silenceWatches alone (the
+ *   watch-liveness check); beforeServe (503 on every list and watch, 503s then a 403 on nodes/status, a page compacted).
  * - test/integration/k8s/reflector-faults.test.ts: list pages counted; silence, compact, break (a relist after 410).
  * - test/integration/kube-api-semantics.test.ts: this server held to the real one; compact (410 for a continue token).
  * - test/integration/kube-apiserver.test.ts: this server's own tests.
@@ -330,9 +329,10 @@ export class KubeApiServer {
     };
     if (p[0] === 'version' && p.length === 1) return discovery(() => ({ major: '1', minor: '34', gitVersion: 'v1.34.0-weft-test', platform: 'linux/amd64' }));
     if (p[0] === 'api' && p.length === 1) return discovery(() => ({ kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress: new URL(this.url).host }] }));
-    if (p[0] === 'apis' && p.length === 1) return discovery(() => ({ kind: 'APIGroupList', apiVersion: 'v1', groups: apiGroups(this.#api.types()) }));
+    const groups = () => apiGroups(this.#api.types());
+    if (p[0] === 'apis' && p.length === 1) return discovery(() => ({ kind: 'APIGroupList', apiVersion: 'v1', groups: groups() }));
     if (p[0] === 'apis' && p.length === 2) {
-      const g = apiGroups(this.#api.types()).find((x) => x.name === p[1]);
+      const g = groups().find((x) => x.name === p[1]);
       if (!g) throw notFound();
       return discovery(() => ({ kind: 'APIGroup', apiVersion: 'v1', ...g }));
     }

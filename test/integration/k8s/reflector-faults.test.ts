@@ -45,7 +45,8 @@ test('a reflector lists in pages, follows the watch, and relists after 410 Gone'
     const running = r.run(stop.signal);
     await until('the first list', () => lists.length === 1);
     assert.ok(['ns-0', 'ns-6', 'default'].every((n) => held.has(n)), 'ours and the server\'s own namespaces');
-    assert.equal(api.requests.filter((q) => q.verb === 'list' && q.resource === 'namespaces').length, Math.ceil(held.size / 3), 'pages of three');
+    const pages = api.requests.filter((q) => q.verb === 'list' && q.resource === 'namespaces');
+    assert.equal(pages.length, Math.ceil(held.size / 3), 'pages of three');
     api.modify('namespaces', 'ns-1', (o) => void ((o.metadata as { labels: object }).labels = { team: 'b' }));
     api.remove('namespaces', 'ns-2');
     await until('the watch to deliver both', () => held.get('ns-1') === 'b' && !held.has('ns-2'));

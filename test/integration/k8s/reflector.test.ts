@@ -52,7 +52,8 @@ test('an informer keeps the objects its selector picks; refused by RBAC, it says
     });
     const running = informer.run(stop.signal);
     const refusal = /RBAC must allow verb "list" on resource "namespaces"/;
-    const refused = () => log.records.some((r) => r.level === 'error' && refusal.test(String((r.fields.err as Error | undefined)?.message)));
+    const refused = () =>
+      log.records.some((r) => r.level === 'error' && refusal.test(String((r.fields.err as Error | undefined)?.message)));
     await until('the refusal to be logged', refused);
     assert.equal(informer.hasSynced, false);
     await cp.grant('weft-namespaces', FLANNEL, [{ apiGroups: [''], resources: ['namespaces'], verbs: ['list', 'watch'] }]);

@@ -28,7 +28,9 @@ export function apiResourceList(groupVersion: string, served: readonly ResourceT
       name: t.plural, singularName: t.singular, namespaced: t.namespaced, kind: t.kind,
       verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'], ...(t.shortNames.length ? { shortNames: t.shortNames } : {}),
     },
-    ...(t.status ? [{ name: `${t.plural}/status`, singularName: '', namespaced: t.namespaced, kind: t.kind, verbs: ['get', 'patch', 'update'] }] : []),
+    ...(t.status
+      ? [{ name: `${t.plural}/status`, singularName: '', namespaced: t.namespaced, kind: t.kind, verbs: ['get', 'patch', 'update'] }]
+      : []),
   ]);
   return { kind: 'APIResourceList', apiVersion: 'v1', groupVersion, resources };
 }
