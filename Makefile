@@ -18,7 +18,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 .PHONY: all deps deps-debian deps-npm deps-peers build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
 	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean \
-	image test-image bench-image bench-services
+	image test-image bench-image bench-services check-tools
 
 all: build
 
@@ -182,6 +182,11 @@ test-unit: build
 
 test-integration: build image
 	$(NODE) --test $(TEST_FLAGS) 'test/integration/**/*.test.ts' 'test/e2e/**/*.test.ts'
+
+# Every program the Makefile, scripts, tests, benches, demo and src run (scripts/tools, which
+# test/unit/tools.test.ts keeps complete) is on PATH, in dist/peers, or at its path.
+check-tools:
+	scripts/check-tools.sh
 
 # The image as daemonset.yaml runs it, alone (it is part of make test too).
 test-image: deps build image
