@@ -18,7 +18,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 .PHONY: all deps deps-debian deps-npm deps-peers build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
 	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean \
-	image test-image bench-image bench-services check-tools
+	image test-image bench-image bench-services check-tools check-fresh
 
 all: build
 
@@ -187,6 +187,12 @@ test-integration: build image
 # test/unit/tools.test.ts keeps complete) is on PATH, in dist/peers, or at its path.
 check-tools:
 	scripts/check-tools.sh
+
+# make deps build, then check-tools, in a bare Debian root holding only what a new machine of this
+# kind has, from a clone of HEAD (scripts/fresh-root.sh says what and how). .ci/run runs it after
+# make test.
+check-fresh: deps-debian
+	PEERS_SRC=$(PEERS_SRC) scripts/fresh-root.sh $(DEBIAN_SOURCES)
 
 # The image as daemonset.yaml runs it, alone (it is part of make test too).
 test-image: deps build image
