@@ -9,9 +9,12 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 # container runtime to run it as the DaemonSet does (podman with runc: crun refuses this machine's
 # hybrid cgroup hierarchy). Defined before DEBIAN_PACKAGES, which expands it at once (:=).
 IMAGE_TOOLS := mmdebstrap buildah podman runc conmon
+# The real kubelet's node: its container runtime (containerd, with ctr to import the test images)
+# and conntrack, which kubelet and kube-proxy run.
+KUBELET_TOOLS := containerd conntrack
 DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
 	iproute2 procps iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool curl wireguard-go tcpdump \
-	xz-utils $(IMAGE_TOOLS)
+	xz-utils $(IMAGE_TOOLS) $(KUBELET_TOOLS)
 
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
