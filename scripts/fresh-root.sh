@@ -91,8 +91,16 @@ inner=''
 cleanup() {
   local status=$?
   if [[ -n $inner ]] && kill -0 "$inner" 2>/dev/null; then
-    kill "$inner"
-    wait "$inner" || true
+    # unshare ignores SIGTERM while it waits; killed, it takes the namespace's init (--kill-child)
+    # and so everything in the namespace with it. Their files go once they are gone.
+    local init
+    init=$(pgrep -P "$inner" || true)
+    kill -KILL "$inner"
+    wait "$inner" 2>/dev/null || true
+    for _ in {1..100}; do
+      [[ -n $init ]] && grep -qs '^State:[[:space:]]*[^Z]' "/proc/$init/status" || break
+      sleep 0.1
+    done
   fi
   rm -rf --one-file-system "$work"
   if ((status == 0)); then
