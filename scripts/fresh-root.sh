@@ -13,13 +13,18 @@
 # Usage: PEERS_SRC=DIR fresh-root.sh 'deb URL SUITE COMPONENT'...
 set -euo pipefail
 
+# A step of the check, with the seconds since it started: what the check costs, phase by phase.
+say() {
+  echo "fresh root [${SECONDS} s]: $*"
+}
+
 # Inside the namespace: build the root, bring in the machine's parts, run make there.
 inside() {
   local work=$1 peers=$2
   shift 2
   local root=$work/root checkout
   checkout=$(cd "$(dirname "$0")/.." && pwd)
-  echo "fresh root: mmdebstrap --variant=minbase bookworm (git, make, ca-certificates)"
+  say "mmdebstrap --variant=minbase bookworm (git, make, ca-certificates)"
   mmdebstrap --quiet --variant=minbase --include=git,make,ca-certificates bookworm "$root" "$@"
   machine_parts "$root"
 
@@ -27,7 +32,7 @@ inside() {
   head=$(git -C "$checkout" rev-parse HEAD)
   git clone --quiet --no-checkout "$checkout" "$root/src/weft"
   git -C "$root/src/weft" checkout --quiet --detach "$head"
-  echo "fresh root: clone of $checkout at $(git -C "$root/src/weft" log --oneline -1 | cut -c1-100)"
+  say "clone of $checkout at $(git -C "$root/src/weft" log --oneline -1 | cut -c1-100)"
 
   mkdir -p "$root/src/shared/peers"
   mount --bind "$peers" "$root/src/shared/peers"
@@ -39,7 +44,7 @@ inside() {
 
   # A clean environment: what make needs must come from the root's files, not from this shell.
   local -a run=(chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
-  echo "fresh root: $("${run[@]}" node --version) and npm $("${run[@]}" npm --version) from this machine; make deps build"
+  say "$("${run[@]}" node --version) and npm $("${run[@]}" npm --version) from this machine; make deps build"
   "${run[@]}" make -C /src/weft --no-print-directory deps build
   # Debian's nodejs or npm would replace the machine's Node in the root, where on a machine apt
   # finds NodeSource's nodejs (which provides npm) installed: the check would then prove nothing.
@@ -49,6 +54,7 @@ inside() {
     echo "fresh root: make deps installed Debian's nodejs or npm: a package of DEBIAN_PACKAGES depends on them" >&2
     return 1
   fi
+  say "make check-tools"
   "${run[@]}" make -C /src/weft --no-print-directory check-tools
 }
 
