@@ -9,16 +9,19 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 # container runtime to run it as the DaemonSet does (podman with runc: crun refuses this machine's
 # hybrid cgroup hierarchy). Defined before DEBIAN_PACKAGES, which expands it at once (:=).
 IMAGE_TOOLS := mmdebstrap buildah podman runc conmon
+# The real kubelet's node: its container runtime (containerd, with ctr to import the test images)
+# and conntrack, which kubelet and kube-proxy run.
+KUBELET_TOOLS := containerd conntrack
 DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
 	iproute2 procps iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool curl wireguard-go tcpdump \
-	xz-utils $(IMAGE_TOOLS)
+	xz-utils $(IMAGE_TOOLS) $(KUBELET_TOOLS)
 
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm deps-peers build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
 	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean \
-	image test-image bench-image bench-services
+	image test-image bench-image bench-services check-tools check-fresh
 
 all: build
 
@@ -182,6 +185,17 @@ test-unit: build
 
 test-integration: build image
 	$(NODE) --test $(TEST_FLAGS) 'test/integration/**/*.test.ts' 'test/e2e/**/*.test.ts'
+
+# Every program the Makefile, scripts, tests, benches, demo and src run (scripts/tools, which
+# test/unit/tools.test.ts keeps complete) is on PATH, in dist/peers, or at its path.
+check-tools:
+	scripts/check-tools.sh
+
+# make deps build, then check-tools, in a bare Debian root holding only what a new machine of this
+# kind has, from a clone of HEAD (scripts/fresh-root.sh says what and how). .ci/run runs it after
+# make test.
+check-fresh: deps-debian
+	PEERS_SRC=$(PEERS_SRC) scripts/fresh-root.sh $(DEBIAN_SOURCES)
 
 # The image as daemonset.yaml runs it, alone (it is part of make test too).
 test-image: deps build image
