@@ -6,18 +6,16 @@
  * errors, and remove and check what the other made.
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import { DEBIAN_CNI_DIR, callPlugin } from '../support/cni.ts';
 import type { CniReply } from '../support/cni.ts';
 import { NOTHING, leftovers, withNode } from '../support/cni-node.ts';
 import type { CniNode } from '../support/cni-node.ts';
 import { iperf3 } from '../support/egress-cluster.ts';
-import { createNetns, needsRoot } from '../support/netns.ts';
+import { createNetns, needsRootAnd } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
-const skip = needsRoot ||
-  (existsSync(`${DEBIAN_CNI_DIR}/bandwidth`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/bandwidth`);
 
 interface Bandwidth {
   ingressRate?: number;

@@ -15,11 +15,11 @@ import { NOTHING, SUBNET_ENV, leftovers, podState, withNode, withPods } from '..
 import type { CniNode } from '../support/cni-node.ts';
 import { KubeControlPlane } from '../support/control-plane.ts';
 import { weftClient } from '../support/control-plane-objects.ts';
-import { needsRoot } from '../support/netns.ts';
+import { needsRootAnd } from '../support/netns.ts';
 import { until } from '../support/until.ts';
 import type { Netns } from '../support/netns.ts';
 
-const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/bridge`);
 
 /** Runs `body` once with weftd's server serving and once through the fallback. */
 async function bothPaths(body: (node: CniNode, path: string) => Promise<void>): Promise<void> {

@@ -25,12 +25,12 @@ import { DEBIAN_CNI_DIR, PLUGIN_BIN, WEFT_BIN, callPlugin } from '../support/cni
 import { NOTHING, SUBNET_ENV, leftovers, podState, withNode, withPods } from '../support/cni-node.ts';
 import type { CniNode } from '../support/cni-node.ts';
 import type { CniCall } from '../support/cni.ts';
-import { createNetns, needsRoot } from '../support/netns.ts';
+import { createNetns, needsRoot, needsRootAnd } from '../support/netns.ts';
 import { until } from '../support/until.ts';
 import { connectAsNobody } from '../support/local.ts';
 import type { Netns } from '../support/netns.ts';
 
-const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/bridge`);
 
 const VERSIONS = ['0.3.1', '0.4.0', '1.0.0', '1.1.0'];
 

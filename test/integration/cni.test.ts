@@ -12,10 +12,10 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { DEBIAN_CNI_DIR, WEFT_BIN, addList, callPlugin, delList } from '../support/cni.ts';
 import type { CniCall, CniReply, ConfList } from '../support/cni.ts';
-import { RUN_PREFIX, createNetns, needsRoot, withNetns } from '../support/netns.ts';
+import { RUN_PREFIX, createNetns, needsRootAnd, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
-const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/bridge`);
 
 const SUBNET_ENV = 'FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.5.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n';
 const HOST_LOCAL_STORE = '/var/lib/cni/networks';

@@ -4,7 +4,6 @@
  * (control.ts) with wireguard-go's UAPI socket, since this kernel has no WireGuard.
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,9 +14,9 @@ import { generatePrivateKey, publicKeyOf } from '../../src/backend/wireguard/key
 import { NetlinkError } from '../../src/errors.ts';
 import { memoryLogger } from '../../src/log.ts';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
-import { needsRoot, withNetns } from '../support/netns.ts';
+import { needsRoot, needsRootAnd, withNetns } from '../support/netns.ts';
 
-const skip = needsRoot || (existsSync('/usr/bin/wireguard-go') ? false : 'wireguard-go is missing (run make deps)');
+const skip = needsRootAnd('/usr/bin/wireguard-go');
 
 test('generic netlink: nlctrl resolves to its fixed id; this kernel has no wireguard family (ENOENT)', { skip: needsRoot }, async () => {
   await withNetns(['genl'], async (ns) => {

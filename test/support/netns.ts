@@ -5,6 +5,7 @@
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -20,6 +21,18 @@ export function isRoot(): boolean {
 
 /** For `test(..., { skip })`: a reason when the test cannot run here, else false. */
 export const needsRoot: string | false = isRoot() ? false : 'needs root: creates network namespaces';
+
+/**
+ * For `test(..., { skip })`: like {@link needsRoot}, and as root also needs `files` (programs make
+ * deps installs). A missing one is not a reason to skip: it throws, naming the files, so a missing
+ * install step fails the run (CI runs as root) instead of passing it with tests skipped.
+ */
+export function needsRootAnd(...files: string[]): string | false {
+  if (needsRoot) return needsRoot;
+  const missing = files.filter((f) => !existsSync(f));
+  if (missing.length > 0) throw new Error(`missing ${missing.join(', ')}: make deps installs them`);
+  return false;
+}
 
 export class Netns {
   readonly name: string;
