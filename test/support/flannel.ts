@@ -366,15 +366,16 @@ export function spawnFlanneld(ns: Netns, args: readonly string[], nodeName: stri
 }
 
 /**
- * What flanneld would have left in this machine's own namespace if it escaped its node's: a
- * flannel.* link, rules or chains naming flannel. Empty when it kept to its namespace.
+ * What flanneld would have left in this machine's own namespace if it escaped its node's: its
+ * flannel.1 link, its chains (FLANNEL-FWD, FLANNEL-POSTRTG) or its rules' comments. Empty when
+ * it kept to its namespace.
  */
 export async function rootNamespaceTraces(): Promise<string[]> {
   const links = JSON.parse((await run('ip', ['-j', 'link', 'show'])).stdout) as { ifname: string }[];
   const ruleset = (await run('nft', ['list', 'ruleset'])).stdout;
   return [
-    ...links.filter((l) => l.ifname.startsWith('flannel')).map((l) => `link ${l.ifname}`),
-    ...ruleset.split('\n').filter((l) => /flannel/i.test(l)).map((l) => `nft: ${l.trim()}`),
+    ...links.filter((l) => l.ifname.startsWith('flannel.')).map((l) => `link ${l.ifname}`),
+    ...ruleset.split('\n').filter((l) => /FLANNEL-(FWD|POSTRTG)|flanneld (masq|forward)/.test(l)).map((l) => `nft: ${l.trim()}`),
   ];
 }
 
