@@ -114,8 +114,8 @@ function assertReplacedBeforeRemoved(events: string[], kind: keyof typeof RULES)
  */
 async function takeOver(t: TestContext, c: MixedCluster, a1: InteropPod, b1: InteropPod, subnetB: string): Promise<string[]> {
   const a = a1.node;
-  const pingers = [Pinger.start(a1.ns, b1.ip), Pinger.start(b1.ns, a1.ip)];
   const { rules, paths } = await monitors(a);
+  const pingers = [Pinger.start(a1.ns, b1.ip), Pinger.start(b1.ns, a1.ip)];
   try {
     await until('pings both ways before the switch', () => pingers.every((p) => p.replies >= 10), 20_000);
     const started = performance.now();
