@@ -8,10 +8,13 @@
  *   accept in another table cannot override that drop. An explicit choice that does not work here
  *   is a ConfigError. The choice and its reason are logged once.
  * - Start: switches forwarding on where it is off (a read-only /proc/sys is fine when the host has
- *   it on already), removes the other driver's sets (Weft's and flanneld's: the
- *   nftables tables `inet weft`, `ip flannel-ipv4`, `ip6 flannel-ipv6`, or the FLANNEL-* chains
- *   and their jumps), then applies the wanted set in one transaction, which also recycles rules of
- *   an old network/subnet and adopts flanneld's set of the same driver (rules.ts explains how).
+ *   it on already), applies the wanted set in one transaction, which also recycles rules of an old
+ *   network/subnet and adopts flanneld's set of the same driver (rules.ts explains how), and only
+ *   then removes the other driver's sets (Weft's and flanneld's: the nftables tables `inet weft`,
+ *   `ip flannel-ipv4`, `ip6 flannel-ipv6`, or the FLANNEL-* chains and their jumps). Removed
+ *   first, a node taken over from flanneld (iptables) had no masquerade until weftd's table came,
+ *   and a pod's connection opened then never got a reply. Side by side for a moment, the two sets
+ *   agree, and NAT keeps the first chain that masquerades.
  * - Resync: compares the node with the wanted set, re-applies the whole set when anything differs
  *   and warns with what differed; the other driver's sets are removed again if they reappear;
  *   forwarding switched off by something else is switched back on (flanneld sets it once, at
@@ -118,8 +121,8 @@ export class TrafficRules {
 
   /**
    * What {@link start} does before it knows the networks: chooses the driver, switches forwarding
-   * on and removes the other driver's rules. Call it as soon as the configuration is known, so the
-   * nft/iptables processes run while the lease is being acquired; the next {@link start} takes
+   * on and sees whether the other driver works. Call it as soon as the configuration is known, so
+   * the nft/iptables processes run while the lease is being acquired; the next {@link start} takes
    * its result (or its error) instead of doing the same again.
    */
   prepare(): void {
@@ -136,16 +139,16 @@ export class TrafficRules {
       this.#opts.fullyRandomDisable || !this.#opts.ipMasq ? false : driver.fullyRandomSupported(),
       this.#ensureForwarding(),
       this.#checkBridgeNetfilter(),
-      this.#removeOther(driver),
+      this.#probeOther(driver),
     ]);
     for (const was of forwarding) this.#log.info('switched forwarding on', was);
     return { driver, why, fullyRandom };
   }
 
   /**
-   * Chooses the driver, switches forwarding on, removes the other driver's rules (all of which a
-   * {@link prepare} call may have done already), installs the rules for `current` and resolves;
-   * then resyncs every `resyncSeconds` until `signal` aborts or {@link stop} is called.
+   * Chooses the driver, switches forwarding on (both of which a {@link prepare} call may have done
+   * already), installs the rules for `current`, removes the other driver's rules and resolves; then
+   * resyncs every `resyncSeconds` until `signal` aborts or {@link stop} is called.
    * `previous` (the old subnet.env's values) is only logged: the apply replaces Weft's chains or
    * table whole, so an old network's rules go with it.
    */
@@ -172,6 +175,7 @@ export class TrafficRules {
     await driver.apply(want);
     this.#driver = driver;
     this.#want = want;
+    await this.#removeOther(driver);
     this.#log.info(`traffic rules installed with ${driver.name}`, {
       driver: driver.name,
       why,
@@ -328,14 +332,17 @@ export class TrafficRules {
     return d.name === 'nftables' ? this.#drivers.iptables : this.#drivers.nftables;
   }
 
+  /** Sees whether the driver not chosen works here, so that its rules can be looked for. */
+  async #probeOther(driver: Driver): Promise<void> {
+    this.#otherWorks = (await this.#other(driver).unavailable()) === undefined;
+  }
+
+  /** Removes the other driver's rules (Weft's or flanneld's) when present: once `driver`'s are in. */
   async #removeOther(driver: Driver): Promise<void> {
     const other = this.#other(driver);
-    this.#otherWorks = (await other.unavailable()) === undefined;
-    if (!this.#otherWorks) return;
-    if (await other.present()) {
-      await other.remove();
-      this.#log.info(`removed ${other.name} traffic rules (Weft's or flanneld's) before installing ${driver.name}`);
-    }
+    if (!this.#otherWorks || !(await other.present())) return;
+    await other.remove();
+    this.#log.info(`removed ${other.name} traffic rules (Weft's or flanneld's) after installing ${driver.name}`);
   }
 
   async #choose(): Promise<{ driver: Driver; why: string }> {

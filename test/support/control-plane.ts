@@ -140,6 +140,10 @@ export class KubeControlPlane {
       c.pipe(t).pipe(c);
       c.on('error', () => t.destroy());
       t.on('error', () => c.destroy());
+      // One end closed, the other is ended once flushed and closed: left half-open, its reading paused by
+      // the pipe that went with the closed end, it would never see its peer's end and keep stop() waiting.
+      c.on('close', () => t.end(() => t.destroy()));
+      t.on('close', () => c.end(() => c.destroy()));
     });
     unix.listen(this.socketPath);
     await once(unix, 'listening');

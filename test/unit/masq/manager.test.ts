@@ -146,7 +146,7 @@ test('br_netfilter missing or off is a warning naming the sysctl, not a stop', a
   assert.match((await start({ 'net.ipv4.ip_forward': '1', 'net.bridge.bridge-nf-call-iptables': '0' })).join(), /net\.bridge\.bridge-nf-call-iptables is 0/);
 });
 
-test('prepare() does the engine choice, forwarding and the other engine\'s leftovers; start() then only applies', async () => {
+test('prepare() chooses the engine, switches forwarding on, probes the other; start() applies, then looks for leftovers', async () => {
   const sysctl = fakeSysctl();
   const run = fakeRunner((cmd) => (cmd.startsWith('iptables --version') ? { stdout: 'iptables v1.8.9 (nf_tables)' } : undefined));
   const rules = new TrafficRules({ ipMasq: true, runner: run, log: memoryLogger(), sysctl });
@@ -160,7 +160,33 @@ test('prepare() does the engine choice, forwarding and the other engine\'s lefto
   await rules.stop();
   const after = run.calls.slice(before.length);
   assert.ok(after.includes('nft -f -'), after.join(', '));
-  assert.ok(!after.some((c) => c === 'nft list chains' || c.startsWith('iptables')), `start() asked nothing prepare() knew: ${after.join(', ')}`);
+  const known = ['nft list chains', 'iptables-save -t nat', 'iptables --version'];
+  assert.ok(!after.some((c) => known.includes(c)), `start() asked nothing prepare() knew: ${after.join(', ')}`);
+  assert.ok(after.indexOf('iptables-save') > after.indexOf('nft -f -'), `leftovers looked for after the apply: ${after.join(', ')}`);
+});
+
+test('flanneld\'s iptables set goes only once the nftables set is in: the node is never without masquerade', async () => {
+  const flanneld = [
+    '*nat', ':POSTROUTING ACCEPT [0:0]', ':FLANNEL-POSTRTG - [0:0]',
+    '-A POSTROUTING -m comment --comment "flanneld masq" -j FLANNEL-POSTRTG',
+    '-A FLANNEL-POSTRTG -s 10.244.0.0/16 -d 10.244.0.0/16 -m comment --comment "flanneld masq" -j RETURN',
+    '-A FLANNEL-POSTRTG -s 10.244.0.0/16 ! -d 224.0.0.0/4 -m comment --comment "flanneld masq" -j MASQUERADE --random-fully',
+    'COMMIT', '*filter', ':FORWARD ACCEPT [0:0]', ':FLANNEL-FWD - [0:0]',
+    '-A FORWARD -m comment --comment "flanneld forward" -j FLANNEL-FWD',
+    '-A FLANNEL-FWD -s 10.244.0.0/16 -m comment --comment "flanneld forward" -j ACCEPT', 'COMMIT', '',
+  ].join('\n');
+  const run = fakeRunner((cmd) => {
+    if (cmd.startsWith('iptables --version')) return { stdout: 'iptables v1.8.9 (nf_tables)' };
+    return cmd.startsWith('iptables-save') ? { stdout: flanneld } : undefined;
+  });
+  const log = memoryLogger();
+  const rules = new TrafficRules({ ipMasq: true, runner: run, log, sysctl: fakeSysctl() });
+  await rules.start(NETS);
+  await rules.stop();
+  const apply = run.calls.indexOf('nft -f -');
+  const removal = run.calls.findIndex((c) => c.startsWith('iptables-restore'));
+  assert.ok(apply >= 0 && removal > apply, `nftables applied, then flanneld's chains removed: ${run.calls.join(', ')}`);
+  assert.ok(log.records.some((r) => r.msg === 'removed iptables traffic rules (Weft\'s or flanneld\'s) after installing nftables'));
 });
 
 test('a failing prepare() surfaces in start()', async () => {
