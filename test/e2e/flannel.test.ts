@@ -153,14 +153,14 @@ for (const mode of ['etcd', 'kube'] as const) {
       const c = await MixedCluster.start({ bed, mode, backend, ipMasq });
       try {
         const [a, b] = c.nodes as [InteropNode, InteropNode];
-        const [a1, a2, a3] = [await c.addPod(a, FLANNEL_CNI), await c.addPod(a, FLANNEL_CNI), await c.addPod(a, FLANNEL_CNI)];
-        const a5 = await c.addPod(a, 'flannel-cni-v1.7.1-flannel1');
-        const b1 = await c.addPod(b, 'weft');
+        const [a1, a2, a3] = [await c.wirePod(a, peer(FLANNEL_CNI)), await c.wirePod(a, peer(FLANNEL_CNI)), await c.wirePod(a, peer(FLANNEL_CNI))];
+        const a5 = await c.wirePod(a, peer('flannel-cni-v1.7.1-flannel1'));
+        const b1 = await c.wirePod(b, PLUGIN_BIN);
         await c.waitPing(a1, b1);
         await c.waitPing(b1, a1);
         await c.waitPing(b1, a5);
         // A migration's mixed states: Weft's plugin on flanneld's node (no weftd: its fallback), flannel's on weftd's.
-        const [a6, b2] = [await c.addPod(a, 'weft'), await c.addPod(b, FLANNEL_CNI)];
+        const [a6, b2] = [await c.wirePod(a, PLUGIN_BIN), await c.wirePod(b, peer(FLANNEL_CNI))];
         await c.waitPing(a6, b2);
         await c.waitPing(b2, a6);
 
@@ -201,7 +201,7 @@ for (const mode of ['etcd', 'kube'] as const) {
         await a.ns.exec('nft', 'list', 'table', 'inet', 'weft');
 
         // A pod weftd wires on node A joins flannel's: an address host-local has not given them, reaching both.
-        const a4 = await c.addPod(a, 'weft');
+        const a4 = await c.wirePod(a, PLUGIN_BIN);
         const held = [a1.ip, a3.ip, a5.ip, a6.ip];
         assert.ok(a4.ip.startsWith(`${subnetA}.`) && !held.includes(a4.ip), `${a4.ip} beside ${held.join(', ')}`);
         await c.waitPing(a4, b1);

@@ -18,7 +18,7 @@ import { once } from 'node:events';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { promisify } from 'node:util';
 import { loadAllYaml } from '@kubernetes/client-node';
 import { Etcd3 } from 'etcd3';
@@ -89,9 +89,6 @@ async function manifestRules(): Promise<PolicyRule[]> {
 /** The agent running a node. */
 export type Agent = 'flanneld' | 'weftd';
 
-/** flannel's CNI plugin, as the peers folder holds its releases. */
-export type FlannelCni = 'flannel-cni-v1.1.2' | 'flannel-cni-v1.7.1-flannel1';
-
 /** How a {@link MixedCluster} is made. */
 export interface InteropOptions {
   bed: InteropBed;
@@ -122,8 +119,8 @@ export interface InteropPod {
   ip: string;
   /** The host end of the pod's veth, from the plugin's result. */
   hostVeth: string;
-  /** Which plugin wired it: one of flannel's releases, or Weft's. */
-  by: FlannelCni | 'weft';
+  /** Which plugin wired it: a release of flannel's (its file name in dist/peers), or Weft's (`weft`). */
+  by: string;
 }
 
 /** What a pod holds on its node, as the reference plugins and flannel's plugin leave it. */
@@ -296,12 +293,15 @@ export class MixedCluster {
     };
   }
 
-  /** A pod on `node`, wired through a release of flannel's plugin or through Weft's (the native plugin, as a runtime runs it). */
-  async addPod(node: InteropNode, by: InteropPod['by']): Promise<InteropPod> {
+  /**
+   * A pod on `node`, wired through `plugin`: a release of flannel's (`peer('flannel-cni-v1.1.2')`) or
+   * Weft's (PLUGIN_BIN, the native plugin, as a runtime runs it).
+   */
+  async wirePod(node: InteropNode, plugin: string): Promise<InteropPod> {
     const n = ++this.#pods;
     const ns = await this.#netns(`pod${n}`);
     const id = `${this.#tag}-pod-${String(n).padStart(2, '0')}`;
-    const plugin = by === 'weft' ? PLUGIN_BIN : peer(by);
+    const by = plugin === PLUGIN_BIN ? 'weft' : basename(plugin);
     const call = { command: 'ADD', containerId: id, ifname: 'eth0', netns: ns.path, path: DEBIAN_CNI_DIR };
     const r = await callPlugin(plugin, node.ns, call, this.cniConfig(node));
     if (r.code !== 0 || !r.json) throw new Error(`${by} ADD on ${node.name} failed: ${r.stdout}${r.stderr}`);
