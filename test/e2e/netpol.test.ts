@@ -123,14 +123,24 @@ class PolicyCluster {
     }
   }
 
-  /** The tables' addresses (podIP) of single pods in ipBlocks replaced by the real ones. */
+  /**
+   * The tables' addresses in ipBlocks replaced by the real ones, in one pass: a single pod's
+   * (podIP), and node-<k>'s pod subnet (10.244.<k>.0/24, fd00:10:244:<k>::/64 in the tables),
+   * which is whatever nodeipam gave that Node.
+   */
   #realAddresses(text: string): string {
+    const real = new Map<string, string>();
     for (const id of PODS) {
       const pod = this.pods.get(id)!;
-      text = text.replaceAll(`"${podIP(id)}/32"`, `"${pod.ip}/32"`);
-      if (pod.ipv6) text = text.replaceAll(`"${podIP(id, 6)}/128"`, `"${pod.ipv6}/128"`);
+      real.set(`${podIP(id)}/32`, `${pod.ip}/32`);
+      if (pod.ipv6) real.set(`${podIP(id, 6)}/128`, `${pod.ipv6}/128`);
     }
-    return text;
+    for (const [k, node] of this.c.nodes.entries()) {
+      const [v4, v6] = node.podCidrs;
+      real.set(`10.244.${k + 1}.0/24`, v4!);
+      if (v6) real.set(`fd00:10:244:${k + 1}::/64`, v6);
+    }
+    return text.replace(/"([^"]+)"/g, (quoted, inner: string) => (real.has(inner) ? `"${real.get(inner)}"` : quoted));
   }
 
   /** One matrix of `probe` over `family`, denials given `ms` to prove themselves. */
