@@ -75,7 +75,8 @@ try {
   }
 
   const f = await failovers(e, {
-    rounds: 5, eip: EIP, gateways: [g1, g2], node: async () => (await e.policyStatus('a')).node, reached: (t0) => timeUntilSeen(e, pod, EIP, t0),
+    rounds: 5, eip: EIP, gateways: [g1, g2], node: async () => (await e.policyStatus('a')).node,
+    reached: (t0) => timeUntilSeen(e, pod, EIP, t0),
   });
   const withdrawn = await stallWithdrawn(e, ['a'], async () => {
     const status = await e.policyStatus('a');

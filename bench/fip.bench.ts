@@ -81,7 +81,8 @@ try {
     return JSON.stringify([s.node, s.eip]);
   };
   const f = await failovers(e, {
-    rounds: 5, eip: EIP, gateways: [g1, g2], node: async () => (await e.inboundStatus('FloatingIP', 'web')).node, reached: (t0) => timeUntil(e, OUTSIDE.ipv4, t0),
+    rounds: 5, eip: EIP, gateways: [g1, g2], node: async () => (await e.inboundStatus('FloatingIP', 'web')).node,
+    reached: (t0) => timeUntil(e, OUTSIDE.ipv4, t0),
   });
   const withdrawn = await stallWithdrawn(e, ['web'], placement);
   await timeUntil(e, OUTSIDE.ipv4, performance.now());

@@ -71,7 +71,8 @@ try {
   const realPod = async (namespace: string, name: string, app: string, node: typeof node1) => {
     await api.addPod(namespace, name, node.name, { labels: { app } });
     const pod = await c.addPod(node, { namespace, name });
-    await api.mergePatch(`/api/v1/namespaces/${namespace}/pods/${name}/status`, { status: { phase: 'Running', podIP: pod.ip, podIPs: [{ ip: pod.ip }] } });
+    const status = { phase: 'Running', podIP: pod.ip, podIPs: [{ ip: pod.ip }] };
+    await api.mergePatch(`/api/v1/namespaces/${namespace}/pods/${name}/status`, { status });
     return pod;
   };
   const server = await realPod('srv', 'server', 'server', node1);

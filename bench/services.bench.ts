@@ -4,11 +4,12 @@
  * real kube-apiserver), a server pod on node-1 and a client pod on node-2, whose weftd translates.
  *
  * SCALED: 10,000 Services of 10 endpoints each are API objects (Services and EndpointSlices
- * written as the endpointslice controller would, 16 requests at a time) whose endpoints are addresses, not wired pods, half of them said to be on
- * node-2; only the bench Service's endpoint, the server pod, carries traffic. The rules weftd
- * renders and loads are the same as for wired pods (the proxy sees EndpointSlices, not veths),
- * but for the hairpin set: it holds this node's endpoints in the cluster network (its pods,
- * a few hundred on a real node), and the 100,000 filler addresses lie outside 10.244.0.0/16.
+ * written as the endpointslice controller would, 16 requests at a time) whose endpoints are
+ * addresses, not wired pods, half of them said to be on node-2; only the bench Service's
+ * endpoint, the server pod, carries traffic. The rules weftd renders and loads are the same as
+ * for wired pods (the proxy sees EndpointSlices, not veths), but for the hairpin set: it holds
+ * this node's endpoints in the cluster network (its pods, a few hundred on a real node), and the
+ * 100,000 filler addresses lie outside 10.244.0.0/16.
  *
  * - connect_100_us, connect_10000_us: the median time of a TCP connect (SYN to SYN-ACK, the first
  *   packet's dispatch by the rules included) from the client to the bench Service's cluster IP,
@@ -20,8 +21,9 @@
  *   alike, with 10,000 Services; medians of ROUNDS rounds' ratios.
  * - svc_update_p99_ms: once weftd has settled (nothing applied or listed for 3 s), an endpoint of
  *   one of the 10,000 Services is given a new address (SAMPLES times); the time from the API write
- *   (a merge patch; its answer, the watch event's delivery to weftd included) to weftd's log of the apply holding it (written when `nft -f` has returned). p99 of the
- *   samples (the maximum when fewer than 100).
+ *   (a merge patch: its answer and the watch event's delivery to weftd included) to weftd's log of
+ *   the apply holding it (written when `nft -f` has returned). p99 of the samples (the maximum
+ *   when fewer than 100).
  * - svc_sync_10000_ms: weftd on node-2 stopped, its table deleted, started again: the time from
  *   its start to its log of the first apply (written when `nft -f` has returned: weftd listed
  *   20,000 objects, rendered them and loaded the table in one transaction), the last Service's

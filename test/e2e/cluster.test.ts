@@ -158,7 +158,8 @@ test('etcd down for 30 s: pods keep talking; a node joining after recovery is re
   }
 });
 
-test('two nodes, kube mode: weftd takes the pod CIDR nodeipam gave its Node, publishes flannel\'s annotations and the condition, routes to the other Node until it is deleted', { skip, timeout: 120_000 }, async () => {
+test('two nodes, kube mode: weftd takes the pod CIDR nodeipam gave its Node, publishes flannel\'s annotations and the condition, '
+  + 'routes to the other Node until it is deleted', { skip, timeout: 120_000 }, async () => {
   const c = await Cluster.start({ nodes: 2, backend: 'vxlan', mode: 'kube' });
   try {
     const [n1, n2] = c.nodes as [ClusterNode, ClusterNode];

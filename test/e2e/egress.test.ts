@@ -31,8 +31,14 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['vxla
       const b1 = await e.addPod(n1, { app: 'b' });
       const a3 = await e.addPod(n3, { app: 'a' });
       const peer = await e.addPod(n2, { app: 'peer' });
-      await e.gateway('gw-a', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'a' } }, eipPool: { ipv4: ['198.51.100.100-198.51.100.101'], ...(dualStack ? { ipv6: ['2001:db8::100-2001:db8::101'] } : {}) } });
-      await e.gateway('gw-b', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'b' } }, eipPool: { ipv4: ['198.51.100.110'], ...(dualStack ? { ipv6: ['2001:db8::110'] } : {}) } });
+      await e.gateway('gw-a', {
+        nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'a' } },
+        eipPool: { ipv4: ['198.51.100.100-198.51.100.101'], ...(dualStack ? { ipv6: ['2001:db8::100-2001:db8::101'] } : {}) },
+      });
+      await e.gateway('gw-b', {
+        nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'b' } },
+        eipPool: { ipv4: ['198.51.100.110'], ...(dualStack ? { ipv6: ['2001:db8::110'] } : {}) },
+      });
 
       // Before any policy: every pod leaves masqueraded to its node's address.
       await e.waitSeenAs(a1, n1.address);
@@ -44,9 +50,10 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['vxla
         await e.waitSeenAs(a3, '2001:db8::100', true);
       }
       await e.waitSeenAs(b1, n1.address);
-      assert.deepEqual([(await e.policyStatus('a')).node, (await e.policyStatus('a')).eip], [n3.name, { ipv4: '198.51.100.100', ...(dualStack ? { ipv6: '2001:db8::100' } : {}) }]);
-      const gatewayStatus = (await e.c.api!.request('GET', `${GROUP_PATH}/egressgateways/gw-a`))?.status as { nodes?: unknown[] } | undefined;
-      assert.ok((gatewayStatus?.nodes ?? []).length === 1, 'the gateway status lists its node');
+      const status = await e.policyStatus('a');
+      assert.deepEqual([status.node, status.eip], [n3.name, { ipv4: '198.51.100.100', ...(dualStack ? { ipv6: '2001:db8::100' } : {}) }]);
+      const gateway = await e.c.api!.request('GET', `${GROUP_PATH}/egressgateways/gw-a`);
+      assert.ok(((gateway?.status as { nodes?: unknown[] } | undefined)?.nodes ?? []).length === 1, 'the gateway status lists its node');
 
       // Inside the cluster nothing is steered: a pod sees the selected pod's own address, a node
       // sees the selected pod masqueraded to its own node, as without egress (neither answer
@@ -110,7 +117,9 @@ test('egress failover: the gateway\'s weftd killed and its link cut moves the EI
     await e.electOn(leader);
     for (const g of [g1, g2]) await e.label(g, { 'egress.weft.dev/gateway': 'true' });
     const pod = await e.addPod(client, { app: 'a' });
-    await e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: ['198.51.100.100-198.51.100.101'] } });
+    await e.gateway('gw', {
+      nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: ['198.51.100.100-198.51.100.101'] },
+    });
     await e.policy('a', { gateway: 'gw', podSelector: { matchLabels: { app: 'a' } } });
     await e.waitSeenAs(pod, '198.51.100.100');
     const [from, to] = (await e.policyStatus('a')).node === g1.name ? [g1, g2] : [g2, g1];
@@ -124,7 +133,8 @@ test('egress failover: the gateway\'s weftd killed and its link cut moves the EI
 
     await e.c.stopWeftd(leader, 'SIGKILL');
     let holder: string | undefined;
-    await until('another weftd took over the egress controller', async () => (holder = await e.leader()) !== undefined && holder !== leader.name, 60_000);
+    await until('another weftd took over the egress controller', async () =>
+      (holder = await e.leader()) !== undefined && holder !== leader.name, 60_000);
     const successor = e.c.nodes.find((n) => n.name === holder)!;
     await until(`${successor.name} says it took over`, () => /took over the egress controller Lease/.test(successor.daemon.log()), 10_000, successor.daemon.log);
     // The new controller places new policies.
@@ -201,7 +211,8 @@ test('egress fencing: a gateway\'s weftd SIGKILLed with its link up, one cut fro
       assert.equal(await e.holds(from, EIP), false, 'the EIP outlived its weftd');
       assert.equal(await e.lease(`weft-egress-node-${from.name}`), undefined,
         from.daemon.log().split('\n').slice(-30).join('\n'));
-      await until(`policy a handed over to ${to.name}`, async () => (await e.policyStatus('a')).node === to.name && (await e.holds(to, EIP)), 10_000);
+      await until(`policy a handed over to ${to.name}`, async () =>
+        (await e.policyStatus('a')).node === to.name && (await e.holds(to, EIP)), 10_000);
       await e.waitSeenAs(pod, EIP);
     } finally {
       answers = await watch.stop();

@@ -31,7 +31,10 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host
       const [leader, worker, g1, g2] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode, ClusterNode];
       await e.electOn(leader);
       await e.label(g1, { 'egress.weft.dev/gateway': 'true' });
-      await e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: ['198.51.100.100-198.51.100.103'], ...(dualStack ? { ipv6: ['2001:db8::100-2001:db8::103'] } : {}) } });
+      await e.gateway('gw', {
+        nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } },
+        eipPool: { ipv4: ['198.51.100.100-198.51.100.103'], ...(dualStack ? { ipv6: ['2001:db8::100-2001:db8::103'] } : {}) },
+      });
 
       // A floating IP: every port of the EIP reaches the pod, which sees the outside host; the
       // pod's own connections leave from the EIP.
@@ -39,7 +42,8 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host
       await serve(web);
       await e.inbound('FloatingIP', 'web', { gateway: 'gw', pod: 'web' });
       let fip = await e.inboundStatus('FloatingIP', 'web');
-      await until('FloatingIP web ready', async () => (fip = await e.inboundStatus('FloatingIP', 'web')).ready === 'True', 30_000, () => JSON.stringify(fip));
+      await until('FloatingIP web ready', async () => (fip = await e.inboundStatus('FloatingIP', 'web')).ready === 'True', 30_000,
+        () => JSON.stringify(fip));
       assert.deepEqual([fip.node, fip.eip, fip.podIPs], [g1.name, { ipv4: '198.51.100.100', ...v6('2001:db8::100') }, ipsOf(web)]);
       await e.waitOutside(url('198.51.100.100'), seen(web));
       await e.waitSeenAs(web, '198.51.100.100');
@@ -52,7 +56,8 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host
       await servers.pop()!();
       await e.c.removePod(web);
       await e.c.api!.remove('/api/v1/namespaces/default/pods/web');
-      await until('FloatingIP web says its pod is gone', async () => (await e.inboundStatus('FloatingIP', 'web')).reason === 'PodNotFound', 30_000);
+      await until('FloatingIP web says its pod is gone', async () =>
+        (await e.inboundStatus('FloatingIP', 'web')).reason === 'PodNotFound', 30_000);
       assert.equal((await e.inboundStatus('FloatingIP', 'web')).node, g1.name, 'the EIP stays placed while the pod is away');
       web = await e.addPod(leader, { app: 'web' }, 'web');
       await serve(web);
@@ -66,7 +71,9 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host
       await serve(a);
       await serve(b);
       await e.inbound('PortForward', 'a', { gateway: 'gw', eip: { ipv4: '198.51.100.101' }, port: 8081, pod: 'a', podPort: 8080 });
-      await e.inbound('PortForward', 'b', { gateway: 'gw', eip: { ipv4: '198.51.100.101' }, protocol: 'TCP', port: 8082, pod: 'b', podPort: 8080 });
+      await e.inbound('PortForward', 'b', {
+        gateway: 'gw', eip: { ipv4: '198.51.100.101' }, protocol: 'TCP', port: 8082, pod: 'b', podPort: 8080,
+      });
       await e.waitOutside(url('198.51.100.101', 8081), seen(a));
       await e.waitOutside(url('198.51.100.101', 8082), seen(b));
       if (dualStack) await e.waitOutside(url('2001:db8::101', 8081), seen(a, true));
@@ -89,8 +96,10 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host
         statuses = await Promise.all(refused.map(([kind, name]) => e.inboundStatus(kind, name)));
         return refused.every(([, , reason], i) => statuses[i]!.reason === reason);
       }, 30_000, () => JSON.stringify(statuses));
-      assert.match(String(((await e.inboundStatus('PortForward', 'again')).conditions as { message: string }[])[0]!.message), /TCP port 8081 of EIP 198\.51\.100\.101 is already forwarded by PortForward default\/a/);
-      assert.equal((await e.inboundStatus('PortForward', 'again')).node, undefined);
+      const again = await e.inboundStatus('PortForward', 'again');
+      assert.match(String((again.conditions as { message: string }[])[0]!.message),
+        /TCP port 8081 of EIP 198\.51\.100\.101 is already forwarded by PortForward default\/a/);
+      assert.equal(again.node, undefined);
       // The floating IP without a pod holds an EIP of its own and adds only that address.
       const nopod = await e.inboundStatus('FloatingIP', 'nopod');
       assert.deepEqual(nopod.eip, { ipv4: '198.51.100.102', ...v6('2001:db8::102') });
@@ -98,7 +107,7 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host
       assert.equal(await rules(), before, 'the refused resources add no rule');
       await e.waitOutside(url('198.51.100.101', 8081), seen(a));
       await e.waitOutside(url('198.51.100.100'), seen(web));
-      for (const [kind, name] of [['PortForward', 'again'], ['FloatingIP', 'shared'], ['PortForward', 'onfip'], ['FloatingIP', 'nopod']] as const) await e.removeInbound(kind, name);
+      for (const [kind, name] of refused) await e.removeInbound(kind, name);
 
       // The gateway node cut: its weftd killed and its link down; everything moves with its EIP.
       await e.label(g2, { 'egress.weft.dev/gateway': 'true' });
@@ -110,7 +119,9 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host
       await e.waitSeenAs(web, '198.51.100.100');
 
       // Deleting every resource leaves nothing behind, also on the cut gateway once it is back.
-      for (const [kind, name] of [['FloatingIP', 'web'], ['PortForward', 'a'], ['PortForward', 'b']] as const) await e.removeInbound(kind, name);
+      for (const [kind, name] of [['FloatingIP', 'web'], ['PortForward', 'a'], ['PortForward', 'b']] as const) {
+        await e.removeInbound(kind, name);
+      }
       await until('the outside host no longer reaches the EIP', async () => (await e.fromOutside(url('198.51.100.100'), 1)) === undefined, 20_000);
       await g1.ns.ip('link', 'set', 'eth0', 'up');
       await e.c.restartWeftd(g1);

@@ -68,7 +68,9 @@ async function httpGet(ns: Netns, url: string): Promise<{ status: number; body: 
 
 /** A two-node kube-mode cluster whose weftds run the Service proxy, and an outside host on its underlay. */
 async function servicesCluster(backend: 'vxlan' | 'host-gw', dualStack: boolean): Promise<{ c: Cluster; outside: Netns }> {
-  const c = await Cluster.start({ nodes: 2, backend, dualStack, mode: 'kube', rbac: ['service-proxy.yaml'], weftdArgs: ['--service-proxy', '--ip-masq'] });
+  const c = await Cluster.start({
+    nodes: 2, backend, dualStack, mode: 'kube', rbac: ['service-proxy.yaml'], weftdArgs: ['--service-proxy', '--ip-masq'],
+  });
   const outside = await createNetns('out').catch(async (e: unknown) => {
     await c.stop();
     throw e;

@@ -4,8 +4,9 @@
  * machine's loopback with free ports and a throwaway PKI, and removed by stop().
  *
  * Clients are bearer tokens from a static token file: `admin` (group system:masters) and any
- * others given, each a user with groups; what those may do is the real RBAC, written by the test
- * (see {@link KubeControlPlane.grant}) or read from daemonset.yaml. Node namespaces reach the API
+ * others given, each a user with groups; or a ServiceAccount's, from the TokenRequest API
+ * ({@link KubeControlPlane.serviceAccountToken}). What those may do is the real RBAC, written by
+ * the test (see {@link KubeControlPlane.grant}) or applied from the manifests (manifests.ts). Node namespaces reach the API
  * through {@link KubeControlPlane.socketPath} (forwardIntoNetns in netns.ts), as they did the
  * test API server. The `kubernetes` Service's endpoint is {@link ADVERTISE_ADDRESS}, an address
  * of the e2e harness's underlay.
@@ -363,8 +364,8 @@ export class KubeControlPlane {
     const [group, version] = String(obj.apiVersion).includes('/') ? String(obj.apiVersion).split('/') : ['', String(obj.apiVersion)];
     const kind = String(obj.kind).toLowerCase();
     const plural = kind.endsWith('y') ? `${kind.slice(0, -1)}ies` : `${kind}s`;
-    const namespace = obj.metadata?.namespace;
-    return this.ensure(`${group ? `/apis/${group}` : '/api'}/${version}${namespace ? `/namespaces/${String(namespace)}` : ''}/${plural}`, obj);
+    const namespace = obj.metadata?.namespace ? `/namespaces/${String(obj.metadata.namespace)}` : '';
+    return this.ensure(`${group ? `/apis/${group}` : '/api'}/${version}${namespace}/${plural}`, obj);
   }
 
   /**

@@ -111,7 +111,7 @@ export class EgressCluster {
     const stops: (() => Promise<void>)[] = [];
     let outside: Netns | undefined;
     try {
-      for (const n of c.nodes) await EgressCluster.setReady(c, n, true);
+      for (const n of c.nodes) await EgressCluster.#setReady(c, n);
       outside = await createNetns('out');
       await attachToUnderlay(c.underlay!, outside, 200, { ipv6: o.dualStack ?? false });
       stops.push(await startSourceServer(outside));
@@ -125,11 +125,11 @@ export class EgressCluster {
   }
 
   /** Sets the Node's Ready condition through its status, as kubelet does. */
-  static async setReady(c: Cluster, n: ClusterNode, ready: boolean): Promise<void> {
+  static async #setReady(c: Cluster, n: ClusterNode): Promise<void> {
     await c.api!.modify(`/api/v1/nodes/${n.name}`, (node) => {
       const status = (node.status ??= {}) as Obj;
       const others = ((status.conditions ?? []) as Obj[]).filter((x) => x.type !== 'Ready');
-      status.conditions = [...others, { type: 'Ready', status: ready ? 'True' : 'False', reason: 'KubeletReady' }];
+      status.conditions = [...others, { type: 'Ready', status: 'True', reason: 'KubeletReady' }];
     }, '/status');
   }
 
@@ -261,7 +261,9 @@ export class EgressCluster {
    */
   async electOn(n: ClusterNode): Promise<void> {
     await this.label(n, { 'egress.weft.dev/spare': 'true' });
-    await this.gateway('spare', { nodeSelector: { matchLabels: { 'egress.weft.dev/spare': 'true' } }, eipPool: { ipv4: ['198.51.100.120'] } });
+    await this.gateway('spare', {
+      nodeSelector: { matchLabels: { 'egress.weft.dev/spare': 'true' } }, eipPool: { ipv4: ['198.51.100.120'] },
+    });
     await until(`${n.name} elected egress controller`, async () => (await this.leader()) === n.name, 30_000);
   }
 

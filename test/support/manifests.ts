@@ -11,7 +11,8 @@ const ACCESS_KINDS = new Set(['Namespace', 'ServiceAccount', 'ClusterRole', 'Clu
  * loadAllYaml gives its model classes, whose keys are not the API's (`_default`, `x_kubernetes_list_type`).
  */
 export async function manifestObjects(file: string): Promise<Obj[]> {
-  return parseAllDocuments(await readFile(new URL(`../../${file}`, import.meta.url), 'utf8')).map((d) => d.toJS() as Obj | null).filter((o): o is Obj => !!o);
+  const docs = parseAllDocuments(await readFile(new URL(`../../${file}`, import.meta.url), 'utf8'));
+  return docs.map((d) => d.toJS() as Obj | null).filter((o): o is Obj => !!o);
 }
 
 /**
