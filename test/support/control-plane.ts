@@ -47,7 +47,9 @@ export interface ControlPlaneOptions {
   tokens?: Record<string, TokenUser>;
   /**
    * kube-controller-manager's controllers (its --controllers), none by default. `nodeipam` gives
-   * each Node a podCIDR from {@link CLUSTER_CIDR} (/24s, and /64s of fd00:10:244::/56 with `dualStack`).
+   * each Node a podCIDR from {@link CLUSTER_CIDR} (/24s, and /64s of fd00:10:244::/56 with `dualStack`),
+   * the first 10 s after the controller manager starts: its range allocator first lists the Nodes
+   * with a poll that waits one interval (nodePollInterval, 10 s, no flag) before its first try.
    */
   controllers?: string[];
   /** Runs kube-scheduler. */
