@@ -15,7 +15,8 @@
  *   again, through the other gateway node;
  * - dual_answer_ms: over those 10 failovers, the ms in which the outside host's ARP probes for the
  *   EIP got answers from two MACs;
- * - stall_withdrawn: policies whose placement changed during a 10 s API stall or the 5 s after;
+ * - stall_withdrawn: policies whose placement changed during a 10 s API stall (kube-apiserver
+ *   frozen) or the 5 s after;
  * - leader_overlap_ms: ms two controllers acted at once in the forced overlap (a leader paused
  *   with SIGSTOP past its deadline, then resumed).
  *
@@ -47,20 +48,20 @@ const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan' });
 try {
   const [leader, client, g1, g2] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode, ClusterNode];
   await e.electOn(leader);
-  for (const g of [g1, g2]) e.label(g, { 'egress.weft.dev/gateway': 'true' });
+  for (const g of [g1, g2]) await e.label(g, { 'egress.weft.dev/gateway': 'true' });
   const pod = await e.addPod(client, { app: 'a' });
   const direct = await e.addPod(client, { app: 'direct' });
-  e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: [EIP] } });
+  await e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: [EIP] } });
   await e.waitSeenAs(pod, client.address);
 
   const ready: number[] = [];
   for (let i = 0; i < 3; i++) {
     const t0 = performance.now();
-    e.policy('a', { gateway: 'gw', podSelector: { matchLabels: { app: 'a' } } });
+    await e.policy('a', { gateway: 'gw', podSelector: { matchLabels: { app: 'a' } } });
     ready.push(await timeUntilSeen(e, pod, EIP, t0));
     console.log(`round ${i + 1}: policy ready in ${Math.round(ready.at(-1)!)} ms`);
     if (i < 2) {
-      e.removePolicy('a');
+      await e.removePolicy('a');
       await e.waitSeenAs(pod, client.address);
     }
   }
@@ -74,9 +75,13 @@ try {
   }
 
   const f = await failovers(e, {
-    rounds: 5, eip: EIP, gateways: [g1, g2], node: () => e.policyStatus('a').node, reached: (t0) => timeUntilSeen(e, pod, EIP, t0),
+    rounds: 5, eip: EIP, gateways: [g1, g2], node: async () => (await e.policyStatus('a')).node,
+    reached: (t0) => timeUntilSeen(e, pod, EIP, t0),
   });
-  const withdrawn = await stallWithdrawn(e, ['a'], () => JSON.stringify([e.policyStatus('a').node, e.policyStatus('a').eip]));
+  const withdrawn = await stallWithdrawn(e, ['a'], async () => {
+    const status = await e.policyStatus('a');
+    return JSON.stringify([status.node, status.eip]);
+  });
   await e.waitSeenAs(pod, EIP);
 
   console.log([

@@ -416,10 +416,11 @@ function peerNode(n: number, annotations: Record<string, string> = {}): Record<s
 
 /** Kube mode: the API server out for the outage, then 410 Gone for every watch; and fuzzed annotations. */
 async function apiOutageAndBadAnnotations(): Promise<{ converge: number; pingsLost: number; exits: number; disturbed: number }> {
-  const c = await Cluster.start({ nodes: 3, backend: 'vxlan', mode: 'kube' });
+  // The test API server: only it can answer every request 503, break every watch and force 410 Gone.
+  const c = await Cluster.start({ nodes: 3, backend: 'vxlan', mode: 'kube', testApiServer: true });
   const handles = c.nodes.map((n) => NetlinkHandle.open(n.ns.path));
   try {
-    const api = c.api!;
+    const api = c.testApi!;
     const pods = [];
     for (const n of c.nodes) pods.push(await c.addPod(n));
     for (const [a, b] of ring(pods)) await c.waitPing(a, b);

@@ -14,7 +14,8 @@
  *   again, through the other gateway node;
  * - dual_answer_ms: over those 10 failovers, the ms in which the outside host's ARP probes for the
  *   EIP got answers from two MACs;
- * - stall_withdrawn: floating IPs whose placement changed during a 10 s API stall or the 5 s after;
+ * - stall_withdrawn: floating IPs whose placement changed during a 10 s API stall (kube-apiserver
+ *   frozen) or the 5 s after;
  * - leader_overlap_ms: ms two controllers acted at once in the forced overlap (a leader paused
  *   with SIGSTOP past its deadline, then resumed).
  *
@@ -48,20 +49,20 @@ let stopServer: (() => Promise<void>) | undefined;
 try {
   const [leader, podNode, g1, g2] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode, ClusterNode];
   await e.electOn(leader);
-  for (const g of [g1, g2]) e.label(g, { 'egress.weft.dev/gateway': 'true' });
+  for (const g of [g1, g2]) await e.label(g, { 'egress.weft.dev/gateway': 'true' });
   const pod = await e.addPod(podNode, { app: 'web' }, 'web');
   const direct = await e.addPod(podNode, { app: 'direct' }, 'direct');
   stopServer = await startSourceServer(pod.ns);
-  e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: [EIP] } });
+  await e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: [EIP] } });
 
   const ready: number[] = [];
   for (let i = 0; i < 3; i++) {
     const t0 = performance.now();
-    e.inbound('FloatingIP', 'web', { gateway: 'gw', pod: 'web' });
+    await e.inbound('FloatingIP', 'web', { gateway: 'gw', pod: 'web' });
     ready.push(await timeUntil(e, OUTSIDE.ipv4, t0));
     console.log(`round ${i + 1}: floating IP ready in ${Math.round(ready.at(-1)!)} ms`);
     if (i < 2) {
-      e.removeInbound('FloatingIP', 'web');
+      await e.removeInbound('FloatingIP', 'web');
       await timeUntil(e, undefined, performance.now());
     }
   }
@@ -75,12 +76,13 @@ try {
     console.log(`iperf3 pair ${i + 1}: ${(viaEip / 1e9).toFixed(2)} Gbit/s through the EIP, ${(viaNode / 1e9).toFixed(2)} Gbit/s to the pod's own address`);
   }
 
-  const placement = () => {
-    const s = e.inboundStatus('FloatingIP', 'web');
+  const placement = async () => {
+    const s = await e.inboundStatus('FloatingIP', 'web');
     return JSON.stringify([s.node, s.eip]);
   };
   const f = await failovers(e, {
-    rounds: 5, eip: EIP, gateways: [g1, g2], node: () => e.inboundStatus('FloatingIP', 'web').node, reached: (t0) => timeUntil(e, OUTSIDE.ipv4, t0),
+    rounds: 5, eip: EIP, gateways: [g1, g2], node: async () => (await e.inboundStatus('FloatingIP', 'web')).node,
+    reached: (t0) => timeUntil(e, OUTSIDE.ipv4, t0),
   });
   const withdrawn = await stallWithdrawn(e, ['web'], placement);
   await timeUntil(e, OUTSIDE.ipv4, performance.now());

@@ -1,7 +1,7 @@
 /**
  * make bench-netpol: NetworkPolicy enforced by weftd (issue #22) on a two-node cluster of the e2e
  * harness (test/support/cluster.ts: real weftds in kube mode with --network-policy --ip-masq,
- * host-gw, the test API server).
+ * host-gw, the real kube-apiserver).
  *
  * - Traffic, 100 policies against none: two server pods on node-1 (wired by weftd's CNI server)
  *   and a client pod on node-2; 100 policies select one server (the one allowing the client
@@ -15,7 +15,9 @@
  *   Pod objects with addresses (status.podIPs) on node-1, not wired pods: 2,000 CNI ADDs and
  *   namespaces would take this shared 2-core machine many minutes and measure the CNI server,
  *   not policy. The rules weftd renders and loads are the same as for wired pods (the renderer
- *   sees Pods, not veths); only the server and client pods carry traffic.
+ *   sees Pods, not veths); only the server and client pods carry traffic. The objects are written
+ *   16 requests at a time, each Pod created then given its address through its status, as its
+ *   kubelet would.
  *   - netpol_apply_p99_ms: a policy allowing the client is created (SAMPLES times, deleted in
  *     between) and the client tries a new connection every 10 ms; the time from the API write to
  *     the first connection that succeeds, once weftd has settled after the scale-up. p99 of the
@@ -35,7 +37,7 @@
  */
 import { Cluster } from '../test/support/cluster.ts';
 import { Agent } from '../test/support/netpol-agent.ts';
-import type { Obj } from '../test/support/kube-apiserver.ts';
+import type { Obj } from '../test/support/control-plane.ts';
 import { median, percentile } from './support/stats.ts';
 import { connRates, iperf } from './support/traffic.ts';
 
@@ -46,6 +48,7 @@ const NAMESPACES = 50;
 const PODS = 2000;
 const POLICIES = 1000;
 
+const policies = (namespace: string) => `/apis/networking.k8s.io/v1/namespaces/${namespace}/networkpolicies`;
 const policy = (namespace: string, name: string, spec: Obj): Obj => ({ apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace, name }, spec });
 /** Allows the client namespace to the server on TCP 80 and 5201 (iperf3). */
 const allowClient = (name: string) => policy('srv', name, {
@@ -58,12 +61,18 @@ const agents: Agent[] = [];
 try {
   const api = c.api!;
   const [node1, node2] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
-  api.seed('namespaces', { metadata: { name: 'srv', labels: { team: 'server' } } });
-  api.seed('namespaces', { metadata: { name: 'cli', labels: { team: 'client' } } });
+  /** Namespace `name` with `labels`, and its `default` ServiceAccount, which Pods need. */
+  const namespace = async (name: string, labels: Record<string, string>) => {
+    await api.create('/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } });
+    await api.namespace(name);
+  };
+  await namespace('srv', { team: 'server' });
+  await namespace('cli', { team: 'client' });
   const realPod = async (namespace: string, name: string, app: string, node: typeof node1) => {
-    api.seed('pods', { metadata: { namespace, name, labels: { app } }, spec: { nodeName: node.name, containers: [{ name: 'c', image: 'x' }] }, status: { phase: 'Pending' } });
+    await api.addPod(namespace, name, node.name, { labels: { app } });
     const pod = await c.addPod(node, { namespace, name });
-    api.modify('pods', name, (o) => void (o.status = { phase: 'Running', podIP: pod.ip, podIPs: [{ ip: pod.ip }] }), namespace);
+    const status = { phase: 'Running', podIP: pod.ip, podIPs: [{ ip: pod.ip }] };
+    await api.mergePatch(`/api/v1/namespaces/${namespace}/pods/${name}/status`, { status });
     return pod;
   };
   const server = await realPod('srv', 'server', 'server', node1);
@@ -89,7 +98,7 @@ try {
     podSelector: { matchLabels: { app: 'server' } },
     ingress: [{ from: [{ namespaceSelector: { matchLabels: { team: `other-${i}` } } }], ports: [{ port: 1000 + i }, { protocol: 'UDP', port: 2000 + i }] }],
   }));
-  for (const p of hundred) api.seed('networkpolicies.networking.k8s.io', p);
+  await api.each(hundred, (p) => api.create(policies('srv'), p));
   for (let i = 0; !(await node1.ns.exec('nft', 'list', 'tables')).includes('weft-policy'); i++) {
     if (i > 500) throw new Error('the table did not follow the policies');
     await new Promise((res) => setTimeout(res, 20));
@@ -112,21 +121,22 @@ try {
 
   // Scale: 1,000 policies over 2,000 pods on node-1 (addresses only), the server denied to the
   // client unless the measured policy allows it.
-  for (const p of hundred) api.remove('networkpolicies.networking.k8s.io', (p.metadata as Obj).name as string, 'srv');
-  api.seed('networkpolicies.networking.k8s.io', policy('srv', 'deny', { podSelector: {} }));
-  for (let n = 0; n < NAMESPACES; n++) api.seed('namespaces', { metadata: { name: `ns-${n}`, labels: { team: `team-${n % 25}` } } });
-  for (let i = 0; i < PODS; i++) {
-    const n = i % NAMESPACES;
+  await api.each(hundred, (p) => api.remove(`${policies('srv')}/${String((p.metadata as Obj).name)}`));
+  await api.create(policies('srv'), policy('srv', 'deny', { podSelector: {} }));
+  for (let n = 0; n < NAMESPACES; n++) await namespace(`ns-${n}`, { team: `team-${n % 25}` });
+  await api.each(Array.from({ length: PODS }, (_, i) => i), async (i) => {
+    const path = `/api/v1/namespaces/ns-${i % NAMESPACES}/pods`;
     const ip = `10.244.${100 + Math.floor(i / 250)}.${(i % 250) + 1}`;
-    api.seed('pods', {
-      metadata: { namespace: `ns-${n}`, name: `pod-${i}`, labels: { app: `app-${Math.floor(i / NAMESPACES) % 10}`, tier: i % 2 === 0 ? 'web' : 'db' } },
+    await api.create(path, {
+      apiVersion: 'v1', kind: 'Pod',
+      metadata: { name: `pod-${i}`, labels: { app: `app-${Math.floor(i / NAMESPACES) % 10}`, tier: i % 2 === 0 ? 'web' : 'db' } },
       spec: { nodeName: node1.name, containers: [{ name: 'c', image: 'x', ports: [{ name: 'http', containerPort: 8080 }] }] },
-      status: { phase: 'Running', podIP: ip, podIPs: [{ ip }] },
     });
-  }
-  for (let j = 0; j < POLICIES - 1; j++) {
+    await api.mergePatch(`${path}/pod-${i}/status`, { status: { phase: 'Running', podIP: ip, podIPs: [{ ip }] } });
+  });
+  await api.each(Array.from({ length: POLICIES - 1 }, (_, j) => j), async (j) => {
     const n = j % NAMESPACES;
-    api.seed('networkpolicies.networking.k8s.io', policy(`ns-${n}`, `policy-${j}`, {
+    await api.create(policies(`ns-${n}`), policy(`ns-${n}`, `policy-${j}`, {
       podSelector: { matchLabels: { app: `app-${j % 10}` } },
       ...(j % 4 === 0 ? { policyTypes: ['Ingress', 'Egress'], egress: [{ to: [{ ipBlock: { cidr: '10.0.0.0/8', except: ['10.244.0.0/16'] } }], ports: [{ port: 443 }] }] } : {}),
       ingress: [{
@@ -134,7 +144,7 @@ try {
         ports: [j % 5 === 0 ? { port: 'http' } : { port: 8000 + (j % 100), endPort: 8010 + (j % 100) }, { protocol: 'UDP', port: 53 }],
       }],
     }));
-  }
+  });
   await waitFor(false);
   // The 1,000 policies and 2,000 pods arrive in several batches: sampling starts once weftd has
   // applied nothing for 3 s.
@@ -147,7 +157,7 @@ try {
   const samples: number[] = [];
   for (let s = 0; s < SAMPLES; s++) {
     const t0 = performance.now();
-    api.seed('networkpolicies.networking.k8s.io', allowClient('allow-client'));
+    await api.create(policies('srv'), allowClient('allow-client'));
     let done = false;
     const tries: Promise<void>[] = [];
     while (!done) {
@@ -161,7 +171,7 @@ try {
       await new Promise((res) => setTimeout(res, 10));
     }
     await Promise.all(tries);
-    api.remove('networkpolicies.networking.k8s.io', 'allow-client', 'srv');
+    await api.remove(`${policies('srv')}/allow-client`);
     await waitFor(false);
   }
   samples.sort((a, b) => a - b);

@@ -1,14 +1,15 @@
 /**
  * make bench-services: Services translated by weftd (issue #31, --service-proxy) on a two-node
  * cluster of the e2e harness (test/support/cluster.ts: real weftds in kube mode, host-gw, the
- * test API server), a server pod on node-1 and a client pod on node-2, whose weftd translates.
+ * real kube-apiserver), a server pod on node-1 and a client pod on node-2, whose weftd translates.
  *
- * SCALED: 10,000 Services of 10 endpoints each are API objects (Services and EndpointSlices in
- * the test API server) whose endpoints are addresses, not wired pods, half of them said to be on
- * node-2; only the bench Service's endpoint, the server pod, carries traffic. The rules weftd
- * renders and loads are the same as for wired pods (the proxy sees EndpointSlices, not veths),
- * but for the hairpin set: it holds this node's endpoints in the cluster network (its pods,
- * a few hundred on a real node), and the 100,000 filler addresses lie outside 10.244.0.0/16.
+ * SCALED: 10,000 Services of 10 endpoints each are API objects (Services and EndpointSlices
+ * written as the endpointslice controller would, 16 requests at a time) whose endpoints are
+ * addresses, not wired pods, half of them said to be on node-2; only the bench Service's
+ * endpoint, the server pod, carries traffic. The rules weftd renders and loads are the same as
+ * for wired pods (the proxy sees EndpointSlices, not veths), but for the hairpin set: it holds
+ * this node's endpoints in the cluster network (its pods, a few hundred on a real node), and the
+ * 100,000 filler addresses lie outside 10.244.0.0/16.
  *
  * - connect_100_us, connect_10000_us: the median time of a TCP connect (SYN to SYN-ACK, the first
  *   packet's dispatch by the rules included) from the client to the bench Service's cluster IP,
@@ -20,8 +21,9 @@
  *   alike, with 10,000 Services; medians of ROUNDS rounds' ratios.
  * - svc_update_p99_ms: once weftd has settled (nothing applied or listed for 3 s), an endpoint of
  *   one of the 10,000 Services is given a new address (SAMPLES times); the time from the API write
- *   to weftd's log of the apply holding it (written when `nft -f` has returned). p99 of the
- *   samples (the maximum when fewer than 100).
+ *   (a merge patch: its answer and the watch event's delivery to weftd included) to weftd's log of
+ *   the apply holding it (written when `nft -f` has returned). p99 of the samples (the maximum
+ *   when fewer than 100).
  * - svc_sync_10000_ms: weftd on node-2 stopped, its table deleted, started again: the time from
  *   its start to its log of the first apply (written when `nft -f` has returned: weftd listed
  *   20,000 objects, rendered them and loaded the table in one transaction), the last Service's
@@ -57,7 +59,8 @@ const NODE = new URL('../node_modules/.bin/node', import.meta.url).pathname;
 const BENCH_IP = '10.96.0.10';
 const TABLE = ['inet', 'weft-services'];
 
-const clusterIP = (i: number) => `10.97.${i >> 8}.${i & 255}`;
+/** The filler Services' cluster IPs: in the control plane's Service range, past 10.96.0.0/24 (the bench's and `kubernetes`). */
+const clusterIP = (i: number) => `10.96.${1 + (i >> 8)}.${i & 255}`;
 /** The address of endpoint `j` of filler Service `i`: 10.200.0.0/14 holds all 100,000. */
 const endpointIP = (i: number, j: number) => formatIP({ family: 4, value: 0x0ac80000n + BigInt(i * ENDPOINTS + j) });
 const loadavg = async () => (await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).join(' ');
@@ -102,7 +105,7 @@ async function waitFor(what: string, cond: () => Promise<boolean>, timeoutMs = 3
 }
 
 const weftdArgs = ['--service-proxy', '--ip-masq', '--log-level=debug'];
-const c = await Cluster.start({ nodes: 2, backend: 'host-gw', mode: 'kube', weftdArgs });
+const c = await Cluster.start({ nodes: 2, backend: 'host-gw', mode: 'kube', rbac: ['service-proxy.yaml'], weftdArgs });
 const agents: Agent[] = [];
 try {
   const api = c.api!;
@@ -113,26 +116,27 @@ try {
   agents.push(serverAgent);
   await serverAgent.started();
   const benchPorts = [{ name: 'http', port: 80 }, { name: 'iperf', port: 5201 }];
-  api.seed('services', serviceObject('bench', 'bench', { clusterIP: BENCH_IP, ports: benchPorts }));
-  api.seed('endpointslices.discovery.k8s.io', sliceObject('bench', 'bench-1', 'bench', 'IPv4',
+  const services = (ns: string) => `/api/v1/namespaces/${ns}/services`;
+  const slices = (ns: string) => `/apis/discovery.k8s.io/v1/namespaces/${ns}/endpointslices`;
+  await api.namespace('bench');
+  await api.namespace('fill');
+  await api.create(services('bench'), serviceObject('bench', 'bench', { clusterIP: BENCH_IP, ports: benchPorts }));
+  await api.create(slices('bench'), sliceObject('bench', 'bench-1', 'bench', 'IPv4',
     [{ name: 'http', port: 80 }, { name: 'iperf', port: 5201 }], [endpoint(server.ip, node1.name)]));
-  const filler = (from: number, to: number) => {
-    for (let i = from; i < to; i++) {
-      api.seed('services', serviceObject('fill', `svc-${i}`, { clusterIP: clusterIP(i), ports: [{ port: 80 }] }));
-      const endpoints = Array.from({ length: ENDPOINTS }, (_, j) => endpoint(endpointIP(i, j), j % 2 === 0 ? node1.name : node2.name));
-      api.seed('endpointslices.discovery.k8s.io', sliceObject('fill', `svc-${i}-1`, `svc-${i}`, 'IPv4', [{ port: 8080 }], endpoints));
-    }
-  };
-  api.seed('namespaces', { metadata: { name: 'bench' } });
-  api.seed('namespaces', { metadata: { name: 'fill' } });
-  filler(0, 99);
+  const fillEndpoints = (i: number) =>
+    Array.from({ length: ENDPOINTS }, (_, j) => endpoint(endpointIP(i, j), j % 2 === 0 ? node1.name : node2.name));
+  const filler = (from: number, to: number) => api.each(Array.from({ length: to - from }, (_, k) => from + k), async (i) => {
+    await api.create(services('fill'), serviceObject('fill', `svc-${i}`, { clusterIP: clusterIP(i), ports: [{ port: 80 }] }));
+    await api.create(slices('fill'), sliceObject('fill', `svc-${i}-1`, `svc-${i}`, 'IPv4', [{ port: 8080 }], fillEndpoints(i)));
+  });
+  await filler(0, 99);
   await waitFor('100 Services in the table', () => hasElement(node2, 'services4', `${clusterIP(98)} . tcp . 80`));
   await waitFor('the bench Service answering', async () => (await connRates(client.ns, [BENCH_IP], 1))[0]! > 0);
   console.log(`load before the connects at 100 Services: ${await loadavg()}`);
   const connect100 = await connectMedianUs(client.ns, BENCH_IP);
   const direct100 = await connectMedianUs(client.ns, server.ip);
 
-  filler(99, SERVICES - 1);
+  await filler(99, SERVICES - 1);
   await waitFor('10,000 Services in the table', () => hasElement(node2, 'services4', `${clusterIP(SERVICES - 2)} . tcp . 80`));
   await sleep(3000);
   console.log(`load before the connects at 10,000 Services: ${await loadavg()}`);
@@ -177,10 +181,10 @@ try {
     const i = 1000 + s * 97;
     const fresh = formatIP({ family: 4, value: 0x0afa0000n + BigInt(s) });
     const before = applies().length;
+    const endpoints = fillEndpoints(i);
+    endpoints[3]!.addresses = [fresh];
     const t0 = Date.now();
-    api.modify('endpointslices.discovery.k8s.io', `svc-${i}-1`, (o) => {
-      (o.endpoints as { addresses: string[] }[])[3]!.addresses = [fresh];
-    }, 'fill');
+    await api.mergePatch(`${slices('fill')}/svc-${i}-1`, { endpoints });
     await waitFor(`the apply of sample ${s}`, async () => applies().length > before, 120_000);
     samples.push(stampMs(applies()[before]!) - t0);
     await sleep(500);

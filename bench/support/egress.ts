@@ -5,8 +5,8 @@
  *   weftd kill (SIGKILL, link up), alternated, each from whichever node holds the EIP then, the
  *   node put back after; each ends when the other node holds the EIP and serves; meanwhile the outside host probes the EIP back to back and adds up the
  *   time two MACs answered (dual answers);
- * - a 10 s stall of the API server (every request answered 503): the policies whose placement
- *   changed during it or in the 5 s after;
+ * - a 10 s stall of the API server (kube-apiserver frozen with SIGSTOP: every call hangs): the
+ *   policies whose placement changed during it or in the 5 s after;
  * - the forced overlap of two election candidates (test/support/election-overlap.ts).
  */
 import { performance } from 'node:perf_hooks';
@@ -14,7 +14,6 @@ import { electionTiming } from '../../src/egress/run.ts';
 import type { ClusterNode } from '../../test/support/cluster.ts';
 import type { EgressCluster } from '../../test/support/egress-cluster.ts';
 import { forcedOverlap } from '../../test/support/election-overlap.ts';
-import { ApiError } from '../../test/support/kube-apiserver.ts';
 import { until } from '../../test/support/until.ts';
 
 export interface Failovers {
@@ -30,12 +29,13 @@ export interface Failovers {
  * node holds it).
  */
 export async function failovers(e: EgressCluster, o: {
-  rounds: number; eip: string; gateways: readonly ClusterNode[]; node: () => unknown; reached: (t0: number) => Promise<number>;
+  rounds: number; eip: string; gateways: readonly ClusterNode[]; node: () => Promise<unknown>; reached: (t0: number) => Promise<number>;
 }): Promise<Failovers> {
   const out: Failovers = { cutMs: [], killMs: [], dualMs: 0 };
   for (let i = 0; i < 2 * o.rounds; i++) {
     const kind = i % 2 === 0 ? 'cut' : 'kill';
-    const from = o.gateways.find((g) => g.name === o.node())!;
+    const placed = await o.node();
+    const from = o.gateways.find((g) => g.name === placed)!;
     const watch = e.watchAnswers(o.eip);
     let ms;
     try {
@@ -68,23 +68,33 @@ export async function failovers(e: EgressCluster, o: {
   return out;
 }
 
-/** Stalls the API server for `stallMs`; the ids whose placement (`placement(id)`) differed from before at any moment until 5 s after. */
-export async function stallWithdrawn(e: EgressCluster, ids: readonly string[], placement: (id: string) => string, stallMs = 10_000): Promise<string[]> {
-  const before = new Map(ids.map((id) => [id, placement(id)]));
+/**
+ * Stalls the API server for `stallMs`; the ids whose placement (`placement(id)`) differed from
+ * before when sampled (every 50 ms; the samples hang with the server) until 5 s after.
+ */
+export async function stallWithdrawn(
+  e: EgressCluster, ids: readonly string[], placement: (id: string) => Promise<string>, stallMs = 10_000,
+): Promise<string[]> {
+  const before = new Map(await Promise.all(ids.map(async (id) => [id, await placement(id)] as const)));
   const changed = new Set<string>();
-  const sample = setInterval(() => {
-    for (const id of ids) if (placement(id) !== before.get(id)) changed.add(id);
-  }, 50);
+  let sampling = true;
+  const sampler = (async () => {
+    while (sampling) {
+      for (const id of ids) if ((await placement(id)) !== before.get(id)) changed.add(id);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  })();
   try {
-    e.c.api!.beforeServe = () => {
-      throw new ApiError(503, 'ServiceUnavailable', 'stalled');
-    };
-    await new Promise((r) => setTimeout(r, stallMs));
-    e.c.api!.beforeServe = undefined;
+    e.c.api!.pause();
+    try {
+      await new Promise((r) => setTimeout(r, stallMs));
+    } finally {
+      e.c.api!.resume();
+    }
     await new Promise((r) => setTimeout(r, 5000));
   } finally {
-    e.c.api!.beforeServe = undefined;
-    clearInterval(sample);
+    sampling = false;
+    await sampler;
   }
   return [...changed];
 }

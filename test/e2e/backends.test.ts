@@ -76,7 +76,7 @@ for (const mode of ['etcd', 'kube'] as const) {
           etcd.close();
         }
       }
-      if (c.api) c.api.deleteNode('node-3');
+      await c.api?.remove('/api/v1/nodes/node-3');
       await until('node-1 ran the remove of node-3', async () => /^remove SUBNET=10\.244\.\d+\.0\/24 stdin=data-of-node-3$/m.test(await readFile(join(dir, 'node-1.log'), 'utf8')), 15_000);
       assert.match(n1.daemon.log(), /ran SubnetAddCommand/);
     } finally {

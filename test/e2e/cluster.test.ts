@@ -158,12 +158,13 @@ test('etcd down for 30 s: pods keep talking; a node joining after recovery is re
   }
 });
 
-test('two nodes, kube mode: weftd takes its Node\'s pod CIDR, publishes flannel\'s annotations and the condition, routes to the other Node until it is deleted', { skip, timeout: 120_000 }, async () => {
+test('two nodes, kube mode: weftd takes the pod CIDR nodeipam gave its Node, publishes flannel\'s annotations and the condition, '
+  + 'routes to the other Node until it is deleted', { skip, timeout: 120_000 }, async () => {
   const c = await Cluster.start({ nodes: 2, backend: 'vxlan', mode: 'kube' });
   try {
     const [n1, n2] = c.nodes as [ClusterNode, ClusterNode];
-    for (const n of c.nodes) assert.equal((await c.subnetEnv(n)).FLANNEL_SUBNET, `10.244.${c.nodes.indexOf(n) + 1}.1/24`);
-    const node = c.api!.node(n1.name)!;
+    for (const n of c.nodes) assert.equal((await c.subnetEnv(n)).FLANNEL_SUBNET, n.podCidrs[0]!.replace(/\.0\/24$/, '.1/24'));
+    const node = (await c.api!.node(n1.name))!;
     const [vtep] = await n1.ns.ipJson<{ address: string }[]>('link', 'show', 'flannel.1');
     assert.deepEqual((node.metadata as { annotations: Record<string, string> }).annotations, {
       [`${P}/backend-type`]: 'vxlan',
@@ -175,7 +176,7 @@ test('two nodes, kube mode: weftd takes its Node\'s pod CIDR, publishes flannel\
     assert.deepEqual(conditions.map((x) => [x.type, x.status, x.reason]), [['NetworkUnavailable', 'False', 'FlannelIsUp']]);
     await fullMesh(c, [await c.addPod(n1), await c.addPod(n2)], false);
 
-    c.api!.deleteNode(n2.name);
+    await c.api!.remove(`/api/v1/nodes/${n2.name}`);
     await until(`the route to ${n2.name} gone from ${n1.name}`, async () => (await podRoutes(c, 0)).length === 0, 20_000);
   } finally {
     await c.stop();

@@ -30,16 +30,20 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host
     try {
       const [leader, worker, g1, g2] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode, ClusterNode];
       await e.electOn(leader);
-      e.label(g1, { 'egress.weft.dev/gateway': 'true' });
-      e.gateway('gw', { nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: ['198.51.100.100-198.51.100.103'], ...(dualStack ? { ipv6: ['2001:db8::100-2001:db8::103'] } : {}) } });
+      await e.label(g1, { 'egress.weft.dev/gateway': 'true' });
+      await e.gateway('gw', {
+        nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } },
+        eipPool: { ipv4: ['198.51.100.100-198.51.100.103'], ...(dualStack ? { ipv6: ['2001:db8::100-2001:db8::103'] } : {}) },
+      });
 
       // A floating IP: every port of the EIP reaches the pod, which sees the outside host; the
       // pod's own connections leave from the EIP.
       let web = await e.addPod(worker, { app: 'web' }, 'web');
       await serve(web);
-      e.inbound('FloatingIP', 'web', { gateway: 'gw', pod: 'web' });
-      await until('FloatingIP web ready', () => e.inboundStatus('FloatingIP', 'web').ready === 'True', 30_000, () => JSON.stringify(e.inboundStatus('FloatingIP', 'web')));
-      const fip = e.inboundStatus('FloatingIP', 'web');
+      await e.inbound('FloatingIP', 'web', { gateway: 'gw', pod: 'web' });
+      let fip = await e.inboundStatus('FloatingIP', 'web');
+      await until('FloatingIP web ready', async () => (fip = await e.inboundStatus('FloatingIP', 'web')).ready === 'True', 30_000,
+        () => JSON.stringify(fip));
       assert.deepEqual([fip.node, fip.eip, fip.podIPs], [g1.name, { ipv4: '198.51.100.100', ...v6('2001:db8::100') }, ipsOf(web)]);
       await e.waitOutside(url('198.51.100.100'), seen(web));
       await e.waitSeenAs(web, '198.51.100.100');
@@ -51,22 +55,25 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host
       // Re-created on another node with a new address: reachable again at the same EIP.
       await servers.pop()!();
       await e.c.removePod(web);
-      e.c.api!.remove('pods', 'web', 'default');
-      await until('FloatingIP web says its pod is gone', () => e.inboundStatus('FloatingIP', 'web').reason === 'PodNotFound', 30_000);
-      assert.equal(e.inboundStatus('FloatingIP', 'web').node, g1.name, 'the EIP stays placed while the pod is away');
+      await e.c.api!.remove('/api/v1/namespaces/default/pods/web');
+      await until('FloatingIP web says its pod is gone', async () =>
+        (await e.inboundStatus('FloatingIP', 'web')).reason === 'PodNotFound', 30_000);
+      assert.equal((await e.inboundStatus('FloatingIP', 'web')).node, g1.name, 'the EIP stays placed while the pod is away');
       web = await e.addPod(leader, { app: 'web' }, 'web');
       await serve(web);
       await e.waitOutside(url('198.51.100.100'), seen(web));
       if (dualStack) await e.waitOutside(url('2001:db8::100'), seen(web, true));
-      assert.deepEqual(e.inboundStatus('FloatingIP', 'web').podIPs, ipsOf(web));
+      assert.deepEqual((await e.inboundStatus('FloatingIP', 'web')).podIPs, ipsOf(web));
 
       // Two forwards on one EIP to two pods, one of them on the gateway node itself.
       const a = await e.addPod(worker, { app: 'a' }, 'a');
       const b = await e.addPod(g1, { app: 'b' }, 'b');
       await serve(a);
       await serve(b);
-      e.inbound('PortForward', 'a', { gateway: 'gw', eip: { ipv4: '198.51.100.101' }, port: 8081, pod: 'a', podPort: 8080 });
-      e.inbound('PortForward', 'b', { gateway: 'gw', eip: { ipv4: '198.51.100.101' }, protocol: 'TCP', port: 8082, pod: 'b', podPort: 8080 });
+      await e.inbound('PortForward', 'a', { gateway: 'gw', eip: { ipv4: '198.51.100.101' }, port: 8081, pod: 'a', podPort: 8080 });
+      await e.inbound('PortForward', 'b', {
+        gateway: 'gw', eip: { ipv4: '198.51.100.101' }, protocol: 'TCP', port: 8082, pod: 'b', podPort: 8080,
+      });
       await e.waitOutside(url('198.51.100.101', 8081), seen(a));
       await e.waitOutside(url('198.51.100.101', 8082), seen(b));
       if (dualStack) await e.waitOutside(url('2001:db8::101', 8081), seen(a, true));
@@ -78,36 +85,43 @@ for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['host
         ? (await g1.ns.exec('nft', 'list', 'table', 'inet', 'weft-egress')).replace(/\bp\d+_/g, 'p_')
         : (await g1.ns.exec('iptables-save')).split('\n').filter((l) => l.includes('WEFT-EGRESS-')).join('\n').replace(/\bWEFT-EGRESS-([MG])\d+\b/g, 'WEFT-EGRESS-$1'));
       const before = await rules();
-      e.inbound('PortForward', 'again', { gateway: 'gw', eip: { ipv4: '198.51.100.101' }, port: 8081, pod: 'b', podPort: 8080 });
-      e.inbound('FloatingIP', 'shared', { gateway: 'gw', pod: 'b', eip: { ipv4: '198.51.100.101' } });
-      e.inbound('PortForward', 'onfip', { gateway: 'gw', eip: { ipv4: '198.51.100.100' }, port: 9000, pod: 'a' });
-      e.inbound('FloatingIP', 'nopod', { gateway: 'gw', pod: 'missing' });
-      await until('the conflicting resources have their reasons', () =>
-        e.inboundStatus('PortForward', 'again').reason === 'PortInUse' && e.inboundStatus('FloatingIP', 'shared').reason === 'EIPTaken'
-        && e.inboundStatus('PortForward', 'onfip').reason === 'EIPTaken' && e.inboundStatus('FloatingIP', 'nopod').reason === 'PodNotFound', 30_000,
-      () => JSON.stringify(['again', 'shared', 'onfip', 'nopod'].map((n) => e.inboundStatus(n === 'again' || n === 'onfip' ? 'PortForward' : 'FloatingIP', n))));
-      assert.match(String((e.inboundStatus('PortForward', 'again').conditions as { message: string }[])[0]!.message), /TCP port 8081 of EIP 198\.51\.100\.101 is already forwarded by PortForward default\/a/);
-      assert.equal(e.inboundStatus('PortForward', 'again').node, undefined);
+      await e.inbound('PortForward', 'again', { gateway: 'gw', eip: { ipv4: '198.51.100.101' }, port: 8081, pod: 'b', podPort: 8080 });
+      await e.inbound('FloatingIP', 'shared', { gateway: 'gw', pod: 'b', eip: { ipv4: '198.51.100.101' } });
+      await e.inbound('PortForward', 'onfip', { gateway: 'gw', eip: { ipv4: '198.51.100.100' }, port: 9000, pod: 'a' });
+      await e.inbound('FloatingIP', 'nopod', { gateway: 'gw', pod: 'missing' });
+      const refused = [['PortForward', 'again', 'PortInUse'], ['FloatingIP', 'shared', 'EIPTaken'], ['PortForward', 'onfip', 'EIPTaken'],
+        ['FloatingIP', 'nopod', 'PodNotFound']] as const;
+      let statuses: { reason?: string }[] = [];
+      await until('the conflicting resources have their reasons', async () => {
+        statuses = await Promise.all(refused.map(([kind, name]) => e.inboundStatus(kind, name)));
+        return refused.every(([, , reason], i) => statuses[i]!.reason === reason);
+      }, 30_000, () => JSON.stringify(statuses));
+      const again = await e.inboundStatus('PortForward', 'again');
+      assert.match(String((again.conditions as { message: string }[])[0]!.message),
+        /TCP port 8081 of EIP 198\.51\.100\.101 is already forwarded by PortForward default\/a/);
+      assert.equal(again.node, undefined);
       // The floating IP without a pod holds an EIP of its own and adds only that address.
-      const nopod = e.inboundStatus('FloatingIP', 'nopod');
+      const nopod = await e.inboundStatus('FloatingIP', 'nopod');
       assert.deepEqual(nopod.eip, { ipv4: '198.51.100.102', ...v6('2001:db8::102') });
       await until(`the floating IP without a pod has its address on ${g1.name}`, async () => (await g1.ns.ipJson<{ addr_info: { local: string }[] }[]>('addr', 'show', 'dev', 'eth0'))[0]!.addr_info.some((x) => x.local === '198.51.100.102'), 20_000);
       assert.equal(await rules(), before, 'the refused resources add no rule');
       await e.waitOutside(url('198.51.100.101', 8081), seen(a));
       await e.waitOutside(url('198.51.100.100'), seen(web));
-      for (const [kind, name] of [['PortForward', 'again'], ['FloatingIP', 'shared'], ['PortForward', 'onfip'], ['FloatingIP', 'nopod']] as const) e.removeInbound(kind, name);
+      for (const [kind, name] of refused) await e.removeInbound(kind, name);
 
       // The gateway node cut: its weftd killed and its link down; everything moves with its EIP.
-      e.label(g2, { 'egress.weft.dev/gateway': 'true' });
+      await e.label(g2, { 'egress.weft.dev/gateway': 'true' });
       await e.c.stopWeftd(g1, 'SIGKILL');
       await g1.ns.ip('link', 'set', 'eth0', 'down');
-      await until(`FloatingIP web moved to ${g2.name}`, () => e.inboundStatus('FloatingIP', 'web').node === g2.name, 30_000);
+      await until(`FloatingIP web moved to ${g2.name}`, async () => (await e.inboundStatus('FloatingIP', 'web')).node === g2.name, 30_000);
       await e.waitOutside(url('198.51.100.100'), seen(web));
       await e.waitOutside(url('198.51.100.101', 8081), seen(a));
       await e.waitSeenAs(web, '198.51.100.100');
 
       // Deleting every resource leaves nothing behind, also on the cut gateway once it is back.
-      for (const [kind, name] of [['FloatingIP', 'web'], ['PortForward', 'a'], ['PortForward', 'b']] as const) e.removeInbound(kind, name);
+      for (const [kind, name] of [['FloatingIP', 'web'], ['PortForward', 'a'], ['PortForward', 'b']] as const) {
+        await e.removeInbound(kind, name);
+      }
       await until('the outside host no longer reaches the EIP', async () => (await e.fromOutside(url('198.51.100.100'), 1)) === undefined, 20_000);
       await g1.ns.ip('link', 'set', 'eth0', 'up');
       await e.c.restartWeftd(g1);

@@ -2,9 +2,10 @@
  * NetworkPolicy enforced by weftd itself (issue #22) on clusters of real weftd processes
  * (test/support/cluster.ts, kube mode, `--network-policy`): namespaces x, y, z with pods a, b, c
  * each, wired by the real plugin through weftd's CNI server, spread over two nodes as the truth
- * tables place them (test/support/netpol-cluster.ts), their Pod objects in the test API server as
+ * tables place them (test/support/netpol-cluster.ts), their Pod objects in the real API server as
  * the kubelet would write them. Each state of every truth table (test/support/netpol-cases.ts) is
- * written to the API server (policies, pod and namespace labels), and the full matrix of every
+ * written to the API server (policies, pod and namespace labels; a pod whose ports change is
+ * re-created, as a pod's containers cannot change), and the full matrix of every
  * probe (TCP and UDP, ports 80 and 81) is probed until it equals the expected one, over vxlan and
  * host-gw, IPv4 and dual stack. Then the cases the tables cannot say: a pod re-created with a new
  * address, denied from the moment its ADD answers; the table repaired after someone deletes it;
@@ -35,6 +36,8 @@ class PolicyCluster {
   readonly agents = new Map<string, Agent>();
   /** The policies now in the API server, by `namespace/name`. */
   #policies = new Set<string>();
+  /** The containers of each Pod object now in the API server, as JSON, by `namespace/name`. */
+  readonly #containers = new Map<string, string>();
 
   constructor(c: Cluster) {
     this.c = c;
@@ -54,25 +57,39 @@ class PolicyCluster {
     return o;
   }
 
-  /** Creates `id`'s Pod object (Pending, as the scheduler leaves it), wires it (CNI ADD), then writes its status. */
+  /** Creates (again) `id`'s Pod object from `model` (default: the tables' pod), Pending, as the scheduler leaves it. */
+  async #createPod(id: string, model?: unknown): Promise<void> {
+    const [namespace, name] = id.split('/') as [string, string];
+    const pod = this.podObject(id, model) as Obj & { spec: { containers: unknown } };
+    delete pod.status;
+    await this.c.api!.remove(`/api/v1/namespaces/${namespace}/pods/${name}`);
+    await this.c.api!.create(`/api/v1/namespaces/${namespace}/pods`, pod);
+    this.#containers.set(id, JSON.stringify(pod.spec.containers));
+  }
+
+  /** Creates `id`'s Pod object (Pending, as the scheduler leaves it), wires it (CNI ADD); its status is written by {@link reportStatus}. */
   async addPod(id: string): Promise<Pod> {
     const [namespace, name] = id.split('/') as [string, string];
-    if (this.c.api!.object('pods', name, namespace)) this.c.api!.remove('pods', name, namespace);
-    this.c.api!.seed('pods', this.podObject(id));
+    await this.#createPod(id);
     const pod = await this.c.addPod(this.node(id), { namespace, name });
     this.pods.set(id, pod);
     return pod;
   }
 
-  reportStatus(id: string): void {
+  /** Writes `id`'s status (Running, its addresses) through the status subresource, as its kubelet does. */
+  async reportStatus(id: string): Promise<void> {
     const [namespace, name] = id.split('/') as [string, string];
-    const status = this.podObject(id).status;
-    this.c.api!.modify('pods', name, (o) => void (o.status = status), namespace);
+    await this.c.api!.mergePatch(`/api/v1/namespaces/${namespace}/pods/${name}/status`, { status: this.podObject(id).status });
   }
 
-  /** Writes `state` into the API server: its policies (others deleted), pod labels and ports, namespace labels. */
-  apply(state: State): void {
+  /**
+   * Writes `state` into the API server: its policies (others deleted), pod and namespace labels;
+   * a pod whose containers (ports) change is deleted and created again with its address, as a
+   * rollout would, since a Pod's containers cannot be changed.
+   */
+  async apply(state: State): Promise<void> {
     const api = this.c.api!;
+    const policyPath = (ns: string, name = '') => `/apis/networking.k8s.io/v1/namespaces/${ns}/networkpolicies${name ? `/${name}` : ''}`;
     const wanted = new Map<string, Obj>();
     for (const p of state.policies) {
       const o = JSON.parse(this.#realAddresses(JSON.stringify(p))) as Obj & { metadata: { namespace: string; name: string } };
@@ -81,36 +98,49 @@ class PolicyCluster {
     for (const key of this.#policies) {
       if (wanted.has(key)) continue;
       const [ns, name] = key.split('/') as [string, string];
-      api.remove('networkpolicies.networking.k8s.io', name, ns);
+      await api.remove(policyPath(ns, name));
     }
     for (const [key, o] of wanted) {
       const [ns, name] = key.split('/') as [string, string];
-      if (this.#policies.has(key)) api.modify('networkpolicies.networking.k8s.io', name, (old) => void (old.spec = o.spec), ns);
-      else api.seed('networkpolicies.networking.k8s.io', o);
+      if (this.#policies.has(key)) await api.modify(policyPath(ns, name), (old) => void (old.spec = o.spec));
+      else await api.create(policyPath(ns), o);
     }
     this.#policies = new Set(wanted.keys());
     for (const id of PODS) {
       const [ns, name] = id.split('/') as [string, string];
-      const want = this.podObject(id, state.pods?.[id] ?? podObject(id)) as { metadata: Obj; spec: Obj };
-      api.modify('pods', name, (o) => {
-        (o.metadata as Obj).labels = want.metadata.labels;
-        o.spec = want.spec;
-      }, ns);
+      const model = state.pods?.[id] ?? podObject(id);
+      const want = this.podObject(id, model) as { metadata: Obj; spec: { containers: unknown } };
+      if (JSON.stringify(want.spec.containers) !== this.#containers.get(id)) {
+        await this.#createPod(id, model);
+        await this.reportStatus(id);
+      } else {
+        await api.modify(`/api/v1/namespaces/${ns}/pods/${name}`, (o) => void ((o.metadata as Obj).labels = want.metadata.labels));
+      }
     }
     for (const ns of NAMESPACES) {
       const want = (state.namespaces?.[ns] ?? namespaceObject(ns)) as { metadata: Obj };
-      api.modify('namespaces', ns, (o) => void ((o.metadata as Obj).labels = want.metadata.labels));
+      await api.modify(`/api/v1/namespaces/${ns}`, (o) => void ((o.metadata as Obj).labels = want.metadata.labels));
     }
   }
 
-  /** The tables' addresses (podIP) of single pods in ipBlocks replaced by the real ones. */
+  /**
+   * The tables' addresses in ipBlocks replaced by the real ones, in one pass: a single pod's
+   * (podIP), and node-<k>'s pod subnet (10.244.<k>.0/24, fd00:10:244:<k>::/64 in the tables),
+   * which is whatever nodeipam gave that Node.
+   */
   #realAddresses(text: string): string {
+    const real = new Map<string, string>();
     for (const id of PODS) {
       const pod = this.pods.get(id)!;
-      text = text.replaceAll(`"${podIP(id)}/32"`, `"${pod.ip}/32"`);
-      if (pod.ipv6) text = text.replaceAll(`"${podIP(id, 6)}/128"`, `"${pod.ipv6}/128"`);
+      real.set(`${podIP(id)}/32`, `${pod.ip}/32`);
+      if (pod.ipv6) real.set(`${podIP(id, 6)}/128`, `${pod.ipv6}/128`);
     }
-    return text;
+    for (const [k, node] of this.c.nodes.entries()) {
+      const [v4, v6] = node.podCidrs;
+      real.set(`10.244.${k + 1}.0/24`, v4!);
+      if (v6) real.set(`fd00:10:244:${k + 1}::/64`, v6);
+    }
+    return text.replace(/"([^"]+)"/g, (quoted, inner: string) => (real.has(inner) ? `"${real.get(inner)}"` : quoted));
   }
 
   /** One matrix of `probe` over `family`, denials given `ms` to prove themselves. */
@@ -159,10 +189,13 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true], ['vxlan
     const c = await Cluster.start({ nodes: 2, backend, dualStack, mode: 'kube', weftdArgs: ['--network-policy', '--ip-masq'] });
     const pc = new PolicyCluster(c);
     try {
-      for (const ns of NAMESPACES) c.api!.seed('namespaces', namespaceObject(ns) as Obj);
+      for (const ns of NAMESPACES) {
+        await c.api!.create('/api/v1/namespaces', namespaceObject(ns) as Obj);
+        await c.api!.namespace(ns);
+      }
       for (const id of PODS) {
         await pc.addPod(id);
-        pc.reportStatus(id);
+        await pc.reportStatus(id);
       }
       for (const n of c.nodes) {
         assert.match(n.daemon.log(), /listed networkpolicies/, `weftd on ${n.name} watches NetworkPolicies`);
@@ -175,7 +208,7 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true], ['vxlan
 
       for (const k of CASES) {
         for (const state of k.states) {
-          pc.apply(state);
+          await pc.apply(state);
           await pc.expect(`${k.name}: ${state.what}`, runsOf(state, dualStack));
         }
       }
@@ -190,7 +223,7 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true], ['vxlan
         ],
         matrix: ['..X......', 'X.X......', 'XX.......', 'XXX......', 'XXX......', 'XXX......', 'XXX......', 'XXX......', 'XXX......'],
       };
-      pc.apply(denyX);
+      await pc.apply(denyX);
       await pc.expect('x/deny-ingress, x/b from x/a', runsOf(denyX, dualStack));
       const old = pc.pods.get('x/b')!;
       await pc.agents.get('x/b')!.stop();
@@ -200,7 +233,7 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true], ['vxlan
       // Nothing listens in the new pod yet: a connection refused shows the SYN got there.
       assert.equal(await pc.agents.get('y/a')!.probe(renewed.ip, 'TCP', 80, 1000), false, 'y/a is denied the new x/b before its status is written');
       assert.equal(await pc.agents.get('x/a')!.probe(renewed.ip, 'TCP', 80, 3000), true, 'x/a is allowed to the new x/b before its status is written');
-      pc.reportStatus('x/b');
+      await pc.reportStatus('x/b');
       pc.agents.set('x/b', new Agent(renewed.ns));
       await pc.agents.get('x/b')!.started();
       await pc.expect('x/b re-created with a new address', runsOf(denyX, dualStack));
@@ -213,7 +246,7 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true], ['vxlan
       await pc.expect('after the repair', runsOf(denyX, dualStack));
 
       // The last policy goes: so does the table.
-      pc.apply({ what: 'no policy', policies: [], matrix: ALL });
+      await pc.apply({ what: 'no policy', policies: [], matrix: ALL });
       await pc.expect('every policy deleted', runsOf({ what: 'none', policies: [], matrix: ALL }, dualStack));
       for (const n of c.nodes) {
         await until(`the table gone on ${n.name}`, async () => !(await n.ns.exec('nft', 'list', 'tables')).includes(NFT_POLICY_TABLE), 10_000);

@@ -31,7 +31,8 @@ const skip = needsRoot
 const NS = 'default';
 /** Where every pod's server listens (the agents' and the source servers' port). */
 const PORT = 8080;
-const SLICES = 'endpointslices.discovery.k8s.io';
+const SLICES = `/apis/discovery.k8s.io/v1/namespaces/${NS}/endpointslices`;
+const SERVICES = `/api/v1/namespaces/${NS}/services`;
 
 test('the Service proxy composes: network policy and egress steering see translated connections; floating IPs and hostPorts '
   + 'keep working', { skip, timeout: 180_000 }, async (t) => {
@@ -44,8 +45,8 @@ test('the Service proxy composes: network policy and egress steering see transla
     const [gateway, worker] = e.c.nodes as [ClusterNode, ClusterNode];
     const api = e.c.api!;
     await e.electOn(gateway);
-    e.label(gateway, { 'egress.weft.dev/gateway': 'true' });
-    e.gateway('gw', {
+    await e.label(gateway, { 'egress.weft.dev/gateway': 'true' });
+    await e.gateway('gw', {
       nodeSelector: { matchLabels: { 'egress.weft.dev/gateway': 'true' } }, eipPool: { ipv4: ['198.51.100.100-198.51.100.101'] },
     });
     const agent = async (pod: Pod, name: string) => {
@@ -63,13 +64,13 @@ test('the Service proxy composes: network policy and egress steering see transla
       const stranger = await e.addPod(worker, {}, 'stranger');
       await agent(backend, 'backend');
       const [fromNear, fromFar, fromStranger] = await Promise.all([agent(near, 'near'), agent(far, 'far'), agent(stranger, 'stranger')]);
-      api.seed('services', serviceObject(NS, 'backend', { clusterIP: '10.96.0.20', ports: [{ port: 80, targetPort: PORT }] }));
-      api.seed(SLICES, sliceObject(NS, 'backend-4', 'backend', 'IPv4', [{ port: PORT }], [endpoint(backend.ip, gateway.name)]));
+      await api.create(SERVICES, serviceObject(NS, 'backend', { clusterIP: '10.96.0.20', ports: [{ port: 80, targetPort: PORT }] }));
+      await api.create(SLICES, sliceObject(NS, 'backend-4', 'backend', 'IPv4', [{ port: PORT }], [endpoint(backend.ip, gateway.name)]));
       const probe = (from: ServiceAgent) => from.probe('10.96.0.20', 'TCP', 80, 1000);
       await until('the unlabelled client reaches the cluster IP before any policy', async () => 'reply' in (await probe(fromStranger)),
         30_000, logs);
       // Port 80 is the Service's port: a policy matching before translation would refuse every client.
-      api.seed('networkpolicies.networking.k8s.io', {
+      await api.create(`/apis/networking.k8s.io/v1/namespaces/${NS}/networkpolicies`, {
         apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { namespace: NS, name: 'clients-only' },
         spec: {
           podSelector: { matchLabels: { app: 'backend' } }, policyTypes: ['Ingress'],
@@ -87,10 +88,10 @@ test('the Service proxy composes: network policy and egress steering see transla
     await t.test('egress steering: a cluster IP whose endpoint is outside leaves through the gateway from the EIP', async () => {
       const steered = await e.addPod(worker, { app: 'steered' }, 'steered');
       const plain = await e.addPod(worker, { app: 'plain' }, 'plain');
-      e.policy('out', { gateway: 'gw', podSelector: { matchLabels: { app: 'steered' } } });
-      api.seed('services', serviceObject(NS, 'outside', { clusterIP: '10.96.0.30', ports: [{ port: 80, targetPort: PORT }] }));
+      await e.policy('out', { gateway: 'gw', podSelector: { matchLabels: { app: 'steered' } } });
+      await api.create(SERVICES, serviceObject(NS, 'outside', { clusterIP: '10.96.0.30', ports: [{ port: 80, targetPort: PORT }] }));
       const outsider = { addresses: [OUTSIDE.ipv4], conditions: { ready: true } };
-      api.seed(SLICES, sliceObject(NS, 'outside-4', 'outside', 'IPv4', [{ port: PORT }], [outsider]));
+      await api.create(SLICES, sliceObject(NS, 'outside-4', 'outside', 'IPv4', [{ port: PORT }], [outsider]));
       // Reaching the outside host directly, the policy's pod leaves from the EIP, the other from its node's address.
       await e.waitSeenAs(steered, '198.51.100.100');
       await e.waitSeenAs(plain, worker.address);
@@ -101,7 +102,7 @@ test('the Service proxy composes: network policy and egress steering see transla
     await t.test('a floating IP reaches its pod from outside, which sees the outside host', async () => {
       const web = await e.addPod(worker, { app: 'web' }, 'web');
       stops.push(await startSourceServer(web.ns, true));
-      e.inbound('FloatingIP', 'web', { gateway: 'gw', pod: 'web' });
+      await e.inbound('FloatingIP', 'web', { gateway: 'gw', pod: 'web' });
       await e.waitOutside('http://198.51.100.101:8080/', `${OUTSIDE.ipv4}>${web.ip}`);
     });
 

@@ -1,7 +1,8 @@
 /**
  * Services translated by weftd itself (issue #31, `--service-proxy`) on clusters of real weftd
  * processes (test/support/cluster.ts, kube mode): a server pod on each of two nodes, a client pod
- * on each, an outside host on the underlay, Services and EndpointSlices in the test API server.
+ * on each, an outside host on the underlay, Services (without selectors) and their EndpointSlices, written by the test as
+ * the endpointslice controller would, in the real API server.
  * Probed from a pod on the same node as an endpoint, from a pod on the other node, from the node
  * itself and from the outside host, each probe reporting which endpoint answered and the client
  * address it saw; endpoint churn with a connection open; the health check node port of an
@@ -30,6 +31,16 @@ const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
 const NS = 'default';
 const PORT = 8080;
 const OUTSIDE = 99;
+const SLICES = `/apis/discovery.k8s.io/v1/namespaces/${NS}/endpointslices`;
+const SERVICES = `/api/v1/namespaces/${NS}/services`;
+/** A cluster IP of each family: in the control plane's Service ranges. */
+const [CLUSTER_IP, CLUSTER_IP6] = ['10.96.0.10', 'fd00:10:96::10'];
+
+/** The spec of a NodePort Service `web` on port 80 (node port 30080), dual stack with `dualStack`. */
+const webSpec = (dualStack: boolean) => ({
+  type: 'NodePort', clusterIP: CLUSTER_IP, clusterIPs: [CLUSTER_IP, ...(dualStack ? [CLUSTER_IP6] : [])],
+  ipFamilyPolicy: dualStack ? 'RequireDualStack' : 'SingleStack', ports: [{ port: 80, nodePort: 30080 }],
+});
 
 /** `<endpoint> <client>` of an answer; fails on an error. */
 function served(r: ProbeResult): { by: string; client: string } {
@@ -57,7 +68,9 @@ async function httpGet(ns: Netns, url: string): Promise<{ status: number; body: 
 
 /** A two-node kube-mode cluster whose weftds run the Service proxy, and an outside host on its underlay. */
 async function servicesCluster(backend: 'vxlan' | 'host-gw', dualStack: boolean): Promise<{ c: Cluster; outside: Netns }> {
-  const c = await Cluster.start({ nodes: 2, backend, dualStack, mode: 'kube', weftdArgs: ['--service-proxy', '--ip-masq'] });
+  const c = await Cluster.start({
+    nodes: 2, backend, dualStack, mode: 'kube', rbac: ['service-proxy.yaml'], weftdArgs: ['--service-proxy', '--ip-masq'],
+  });
   const outside = await createNetns('out').catch(async (e: unknown) => {
     await c.stop();
     throw e;
@@ -98,12 +111,14 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
       const ep = (p: Pod, v6 = false) => endpoint(v6 ? p.ipv6! : p.ip, p.node.name);
       const slice = (name: string, service: string, endpoints: Record<string, unknown>[], family: 'IPv4' | 'IPv6' = 'IPv4') =>
         sliceObject(NS, name, service, family, [{ port: PORT }], endpoints);
-      const put = (resource: string, o: Record<string, unknown>) => {
-        const { name } = o.metadata as { name: string };
-        if (!api.object(resource, name, NS)) api.seed(resource, o);
-        else api.modify(resource, name, (old) => {
-          for (const [k, v] of Object.entries(o)) if (k !== 'metadata') old[k] = v;
-        }, NS);
+      const put = async (collection: string, o: Record<string, unknown>) => {
+        const path = `${collection}/${(o.metadata as { name: string }).name}`;
+        if (!(await api.request('GET', path))) await api.create(collection, o);
+        else {
+          await api.modify(path, (old) => {
+            for (const [k, v] of Object.entries(o)) if (k !== 'metadata') old[k] = v;
+          });
+        }
       };
       const many = async (from: ServiceAgent, ip: string, port: number, n: number) => {
         const out: { by: string; client: string }[] = [];
@@ -116,23 +131,21 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
       const answered = (r: ProbeResult) => 'reply' in r;
       const byOf = (rs: { by: string }[]) => [...new Set(rs.map((r) => r.by))].sort();
 
-      put('services', serviceObject(NS, 'web', {
-        type: 'NodePort', clusterIPs: ['10.96.0.10', ...(dualStack ? ['fd00:96::10'] : [])], ports: [{ port: 80, nodePort: 30080 }],
-      }));
-      put('endpointslices.discovery.k8s.io', slice('web-4', 'web', [ep(s1), ep(s2)]));
-      if (dualStack) put('endpointslices.discovery.k8s.io', slice('web-6', 'web', [ep(s1, true), ep(s2, true)], 'IPv6'));
-      await eventually(a1, '10.96.0.10', 80, answered);
-      await eventually(a2, '10.96.0.10', 80, answered);
+      await put(SERVICES, serviceObject(NS, 'web', webSpec(dualStack)));
+      await put(SLICES, slice('web-4', 'web', [ep(s1), ep(s2)]));
+      if (dualStack) await put(SLICES, slice('web-6', 'web', [ep(s1, true), ep(s2, true)], 'IPv6'));
+      await eventually(a1, CLUSTER_IP, 80, answered);
+      await eventually(a2, CLUSTER_IP, 80, answered);
 
       await t.test('ClusterIP from pods on both nodes: every endpoint serves, each sees the pod\'s own address', async () => {
         for (const [from, pod] of [[a1, c1], [a2, c2]] as const) {
-          const rs = await many(from, '10.96.0.10', 80, 16);
+          const rs = await many(from, CLUSTER_IP, 80, 16);
           assert.deepEqual(byOf(rs), ['s1', 's2']);
           assert.deepEqual([...new Set(rs.map((r) => r.client))], [pod.ip]);
         }
         if (dualStack) {
-          await eventually(a1, 'fd00:96::10', 80, answered);
-          const rs = await many(a1, 'fd00:96::10', 80, 16);
+          await eventually(a1, CLUSTER_IP6, 80, answered);
+          const rs = await many(a1, CLUSTER_IP6, 80, 16);
           assert.deepEqual(byOf(rs), ['s1', 's2']);
           assert.deepEqual([...new Set(rs.map((r) => r.client))], [c1.ipv6]);
         }
@@ -140,7 +153,7 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
 
       await t.test('ClusterIP from the node itself: served, masqueraded to an address of the node', async () => {
         const own = await addressesOf(n1.ns);
-        const rs = await many(node1, '10.96.0.10', 80, 12);
+        const rs = await many(node1, CLUSTER_IP, 80, 12);
         assert.deepEqual(byOf(rs), ['s1', 's2']);
         for (const r of rs) assert.ok(own.includes(r.client), `${r.client} is one of node-1's addresses`);
       });
@@ -157,11 +170,11 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
       });
 
       await t.test('externalTrafficPolicy Local: the client\'s address is kept, only nodes with endpoints serve, and say so', async () => {
-        put('services', serviceObject(NS, 'local', {
+        await put(SERVICES, serviceObject(NS, 'local', {
           type: 'LoadBalancer', clusterIP: '10.96.0.11', externalTrafficPolicy: 'Local', healthCheckNodePort: 32100,
           ports: [{ port: 80, nodePort: 30081 }],
         }));
-        put('endpointslices.discovery.k8s.io', slice('local-4', 'local', [ep(s2)]));
+        await put(SLICES, slice('local-4', 'local', [ep(s2)]));
         await eventually(out, n2.address, 30081, answered);
         assert.deepEqual(await many(out, n2.address, 30081, 6), Array(6).fill({ by: 's2', client: `198.51.100.${OUTSIDE}` }));
         assert.deepEqual(await out.probe(n1.address, 'TCP', 30081, 500), { error: 'timeout' }, 'node-1 has no endpoint: dropped');
@@ -175,11 +188,11 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
         let held: { by: string } | undefined;
         for (let i = 1; !held || held.by !== 's1'; i++) {
           assert.ok(i < 40, 'a connection to s1 in 40 tries');
-          held = served(await a2.probe('10.96.0.10', 'TCP', 80, 2000, i));
+          held = served(await a2.probe(CLUSTER_IP, 'TCP', 80, 2000, i));
           if (held.by === 's1') {
             const leaving = endpoint(s1.ip, n1.name, { ready: false, terminating: true });
-            put('endpointslices.discovery.k8s.io', slice('web-4', 'web', [ep(s2), leaving]));
-            await until('only s2 serves new connections', async () => byOf(await many(a1, '10.96.0.10', 80, 8)).join() === 's2');
+            await put(SLICES, slice('web-4', 'web', [ep(s2), leaving]));
+            await until('only s2 serves new connections', async () => byOf(await many(a1, CLUSTER_IP, 80, 8)).join() === 's2');
             assert.match(JSON.stringify(await a2.ping(i)), /ping/, 'the connection to s1 still answers');
           }
         }
@@ -214,22 +227,19 @@ for (const [backend, dualStack] of [['vxlan', true], ['host-gw', false]] as cons
       agents.push(new ServiceAgent(server.ns, 's', PORT), new ServiceAgent(client.ns, 'c', PORT), new ServiceAgent(outside, 'out', PORT));
       const [, fromPod, fromOutside] = agents as [ServiceAgent, ServiceAgent, ServiceAgent];
       await Promise.all(agents.map((a) => a.started()));
-      api.seed('services', serviceObject(NS, 'web', {
-        type: 'NodePort', clusterIPs: ['10.96.0.10', ...(dualStack ? ['fd00:96::10'] : [])], ports: [{ port: 80, nodePort: 30080 }],
-      }));
+      await api.create(SERVICES, serviceObject(NS, 'web', webSpec(dualStack)));
       const slice = (family: 'IPv4' | 'IPv6', ip: string) =>
-        api.seed('endpointslices.discovery.k8s.io', sliceObject(NS, `web-${family}`, 'web', family, [{ port: PORT }],
-          [endpoint(ip, n2.name)]));
-      slice('IPv4', server.ip);
-      if (dualStack) slice('IPv6', server.ipv6!);
+        api.create(SLICES, sliceObject(NS, `web-${family.toLowerCase()}`, 'web', family, [{ port: PORT }], [endpoint(ip, n2.name)]));
+      await slice('IPv4', server.ip);
+      if (dualStack) await slice('IPv6', server.ipv6!);
       const n1Addresses = await addressesOf(n1.ns);
       /** From, to, port, and the client address the endpoint must see. */
       const probes: [ServiceAgent, string, number, (client: string) => boolean][] = [
-        [fromPod, '10.96.0.10', 80, (a) => a === client.ip],
+        [fromPod, CLUSTER_IP, 80, (a) => a === client.ip],
         [fromOutside, n1.address, 30080, (a) => n1Addresses.includes(a)],
       ];
       if (dualStack) {
-        probes.push([fromPod, 'fd00:96::10', 80, (a) => a === client.ipv6],
+        probes.push([fromPod, CLUSTER_IP6, 80, (a) => a === client.ipv6],
           [fromOutside, underlayV6(n1), 30080, (a) => n1Addresses.includes(a)]);
       }
       for (const [from, ip, port, seen] of probes) {

@@ -130,7 +130,7 @@ test('3 nodes, wireguard, kube mode: flannel\'s lease data in the annotations; w
       for (const n of c.nodes) pods.push(await c.addPod(n));
       await fullMesh(c, pods, false);
       const n1 = c.nodes[0]!;
-      const node = c.api!.node('node-1') as { metadata: { annotations: Record<string, string> } };
+      const node = await c.api!.node('node-1') as { metadata: { annotations: Record<string, string> } };
       const a = node.metadata.annotations;
       assert.equal(a['flannel.alpha.coreos.com/backend-type'], 'wireguard');
       assert.equal(a['flannel.alpha.coreos.com/backend-data'], `{"PublicKey":"${await publicKey(n1)}","Port":51820}`);

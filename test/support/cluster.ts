@@ -1,8 +1,12 @@
 /**
  * A cluster on this machine for end-to-end tests and `make demo`: an underlay bridge in a
  * namespace of its own, N node namespaces on it each running a real bin/weftd (etcd mode against
- * a real etcd on a unix socket, or kube mode against the test API server), and pods wired by the
- * real bin/weft plugin with Debian's bridge + host-local, each pod in a namespace of its own.
+ * a real etcd on a unix socket, or kube mode against the real control plane of control-plane.ts,
+ * with nodeipam giving the Nodes their pod CIDRs), and pods wired by the real bin/weft plugin
+ * with Debian's bridge + host-local, each pod in a namespace of its own.
+ *
+ * In kube mode weftd is the ServiceAccount kube-flannel/flannel with a token from the TokenRequest
+ * API, and may do what daemonset.yaml (and the manifests of {@link ClusterOptions.rbac}) grant.
  *
  * Everything is named with the run's prefix and removed by stop(), even after failures.
  */
@@ -15,8 +19,10 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Etcd3 } from 'etcd3';
 import { PLUGIN_BIN, callPlugin } from './cni.ts';
+import { KubeControlPlane } from './control-plane.ts';
 import { EtcdServer } from './etcd.ts';
 import { KubeApiServer } from './kube-apiserver.ts';
+import { accessObjects } from './manifests.ts';
 import { attachToUnderlay, createNetns, forwardIntoNetns, joinUnderlay, withMounts } from './netns.ts';
 import type { Netns } from './netns.ts';
 import { until } from './until.ts';
@@ -35,10 +41,15 @@ export interface ClusterOptions {
   mode: 'etcd' | 'kube';
   /** Extra weftd flags for every node. */
   weftdArgs?: string[];
-  /** Kube mode: run against the API server before any node starts (install CRDs, seed objects). */
-  prepareApi?: (api: KubeApiServer) => Promise<void>;
-  /** Kube mode: what weftd's token may do (RBAC as the test API server spells it); default everything. */
-  weftdGrant?: string[];
+  /** Kube mode: run against the control plane before any node starts (install CRDs, create objects). */
+  prepareApi?: (api: KubeControlPlane) => Promise<void>;
+  /** Kube mode: manifests besides daemonset.yaml whose roles weftd gets (egress-rbac.yaml, service-proxy.yaml). */
+  rbac?: string[];
+  /**
+   * Kube mode: the in-repo test API server (as admin) instead of the real control plane, for the
+   * benchmarks of faults only it can make (a 503 storm, a forced 410); Nodes get 10.244.<n>.0/24.
+   */
+  testApiServer?: boolean;
 }
 
 /** One weftd process and what it printed. */
@@ -61,6 +72,8 @@ export interface ClusterNode {
   ns: Netns;
   /** The node's address on the underlay. */
   address: string;
+  /** Kube mode: the Node's pod CIDRs (IPv4 first), as nodeipam gave them; empty in etcd mode. */
+  podCidrs: string[];
   dir: string;
   daemon: Daemon;
 }
@@ -126,7 +139,10 @@ export class Cluster {
   readonly pods: Pod[] = [];
   underlay: Netns | undefined;
   etcd: EtcdServer | undefined;
-  api: KubeApiServer | undefined;
+  /** Kube mode: the real control plane. */
+  api: KubeControlPlane | undefined;
+  /** Kube mode with {@link ClusterOptions.testApiServer}: the test API server. */
+  testApi: KubeApiServer | undefined;
   readonly #forwarders: (() => Promise<void>)[] = [];
   /** Kube mode: each node's forwarder to the API server, by node name. */
   readonly #apiForwarders = new Map<string, () => Promise<void>>();
@@ -165,12 +181,18 @@ export class Cluster {
       } finally {
         admin.close();
       }
+    } else if (this.o.testApiServer) {
+      this.testApi = await KubeApiServer.start();
+      await writeFile(join(this.dir, 'net-conf.json'), this.netConf);
+      await writeFile(this.#kubeconfig, await readFile(await this.testApi.kubeconfig(), 'utf8'));
     } else {
-      const grant = this.o.weftdGrant;
-      this.api = await KubeApiServer.start(grant ? { tokens: { admin: { user: 'admin', allow: '*' }, weftd: { user: 'system:serviceaccount:kube-flannel:flannel', allow: grant } } } : {});
+      // nodeipam only: the Nodes' pod CIDRs come from the cluster, as --allocate-node-cidrs gives them.
+      this.api = await KubeControlPlane.start({ controllers: ['nodeipam'], dualStack: this.o.dualStack ?? false });
+      for (const o of await accessObjects(['daemonset.yaml', ...(this.o.rbac ?? [])])) await this.api.apply(o);
       await this.o.prepareApi?.(this.api);
       await writeFile(join(this.dir, 'net-conf.json'), this.netConf);
-      await writeFile(this.#kubeconfig, await readFile(await this.api.kubeconfig(grant ? 'weftd' : 'admin'), 'utf8'));
+      const token = await this.api.serviceAccountToken('kube-flannel', 'flannel');
+      await writeFile(this.#kubeconfig, await readFile(await this.api.kubeconfig(token), 'utf8'));
     }
     this.underlay = await this.#netns('ul');
     await joinUnderlay(this.underlay, []);
@@ -185,7 +207,10 @@ export class Cluster {
     return node;
   }
 
-  /** A node's namespace on the underlay, directory (and Node object in kube mode); no weftd yet. */
+  /**
+   * A node's namespace on the underlay, directory (and in kube mode its Node, registered as a
+   * kubelet does, with the pod CIDRs nodeipam gave it); no weftd yet.
+   */
   async #prepareNode(): Promise<ClusterNode> {
     const index = this.nodes.length + 1;
     const name = `node-${index}`;
@@ -193,14 +218,16 @@ export class Cluster {
     await attachToUnderlay(this.underlay!, ns, index, { ipv6: this.o.dualStack ?? false });
     const dir = join(this.dir, name);
     await mkdir(dir, { recursive: true });
+    let podCidrs: string[] = [];
     if (this.api) {
-      const cidrs = [`10.244.${index}.0/24`, ...(this.o.dualStack ? [`fd00:10:244:${index}::/64`] : [])];
-      this.api.addNode({ metadata: { name }, spec: { podCIDR: cidrs[0], podCIDRs: cidrs } });
-      const stop = await forwardIntoNetns(ns, API_PORT, this.api.socketPath);
-      this.#forwarders.push(stop);
-      this.#apiForwarders.set(name, stop);
+      await this.api.addNode(name);
+      podCidrs = await this.api.podCidrs(name);
+    } else if (this.testApi) {
+      podCidrs = [`10.244.${index}.0/24`, ...(this.o.dualStack ? [`fd00:10:244:${index}::/64`] : [])];
+      this.testApi.addNode({ metadata: { name }, spec: { podCIDR: podCidrs[0], podCIDRs: podCidrs } });
     }
-    const node: ClusterNode = { name, ns, address: `198.51.100.${index}`, dir, daemon: undefined as unknown as Daemon };
+    if (this.o.mode === 'kube') await this.rejoinApi({ name, ns });
+    const node: ClusterNode = { name, ns, address: `198.51.100.${index}`, podCidrs, dir, daemon: undefined as unknown as Daemon };
     this.nodes.push(node);
     return node;
   }
@@ -239,7 +266,7 @@ export class Cluster {
 
   #weftd(node: ClusterNode, extra: readonly string[] = []): Daemon {
     const args = [...this.args(node), ...extra];
-    if (this.api) args.push(`--kubeconfig-file=${this.#kubeconfig}`);
+    if (this.o.mode === 'kube') args.push(`--kubeconfig-file=${this.#kubeconfig}`);
     // The nodes share this machine's file system: each keeps its own WireGuard key.
     return spawnWeftd(node.ns, args, { NODE_NAME: node.name, WIREGUARD_KEY_FILE: join(node.dir, 'wgkey') });
   }
@@ -267,8 +294,8 @@ export class Cluster {
   }
 
   /** Kube mode: joins `node` to the API server again after {@link cutFromApi}. */
-  async rejoinApi(node: ClusterNode): Promise<void> {
-    const stop = await forwardIntoNetns(node.ns, API_PORT, this.api!.socketPath);
+  async rejoinApi(node: Pick<ClusterNode, 'name' | 'ns'>): Promise<void> {
+    const stop = await forwardIntoNetns(node.ns, API_PORT, (this.api ?? this.testApi)!.socketPath);
     this.#forwarders.push(stop);
     this.#apiForwarders.set(node.name, stop);
   }
@@ -343,6 +370,7 @@ export class Cluster {
     for (const ns of this.#namespaces.splice(0).reverse()) await ns.remove();
     await this.etcd?.stop();
     await this.api?.stop();
+    await this.testApi?.stop();
     await rm(this.dir, { recursive: true, force: true });
   }
 }

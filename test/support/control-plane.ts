@@ -4,28 +4,28 @@
  * machine's loopback with free ports and a throwaway PKI, and removed by stop().
  *
  * Clients are bearer tokens from a static token file: `admin` (group system:masters) and any
- * others given, each a user with groups; what those may do is the real RBAC, written by the test
- * (see {@link KubeControlPlane.grant}) or read from daemonset.yaml. Node namespaces reach the API
+ * others given, each a user with groups; or a ServiceAccount's, from the TokenRequest API
+ * ({@link KubeControlPlane.serviceAccountToken}). What those may do is the real RBAC, written by
+ * the test (see {@link KubeControlPlane.grant}) or applied from the manifests (manifests.ts). Node namespaces reach the API
  * through {@link KubeControlPlane.socketPath} (forwardIntoNetns in netns.ts), as they did the
  * test API server. The `kubernetes` Service's endpoint is {@link ADVERTISE_ADDRESS}, an address
  * of the e2e harness's underlay.
  */
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { connect, createServer } from 'node:net';
-import type { Server } from 'node:net';
+import type { Server, Socket } from 'node:net';
 import { Agent, request } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
+import { makeClusterPki } from './cluster-pki.ts';
 import { EtcdServer, freePorts } from './etcd.ts';
 import { peer } from './peers.ts';
 import type { Peer } from './peers.ts';
 import { until } from './until.ts';
-
-const run = promisify(execFile);
 
 /** Where the `kubernetes` Service's endpoint points: an address on the e2e harness's underlay. */
 export const ADVERTISE_ADDRESS = '198.51.100.250';
@@ -47,7 +47,9 @@ export interface ControlPlaneOptions {
   tokens?: Record<string, TokenUser>;
   /**
    * kube-controller-manager's controllers (its --controllers), none by default. `nodeipam` gives
-   * each Node a podCIDR from {@link CLUSTER_CIDR} (/24s, and /64s of fd00:10:244::/56 with `dualStack`).
+   * each Node a podCIDR from {@link CLUSTER_CIDR} (/24s, and /64s of fd00:10:244::/56 with `dualStack`),
+   * the first 10 s after the controller manager starts: its range allocator first lists the Nodes
+   * with a poll that waits one interval (nodePollInterval, 10 s, no flag) before its first try.
    */
   controllers?: string[];
   /** Runs kube-scheduler. */
@@ -82,6 +84,8 @@ export class KubeControlPlane {
   readonly #etcd: EtcdServer;
   readonly #procs: Proc[] = [];
   readonly #servers: Server[] = [];
+  /** Connections to {@link socketPath}: a client whose end never closes them must not keep stop() waiting. */
+  readonly #sockets = new Set<Socket>();
   readonly #agent: Agent;
 
   private constructor(url: string, dir: string, etcd: EtcdServer, ca: string) {
@@ -98,7 +102,7 @@ export class KubeControlPlane {
     let etcd: EtcdServer | undefined;
     let cp: KubeControlPlane | undefined;
     try {
-      await makeClusterPki(join(dir, 'pki'));
+      await makeClusterPki(join(dir, 'pki'), ['127.0.0.1', ADVERTISE_ADDRESS, KUBERNETES_SERVICE_IP]);
       etcd = await EtcdServer.start();
       const [port] = await freePorts(1);
       cp = new KubeControlPlane(`https://127.0.0.1:${port}`, dir, etcd, await readFile(join(dir, 'pki', 'ca.crt'), 'utf8'));
@@ -136,14 +140,17 @@ export class KubeControlPlane {
       return (await this.#fetch('/readyz').catch(() => undefined))?.status === 200;
     }, 60_000, () => this.logs());
     const unix = createServer((c) => {
+      this.#sockets.add(c);
+      c.on('close', () => this.#sockets.delete(c));
       const t = connect(port, '127.0.0.1');
       c.pipe(t).pipe(c);
-      c.on('error', () => t.destroy());
-      t.on('error', () => c.destroy());
-      // One end closed, the other is ended once flushed and closed: left half-open, its reading paused by
-      // the pipe that went with the closed end, it would never see its peer's end and keep stop() waiting.
-      c.on('close', () => t.end(() => t.destroy()));
-      t.on('close', () => c.end(() => c.destroy()));
+      // Either end closing (or failing) ends the other once what it holds is written, then closes it:
+      // a piped socket whose peer went away is paused, and would never see its own end. stop() destroys
+      // whatever is still open.
+      for (const [from, to] of [[c, t], [t, c]] as const) {
+        from.on('close', () => to.end(() => to.destroy()));
+        from.on('error', () => undefined);
+      }
     });
     unix.listen(this.socketPath);
     await once(unix, 'listening');
@@ -183,7 +190,8 @@ export class KubeControlPlane {
 
   /** Writes a kubeconfig for `token` (default `admin`) at `server` (default {@link url}); returns its path. */
   async kubeconfig(token = 'admin', server = this.url): Promise<string> {
-    const file = join(this.dir, `kubeconfig-${encodeURIComponent(token)}-${encodeURIComponent(server)}.json`);
+    // Named by a digest: a ServiceAccount's token is longer than a file name may be.
+    const file = join(this.dir, `kubeconfig-${createHash('sha256').update(`${token} ${server}`).digest('hex').slice(0, 16)}.json`);
     await writeFile(file, JSON.stringify({
       apiVersion: 'v1', kind: 'Config', 'current-context': 'test',
       clusters: [{ name: 'test', cluster: { server, 'certificate-authority': this.caFile } }],
@@ -240,6 +248,14 @@ export class KubeControlPlane {
     return (await this.request('POST', path, obj))!;
   }
 
+  /** Runs `call` (requests of this API, say) on every one of `items`, `width` at a time: for benchmarks that fill the API. */
+  async each<T>(items: readonly T[], call: (item: T) => Promise<unknown>, width = 16): Promise<void> {
+    let next = 0;
+    await Promise.all(Array.from({ length: width }, async () => {
+      while (next < items.length) await call(items[next++]!);
+    }));
+  }
+
   /** Creates `obj` unless an object of its name exists there; returns what is stored. */
   async ensure(path: string, obj: Obj): Promise<Obj> {
     const name = String(obj.metadata?.name);
@@ -271,6 +287,20 @@ export class KubeControlPlane {
     if (r.status >= 400 && r.status !== 404) throw new Error(`DELETE ${path}: ${r.status} ${String(r.body.message ?? '')}`);
   }
 
+  /**
+   * Every change since `resourceVersion` to the objects at collection `path` (narrowed by
+   * `fieldSelector`), oldest first: a watch from that version replays them from the API server's
+   * watch cache, and ends after a second.
+   */
+  async changes(path: string, resourceVersion: string, fieldSelector = ''): Promise<{ type: string; object: Obj }[]> {
+    const query = new URLSearchParams({ watch: '1', resourceVersion, timeoutSeconds: '1', ...(fieldSelector ? { fieldSelector } : {}) });
+    const r = await this.#fetch(`${path}?${query}`);
+    if (r.status !== 200) throw new Error(`watch ${path}: ${r.status} ${String(r.body.message ?? r.body.text ?? '')}`);
+    // One event parses as itself, several (a line each) do not.
+    const text = typeof r.body.text === 'string' ? r.body.text : JSON.stringify(r.body);
+    return text.split('\n').filter(Boolean).map((l) => JSON.parse(l) as { type: string; object: Obj });
+  }
+
   /** Node `name`, or undefined. */
   async node(name: string): Promise<Obj | undefined> {
     return this.request('GET', `/api/v1/nodes/${name}`);
@@ -299,18 +329,20 @@ export class KubeControlPlane {
   }
 
   /**
-   * Pod `namespace/name` bound to `nodeName` (no scheduler), with status `podIP` when given, as its
-   * kubelet would report it; its namespace is created when missing.
+   * Pod `namespace/name` bound to `nodeName` (no scheduler), with status `podIP` (or `podIPs`, one
+   * per family) when given, as its kubelet would report it; its namespace is created when missing.
    */
-  async addPod(namespace: string, name: string, nodeName: string, extra: { labels?: Record<string, string>; podIP?: string } = {}): Promise<Obj> {
+  async addPod(namespace: string, name: string, nodeName: string,
+    extra: { labels?: Record<string, string>; podIP?: string; podIPs?: string[] } = {}): Promise<Obj> {
     await this.namespace(namespace);
     const path = `/api/v1/namespaces/${namespace}/pods`;
     const pod = await this.create(path, {
       apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace, ...(extra.labels ? { labels: extra.labels } : {}) },
       spec: { nodeName, automountServiceAccountToken: false, containers: [{ name: 'main', image: 'weft' }] },
     });
-    if (!extra.podIP) return pod;
-    return this.mergePatch(`${path}/${name}/status`, { status: { phase: 'Running', podIP: extra.podIP, podIPs: [{ ip: extra.podIP }] } });
+    const ips = extra.podIPs ?? (extra.podIP ? [extra.podIP] : []);
+    if (ips.length === 0) return pod;
+    return this.mergePatch(`${path}/${name}/status`, { status: { phase: 'Running', podIP: ips[0], podIPs: ips.map((ip) => ({ ip })) } });
   }
 
   /**
@@ -328,13 +360,65 @@ export class KubeControlPlane {
     });
   }
 
+  /**
+   * Creates manifest object `obj` (any kind whose plural is its kind's, lower-cased, plus `s` or
+   * `y` → `ies`) unless one of its name exists; returns what is stored.
+   */
+  async apply(obj: Obj): Promise<Obj> {
+    const [group, version] = String(obj.apiVersion).includes('/') ? String(obj.apiVersion).split('/') : ['', String(obj.apiVersion)];
+    const kind = String(obj.kind).toLowerCase();
+    const plural = kind.endsWith('y') ? `${kind.slice(0, -1)}ies` : `${kind}s`;
+    const namespace = obj.metadata?.namespace ? `/namespaces/${String(obj.metadata.namespace)}` : '';
+    return this.ensure(`${group ? `/apis/${group}` : '/api'}/${version}${namespace}/${plural}`, obj);
+  }
+
+  /**
+   * Creates CustomResourceDefinitions `crds` and waits until the API server serves each
+   * (its Established condition), as `kubectl wait --for condition=established` does.
+   */
+  async installCrds(crds: Obj[]): Promise<void> {
+    for (const crd of crds) await this.apply(crd);
+    for (const crd of crds) {
+      const path = `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${String(crd.metadata?.name)}`;
+      await until(`CRD ${String(crd.metadata?.name)} established`, async () => {
+        const conditions = ((await this.request('GET', path))?.status as { conditions?: Obj[] } | undefined)?.conditions ?? [];
+        return conditions.some((c) => c.type === 'Established' && c.status === 'True');
+      }, 30_000, () => this.logs());
+    }
+  }
+
+  /** A token of ServiceAccount `namespace/name` (the TokenRequest API, as the kubelet gets a pod's), valid a day. */
+  async serviceAccountToken(namespace: string, name: string): Promise<string> {
+    const r = await this.create(`/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`, {
+      apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 86_400 },
+    });
+    return String((r.status as { token: string }).token);
+  }
+
+  /** Freezes kube-apiserver (SIGSTOP): every request, watch and connection hangs, as in a stall, until {@link resume}. */
+  pause(): void {
+    this.#apiserver().kill('SIGSTOP');
+  }
+
+  /** Lets kube-apiserver run again after {@link pause}. */
+  resume(): void {
+    this.#apiserver().kill('SIGCONT');
+  }
+
+  #apiserver(): ChildProcess {
+    return this.#procs.find((p) => p.name === 'kube-apiserver')!.proc;
+  }
+
   /** Stops every process (SIGTERM, SIGKILL after 5 s), etcd, and removes the files. Idempotent. */
   async stop(): Promise<void> {
     this.#agent.destroy();
+    for (const c of this.#sockets) c.destroy();
     for (const s of this.#servers.splice(0)) await new Promise((resolve) => s.close(resolve));
     await Promise.all(this.#procs.splice(0).reverse().map(async ({ proc }) => {
       if (proc.exitCode !== null || proc.signalCode !== null) return;
       const exited = once(proc, 'exit');
+      // One left paused would take SIGTERM only once continued.
+      proc.kill('SIGCONT');
       proc.kill('SIGTERM');
       const timer = setTimeout(() => proc.kill('SIGKILL'), 5000);
       await exited;
@@ -343,30 +427,4 @@ export class KubeControlPlane {
     await this.#etcd.stop();
     await rm(this.dir, { recursive: true, force: true });
   }
-}
-
-/**
- * A cluster's PKI as kubeadm lays it out, made with openssl in `dir`: the CA; the API server's
- * certificate for 127.0.0.1, {@link ADVERTISE_ADDRESS}, the `kubernetes` Service's cluster IP and
- * names; an admin client certificate (system:masters); the service-account signing key pair.
- */
-export async function makeClusterPki(dir: string): Promise<void> {
-  await mkdir(dir, { recursive: true });
-  const ssl = (...args: string[]) => run('openssl', args, { cwd: dir });
-  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  await ssl('req', '-x509', ...ec, '-days', '2', '-subj', '/CN=kubernetes', '-keyout', 'ca.key', '-out', 'ca.crt');
-  const sans = ['IP:127.0.0.1', `IP:${ADVERTISE_ADDRESS}`, `IP:${KUBERNETES_SERVICE_IP}`, 'DNS:localhost', 'DNS:kubernetes',
-    'DNS:kubernetes.default', 'DNS:kubernetes.default.svc', 'DNS:kubernetes.default.svc.cluster.local'];
-  const certs = [
-    ['apiserver', '/CN=kube-apiserver', `subjectAltName=${sans.join(',')}\nextendedKeyUsage=serverAuth`],
-    ['admin', '/O=system:masters/CN=kubernetes-admin', 'extendedKeyUsage=clientAuth'],
-  ] as const;
-  for (const [name, subj, ext] of certs) {
-    await ssl('req', ...ec, '-subj', subj, '-keyout', `${name}.key`, '-out', `${name}.csr`);
-    await writeFile(join(dir, `${name}.ext`), `${ext}\n`);
-    await ssl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2',
-      '-extfile', `${name}.ext`, '-out', `${name}.crt`);
-  }
-  await ssl('genpkey', '-algorithm', 'RSA', '-pkeyopt', 'rsa_keygen_bits:2048', '-out', 'sa.key');
-  await ssl('pkey', '-in', 'sa.key', '-pubout', '-out', 'sa.pub');
 }

@@ -8,13 +8,12 @@
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { readFile } from 'node:fs/promises';
-import { loadAllYaml } from '@kubernetes/client-node';
 import { EGRESS_GROUP, EGRESS_VERSION } from '../../src/egress/api.ts';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
 import { Cluster } from './cluster.ts';
 import type { ClusterNode, ClusterOptions, Pod } from './cluster.ts';
-import type { Obj } from './kube-apiserver.ts';
+import type { Obj } from './control-plane.ts';
+import { manifestObjects } from './manifests.ts';
 import { attachToUnderlay, createNetns } from './netns.ts';
 import type { Netns } from './netns.ts';
 import { until } from './until.ts';
@@ -33,28 +32,10 @@ const s = http.createServer((req, res) => res.end(bare(req.socket.remoteAddress)
 s.listen(Number(process.argv[1]), '::', () => process.stdout.write('ready\\n'));`;
 
 const API_VERSION = `${EGRESS_GROUP}/${EGRESS_VERSION}`;
+const GROUP_PATH = `/apis/${API_VERSION}`;
 const outsideUrl = (v6: boolean) => (v6 ? `http://[${OUTSIDE.ipv6}]:${PORT}/` : `http://${OUTSIDE.ipv4}:${PORT}/`);
-
-interface Rule {
-  apiGroups: string[];
-  resources: string[];
-  verbs: string[];
-}
-
-/**
- * What weftd's ServiceAccount may do by daemonset.yaml's ClusterRole and egress-rbac.yaml's
- * roles (and those of the `extra` manifests), as the test API server's grants spell it, so the
- * e2e tests prove the manifests suffice.
- */
-export async function manifestGrant(extra: readonly string[] = []): Promise<string[]> {
-  const docs = await Promise.all(['daemonset.yaml', 'egress-rbac.yaml', ...extra]
-    .map(async (f) => loadAllYaml(await readFile(new URL(`../../${f}`, import.meta.url), 'utf8')) as Obj[]));
-  const rules = docs.flat().filter((d) => d.kind === 'ClusterRole' || d.kind === 'Role').flatMap((d) => d.rules as Rule[]);
-  return rules.flatMap((r) => r.apiGroups.flatMap((g) => r.resources.flatMap((res) => {
-    const [plural, sub] = res.split('/') as [string, string | undefined];
-    return r.verbs.map((v) => `${v} ${plural}${g ? `.${g}` : ''}${sub ? `/${sub}` : ''}`);
-  })));
-}
+/** The path of a namespaced egress resource `plural` (floatingips) in namespace `default`, or of object `name` there. */
+const inDefault = (plural: string, name = '') => `${GROUP_PATH}/namespaces/default/${plural}${name ? `/${name}` : ''}`;
 
 /**
  * A server reporting source addresses, run in `ns`; with `withLocal`, it answers
@@ -116,20 +97,21 @@ export class EgressCluster {
     this.#stops = stops;
   }
 
-  /** `manifests`: more manifests whose roles weftd's ServiceAccount gets (service-proxy.yaml). */
+  /**
+   * weftd's ServiceAccount gets what daemonset.yaml and egress-rbac.yaml grant, and what `manifests`
+   * (service-proxy.yaml) do: the e2e tests prove the manifests suffice.
+   */
   static async start(o: Omit<ClusterOptions, 'mode'> & { manifests?: string[] }): Promise<EgressCluster> {
-    const crds = loadAllYaml(await readFile(new URL('../../egress-crds.yaml', import.meta.url), 'utf8')) as Obj[];
+    const crds = await manifestObjects('egress-crds.yaml');
     const c = await Cluster.start({
-      ...o, mode: 'kube', weftdGrant: await manifestGrant(o.manifests), weftdArgs: ['--ip-masq', '--egress-gateways', '--egress-service-cidr=10.96.0.0/12', ...(o.weftdArgs ?? [])],
-      prepareApi: async (api) => {
-        for (const crd of crds) api.seed('customresourcedefinitions.apiextensions.k8s.io', crd);
-        for (const name of ['default', 'kube-flannel']) if (!api.object('namespaces', name)) api.seed('namespaces', { metadata: { name } });
-      },
+      ...o, mode: 'kube', rbac: ['egress-rbac.yaml', ...(o.manifests ?? [])],
+      weftdArgs: ['--ip-masq', '--egress-gateways', '--egress-service-cidr=10.96.0.0/12', ...(o.weftdArgs ?? [])],
+      prepareApi: (api) => api.installCrds(crds),
     });
     const stops: (() => Promise<void>)[] = [];
     let outside: Netns | undefined;
     try {
-      for (const n of c.nodes) EgressCluster.setReady(c, n, true);
+      for (const n of c.nodes) await EgressCluster.#setReady(c, n);
       outside = await createNetns('out');
       await attachToUnderlay(c.underlay!, outside, 200, { ipv6: o.dualStack ?? false });
       stops.push(await startSourceServer(outside));
@@ -142,67 +124,55 @@ export class EgressCluster {
     }
   }
 
-  /** Sets the Node's Ready condition, as kubelet does. */
-  static setReady(c: Cluster, n: ClusterNode, ready: boolean): void {
-    c.api!.modifyNode(n.name, (node) => {
+  /** Sets the Node's Ready condition through its status, as kubelet does. */
+  static async #setReady(c: Cluster, n: ClusterNode): Promise<void> {
+    await c.api!.modify(`/api/v1/nodes/${n.name}`, (node) => {
       const status = (node.status ??= {}) as Obj;
       const others = ((status.conditions ?? []) as Obj[]).filter((x) => x.type !== 'Ready');
-      status.conditions = [...others, { type: 'Ready', status: ready ? 'True' : 'False', reason: 'KubeletReady' }];
-    });
+      status.conditions = [...others, { type: 'Ready', status: 'True', reason: 'KubeletReady' }];
+    }, '/status');
   }
 
-  /** Adds or removes node labels. */
-  label(n: ClusterNode, labels: Record<string, string | null>): void {
-    this.c.api!.modifyNode(n.name, (node) => {
-      const m = node.metadata as Obj;
-      const l = (m.labels ??= {}) as Record<string, string>;
-      for (const [k, v] of Object.entries(labels)) {
-        if (v === null) delete l[k];
-        else l[k] = v;
-      }
-    });
+  /** Adds or removes (null) node labels. */
+  async label(n: ClusterNode, labels: Record<string, string | null>): Promise<void> {
+    await this.c.api!.mergePatch(`/api/v1/nodes/${n.name}`, { metadata: { labels } });
   }
 
   /** A pod on `n` in namespace `default` with `labels` (and `name`), wired and published as a Pod object. */
   async addPod(n: ClusterNode, labels: Record<string, string>, name = `p${++this.#pods}`): Promise<Pod> {
     const pod = await this.c.addPod(n);
-    const ips = [pod.ip, ...(pod.ipv6 ? [pod.ipv6] : [])];
-    this.c.api!.seed('pods', {
-      metadata: { namespace: 'default', name, labels },
-      spec: { nodeName: n.name, containers: [{ name: 'main', image: 'weft' }] },
-      status: { phase: 'Running', podIP: ips[0], podIPs: ips.map((ip) => ({ ip })) },
-    });
+    await this.c.api!.addPod('default', name, n.name, { labels, podIPs: [pod.ip, ...(pod.ipv6 ? [pod.ipv6] : [])] });
     return pod;
   }
 
-  gateway(name: string, spec: Obj): void {
-    this.c.api!.seed(`egressgateways.${EGRESS_GROUP}`, { apiVersion: API_VERSION, kind: 'EgressGateway', metadata: { name }, spec });
+  async gateway(name: string, spec: Obj): Promise<void> {
+    await this.c.api!.create(`${GROUP_PATH}/egressgateways`, { apiVersion: API_VERSION, kind: 'EgressGateway', metadata: { name }, spec });
   }
 
-  policy(name: string, spec: Obj): void {
-    this.c.api!.seed(`egresspolicies.${EGRESS_GROUP}`, { apiVersion: API_VERSION, kind: 'EgressPolicy', metadata: { namespace: 'default', name }, spec });
+  async policy(name: string, spec: Obj): Promise<void> {
+    await this.c.api!.create(inDefault('egresspolicies'), { apiVersion: API_VERSION, kind: 'EgressPolicy', metadata: { name }, spec });
   }
 
-  removePolicy(name: string): void {
-    this.c.api!.remove(`egresspolicies.${EGRESS_GROUP}`, name, 'default');
+  async removePolicy(name: string): Promise<void> {
+    await this.c.api!.remove(inDefault('egresspolicies', name));
   }
 
-  policyStatus(name: string): Obj {
-    return (this.c.api!.object(`egresspolicies.${EGRESS_GROUP}`, name, 'default')?.status ?? {}) as Obj;
+  async policyStatus(name: string): Promise<Obj> {
+    return ((await this.c.api!.request('GET', inDefault('egresspolicies', name)))?.status ?? {}) as Obj;
   }
 
   /** Creates a FloatingIP or PortForward in namespace `default`. */
-  inbound(kind: 'FloatingIP' | 'PortForward', name: string, spec: Obj): void {
-    this.c.api!.seed(`${kind.toLowerCase()}s.${EGRESS_GROUP}`, { apiVersion: API_VERSION, kind, metadata: { namespace: 'default', name }, spec });
+  async inbound(kind: 'FloatingIP' | 'PortForward', name: string, spec: Obj): Promise<void> {
+    await this.c.api!.create(inDefault(`${kind.toLowerCase()}s`), { apiVersion: API_VERSION, kind, metadata: { name }, spec });
   }
 
-  removeInbound(kind: 'FloatingIP' | 'PortForward', name: string): void {
-    this.c.api!.remove(`${kind.toLowerCase()}s.${EGRESS_GROUP}`, name, 'default');
+  async removeInbound(kind: 'FloatingIP' | 'PortForward', name: string): Promise<void> {
+    await this.c.api!.remove(inDefault(`${kind.toLowerCase()}s`, name));
   }
 
   /** A FloatingIP's or PortForward's status, and its Ready condition's status and reason. */
-  inboundStatus(kind: 'FloatingIP' | 'PortForward', name: string): Obj & { ready?: string; reason?: string } {
-    const status = (this.c.api!.object(`${kind.toLowerCase()}s.${EGRESS_GROUP}`, name, 'default')?.status ?? {}) as Obj;
+  async inboundStatus(kind: 'FloatingIP' | 'PortForward', name: string): Promise<Obj & { ready?: string; reason?: string }> {
+    const status = ((await this.c.api!.request('GET', inDefault(`${kind.toLowerCase()}s`, name)))?.status ?? {}) as Obj;
     const ready = ((status.conditions ?? []) as Obj[]).find((x) => x.type === 'Ready');
     return { ...status, ready: ready?.status as string | undefined, reason: ready?.reason as string | undefined };
   }
@@ -290,14 +260,21 @@ export class EgressCluster {
    * no test's policy names), and its weftd elected before any other node can be a gateway.
    */
   async electOn(n: ClusterNode): Promise<void> {
-    this.label(n, { 'egress.weft.dev/spare': 'true' });
-    this.gateway('spare', { nodeSelector: { matchLabels: { 'egress.weft.dev/spare': 'true' } }, eipPool: { ipv4: ['198.51.100.120'] } });
-    await until(`${n.name} elected egress controller`, () => this.leader === n.name, 30_000);
+    await this.label(n, { 'egress.weft.dev/spare': 'true' });
+    await this.gateway('spare', {
+      nodeSelector: { matchLabels: { 'egress.weft.dev/spare': 'true' } }, eipPool: { ipv4: ['198.51.100.120'] },
+    });
+    await until(`${n.name} elected egress controller`, async () => (await this.leader()) === n.name, 30_000);
   }
 
   /** The weftd holding the controller Lease, by Node name. */
-  get leader(): string | undefined {
-    return ((this.c.api!.object('leases.coordination.k8s.io', 'weft-egress-controller', 'kube-flannel')?.spec ?? {}) as Obj).holderIdentity as string | undefined;
+  async leader(): Promise<string | undefined> {
+    return (await this.lease('weft-egress-controller'))?.spec?.holderIdentity;
+  }
+
+  /** Coordination Lease `name` in weftd's namespace (the controller's, or `weft-egress-node-<node>`: a heartbeat). */
+  async lease(name: string): Promise<(Obj & { spec?: { holderIdentity?: string; renewTime?: string } }) | undefined> {
+    return this.c.api!.request('GET', `/apis/coordination.k8s.io/v1/namespaces/kube-flannel/leases/${name}`);
   }
 
   async stop(): Promise<void> {

@@ -1,6 +1,6 @@
 /**
  * Services and EndpointSlices as the API serves them, for the Service proxy's tests and bench:
- * builders of the JSON objects (the test API server and the parsers take the same), and the model
+ * builders of the JSON objects (the API server and the parsers take the same), and the model
  * the renderer takes.
  */
 import { parseEndpointSlice, parseService, isInvalid, SERVICE_NAME_LABEL } from '../../src/services/model.ts';
