@@ -4,6 +4,7 @@
  */
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { existsSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
 
@@ -110,20 +111,24 @@ export async function joinUnderlay(ul: Netns, nodes: readonly Netns[], opts: { i
 }
 
 /**
- * What a node's administrator (or kubeadm's preflight) sets before a network agent runs: forwarding
- * on, for IPv6 too with `ipv6`. A new namespace otherwise inherits the machine's values, which a test
- * must not depend on.
+ * What a node's administrator sets before a network agent runs, as kubeadm's preflight checks it:
+ * forwarding on (for IPv6 too with `ipv6`, where kubeadm checks the `default` interface setting), and
+ * bridged traffic passed to iptables where the kernel has br_netfilter. A new namespace otherwise
+ * inherits the machine's values or the kernel's defaults, which a test must not depend on.
  */
 export async function setNodeSysctls(ns: Netns, opts: { ipv6?: boolean } = {}): Promise<void> {
-  await ns.exec('sysctl', '-q', '-w', 'net.ipv4.ip_forward=1', ...(opts.ipv6 ? ['net.ipv6.conf.all.forwarding=1'] : []));
+  const bridge = existsSync('/proc/sys/net/bridge/bridge-nf-call-iptables')
+    ? ['net.bridge.bridge-nf-call-iptables=1', ...(opts.ipv6 ? ['net.bridge.bridge-nf-call-ip6tables=1'] : [])] : [];
+  const ipv6 = opts.ipv6 ? ['net.ipv6.conf.all.forwarding=1', 'net.ipv6.conf.default.forwarding=1'] : [];
+  await ns.exec('sysctl', '-q', '-w', 'net.ipv4.ip_forward=1', ...ipv6, ...bridge);
 }
 
 /**
  * Puts node `n` (1-based) on the underlay bridge of `ul`: eth0 with 198.51.100.<n> (and 2001:db8::<n>),
- * and the node's sysctls set (see {@link setNodeSysctls}).
+ * and the node's sysctls set (see {@link setNodeSysctls}) unless `sysctls` is false.
  */
-export async function attachToUnderlay(ul: Netns, ns: Netns, n: number, opts: { ipv6?: boolean } = {}): Promise<void> {
-  await setNodeSysctls(ns, opts);
+export async function attachToUnderlay(ul: Netns, ns: Netns, n: number, opts: { ipv6?: boolean; sysctls?: boolean } = {}): Promise<void> {
+  if (opts.sysctls !== false) await setNodeSysctls(ns, opts);
   await ul.ip('link', 'add', `p${n}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.name);
   await ul.ip('link', 'set', `p${n}`, 'master', 'br0', 'up');
   await ns.ip('addr', 'add', `198.51.100.${n}/24`, 'dev', 'eth0');
