@@ -72,6 +72,7 @@ export class KubeCluster {
   readonly dir: string;
   /** The admin kubeconfig (system:masters), for kubectl and the e2e suite. */
   readonly kubeconfig: string;
+  /** The nodes, by their number. */
   readonly nodes: KubeNode[] = [];
   readonly #options: KubeClusterOptions;
   readonly #relays: Relay[] = [];
@@ -159,6 +160,7 @@ export class KubeCluster {
       ...(options.sysctls === false ? { sysctls: false } : {}), ...(this.#options.kubeProxy === false ? { kubeProxy: false } : {}),
     });
     this.nodes.push(node);
+    this.nodes.sort((a, b) => a.index - b.index);
     await node.importImages([this.#pauseImage, ...(this.#options.images ?? [])]);
     await node.startKubelet(this.cp.caFile);
     if (index === 1) await this.#relay(node.ns, ['connect', join(this.dir, 'egress.sock')]);

@@ -11,7 +11,7 @@ import { peer } from './peers.ts';
 export interface TestPodOptions {
   namespace?: string;
   labels?: Record<string, string>;
-  /** The container's args to agnhost's entry point (default `pause`), or `command` to replace it. */
+  /** The container's args to agnhost's entry point (default `pause`, none with `command`), or `command` to replace it. */
   args?: string[];
   command?: string[];
 }
@@ -24,7 +24,7 @@ export async function createTestPod(c: KubeCluster, name: string, node: string, 
       metadata: { name, namespace: o.namespace ?? 'default', ...(o.labels ? { labels: o.labels } : {}) },
       spec: {
         nodeSelector: { 'kubernetes.io/hostname': node }, tolerations: [{ operator: 'Exists' }], terminationGracePeriodSeconds: 1,
-        containers: [{ name: 'main', image: PEER_IMAGES.agnhost.name, ...(o.command ? { command: o.command } : {}), args: o.args ?? ['pause'] }],
+        containers: [{ name: 'main', image: PEER_IMAGES.agnhost.name, ...(o.command ? { command: o.command } : {}), args: o.args ?? (o.command ? [] : ['pause']) }],
       },
     }),
   });
