@@ -13,12 +13,14 @@ import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync } from 'node:fs';
-import { readFile, stat } from 'node:fs/promises';
+import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { parseAllDocuments } from 'yaml';
+import { WEFTD_BIN, stopDaemon } from '../support/cluster.ts';
+import type { Daemon } from '../support/cluster.ts';
 import { KubeCluster, needsKubeNodes } from '../support/kube-cluster.ts';
 import { PEER_IMAGES, VERSION, WEFT_IMAGE_ARCHIVE, needsWeftImage } from '../support/kube-images.ts';
 import type { KubeNode } from '../support/kube-node.ts';
@@ -34,9 +36,14 @@ const MAIN = 'kube-weft';
 const SELECTOR = 'app=flannel';
 const IMAGE = `docker.io/library/weft:${VERSION}`;
 
-interface Manifest { kind: string; data?: Record<string, string>; spec?: { template: { spec: { containers: { name: string; image: string }[] } } } }
+interface Manifest {
+  kind: string;
+  data?: Record<string, string>;
+  spec?: { template: { spec: { containers: { name: string; image: string; args?: string[] }[] } } };
+}
 const manifest = parseAllDocuments(await readFile(DAEMONSET, 'utf8')).map((d) => d.toJS() as Manifest | null).filter((o) => o !== null);
 const configMap = manifest.find((o) => o.kind === 'ConfigMap')!.data!;
+const weftdArgs = manifest.find((o) => o.kind === 'DaemonSet')!.spec!.template.spec.containers.find((x) => x.name === 'kube-weft')!.args ?? [];
 
 interface Terminated { exitCode: number }
 interface ContainerStatus { name: string; restartCount: number; state: { terminated?: Terminated }; lastState: { terminated?: Terminated } }
@@ -48,7 +55,7 @@ async function machineNetwork(): Promise<string> {
 }
 
 test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Service, weftctl, restarts without loss, '
-  + 'weftd away, a node without forwarding', { skip: needsKubeNodes || needsWeftImage, timeout: 1_200_000 }, async (t) => {
+  + 'weftd away, an upgrade in place and back, a node without forwarding', { skip: needsKubeNodes || needsWeftImage, timeout: 1_200_000 }, async (t) => {
   const machineBefore = await machineNetwork();
   const c = await KubeCluster.start({ nodes: 2, images: [WEFT_IMAGE_ARCHIVE, PEER_IMAGES.agnhost.archive] });
   const [n1, n2] = c.nodes as [KubeNode, KubeNode];
@@ -66,6 +73,41 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
   const podCidr = async (n: KubeNode): Promise<string> => (await c.kubectl('get', 'node', n.name, '-o', 'jsonpath={.spec.podCIDR}')).trim();
   const reaches = (from: string, ip: string): Promise<boolean> => execIn(c, from, ['ping', '-c', '1', '-W', '2', ip]).then(() => true, () => false);
   const hostLocal = (n: KubeNode, ip: string): string => join(n.hostPath('/var/lib/cni'), 'networks', 'cbr0', ip);
+  const answered = async (pod: string): Promise<number> => (await answeredPings(c, pod)).at(-1) ?? -1;
+  /** Waits for 10 more answers, then asserts that none is missing since the first. */
+  const noPingLost = async (pod: string): Promise<void> => {
+    const mark = await answered(pod);
+    await until(`${pod}'s pings answered after it all`, async () => (await answered(pod)) > mark + 10, 60_000);
+    const seqs = await answeredPings(c, pod);
+    const lost = seqs.at(-1)! - seqs[0]! + 1 - seqs.length;
+    assert.equal(lost, 0, `pings lost: ${lost} of ${seqs.at(-1)! - seqs[0]! + 1}`);
+  };
+  const startPinger = async (name: string, node: KubeNode, ip: string): Promise<void> => {
+    await createTestPod(c, name, node.name, { command: ['ping', '-i', '0.2', ip] });
+    await podReady(c, name);
+    await until(`${name} answered`, async () => (await answered(name)) >= 5, 60_000);
+  };
+  /** This checkout's bin/weftd on `n`, outside any container, with the manifest's args and its service account. */
+  const startDirect = async (n: KubeNode): Promise<Daemon> => {
+    const token = (await c.kubectl('create', 'token', 'flannel', '-n', NS, '--duration=1h')).trim();
+    const kubeconfig = join(c.dir, 'direct-kubeconfig.json');
+    await writeFile(kubeconfig, JSON.stringify({
+      apiVersion: 'v1', kind: 'Config', 'current-context': 'weftd',
+      clusters: [{ name: 'cluster', cluster: { server: c.server, 'certificate-authority': c.cp.caFile } }],
+      users: [{ name: 'flannel', user: { token } }], contexts: [{ name: 'weftd', context: { cluster: 'cluster', user: 'flannel' } }],
+    }));
+    await writeFile(join(c.dir, 'net-conf.json'), configMap['net-conf.json']!);
+    const proc = await n.spawn(WEFTD_BIN, [...weftdArgs, `--kubeconfig-file=${kubeconfig}`, `--net-config-path=${join(c.dir, 'net-conf.json')}`],
+      { NODE_NAME: n.name });
+    let text = '';
+    proc.stderr!.on('data', (b: Buffer) => (text += b.toString()));
+    const d: Daemon = { proc, log: () => text, exited: once(proc, 'exit').then(([code]) => code as number | null) };
+    await until(`bin/weftd on ${n.name} ready`, () => {
+      if (proc.exitCode !== null) throw new Error(`bin/weftd on ${n.name} exited ${proc.exitCode}:\n${text}`);
+      return /ready: the kernel holds every lease/.test(text);
+    }, 120_000);
+    return d;
+  };
 
   let failed: string | undefined;
   const step = (name: string, fn: () => Promise<void>): Promise<void> => t.test(name, { skip: failed && `an earlier step failed: ${failed}` }, async () => {
@@ -179,10 +221,7 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
     await step('rollout restart and a deleted weft pod: weftd exits 0 on SIGTERM, same subnets, no ping lost', async () => {
       const before = await Promise.all(c.nodes.map(async (n) => ({ env: await subnetEnv(n), annotations: await annotations(n) })));
       const installed = (await stat(join(n2.hostPath('/opt/cni/bin'), 'weft-node'))).mtimeMs;
-      await createTestPod(c, 'pinger', n1.name, { command: ['ping', '-i', '0.2', ips.p2!] });
-      await podReady(c, 'pinger');
-      const answered = async (): Promise<number> => (await answeredPings(c, 'pinger')).at(-1) ?? -1;
-      await until('the pinger answered', async () => (await answered()) >= 5, 60_000);
+      await startPinger('pinger', n1, ips.p2!);
       const restarted = exitCodeWhenTerminated(c, await weftPod(n2), NS, MAIN);
       await c.kubectl('rollout', 'restart', '-n', NS, DS);
       await c.kubectl('rollout', 'status', '-n', NS, DS, '--timeout=300s');
@@ -191,11 +230,7 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
       await c.kubectl('delete', 'pod', '-n', NS, await weftPod(n2));
       assert.equal(await deleted.code, 0);
       await c.kubectl('rollout', 'status', '-n', NS, DS, '--timeout=300s');
-      const mark = await answered();
-      await until('pings answered after both', async () => (await answered()) > mark + 10, 60_000);
-      const seqs = await answeredPings(c, 'pinger');
-      const lost = seqs.at(-1)! - seqs[0]! + 1 - seqs.length;
-      assert.equal(lost, 0, `pings lost across the restarts: ${lost} of ${seqs.at(-1)! - seqs[0]! + 1}`);
+      await noPingLost('pinger');
       assert.deepEqual(await Promise.all(c.nodes.map(async (n) => ({ env: await subnetEnv(n), annotations: await annotations(n) }))), before);
       assert.equal((await stat(join(n2.hostPath('/opt/cni/bin'), 'weft-node'))).mtimeMs, installed, 'install-cni leaves identical files alone');
     });
@@ -216,6 +251,33 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
       await c.kubectl('delete', 'pod', 'p3');
       await until('host-local\'s record of p3 released', () => !existsSync(hostLocal(n2, ips.p3!)), 60_000);
       assert.match(await weftLog(n2), /unwired pod/);
+    });
+
+    await step('upgrade in place: this checkout\'s bin/weftd takes node 1 over from the image, same subnet, pods keep pinging; and back', async () => {
+      const before = { env: await subnetEnv(n1), annotations: await annotations(n1) };
+      await startPinger('pinger2', n2, ips.p1!);
+      // The image's weftd leaves (a taint it does not tolerate); bin/weftd takes the node with the same files and identity.
+      const leaving = await weftPod(n1);
+      await c.kubectl('taint', 'node', n1.name, 'weft.test/away=true:NoExecute');
+      await c.kubectl('wait', '-n', NS, '--for=delete', `pod/${leaving}`, '--timeout=120s');
+      const direct = await startDirect(n1);
+      let code: number | null;
+      try {
+        assert.deepEqual({ env: await subnetEnv(n1), annotations: await annotations(n1) }, before);
+        await createTestPod(c, 'p4', n1.name);
+        ips.p4 = await podReady(c, 'p4');
+        await until('p4, wired by bin/weftd, reaching p2 on node-2', () => reaches('p4', ips.p2!), 60_000);
+        assert.match(direct.log(), new RegExp(`wired pod .*${ips.p4.replaceAll('.', '\\.')}`));
+      } finally {
+        code = await stopDaemon(direct);
+      }
+      assert.equal(code, 0, `bin/weftd exits 0 on SIGTERM:\n${direct.log()}`);
+      // And back: the DaemonSet's pod takes the node again.
+      await c.kubectl('taint', 'node', n1.name, 'weft.test/away-');
+      await c.kubectl('rollout', 'status', '-n', NS, DS, '--timeout=300s');
+      assert.ok(await reaches('p4', ips.p2!), 'p4 keeps its network under the image');
+      await noPingLost('pinger2');
+      assert.deepEqual({ env: await subnetEnv(n1), annotations: await annotations(n1) }, before);
     });
 
     await step('a node without IPv4 forwarding: weftd exits naming net.ipv4.ip_forward, and its pod is not Ready', async () => {

@@ -155,9 +155,17 @@ export class KubeNode {
     if (String(first).trim() !== 'ready') throw new Error(`the namespaces of node ${this.name} were not made: ${err}`);
   }
 
-  async #spawn(name: string, file: string, args: readonly string[]): Promise<Daemon> {
+  /**
+   * Starts `file args` as a process of the node, outside any container (in its namespaces and
+   * cgroups, so stop() ends it too), with only `env` (and PATH) in its environment.
+   */
+  async spawn(file: string, args: readonly string[], env: Record<string, string> = {}): Promise<ChildProcess> {
     const [cmd, argv] = await this.#inCgroup(...this.nsenter(file, args));
-    const proc = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+    return spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...env } });
+  }
+
+  async #spawn(name: string, file: string, args: readonly string[]): Promise<Daemon> {
+    const proc = await this.spawn(file, args);
     let text = '';
     const keep = (c: Buffer): void => void (text = (text + c.toString()).slice(-20_000));
     proc.stdout!.on('data', keep);
@@ -215,7 +223,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     for (const archive of archives) await this.ctr('images', 'import', archive);
   }
 
-  /** Starts the kubelet, and kube-proxy unless the options say not to. */
+  /** Starts the kubelet, and kube-proxy unless the options say not to ({@link startKubeProxy} then starts it later). */
   async startKubelet(caFile: string): Promise<void> {
     const o = this.#options;
     const kubeconfig = await clientKubeconfig(o.pkiDir, { name: `kubelet-${this.name}`, user: `system:node:${this.name}`, groups: ['system:nodes'] },
@@ -239,7 +247,12 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     await holdKubeletSysctls(this.#sysctlHolder);
     await this.#spawn('kubelet', peer('kubelet'), [`--config=${config}`, `--kubeconfig=${kubeconfig}`, `--hostname-override=${this.name}`,
       `--node-ip=${this.address}`, '--v=1']);
-    if (o.kubeProxy === false) return;
+    if (o.kubeProxy !== false) await this.startKubeProxy();
+  }
+
+  /** Starts kube-proxy in iptables mode. */
+  async startKubeProxy(): Promise<void> {
+    const o = this.#options;
     const proxyConfig = await clientKubeconfig(o.pkiDir, { name: `kube-proxy-${this.name}`, user: 'system:kube-proxy' },
       o.server, join(this.dir, 'kube-proxy.kubeconfig'));
     // conntrack limits and timeouts 0: left as the kernel has them (nf_conntrack_max is the machine's, not the namespace's).
