@@ -138,8 +138,11 @@ export class KubeControlPlane {
     const unix = createServer((c) => {
       const t = connect(port, '127.0.0.1');
       c.pipe(t).pipe(c);
-      c.on('error', () => t.destroy());
-      t.on('error', () => c.destroy());
+      // Either side gone ends both: a half-closed pair would keep the server from closing.
+      for (const [a, b] of [[c, t], [t, c]] as const) {
+        a.on('error', () => b.destroy());
+        a.on('close', () => b.destroy());
+      }
     });
     unix.listen(this.socketPath);
     await once(unix, 'listening');
@@ -326,7 +329,8 @@ export class KubeControlPlane {
   /** Stops every process (SIGTERM, SIGKILL after 5 s), etcd, and removes the files. Idempotent. */
   async stop(): Promise<void> {
     this.#agent.destroy();
-    for (const s of this.#servers.splice(0)) await new Promise((resolve) => s.close(resolve));
+    // Closed once the API server, stopped below, has ended the connections still open.
+    const closed = this.#servers.splice(0).map((s) => new Promise((resolve) => s.close(resolve)));
     await Promise.all(this.#procs.splice(0).reverse().map(async ({ proc }) => {
       if (proc.exitCode !== null || proc.signalCode !== null) return;
       const exited = once(proc, 'exit');
@@ -335,6 +339,7 @@ export class KubeControlPlane {
       await exited;
       clearTimeout(timer);
     }));
+    await Promise.all(closed);
     await this.#etcd.stop();
     await rm(this.dir, { recursive: true, force: true });
   }
