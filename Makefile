@@ -5,9 +5,9 @@ SHELL := /bin/bash
 NODE := $(CURDIR)/node_modules/.bin/node
 export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 
-# make image and its test: a Debian root file system (mmdebstrap), the build (buildah) and a
-# container runtime to run it as the DaemonSet does (podman with runc: crun refuses this machine's
-# hybrid cgroup hierarchy). Defined before DEBIAN_PACKAGES, which expands it at once (:=).
+# make image: a Debian root file system (mmdebstrap), the build (buildah) and podman's image store,
+# with runc (crun refuses this machine's hybrid cgroup hierarchy). Defined before DEBIAN_PACKAGES,
+# which expands it at once (:=).
 IMAGE_TOOLS := mmdebstrap buildah podman runc conmon
 # The real kubelet's nodes (test/support/kube-cluster.ts): containerd (with ctr) under runc, conntrack for
 # kube-proxy, util-linux's nsenter/unshare/mount, gcc and libc6-dev for the static pause program, tar for its image.
