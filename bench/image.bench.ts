@@ -120,8 +120,11 @@ async function timeStart(c: KubeCluster, n: KubeNode, start: () => Promise<numbe
   return { subnetMs: times.subnet - t0, readyMs: times.ready - t0, firstLogMs: firstLogEpochMs(await log()) - t0 };
 }
 
-/** containerd's events (`ctr events`) on `n` while it runs, each with its time in ms since the epoch. */
-async function watchEvents(n: KubeNode): Promise<{ events: () => { at: number; topic: string; body: Record<string, unknown> }[]; stop: () => void }> {
+/** One event of containerd's (`ctr events`): its time in ms since the epoch, its topic and what it carries. */
+interface ContainerdEvent { at: number; topic: string; body: Record<string, unknown> }
+
+/** containerd's events on `n` while it runs. */
+async function watchEvents(n: KubeNode): Promise<{ events: () => ContainerdEvent[]; stop: () => void }> {
   const proc = await n.spawn('ctr', ['--namespace', 'k8s.io', 'events']);
   const out = collect(proc);
   return {
@@ -136,7 +139,7 @@ async function watchEvents(n: KubeNode): Promise<{ events: () => { at: number; t
 }
 
 /** The DaemonSet's weftd container started on `n` after it came back: its CreateContainer and its task's start (epoch ms). */
-async function containerStart(c: KubeCluster, n: KubeNode, events: { at: number; topic: string; body: Record<string, unknown> }[]): Promise<{ created: number; started: number }> {
+async function containerStart(c: KubeCluster, n: KubeNode, events: ContainerdEvent[]): Promise<{ created: number; started: number }> {
   for (const e of events.filter((x) => x.topic === '/tasks/start')) {
     const id = String(e.body.container_id);
     const info = JSON.parse(await n.ctr('containers', 'info', id).catch(() => '{}')) as { Labels?: Record<string, string> };
@@ -179,16 +182,12 @@ async function main(): Promise<void> {
   try {
     const n = c.nodes[0]!;
     await c.kubectl('rollout', 'status', '-n', NS, 'ds/kube-weft-ds', '--timeout=300s');
-    const args = (await c.kubectl('get', '-n', NS, 'ds/kube-weft-ds', '-o', `jsonpath={.spec.template.spec.containers[?(@.name=="${MAIN}")].args}`));
-    const token = (await c.kubectl('create', 'token', 'flannel', '-n', NS, '--duration=2h')).trim();
-    const kubeconfig = join(c.dir, 'direct-kubeconfig.json');
-    await writeFile(kubeconfig, JSON.stringify({
-      apiVersion: 'v1', kind: 'Config', 'current-context': 'weftd',
-      clusters: [{ name: 'cluster', cluster: { server: c.server, 'certificate-authority': c.cp.caFile } }],
-      users: [{ name: 'flannel', user: { token } }], contexts: [{ name: 'weftd', context: { cluster: 'cluster', user: 'flannel' } }],
-    }));
+    const args = await c.kubectl('get', '-n', NS, 'ds/kube-weft-ds', '-o',
+      `jsonpath={.spec.template.spec.containers[?(@.name=="${MAIN}")].args}`);
+    const kubeconfig = await c.serviceAccountKubeconfig(NS, 'flannel', join(c.dir, 'direct-kubeconfig.json'));
     const netConf = join(c.dir, 'net-conf.json');
-    await writeFile(netConf, JSON.parse(await c.kubectl('get', '-n', NS, 'configmap/kube-flannel-cfg', '-o', 'jsonpath={.data}'))['net-conf.json']);
+    const data = await c.getJson<{ data: Record<string, string> }>('-n', NS, 'configmap/kube-flannel-cfg').then((o) => o.data);
+    await writeFile(netConf, data['net-conf.json']!);
     const directArgs = [...JSON.parse(args) as string[], `--kubeconfig-file=${kubeconfig}`, `--net-config-path=${netConf}`];
     for (let i = 0; i < RUNS; i++) {
       await away(c, n, true);

@@ -43,7 +43,7 @@ interface Manifest {
 }
 const manifest = parseAllDocuments(await readFile(DAEMONSET, 'utf8')).map((d) => d.toJS() as Manifest | null).filter((o) => o !== null);
 const configMap = manifest.find((o) => o.kind === 'ConfigMap')!.data!;
-const weftdArgs = manifest.find((o) => o.kind === 'DaemonSet')!.spec!.template.spec.containers.find((x) => x.name === 'kube-weft')!.args ?? [];
+const weftdContainer = manifest.find((o) => o.kind === 'DaemonSet')!.spec!.template.spec.containers.find((x) => x.name === 'kube-weft')!;
 
 interface Terminated { exitCode: number }
 interface ContainerStatus { name: string; restartCount: number; state: { terminated?: Terminated }; lastState: { terminated?: Terminated } }
@@ -55,7 +55,8 @@ async function machineNetwork(): Promise<string> {
 }
 
 test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Service, weftctl, restarts without loss, '
-  + 'weftd away, an upgrade in place and back, a node without forwarding', { skip: needsKubeNodes || needsWeftImage, timeout: 1_200_000 }, async (t) => {
+  + 'weftd away, an upgrade in place and back, a node without forwarding',
+{ skip: needsKubeNodes || needsWeftImage, timeout: 1_200_000 }, async (t) => {
   const machineBefore = await machineNetwork();
   const c = await KubeCluster.start({ nodes: 2, images: [WEFT_IMAGE_ARCHIVE, PEER_IMAGES.agnhost.archive] });
   const [n1, n2] = c.nodes as [KubeNode, KubeNode];
@@ -71,7 +72,11 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
     return Object.fromEntries(Object.entries(node.metadata.annotations ?? {}).filter(([k]) => k.startsWith(FLANNEL_PREFIX)));
   };
   const podCidr = async (n: KubeNode): Promise<string> => (await c.kubectl('get', 'node', n.name, '-o', 'jsonpath={.spec.podCIDR}')).trim();
-  const reaches = (from: string, ip: string): Promise<boolean> => execIn(c, from, ['ping', '-c', '1', '-W', '2', ip]).then(() => true, () => false);
+  /** The node's subnet.env and flannel's annotations on its Node: what a restart or a takeover must keep. */
+  const nodeState = async (n: KubeNode): Promise<{ env: string; annotations: Record<string, string> }> =>
+    ({ env: await subnetEnv(n), annotations: await annotations(n) });
+  const reaches = (from: string, ip: string): Promise<boolean> =>
+    execIn(c, from, ['ping', '-c', '1', '-W', '2', ip]).then(() => true, () => false);
   const hostLocal = (n: KubeNode, ip: string): string => join(n.hostPath('/var/lib/cni'), 'networks', 'cbr0', ip);
   const answered = async (pod: string): Promise<number> => (await answeredPings(c, pod)).at(-1) ?? -1;
   /** Waits for 10 more answers, then asserts that none is missing since the first. */
@@ -89,16 +94,11 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
   };
   /** This checkout's bin/weftd on `n`, outside any container, with the manifest's args and its service account. */
   const startDirect = async (n: KubeNode): Promise<Daemon> => {
-    const token = (await c.kubectl('create', 'token', 'flannel', '-n', NS, '--duration=1h')).trim();
-    const kubeconfig = join(c.dir, 'direct-kubeconfig.json');
-    await writeFile(kubeconfig, JSON.stringify({
-      apiVersion: 'v1', kind: 'Config', 'current-context': 'weftd',
-      clusters: [{ name: 'cluster', cluster: { server: c.server, 'certificate-authority': c.cp.caFile } }],
-      users: [{ name: 'flannel', user: { token } }], contexts: [{ name: 'weftd', context: { cluster: 'cluster', user: 'flannel' } }],
-    }));
-    await writeFile(join(c.dir, 'net-conf.json'), configMap['net-conf.json']!);
-    const proc = await n.spawn(WEFTD_BIN, [...weftdArgs, `--kubeconfig-file=${kubeconfig}`, `--net-config-path=${join(c.dir, 'net-conf.json')}`],
-      { NODE_NAME: n.name });
+    const kubeconfig = await c.serviceAccountKubeconfig(NS, 'flannel', join(c.dir, 'direct-kubeconfig.json'));
+    const netConf = join(c.dir, 'net-conf.json');
+    await writeFile(netConf, configMap['net-conf.json']!);
+    const args = [...weftdContainer.args ?? [], `--kubeconfig-file=${kubeconfig}`, `--net-config-path=${netConf}`];
+    const proc = await n.spawn(WEFTD_BIN, args, { NODE_NAME: n.name });
     let text = '';
     proc.stderr!.on('data', (b: Buffer) => (text += b.toString()));
     const d: Daemon = { proc, log: () => text, exited: once(proc, 'exit').then(([code]) => code as number | null) };
@@ -110,12 +110,15 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
   };
 
   let failed: string | undefined;
-  const step = (name: string, fn: () => Promise<void>): Promise<void> => t.test(name, { skip: failed && `an earlier step failed: ${failed}` }, async () => {
+  const step = (name: string, fn: () => Promise<void>): Promise<void> => t.test(name, {
+    skip: failed && `an earlier step failed: ${failed}`,
+  }, async () => {
     try {
       await fn();
     } catch (e) {
       failed = name;
-      const weftLogs = await Promise.all(c.nodes.map(async (n) => `--- weftd on ${n.name}\n${await weftLog(n).catch((x: Error) => x.message)}`));
+      const weftLogs = await Promise.all(c.nodes.map(async (n) =>
+        `--- weftd on ${n.name}\n${await weftLog(n).catch((x: Error) => x.message)}`));
       throw new Error(`${(e as Error).message}\n${c.logs()}\n${weftLogs.join('\n')}`, { cause: e });
     }
   });
@@ -129,8 +132,10 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
       // `ctr run`: the image's own network namespace (loopback only), a cgroup of the node's.
       const runArgs = (id: string): string[] => ['run', '--rm', '--cgroup', `${n1.cgroups.root}/ctr-${id}`, IMAGE, id];
       assert.equal(await n1.ctr(...runArgs('weft-contents'), '/bin/sh', '-c',
-        'for c in npm npx gcc cc g++ make python3 tsc; do command -v $c; done; ls -A /opt/weft/node_modules /opt/weft/node_modules/.bin | tr "\\n" " "'),
-      '/opt/weft/node_modules: .bin  /opt/weft/node_modules/.bin: node ', 'no compiler, no npm, no packages: only the link bin/weftd runs Node through');
+        'for c in npm npx gcc cc g++ make python3 tsc; do command -v $c; done; '
+        + 'ls -A /opt/weft/node_modules /opt/weft/node_modules/.bin | tr "\\n" " "'),
+      '/opt/weft/node_modules: .bin  /opt/weft/node_modules/.bin: node ',
+      'no compiler, no npm, no packages: only the link bin/weftd runs Node through');
       // etcd mode's client (etcd3, grpc-js, the etcd API descriptor in dist/weftd/proto) loads: weftd asks etcd, which is not there.
       const weftd = spawn(...n1.nsenter('ctr', ['--namespace', 'k8s.io', ...runArgs('weft-etcd'),
         '/opt/weft/bin/weftd', '--etcd-endpoints=http://127.0.0.1:2379', '--iface=lo']), { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -165,7 +170,8 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
     await step('install-cni put the static plugin, its fallback and the conflist on each node', async () => {
       for (const n of c.nodes) {
         const bin = n.hostPath('/opt/cni/bin');
-        for (const [file, mode] of [['flannel', 0o755], ['weft', 0o755], ['weft-fallback', 0o755], ['weft-node', 0o755], ['weft.cjs', 0o644]] as const) {
+        const files = [['flannel', 0o755], ['weft', 0o755], ['weft-fallback', 0o755], ['weft-node', 0o755], ['weft.cjs', 0o644]] as const;
+        for (const [file, mode] of files) {
           assert.equal((await stat(join(bin, file))).mode & 0o777, mode, `${n.name}: /opt/cni/bin/${file}`);
         }
         assert.match((await run(join(bin, 'flannel'), [], { env: { CNI_COMMAND: 'VERSION' } })).stdout, /"supportedVersions"/);
@@ -206,7 +212,8 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
       await c.kubectl('create', 'service', 'clusterip', 'echo', '--tcp=80:8080');
       const clusterIp = (await c.kubectl('get', 'service', 'echo', '-o', 'jsonpath={.spec.clusterIP}')).trim();
       assert.match(clusterIp, /^10\.96\./);
-      const answer = (from: string) => execIn(c, from, ['wget', '-q', '-O', '-', '-T', '2', `http://${clusterIp}/hostname`]).catch(() => '');
+      const answer = (from: string): Promise<string> =>
+        execIn(c, from, ['wget', '-q', '-O', '-', '-T', '2', `http://${clusterIp}/hostname`]).catch(() => '');
       await until('p1 on node-1 reaching the Service', async () => (await answer('p1')) === 'p2', 60_000);
       await until('p2 reaching itself through the Service (hairpin)', async () => (await answer('p2')) === 'p2', 60_000);
     });
@@ -214,25 +221,27 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
     await step('weftctl inside the container reports the node healthy', async () => {
       const pod = await weftPod(n2);
       assert.match(await execIn(c, pod, ['weftctl', 'status'], NS, MAIN), new RegExp((await podCidr(n2)).replaceAll('.', '\\.')));
-      const doctor = await execIn(c, pod, ['weftctl', 'doctor'], NS, MAIN).catch((e: { stdout?: string }) => assert.fail(`weftctl doctor failed:\n${e.stdout}`));
+      const doctor = await execIn(c, pod, ['weftctl', 'doctor'], NS, MAIN)
+        .catch((e: { stdout?: string }) => assert.fail(`weftctl doctor failed:\n${e.stdout}`));
       assert.doesNotMatch(doctor, /\bfail\b/);
     });
 
     await step('rollout restart and a deleted weft pod: weftd exits 0 on SIGTERM, same subnets, no ping lost', async () => {
-      const before = await Promise.all(c.nodes.map(async (n) => ({ env: await subnetEnv(n), annotations: await annotations(n) })));
+      const before = await Promise.all(c.nodes.map(nodeState));
       const installed = (await stat(join(n2.hostPath('/opt/cni/bin'), 'weft-node'))).mtimeMs;
       await startPinger('pinger', n1, ips.p2!);
       const restarted = exitCodeWhenTerminated(c, await weftPod(n2), NS, MAIN);
       await c.kubectl('rollout', 'restart', '-n', NS, DS);
       await c.kubectl('rollout', 'status', '-n', NS, DS, '--timeout=300s');
-      assert.equal(await restarted.code, 0, 'weftd exits 0 on SIGTERM, within the grace period');
+      assert.equal(await restarted, 0, 'weftd exits 0 on SIGTERM, within the grace period');
       const deleted = exitCodeWhenTerminated(c, await weftPod(n2), NS, MAIN);
       await c.kubectl('delete', 'pod', '-n', NS, await weftPod(n2));
-      assert.equal(await deleted.code, 0);
+      assert.equal(await deleted, 0);
       await c.kubectl('rollout', 'status', '-n', NS, DS, '--timeout=300s');
       await noPingLost('pinger');
-      assert.deepEqual(await Promise.all(c.nodes.map(async (n) => ({ env: await subnetEnv(n), annotations: await annotations(n) }))), before);
-      assert.equal((await stat(join(n2.hostPath('/opt/cni/bin'), 'weft-node'))).mtimeMs, installed, 'install-cni leaves identical files alone');
+      assert.deepEqual(await Promise.all(c.nodes.map(nodeState)), before);
+      assert.equal((await stat(join(n2.hostPath('/opt/cni/bin'), 'weft-node'))).mtimeMs, installed,
+        'install-cni leaves identical files alone');
     });
 
     await step('a pod created while weftd is away is wired by the fallback plugin; weftd, back, removes it', async () => {
@@ -253,8 +262,9 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
       assert.match(await weftLog(n2), /unwired pod/);
     });
 
-    await step('upgrade in place: this checkout\'s bin/weftd takes node 1 over from the image, same subnet, pods keep pinging; and back', async () => {
-      const before = { env: await subnetEnv(n1), annotations: await annotations(n1) };
+    await step('upgrade in place: this checkout\'s bin/weftd takes node 1 over from the image, same subnet, pods keep pinging; '
+      + 'and back', async () => {
+      const before = await nodeState(n1);
       await startPinger('pinger2', n2, ips.p1!);
       // The image's weftd leaves (a taint it does not tolerate); bin/weftd takes the node with the same files and identity.
       const leaving = await weftPod(n1);
@@ -263,7 +273,7 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
       const direct = await startDirect(n1);
       let code: number | null;
       try {
-        assert.deepEqual({ env: await subnetEnv(n1), annotations: await annotations(n1) }, before);
+        assert.deepEqual(await nodeState(n1), before);
         await createTestPod(c, 'p4', n1.name);
         ips.p4 = await podReady(c, 'p4');
         await until('p4, wired by bin/weftd, reaching p2 on node-2', () => reaches('p4', ips.p2!), 60_000);
@@ -277,15 +287,17 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
       await c.kubectl('rollout', 'status', '-n', NS, DS, '--timeout=300s');
       assert.ok(await reaches('p4', ips.p2!), 'p4 keeps its network under the image');
       await noPingLost('pinger2');
-      assert.deepEqual({ env: await subnetEnv(n1), annotations: await annotations(n1) }, before);
+      assert.deepEqual(await nodeState(n1), before);
     });
 
     await step('a node without IPv4 forwarding: weftd exits naming net.ipv4.ip_forward, and its pod is not Ready', async () => {
       const n3 = await c.addNode({ sysctls: false });
       let pod = '';
       await c.waitFor('a weft pod on node-3', async () => (pod = (await podsOn(c, NS, SELECTOR, n3.name))[0] ?? '') !== '', 120_000);
-      const status = async (): Promise<ContainerStatus | undefined> =>
-        (await c.getJson<{ status: { containerStatuses?: ContainerStatus[] } }>('pod', '-n', NS, pod)).status.containerStatuses?.find((s) => s.name === MAIN);
+      const status = async (): Promise<ContainerStatus | undefined> => {
+        const got = await c.getJson<{ status: { containerStatuses?: ContainerStatus[] } }>('pod', '-n', NS, pod);
+        return got.status.containerStatuses?.find((s) => s.name === MAIN);
+      };
       await c.waitFor('weftd on node-3 exiting', async () => {
         const s = await status();
         return s !== undefined && (s.restartCount > 0 || s.state.terminated !== undefined);

@@ -21,6 +21,7 @@
 import { execFile, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -59,7 +60,9 @@ export interface AddNodeOptions {
 }
 
 /** For `test(..., { skip })`: why a real-kubelet cluster cannot run here, else false. */
-export const needsKubeNodes: string | false = !isRoot() ? 'needs root: creates namespaces, cgroups and containers' : false;
+export const needsKubeNodes: string | false = !isRoot() ? 'needs root: creates namespaces, cgroups and containers'
+  : !['/usr/bin/containerd', '/usr/bin/ctr', '/usr/sbin/conntrack'].every((f) => existsSync(f))
+    ? 'needs containerd and conntrack (make deps installs them)' : false;
 
 /** A relay process and how to stop it. */
 interface Relay {
@@ -98,7 +101,9 @@ export class KubeCluster {
     const egressConfig = join(dir, 'egress-selector.yaml');
     await writeFile(egressConfig, JSON.stringify({
       apiVersion: 'apiserver.k8s.io/v1beta1', kind: 'EgressSelectorConfiguration',
-      egressSelections: [{ name: 'cluster', connection: { proxyProtocol: 'HTTPConnect', transport: { uds: { udsName: join(dir, 'egress.sock') } } } }],
+      egressSelections: [{
+        name: 'cluster', connection: { proxyProtocol: 'HTTPConnect', transport: { uds: { udsName: join(dir, 'egress.sock') } } },
+      }],
     }));
     let cp: KubeControlPlane;
     try {
@@ -164,7 +169,8 @@ export class KubeCluster {
     await node.importImages([this.#pauseImage, ...(this.#options.images ?? [])]);
     await node.startKubelet(this.cp.caFile);
     if (index === 1) await this.#relay(node.ns, ['connect', join(this.dir, 'egress.sock')]);
-    await this.waitFor(`Node ${name} registered`, async () => (await this.kubectl('get', 'nodes', '-o', 'name')).includes(`node/${name}\n`), 120_000);
+    await this.waitFor(`Node ${name} registered`,
+      async () => (await this.kubectl('get', 'nodes', '-o', 'name')).includes(`node/${name}\n`), 120_000);
     return node;
   }
 
@@ -189,8 +195,24 @@ export class KubeCluster {
     proc.stderr.on('data', (c: Buffer) => (err += c.toString()));
     proc.stdin.end(input ?? '');
     const [code] = await once(proc, 'close') as [number | null];
-    if (code !== 0) throw Object.assign(new Error(`kubectl ${argv.join(' ')} exited ${code}: ${err}${out}`), { stdout: out, stderr: err, code });
+    if (code !== 0) {
+      throw Object.assign(new Error(`kubectl ${argv.join(' ')} exited ${code}: ${err}${out}`), { stdout: out, stderr: err, code });
+    }
     return out;
+  }
+
+  /**
+   * Writes a kubeconfig at `file` for service account `namespace/name` (a token the API issues, at
+   * {@link server}), for a process that runs outside a pod as that account; returns `file`.
+   */
+  async serviceAccountKubeconfig(namespace: string, name: string, file: string): Promise<string> {
+    const token = (await this.kubectl('create', 'token', name, '-n', namespace, '--duration=2h')).trim();
+    await writeFile(file, JSON.stringify({
+      apiVersion: 'v1', kind: 'Config', 'current-context': name,
+      clusters: [{ name: 'cluster', cluster: { server: this.server, 'certificate-authority': this.cp.caFile } }],
+      users: [{ name, user: { token } }], contexts: [{ name, context: { cluster: 'cluster', user: name } }],
+    }));
+    return file;
   }
 
   /** kubectl's JSON output of `get <args>`. */

@@ -146,7 +146,8 @@ export class KubeNode {
     // /run/netns reach weftd's container through its HostToContainer volume only from a shared mount.
     const script = 'h=$1; shift; while [ $# -gt 0 ]; do mount --bind "$1" "$2" || exit 1; shift 2; done; ' +
       'mount --make-rshared / && hostname "$h" && echo ready && exec sleep infinity';
-    const [file, args] = await this.#inCgroup('unshare', ['--mount', '--uts', '--propagation', 'slave', 'sh', '-c', script, 'sh', this.name, ...binds]);
+    const [file, args] = await this.#inCgroup('unshare',
+      ['--mount', '--uts', '--propagation', 'slave', 'sh', '-c', script, 'sh', this.name, ...binds]);
     const holder = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     this.#holder = holder;
     let err = '';
@@ -226,8 +227,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   /** Starts the kubelet, and kube-proxy unless the options say not to ({@link startKubeProxy} then starts it later). */
   async startKubelet(caFile: string): Promise<void> {
     const o = this.#options;
-    const kubeconfig = await clientKubeconfig(o.pkiDir, { name: `kubelet-${this.name}`, user: `system:node:${this.name}`, groups: ['system:nodes'] },
-      o.server, join(this.dir, 'kubelet.kubeconfig'));
+    const identity = { name: `kubelet-${this.name}`, user: `system:node:${this.name}`, groups: ['system:nodes'] };
+    const kubeconfig = await clientKubeconfig(o.pkiDir, identity, o.server, join(this.dir, 'kubelet.kubeconfig'));
     const config = join(this.dir, 'kubelet.json');
     await writeFile(config, JSON.stringify({
       apiVersion: 'kubelet.config.k8s.io/v1beta1', kind: 'KubeletConfiguration',

@@ -35,7 +35,9 @@ export async function clientKubeconfig(pkiDir: string, who: ClientIdentity, serv
   await writeFile(file, JSON.stringify({
     apiVersion: 'v1', kind: 'Config', 'current-context': 'cluster',
     clusters: [{ name: 'cluster', cluster: { server, 'certificate-authority': join(pkiDir, 'ca.crt') } }],
-    users: [{ name: who.user, user: { 'client-certificate': join(pkiDir, `${who.name}.crt`), 'client-key': join(pkiDir, `${who.name}.key`) } }],
+    users: [{
+      name: who.user, user: { 'client-certificate': join(pkiDir, `${who.name}.crt`), 'client-key': join(pkiDir, `${who.name}.key`) },
+    }],
     contexts: [{ name: 'cluster', context: { cluster: 'cluster', user: who.user } }],
   }));
   return file;

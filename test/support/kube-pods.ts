@@ -24,7 +24,10 @@ export async function createTestPod(c: KubeCluster, name: string, node: string, 
       metadata: { name, namespace: o.namespace ?? 'default', ...(o.labels ? { labels: o.labels } : {}) },
       spec: {
         nodeSelector: { 'kubernetes.io/hostname': node }, tolerations: [{ operator: 'Exists' }], terminationGracePeriodSeconds: 1,
-        containers: [{ name: 'main', image: PEER_IMAGES.agnhost.name, ...(o.command ? { command: o.command } : {}), args: o.args ?? (o.command ? [] : ['pause']) }],
+        containers: [{
+          name: 'main', image: PEER_IMAGES.agnhost.name, ...(o.command ? { command: o.command } : {}),
+          args: o.args ?? (o.command ? [] : ['pause']),
+        }],
       },
     }),
   });
@@ -57,15 +60,18 @@ export async function answeredPings(c: KubeCluster, pod: string, namespace = 'de
 }
 
 /**
- * Watches pod `name` (kubectl get --watch) until its container `container` is seen terminated;
- * resolves with its exit code, or undefined when the pod went away without showing one.
+ * Starts watching pod `name` (kubectl get --watch): resolves with the exit code of its container
+ * `container` once the kubelet reports it terminated, or undefined when the watch ends first (the
+ * pod gone without showing one, or `timeoutMs` past). Call it before the pod is told to stop.
  */
-export function exitCodeWhenTerminated(c: KubeCluster, name: string, namespace: string, container: string): { code: Promise<number | undefined> } {
+export function exitCodeWhenTerminated(c: KubeCluster, name: string, namespace: string, container: string,
+  timeoutMs = 300_000): Promise<number | undefined> {
   const path = `{.status.containerStatuses[?(@.name=="${container}")].state.terminated.exitCode}{"\\n"}`;
   const proc: ChildProcess = spawn(peer('kubectl'), [`--kubeconfig=${c.kubeconfig}`, 'get', 'pod', '-n', namespace, name, '--watch',
     '-o', `jsonpath=${path}`], { stdio: ['ignore', 'pipe', 'ignore'] });
+  const timer = setTimeout(() => proc.kill('SIGTERM'), timeoutMs);
   let out = '';
-  const code = new Promise<number | undefined>((resolve) => {
+  return new Promise<number | undefined>((resolve) => {
     proc.stdout!.on('data', (chunk: Buffer) => {
       out += chunk.toString();
       const found = out.split('\n').find((l) => /^\d+$/.test(l.trim()));
@@ -74,7 +80,9 @@ export function exitCodeWhenTerminated(c: KubeCluster, name: string, namespace: 
         proc.kill('SIGTERM');
       }
     });
-    proc.on('exit', () => resolve(undefined));
+    proc.on('exit', () => {
+      clearTimeout(timer);
+      resolve(undefined);
+    });
   });
-  return { code };
 }
