@@ -174,8 +174,9 @@ export class KubeCluster {
     return node;
   }
 
-  /** Deletes `node`'s Node object and stops it. */
+  /** Deletes `node`'s Node object and stops it; not node 1, from whose namespace the API server reaches the cluster. */
   async removeNode(node: KubeNode): Promise<void> {
+    if (node.index === 1) throw new Error('node 1 carries the API server\'s egress relay and stays with the cluster');
     await this.kubectl('delete', 'node', node.name, '--ignore-not-found', '--wait=false');
     await node.stop();
     this.nodes.splice(this.nodes.indexOf(node), 1);
