@@ -10,8 +10,9 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 # which expands it at once (:=).
 IMAGE_TOOLS := mmdebstrap buildah podman runc conmon
 # The real kubelet's nodes (test/support/kube-cluster.ts): containerd (with ctr) under runc, conntrack for
-# kube-proxy, util-linux's nsenter/unshare/mount, gcc and libc6-dev for the static pause program, tar for its image.
-KUBE_NODE_TOOLS := containerd conntrack util-linux mount gcc libc6-dev tar
+# kube-proxy, util-linux's nsenter/unshare and mount, hostname, gcc and libc6-dev for the static pause
+# program, tar for its image.
+KUBE_NODE_TOOLS := containerd conntrack util-linux mount hostname gcc libc6-dev tar
 DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
 	iproute2 procps iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool curl wireguard-go tcpdump \
 	xz-utils $(IMAGE_TOOLS) $(KUBE_NODE_TOOLS)
