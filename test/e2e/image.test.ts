@@ -224,6 +224,10 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
       const doctor = await execIn(c, pod, ['weftctl', 'doctor'], NS, MAIN)
         .catch((e: { stdout?: string }) => assert.fail(`weftctl doctor failed:\n${e.stdout}`));
       assert.doesNotMatch(doctor, /\bfail\b/);
+      // The kubelet's liveness probe has not failed, nor has weftd stopped, on any node.
+      const restarts = await c.kubectl('get', 'pods', '-n', NS, '-l', SELECTOR, '-o',
+        `jsonpath={.items[*].status.containerStatuses[?(@.name=="${MAIN}")].restartCount}`);
+      assert.deepEqual(restarts.split(' '), c.nodes.map(() => '0'));
     });
 
     await step('rollout restart and a deleted weft pod: weftd exits 0 on SIGTERM, same subnets, no ping lost', async () => {
@@ -231,12 +235,14 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
       const installed = (await stat(join(n2.hostPath('/opt/cni/bin'), 'weft-node'))).mtimeMs;
       await startPinger('pinger', n1, ips.p2!);
       const restarted = exitCodeWhenTerminated(c, await weftPod(n2), NS, MAIN);
+      await restarted.watching;
       await c.kubectl('rollout', 'restart', '-n', NS, DS);
       await c.kubectl('rollout', 'status', '-n', NS, DS, '--timeout=300s');
-      assert.equal(await restarted, 0, 'weftd exits 0 on SIGTERM, within the grace period');
+      assert.equal(await restarted.code, 0, 'weftd exits 0 on SIGTERM, within the grace period');
       const deleted = exitCodeWhenTerminated(c, await weftPod(n2), NS, MAIN);
+      await deleted.watching;
       await c.kubectl('delete', 'pod', '-n', NS, await weftPod(n2));
-      assert.equal(await deleted, 0);
+      assert.equal(await deleted.code, 0);
       await c.kubectl('rollout', 'status', '-n', NS, DS, '--timeout=300s');
       await noPingLost('pinger');
       assert.deepEqual(await Promise.all(c.nodes.map(nodeState)), before);

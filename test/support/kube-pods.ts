@@ -60,18 +60,23 @@ export async function answeredPings(c: KubeCluster, pod: string, namespace = 'de
 }
 
 /**
- * Starts watching pod `name` (kubectl get --watch): resolves with the exit code of its container
- * `container` once the kubelet reports it terminated, or undefined when the watch ends first (the
- * pod gone without showing one, or `timeoutMs` past). Call it before the pod is told to stop.
+ * Watches pod `name` (kubectl get --watch). `watching` resolves once the watch has shown the pod
+ * (tell the pod to stop after that); `code` with the exit code of its container `container` once the
+ * kubelet reports it terminated, or undefined when the watch ends first (the pod gone without
+ * showing one, or `timeoutMs` past).
  */
 export function exitCodeWhenTerminated(c: KubeCluster, name: string, namespace: string, container: string,
-  timeoutMs = 300_000): Promise<number | undefined> {
+  timeoutMs = 300_000): { watching: Promise<void>; code: Promise<number | undefined> } {
   const path = `{.status.containerStatuses[?(@.name=="${container}")].state.terminated.exitCode}{"\\n"}`;
   const proc: ChildProcess = spawn(peer('kubectl'), [`--kubeconfig=${c.kubeconfig}`, 'get', 'pod', '-n', namespace, name, '--watch',
     '-o', `jsonpath=${path}`], { stdio: ['ignore', 'pipe', 'ignore'] });
   const timer = setTimeout(() => proc.kill('SIGTERM'), timeoutMs);
   let out = '';
-  return new Promise<number | undefined>((resolve) => {
+  const watching = new Promise<void>((resolve, reject) => {
+    proc.stdout!.once('data', () => resolve());
+    proc.once('exit', () => reject(new Error(`kubectl could not watch pod ${namespace}/${name}`)));
+  });
+  const code = new Promise<number | undefined>((resolve) => {
     proc.stdout!.on('data', (chunk: Buffer) => {
       out += chunk.toString();
       const found = out.split('\n').find((l) => /^\d+$/.test(l.trim()));
@@ -85,4 +90,5 @@ export function exitCodeWhenTerminated(c: KubeCluster, name: string, namespace: 
       resolve(undefined);
     });
   });
+  return { watching, code };
 }
