@@ -57,6 +57,8 @@ export interface KubeClusterOptions {
 export interface AddNodeOptions {
   /** false: a node whose administrator set none of its sysctls (IPv4 forwarding off). */
   sysctls?: boolean;
+  /** false: a node whose mounts are private, as on a host without systemd (see KubeNodeOptions). */
+  sharedMounts?: boolean;
 }
 
 /** For `test(..., { skip })`: why a real-kubelet cluster cannot run here, else false. */
@@ -162,7 +164,8 @@ export class KubeCluster {
     const node = await KubeNode.create({
       name, index, dir, underlay: this.#underlay, pkiDir: join(this.cp.dir, 'pki'), server: this.server, clusterCidr: CLUSTER_CIDR,
       ...(this.#options.clusterDNS ? { clusterDNS: this.#options.clusterDNS } : {}),
-      ...(options.sysctls === false ? { sysctls: false } : {}), ...(this.#options.kubeProxy === false ? { kubeProxy: false } : {}),
+      ...(options.sysctls === false ? { sysctls: false } : {}), ...(options.sharedMounts === false ? { sharedMounts: false } : {}),
+      ...(this.#options.kubeProxy === false ? { kubeProxy: false } : {}),
     });
     this.nodes.push(node);
     this.nodes.sort((a, b) => a.index - b.index);

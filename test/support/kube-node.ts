@@ -55,6 +55,11 @@ export interface KubeNodeOptions {
   sysctls?: boolean;
   /** Runs kube-proxy (default true). */
   kubeProxy?: boolean;
+  /**
+   * false: the node's mounts stay private to it, as on a host without systemd, so no mount made
+   * under a hostPath reaches a container's HostToContainer volume. Default true (shared).
+   */
+  sharedMounts?: boolean;
 }
 
 interface Daemon {
@@ -144,8 +149,9 @@ export class KubeNode {
     const binds = NODE_PATHS.flatMap((p) => [this.hostPath(p), p]);
     // Shared, as systemd makes a node's mounts: the pods' network namespaces containerd mounts in
     // /run/netns reach weftd's container through its HostToContainer volume only from a shared mount.
+    const share = this.#options.sharedMounts === false ? '' : 'mount --make-rshared / && ';
     const script = 'h=$1; shift; while [ $# -gt 0 ]; do mount --bind "$1" "$2" || exit 1; shift 2; done; ' +
-      'mount --make-rshared / && hostname "$h" && echo ready && exec sleep infinity';
+      `${share}hostname "$h" && echo ready && exec sleep infinity`;
     const [file, args] = await this.#inCgroup('unshare',
       ['--mount', '--uts', '--propagation', 'slave', 'sh', '-c', script, 'sh', this.name, ...binds]);
     const holder = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'] });
