@@ -7,11 +7,11 @@
  *
  * How the parts reach each other, as on a cluster whose control plane is one host among the nodes:
  * - nodes and pods reach the API at https://198.51.100.250:<port>, an address of the underlay held by
- *   a relay (kube-relay.ts) in front of the API server's unix socket; that is also the `kubernetes`
- *   Service's endpoint, so in-cluster clients use 10.96.0.1:443 through kube-proxy;
+ *   a forwarder (forwardIntoNetns) in front of the API server's unix socket; that is also the
+ *   `kubernetes` Service's endpoint, so in-cluster clients use 10.96.0.1:443 through kube-proxy;
  * - the API server reaches kubelets, pods and Services (exec, logs, the proxy subresources) through
- *   its egress selector: HTTP CONNECT over a unix socket to a relay that dials from the first node's
- *   network namespace;
+ *   its egress selector: HTTP CONNECT over a unix socket to a relay (kube-relay.ts) that dials from
+ *   the first node's network namespace;
  * - tests use `kubectl` (dist/peers) with the admin kubeconfig, {@link KubeCluster.kubeconfig}.
  *
  * No network add-on is installed unless `manifests` (or the test) applies one: nodes stay NotReady
@@ -29,7 +29,7 @@ import { fileURLToPath } from 'node:url';
 import { ADVERTISE_ADDRESS, CLUSTER_CIDR, KubeControlPlane } from './control-plane.ts';
 import { buildPauseImage } from './kube-images.ts';
 import { KubeNode } from './kube-node.ts';
-import { createNetns, isRoot, joinUnderlay } from './netns.ts';
+import { createNetns, forwardIntoNetns, isRoot, joinUnderlay } from './netns.ts';
 import type { Netns } from './netns.ts';
 import { peer } from './peers.ts';
 
@@ -66,7 +66,7 @@ export const needsKubeNodes: string | false = !isRoot() ? 'needs root: creates n
   : !['/usr/bin/containerd', '/usr/bin/ctr', '/usr/sbin/conntrack'].every((f) => existsSync(f))
     ? 'needs containerd and conntrack (make deps installs them)' : false;
 
-/** A relay process and how to stop it. */
+/** The egress relay's process and what it printed. */
 interface Relay {
   proc: ChildProcess;
   log: () => string;
@@ -80,7 +80,8 @@ export class KubeCluster {
   /** The nodes, by their number. */
   readonly nodes: KubeNode[] = [];
   readonly #options: KubeClusterOptions;
-  readonly #relays: Relay[] = [];
+  #egress: Relay | undefined;
+  #stopForwarder: (() => Promise<void>) | undefined;
   #underlay: Netns | undefined;
   #pauseImage = '';
   #lastIndex = 0;
@@ -138,17 +139,19 @@ export class KubeCluster {
     this.#underlay = await createNetns('kul');
     await joinUnderlay(this.#underlay, []);
     await this.#underlay.ip('addr', 'add', `${ADVERTISE_ADDRESS}/24`, 'dev', 'br0');
-    await this.#relay(this.#underlay, ['api', ADVERTISE_ADDRESS, new URL(this.cp.url).port, this.cp.socketPath]);
+    const port = Number(new URL(this.cp.url).port);
+    this.#stopForwarder = await forwardIntoNetns(this.#underlay, port, this.cp.socketPath, ADVERTISE_ADDRESS);
   }
 
-  /** Starts a kube-relay.ts in `ns` and waits until it listens. */
-  async #relay(ns: Netns, args: string[]): Promise<void> {
-    const proc = spawn('nsenter', [`--net=${ns.path}`, '--', NODE, RELAY, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  /** Starts the API server's egress relay (kube-relay.ts) in `ns`, and waits until it listens. */
+  async #relay(ns: Netns): Promise<void> {
+    const proc = spawn('nsenter', [`--net=${ns.path}`, '--', NODE, RELAY, join(this.dir, 'egress.sock')],
+      { stdio: ['ignore', 'pipe', 'pipe'] });
     let err = '';
     proc.stderr!.on('data', (c: Buffer) => (err = (err + c.toString()).slice(-4000)));
-    this.#relays.push({ proc, log: () => err });
+    this.#egress = { proc, log: () => err };
     const [first] = await Promise.race([once(proc.stdout!, 'data'), once(proc, 'exit').then(() => [undefined])]);
-    if (String(first).trim() !== 'ready') throw new Error(`kube-relay ${args[0]} in ${ns.name} did not start: ${err}`);
+    if (String(first).trim() !== 'ready') throw new Error(`kube-relay in ${ns.name} did not start: ${err}`);
   }
 
   /**
@@ -171,7 +174,7 @@ export class KubeCluster {
     this.nodes.sort((a, b) => a.index - b.index);
     await node.importImages([this.#pauseImage, ...(this.#options.images ?? [])]);
     await node.startKubelet(this.cp.caFile);
-    if (index === 1) await this.#relay(node.ns, ['connect', join(this.dir, 'egress.sock')]);
+    if (index === 1) await this.#relay(node.ns);
     await this.waitFor(`Node ${name} registered`,
       async () => (await this.kubectl('get', 'nodes', '-o', 'name')).includes(`node/${name}\n`), 120_000);
     return node;
@@ -240,7 +243,7 @@ export class KubeCluster {
 
   /** The tail of every component's log. */
   logs(): string {
-    return [this.cp.logs(), ...this.nodes.map((n) => n.logs()), ...this.#relays.map((r) => `--- relay\n${r.log()}`)].join('\n');
+    return [this.cp.logs(), ...this.nodes.map((n) => n.logs()), `--- egress relay\n${this.#egress?.log() ?? ''}`].join('\n');
   }
 
   /** Stops and removes everything: nodes (their processes, cgroups, namespaces), relays, the control plane, files. Idempotent. */
@@ -250,14 +253,15 @@ export class KubeCluster {
       await fn().catch((e: unknown) => errors.push(e));
     };
     await Promise.all(this.nodes.map((n) => attempt(() => n.stop())));
-    for (const r of this.#relays.splice(0)) {
+    const relay = this.#egress?.proc;
+    if (relay && relay.exitCode === null && relay.signalCode === null) {
       await attempt(async () => {
-        if (r.proc.exitCode !== null || r.proc.signalCode !== null) return;
-        const exited = once(r.proc, 'exit');
-        r.proc.kill('SIGTERM');
+        const exited = once(relay, 'exit');
+        relay.kill('SIGTERM');
         await exited;
       });
     }
+    if (this.#stopForwarder) await attempt(this.#stopForwarder);
     if (this.#underlay) await attempt(() => this.#underlay!.remove());
     await attempt(() => this.cp.stop());
     await attempt(() => rm(this.dir, { recursive: true, force: true }));

@@ -140,23 +140,25 @@ export async function attachToUnderlay(ul: Netns, ns: Netns, n: number, opts: { 
 /** The Node of this checkout, which runs the forwarder below. */
 const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
 
-/** Listens on 127.0.0.1:argv[1] and pipes each connection to the unix socket argv[2]. */
+/** Listens on argv[3]:argv[1] and pipes each connection to the unix socket argv[2]. */
 const FORWARDER = `
 const net = require('node:net');
-const [port, path] = process.argv.slice(1);
+const [port, path, address] = process.argv.slice(1);
 net.createServer((c) => {
   const u = net.connect(path);
   c.pipe(u).pipe(c);
   c.on('error', () => u.destroy());
   u.on('error', () => c.destroy());
-}).listen(Number(port), '127.0.0.1', () => process.stdout.write('ready\\n'));`;
+}).listen(Number(port), address, () => process.stdout.write('ready\\n'));`;
 
 /**
- * Makes the unix socket `socketPath` (served in this namespace) reachable as 127.0.0.1:`port`
- * inside `ns`, through a forwarder process running there. Returns a function that stops it.
+ * Makes the unix socket `socketPath` (served in this namespace) reachable as `address`:`port`
+ * (default 127.0.0.1) inside `ns`, through a forwarder process running there. Returns a function
+ * that stops it.
  */
-export async function forwardIntoNetns(ns: Netns, port: number, socketPath: string): Promise<() => Promise<void>> {
-  const child = spawn('ip', ['netns', 'exec', ns.name, NODE, '-e', FORWARDER, String(port), socketPath], { stdio: ['ignore', 'pipe', 'inherit'] });
+export async function forwardIntoNetns(ns: Netns, port: number, socketPath: string, address = '127.0.0.1'): Promise<() => Promise<void>> {
+  const child = spawn('ip', ['netns', 'exec', ns.name, NODE, '-e', FORWARDER, String(port), socketPath, address],
+    { stdio: ['ignore', 'pipe', 'inherit'] });
   const exited = once(child, 'exit');
   const [first] = await Promise.race([once(child.stdout!, 'data'), exited.then(() => [undefined])]);
   if (String(first).trim() !== 'ready') throw new Error(`the forwarder into ${ns.name} did not start`);
