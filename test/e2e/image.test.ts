@@ -304,11 +304,12 @@ test('daemonset.yaml run by real kubelets: weftd Ready, pods across nodes, a Ser
         const got = await c.getJson<{ status: { containerStatuses?: ContainerStatus[] } }>('pod', '-n', NS, pod);
         return got.status.containerStatuses?.find((s) => s.name === MAIN);
       };
-      // Restarted: a container has exited, and `--previous` reads a terminated one's log (each exits alike).
-      await c.waitFor('weftd on node-3 exiting and restarted', async () => ((await status())?.restartCount ?? 0) > 0, 180_000);
+      // Restarted: a container has exited, and `--previous` reads a terminated one's log (each exits
+      // alike), once the kubelet can give it (it answers "unable to retrieve" while it swaps them).
+      const message = /net\.ipv4\.ip_forward is 0 and could not be set to 1 .*set it on the host/;
+      await c.waitFor('weftd on node-3 exiting with its message', async () => ((await status())?.restartCount ?? 0) > 0
+        && message.test(await c.kubectl('logs', '-n', NS, '-c', MAIN, '--previous', pod)), 180_000);
       assert.notEqual((await status())!.lastState.terminated!.exitCode, 0, 'weftd exits with an error');
-      const log = await c.kubectl('logs', '-n', NS, '-c', MAIN, '--previous', pod);
-      assert.match(log, /net\.ipv4\.ip_forward is 0 and could not be set to 1 .*set it on the host/);
       assert.equal(await c.kubectl('get', 'pod', '-n', NS, pod, '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].status}'), 'False');
       await c.removeNode(n3);
     });
