@@ -5,16 +5,17 @@ SHELL := /bin/bash
 NODE := $(CURDIR)/node_modules/.bin/node
 export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 
-# make image and its test: a Debian root file system (mmdebstrap), the build (buildah) and a
-# container runtime to run it as the DaemonSet does (podman with runc: crun refuses this machine's
-# hybrid cgroup hierarchy). Defined before DEBIAN_PACKAGES, which expands it at once (:=).
+# make image: a Debian root file system (mmdebstrap), the build (buildah) and podman's image store,
+# with runc (crun refuses this machine's hybrid cgroup hierarchy). Defined before DEBIAN_PACKAGES,
+# which expands it at once (:=).
 IMAGE_TOOLS := mmdebstrap buildah podman runc conmon
-# The real kubelet's node: its container runtime (containerd, with ctr to import the test images)
-# and conntrack, which kubelet and kube-proxy run.
-KUBELET_TOOLS := containerd conntrack
+# The real kubelet's nodes (test/support/kube-cluster.ts): containerd (with ctr) under runc, conntrack for
+# kube-proxy, util-linux's nsenter/unshare and mount, hostname, gcc and libc6-dev for the static pause
+# program, tar for its image.
+KUBE_NODE_TOOLS := containerd conntrack util-linux mount hostname gcc libc6-dev tar
 DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
 	iproute2 procps iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool curl wireguard-go tcpdump \
-	xz-utils $(IMAGE_TOOLS) $(KUBELET_TOOLS)
+	xz-utils $(IMAGE_TOOLS) $(KUBE_NODE_TOOLS)
 
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 

@@ -5,7 +5,7 @@
  * addresses, link and routes. No child process, no namespace switch of weftd's own threads: the
  * host side goes through weftd's handle, the pod side through a handle bound to CNI_NETNS.
  */
-import { closeSync, openSync, statfsSync } from 'node:fs';
+import { closeSync, existsSync, openSync, statSync, statfsSync } from 'node:fs';
 import { formatIP, gatewayOf } from '../ip/ip.ts';
 import { NetlinkError } from '../errors.ts';
 import type { Json } from '../json.ts';
@@ -82,6 +82,23 @@ export async function ensureBridge(host: NetlinkHandle, plan: BridgePlan, pinned
 
 function vethName(): string {
   return `veth${Math.floor(Math.random() * 0x1_0000_0000).toString(16).padStart(8, '0')}`;
+}
+
+/**
+ * Why weftd cannot see the pod's namespace `netns` where the plugin on the host can, or undefined:
+ * a process's namespace (/proc/<pid>/ns/net) outside weftd's PID namespace, or the empty file a
+ * runtime mounts a namespace on, without the mount (the host directory weftd's volume comes from
+ * is not a shared mount, so HostToContainer propagation carries nothing). Any other file that is
+ * no namespace is the runtime's error, reported as such.
+ */
+export function hiddenNetns(netns: string | undefined): string | undefined {
+  if (netns === undefined) return undefined;
+  if (!existsSync(netns)) return netns.startsWith('/proc/') ? `${netns} is not visible to weftd` : undefined;
+  if (statfsSync(netns).type === NSFS_MAGIC) return undefined;
+  const st = statSync(netns);
+  if (!st.isFile() || st.size !== 0) return undefined;
+  return `${netns} is an empty file where weftd sees it: the runtime's mount of the namespace did not reach weftd's /run/netns `
+    + 'volume (on the host, /run/netns is not a shared mount)';
 }
 
 /** Opens the pod's namespace file; a missing one, or a file that is none, is the runtime's error. */

@@ -20,7 +20,6 @@
  * - This module is loaded by weftd only when it serves CNI, and imports only node:net/fs and the
  *   CNI modules: nothing heavy on weftd's start-up path.
  */
-import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { WeftError } from '../errors.ts';
 import { formatIP } from '../ip/ip.ts';
@@ -43,7 +42,7 @@ import type { PodKey } from './fixed.ts';
 import { HostLocalStore } from './host-local.ts';
 import { errorVersion, parseCall, renderForAdd, savedDelegate, status } from './plugin.ts';
 import type { ParsedCall } from './plugin.ts';
-import { checkPod, deleteUnwired, ensureBridge, unwirePod, wirePod } from './pod.ts';
+import { checkPod, deleteUnwired, ensureBridge, hiddenNetns, unwirePod, wirePod } from './pod.ts';
 import { requestedOf } from './requests.ts';
 import { checkShaping, hostEnd, shapePod, unshapePod } from './shaping.ts';
 import { loadState, removeState, saveStateVisible } from './state.ts';
@@ -132,14 +131,10 @@ export class CniServer {
       if (call.conf === undefined) return { exitCode: 0, stdout: JSON.stringify(versionInfo()) };
       const { args, conf } = call;
       const id = args.containerId;
-      if (args.netns?.startsWith('/proc/') && !existsSync(args.netns)) {
-        // A runtime naming namespaces by process (/proc/<pid>/ns/net) and a weftd outside the
-        // host's PID namespace: the plugin on the host can reach it, weftd cannot.
-        this.#options.log.info('CNI request left to the fallback plugin', {
-          verb: args.command,
-          container: id,
-          reason: `${args.netns} is not visible to weftd`,
-        });
+      const hidden = hiddenNetns(args.netns);
+      if (hidden !== undefined) {
+        // The plugin on the host can reach the namespace; weftd, in its container, cannot.
+        this.#options.log.info('CNI request left to the fallback plugin', { verb: args.command, container: id, reason: hidden });
         return { fallback: true };
       }
       switch (args.command) {

@@ -500,6 +500,26 @@ test('a namespace named by a process weftd cannot see (/proc/<pid>/ns/net) is le
   });
 });
 
+test('a namespace file the runtime\'s mount did not reach weftd through (no propagation) is left to the fallback', { skip }, async () => {
+  await withNode(async (node) => {
+    await node.serve();
+    // What weftd's /run/netns volume shows of a pod's namespace when the host's /run/netns is not a
+    // shared mount: the file containerd made, without the namespace it mounted on it.
+    const netns = join(node.subnetFile, '..', 'cni-unpropagated');
+    await writeFile(netns, '');
+    const call = { containerId: 'unpropagated', ifname: 'eth0', netns };
+    const add = await node.plugin({ ...call, command: 'ADD' }, node.conf());
+    assert.equal(add.code, 1);
+    assert.match(String(add.json?.msg), /bridge ADD failed/, 'the bridge plugin reports it, as without weftd');
+    assert.ok(node.log.some((r) => /left to the fallback/.test(r.msg)
+      && /did not reach weftd's \/run\/netns volume/.test(String(r.fields['reason']))));
+    // The runtime's DEL once the namespace is gone: nothing was made.
+    await rm(netns);
+    assert.equal((await node.plugin({ ...call, command: 'DEL' }, node.conf())).code, 0);
+    assert.deepEqual(await leftovers(node), NOTHING);
+  });
+});
+
 test('a user other than root cannot reach the CNI socket', { skip: asRoot }, async () => {
   await withNode(async (node) => {
     await node.serve();

@@ -4,8 +4,8 @@
  */
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -30,7 +30,7 @@ export const needsRoot: string | false = isRoot() ? false : 'needs root: creates
 export function needsRootAnd(...files: string[]): string | false {
   if (needsRoot) return needsRoot;
   const missing = files.filter((f) => !existsSync(f));
-  if (missing.length > 0) throw new Error(`missing ${missing.join(', ')}: make deps installs them`);
+  if (missing.length > 0) throw new Error(`missing ${missing.join(', ')}: make deps installs them (make image builds the image)`);
   return false;
 }
 
@@ -123,20 +123,24 @@ export async function joinUnderlay(ul: Netns, nodes: readonly Netns[], opts: { i
 }
 
 /**
- * What a node's administrator (or kubeadm's preflight) sets before a network agent runs: forwarding
- * on, for IPv6 too with `ipv6`. A new namespace otherwise inherits the machine's values, which a test
- * must not depend on.
+ * What a node's administrator sets before a network agent runs, as kubeadm's preflight checks it:
+ * forwarding on (for IPv6 too with `ipv6`, where kubeadm checks the `default` interface setting), and
+ * bridged traffic passed to iptables where the kernel has br_netfilter. A new namespace otherwise
+ * inherits the machine's values or the kernel's defaults, which a test must not depend on.
  */
 export async function setNodeSysctls(ns: Netns, opts: { ipv6?: boolean } = {}): Promise<void> {
-  await ns.exec('sysctl', '-q', '-w', 'net.ipv4.ip_forward=1', ...(opts.ipv6 ? ['net.ipv6.conf.all.forwarding=1'] : []));
+  const bridge = existsSync('/proc/sys/net/bridge/bridge-nf-call-iptables')
+    ? ['net.bridge.bridge-nf-call-iptables=1', ...(opts.ipv6 ? ['net.bridge.bridge-nf-call-ip6tables=1'] : [])] : [];
+  const ipv6 = opts.ipv6 ? ['net.ipv6.conf.all.forwarding=1', 'net.ipv6.conf.default.forwarding=1'] : [];
+  await ns.exec('sysctl', '-q', '-w', 'net.ipv4.ip_forward=1', ...ipv6, ...bridge);
 }
 
 /**
  * Puts node `n` (1-based) on the underlay bridge of `ul`: eth0 with 198.51.100.<n> (and 2001:db8::<n>),
- * and the node's sysctls set (see {@link setNodeSysctls}).
+ * and the node's sysctls set (see {@link setNodeSysctls}) unless `sysctls` is false.
  */
-export async function attachToUnderlay(ul: Netns, ns: Netns, n: number, opts: { ipv6?: boolean } = {}): Promise<void> {
-  await setNodeSysctls(ns, opts);
+export async function attachToUnderlay(ul: Netns, ns: Netns, n: number, opts: { ipv6?: boolean; sysctls?: boolean } = {}): Promise<void> {
+  if (opts.sysctls !== false) await setNodeSysctls(ns, opts);
   await ul.ip('link', 'add', `p${n}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.name);
   await ul.ip('link', 'set', `p${n}`, 'master', 'br0', 'up');
   await ns.ip('addr', 'add', `198.51.100.${n}/24`, 'dev', 'eth0');
@@ -148,23 +152,25 @@ export async function attachToUnderlay(ul: Netns, ns: Netns, n: number, opts: { 
 /** The Node of this checkout, which runs the forwarder below. */
 const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
 
-/** Listens on 127.0.0.1:argv[1] and pipes each connection to the unix socket argv[2]. */
+/** Listens on argv[3]:argv[1] and pipes each connection to the unix socket argv[2]. */
 const FORWARDER = `
 const net = require('node:net');
-const [port, path] = process.argv.slice(1);
+const [port, path, address] = process.argv.slice(1);
 net.createServer((c) => {
   const u = net.connect(path);
   c.pipe(u).pipe(c);
   c.on('error', () => u.destroy());
   u.on('error', () => c.destroy());
-}).listen(Number(port), '127.0.0.1', () => process.stdout.write('ready\\n'));`;
+}).listen(Number(port), address, () => process.stdout.write('ready\\n'));`;
 
 /**
- * Makes the unix socket `socketPath` (served in this namespace) reachable as 127.0.0.1:`port`
- * inside `ns`, through a forwarder process running there. Returns a function that stops it.
+ * Makes the unix socket `socketPath` (served in this namespace) reachable as `address`:`port`
+ * (default 127.0.0.1) inside `ns`, through a forwarder process running there. Returns a function
+ * that stops it.
  */
-export async function forwardIntoNetns(ns: Netns, port: number, socketPath: string): Promise<() => Promise<void>> {
-  const child = spawn('ip', ['netns', 'exec', ns.name, NODE, '-e', FORWARDER, String(port), socketPath], { stdio: ['ignore', 'pipe', 'inherit'] });
+export async function forwardIntoNetns(ns: Netns, port: number, socketPath: string, address = '127.0.0.1'): Promise<() => Promise<void>> {
+  const child = spawn('ip', ['netns', 'exec', ns.name, NODE, '-e', FORWARDER, String(port), socketPath, address],
+    { stdio: ['ignore', 'pipe', 'inherit'] });
   const exited = once(child, 'exit');
   const [first] = await Promise.race([once(child.stdout!, 'data'), exited.then(() => [undefined])]);
   if (String(first).trim() !== 'ready') throw new Error(`the forwarder into ${ns.name} did not start`);
