@@ -5,7 +5,6 @@
  * survive a failing command, which is retried; alloc nodes take leases and touch nothing else.
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,10 +13,10 @@ import { Etcd3 } from 'etcd3';
 import { Cluster } from '../support/cluster.ts';
 import type { Pod } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
-import { needsRoot } from '../support/netns.ts';
+import { needsRootAnd } from '../support/netns.ts';
 import { until } from '../support/until.ts';
 
-const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/bridge`);
 
 /** The operator's script: logs what it is given per node, and routes a subnet via its node's address. */
 const SCRIPT = `#!/bin/sh

@@ -4,21 +4,20 @@
  * reports the source address each connection comes from.
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import { EGRESS_GROUP, EGRESS_VERSION } from '../../src/egress/api.ts';
 import type { ClusterNode } from '../support/cluster.ts';
 import type { Obj } from '../support/control-plane.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
 import { EgressCluster, egressLeftovers, startSourceServer } from '../support/egress-cluster.ts';
-import { needsRoot } from '../support/netns.ts';
+import { needsRootAnd } from '../support/netns.ts';
 import { until } from '../support/until.ts';
 
 /** weftd's default --egress-liveness-timeout: a heartbeat quiet this long counts as failed. */
 const LIVENESS_MS = 3000;
 const GROUP_PATH = `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}`;
 
-const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/bridge`);
 
 for (const [backend, dualStack, engine] of [['vxlan', false, 'nftables'], ['vxlan', true, 'nftables'], ['host-gw', false, 'nftables'], ['vxlan', false, 'iptables'], ['vxlan', true, 'iptables']] as const) {
   test(`egress, ${backend}, ${dualStack ? 'dual stack' : 'IPv4'}, ${engine}: selected pods leave as the EIP, others as their node; repair; two gateways; a deleted policy leaves nothing, even one deleted while the gateway's weftd was down`, { skip, timeout: 240_000 }, async () => {

@@ -6,15 +6,14 @@
  * (the connection working at all) that the replies came back from the EIP.
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import type { ClusterNode, Pod } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
 import { EgressCluster, OUTSIDE, egressLeftovers, startSourceServer } from '../support/egress-cluster.ts';
-import { needsRoot } from '../support/netns.ts';
+import { needsRootAnd } from '../support/netns.ts';
 import { until } from '../support/until.ts';
 
-const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/bridge`);
 
 const url = (eip: string, port = 8080) => (eip.includes(':') ? `http://[${eip}]:${port}/` : `http://${eip}:${port}/`);
 /** The answer of a pod's server to the outside host (over IPv6 with `v6`). */

@@ -10,20 +10,17 @@
  * without it, so the delegates carry ipMasq and Weft's DEL goes through the bridge plugin.
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import type { TestContext } from 'node:test';
 import { DEBIAN_CNI_DIR, PLUGIN_BIN, WEFT_BIN } from '../support/cni.ts';
 import { InteropBed, MixedCluster, NsMonitor, rootNamespaceTraces } from '../support/flannel.ts';
 import type { InteropNode, InteropPod, PodFootprint } from '../support/flannel.ts';
-import { needsRoot } from '../support/netns.ts';
+import { needsRootAnd } from '../support/netns.ts';
 import { PEERS_DIR, peer } from '../support/peers.ts';
 import { Pinger } from '../support/pinger.ts';
 import { until } from '../support/until.ts';
 
-const skip = needsRoot
-  || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`)
-  || (existsSync(`${PEERS_DIR}flanneld`) ? false : `flanneld is missing in ${PEERS_DIR} (run make deps)`);
+const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/bridge`, `${PEERS_DIR}flanneld`);
 
 const bed = new InteropBed();
 // The control plane starts while the etcd-mode tests run.

@@ -12,21 +12,20 @@
  * the table gone with the last policy.
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import type { Protocol } from '../../src/policy/model.ts';
 import { NFT_POLICY_TABLE } from '../../src/policy/nft-script.ts';
 import { Cluster } from '../support/cluster.ts';
 import type { ClusterNode, Pod } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
-import { needsRoot } from '../support/netns.ts';
+import { needsRootAnd } from '../support/netns.ts';
 import { Agent } from '../support/netpol-agent.ts';
 import { CASES, PROBES, expected } from '../support/netpol-cases.ts';
 import type { Probe, State } from '../support/netpol-cases.ts';
 import { NAMESPACES, PODS, namespaceObject, nodeOf, podIP, podObject, policyObject } from '../support/netpol-cluster.ts';
 import { until } from '../support/until.ts';
 
-const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/bridge`);
 type Obj = Record<string, unknown>;
 
 /** The truth tables' cluster on real nodes: pods by `namespace/name`, their agents, and the API objects. */

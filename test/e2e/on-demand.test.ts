@@ -4,15 +4,14 @@
  * to, answered from the lease table when the vxlan device reports a miss.
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import { Cluster } from '../support/cluster.ts';
 import type { ClusterNode } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
-import { needsRoot } from '../support/netns.ts';
+import { needsRootAnd } from '../support/netns.ts';
 import { weftctl } from '../support/weftctl.ts';
 
-const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/bridge`);
 
 /** flannel.1's neighbour addresses and remote VTEPs of node `n`. */
 async function entries(n: ClusterNode): Promise<{ neighs: string[]; fdb: string[]; routes: string[] }> {

@@ -15,19 +15,17 @@
  * - a hostPort (the conflist's portmap plugin after weft) still reaches its pod from outside.
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import type { ClusterNode, Pod } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR, callPlugin } from '../support/cni.ts';
 import { EgressCluster, OUTSIDE, startSourceServer } from '../support/egress-cluster.ts';
-import { needsRoot } from '../support/netns.ts';
+import { needsRootAnd } from '../support/netns.ts';
 import { ServiceAgent } from '../support/service-agent.ts';
 import type { ProbeResult } from '../support/service-agent.ts';
 import { endpoint, serviceObject, sliceObject } from '../support/services.ts';
 import { until } from '../support/until.ts';
 
-const skip = needsRoot
-  || (existsSync(`${DEBIAN_CNI_DIR}/portmap`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/portmap`);
 const NS = 'default';
 /** Where every pod's server listens (the agents' and the source servers' port). */
 const PORT = 8080;

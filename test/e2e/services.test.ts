@@ -12,21 +12,19 @@
  * must switch it on).
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import { BRIDGE_NF_SYSCTLS } from '../../src/masq/bridge-netfilter.ts';
 import { Cluster } from '../support/cluster.ts';
 import type { ClusterNode, Pod } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
-import { attachToUnderlay, createNetns, needsRoot } from '../support/netns.ts';
+import { attachToUnderlay, createNetns, needsRootAnd } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 import { ServiceAgent } from '../support/service-agent.ts';
 import type { ProbeResult } from '../support/service-agent.ts';
 import { endpoint, serviceObject, sliceObject } from '../support/services.ts';
 import { until } from '../support/until.ts';
 
-const skip = needsRoot
-  || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/bridge`);
 const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
 const NS = 'default';
 const PORT = 8080;

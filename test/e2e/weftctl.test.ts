@@ -6,19 +6,18 @@
  * users other than root.
  */
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import { Cluster } from '../support/cluster.ts';
 import type { ClusterNode } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
-import { needsRoot } from '../support/netns.ts';
+import { needsRootAnd } from '../support/netns.ts';
 import { until } from '../support/until.ts';
 import { run, weftctl } from '../support/weftctl.ts';
 import type { Run } from '../support/weftctl.ts';
 
-const skip = needsRoot || (existsSync(`${DEBIAN_CNI_DIR}/bridge`) ? false : `the reference CNI plugins are missing in ${DEBIAN_CNI_DIR} (run make deps)`);
+const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/bridge`);
 const NODE = fileURLToPath(new URL('../../node_modules/.bin/node', import.meta.url));
 
 /** One raw request to `n`'s admin socket, as `user` (setpriv), answered or refused. */

@@ -6,7 +6,6 @@
  */
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -16,11 +15,10 @@ import { parseGet, uapiRequest } from '../../src/backend/wireguard/uapi.ts';
 import { Cluster } from '../support/cluster.ts';
 import type { ClusterNode, Pod } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
-import { needsRoot } from '../support/netns.ts';
+import { needsRootAnd } from '../support/netns.ts';
 import { until } from '../support/until.ts';
 
-const missing = ['/usr/bin/wireguard-go', '/usr/bin/tcpdump', `${DEBIAN_CNI_DIR}/bridge`].filter((f) => !existsSync(f));
-const skip = needsRoot || (missing.length > 0 ? `missing ${missing.join(', ')} (run make deps)` : false);
+const skip = needsRootAnd('/usr/bin/wireguard-go', '/usr/bin/tcpdump', `${DEBIAN_CNI_DIR}/bridge`);
 
 async function fullMesh(c: Cluster, pods: Pod[], v6: boolean): Promise<void> {
   for (const a of pods) for (const b of pods) if (a !== b) await c.waitPing(a, b, v6);

@@ -21,7 +21,6 @@
 import { execFile, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -29,7 +28,7 @@ import { fileURLToPath } from 'node:url';
 import { ADVERTISE_ADDRESS, CLUSTER_CIDR, KubeControlPlane } from './control-plane.ts';
 import { buildPauseImage } from './kube-images.ts';
 import { KubeNode } from './kube-node.ts';
-import { createNetns, forwardIntoNetns, isRoot, joinUnderlay } from './netns.ts';
+import { createNetns, forwardIntoNetns, joinUnderlay, needsRootAnd } from './netns.ts';
 import type { Netns } from './netns.ts';
 import { peer } from './peers.ts';
 
@@ -61,10 +60,11 @@ export interface AddNodeOptions {
   sharedMounts?: boolean;
 }
 
-/** For `test(..., { skip })`: why a real-kubelet cluster cannot run here, else false. */
-export const needsKubeNodes: string | false = !isRoot() ? 'needs root: creates namespaces, cgroups and containers'
-  : !['/usr/bin/containerd', '/usr/bin/ctr', '/usr/sbin/conntrack'].every((f) => existsSync(f))
-    ? 'needs containerd and conntrack (make deps installs them)' : false;
+/**
+ * For `test(..., { skip })`: why a real-kubelet cluster cannot run here (not root), else false; as
+ * root a missing program is an error, not a skip (see needsRootAnd).
+ */
+export const needsKubeNodes: string | false = needsRootAnd('/usr/bin/containerd', '/usr/bin/ctr', '/usr/sbin/conntrack');
 
 /** The egress relay's process and what it printed. */
 interface Relay {

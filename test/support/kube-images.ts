@@ -10,11 +10,11 @@
  */
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { PEERS_DIR } from './peers.ts';
+import { needsRootAnd } from './netns.ts';
 
 const run = promisify(execFile);
 const ROOT = new URL('../../', import.meta.url);
@@ -79,4 +79,4 @@ export async function buildPauseImage(dir: string): Promise<string> {
 }
 
 /** For `test(..., { skip })`: why the image test cannot run here (no archive), else false. */
-export const needsWeftImage: string | false = existsSync(WEFT_IMAGE_ARCHIVE) ? false : `needs ${WEFT_IMAGE_ARCHIVE} (make image builds it)`;
+export const needsWeftImage: string | false = needsRootAnd(WEFT_IMAGE_ARCHIVE);
