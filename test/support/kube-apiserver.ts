@@ -17,10 +17,8 @@
  * - test/integration/kube-api-semantics.test.ts: this server held to the real one; compact (410 for a continue token).
  * - test/integration/kube-apiserver.test.ts: this server's own tests.
  * - test/unit/egress-crds.test.ts: kube-api/schema.ts judges samples without a server (the real one: egress-crds.test.ts).
- * - test/e2e/egress.test.ts (beforeServe: the API server stalled with 503s), through the e2e harness (test/support/cluster.ts,
- *   egress-cluster.ts, image-cluster.ts), which still starts this server in kube mode; its move is a change of its own.
- * - bench/faults.bench.ts (beforeServe 503s and breakWatches: the API server down), bench/support/egress.ts
- *   (beforeServe: a stall), bench/netpol.bench.ts (the e2e harness's server, seeded): through the harness.
+ * - bench/faults.bench.ts (beforeServe 503s and breakWatches: the API server down), through the e2e harness's
+ *   `testApiServer` option (test/support/cluster.ts), which nothing else uses: every e2e test runs on the real one.
  * - bench/kube.bench.ts, bench/support/kube-child.ts (for bench/support/weftd.ts): no fault; thousands of
  *   Nodes seeded into the store at once, so that the set-up is not what a bench measures.
  *
