@@ -14,6 +14,8 @@
  *   by `nft monitor`. A large table's listing costs seconds of nft's CPU: with a duty cycle
  *   ({@link KeptTableOptions.listDutyCycle}) a listing waits until the ones before took at most
  *   that share of the time since, applies meanwhile being covered by one listing after the last.
+ *   A check called before that listing stands waits for it; a listing finding the table gone is
+ *   drift. Any other change made between an apply and its listing is taken as the apply's own.
  */
 import { createHash } from 'node:crypto';
 import { WeftError } from '../errors.ts';
@@ -147,8 +149,14 @@ export class KeptTable {
     while (this.#goldenTask) await this.#goldenTask;
   }
 
-  /** Compares the table with the listing of our last apply; loads it whole again when they differ. */
+  /**
+   * Compares the table with the listing of our last apply; loads it whole again when they differ.
+   * Called during an apply, or before the listing of the last one stands, it first waits for
+   * them: the change it was called for may have come after that listing was taken.
+   */
   async check(): Promise<void> {
+    await this.#applying;
+    await this.#goldenTask;
     if (!this.#appliedKnown || this.#applying || this.#goldenOf !== this.#applies) return;
     const applies = this.#applies;
     if (!(await this.#listGap())) return;
@@ -157,9 +165,12 @@ export class KeptTable {
     // An apply since (or still listing its own result) makes this listing no evidence of drift.
     if (this.#applying || !this.#appliedKnown || applies !== this.#applies) return;
     if (listing?.digest === this.#golden?.digest) return;
-    this.#options.log.warn(`${this.#options.what}: table ${this.#options.table} was changed by something else; loading it again`, {
-      state: listing === undefined ? 'missing' : this.#golden === undefined ? 'present, wanted absent' : 'altered',
-    });
+    this.#drifted(listing === undefined ? 'missing' : this.#golden === undefined ? 'present, wanted absent' : 'altered');
+  }
+
+  #drifted(state: string): void {
+    const { what, table, log } = this.#options;
+    log.warn(`${what}: table ${table} was changed by something else; loading it again`, { state });
     this.#appliedKnown = false;
     this.bump();
     this.kick();
@@ -214,11 +225,13 @@ export class KeptTable {
     const started = performance.now();
     this.#goldenTask = this.#listGap().then((go) => (go && applies === this.#applies ? this.#list() : null)).then((listing) => {
       if (listing === null || applies !== this.#applies) return;
+      // Our apply left a table: something deleted it since, which this listing must not take as ours.
+      if (listing === undefined) return this.#drifted('missing');
       this.#golden = listing;
       this.#goldenOf = applies;
       this.#options.log.debug(`${this.#options.what}: listed the applied rules for the repair`, {
         list_ms: Math.round(performance.now() - started),
-        bytes: listing?.bytes ?? 0,
+        bytes: listing.bytes,
       });
     }, (e: unknown) => {
       if (applies !== this.#applies) return;

@@ -9,19 +9,29 @@ import type { NftRuleset } from '../../../src/nft/ruleset.ts';
 const LIST_MS = CHEAP_LIST_MS + 20;
 const sleep = (ms: number) => new Promise((res) => setTimeout(res, ms));
 
-/** A kernel holding one chain whose rules are the last applied `counter` value; listings take `listMs`. */
+/**
+ * A kernel holding one chain whose rules are the last applied `counter` value (undefined: the
+ * table was deleted); listings take `listMs` and show the table as it was when they started.
+ */
 function kernel(listMs = LIST_MS) {
   const calls: { argv: string; at: number; end?: number }[] = [];
-  let listing = '';
+  let listing: string | undefined = '';
   const run: Runner = async (argv, input) => {
     const call: { argv: string; at: number; end?: number } = { argv: argv.join(' '), at: performance.now() };
     calls.push(call);
-    if (argv[1] === '-f') listing = /counter (\d+)/.exec(stdinText(input))?.[1] ?? listing;
+    if (argv[1] === '-f') listing = /counter (\d+)/.exec(stdinText(input))?.[1] ?? listing ?? '';
+    const seen = listing;
     if (argv[1] === 'list') await sleep(listMs);
     call.end = performance.now();
-    return { code: 0, stdout: `table inet t { ${listing} }\n`, stderr: '' };
+    if (seen === undefined) return { code: 1, stdout: '', stderr: 'Error: No such file or directory' };
+    return { code: 0, stdout: `table inet t { ${seen} }\n`, stderr: '' };
   };
-  return { run, calls, lists: () => calls.filter((c) => c.argv.startsWith('nft list')), drift: () => (listing = 'altered') };
+  return {
+    run, calls,
+    lists: () => calls.filter((c) => c.argv.startsWith('nft list')),
+    applies: () => calls.filter((c) => c.argv === 'nft -f -'),
+    drift: () => (listing = 'altered'), delete: () => (listing = undefined),
+  };
 }
 
 test('listings keep to the duty cycle: applies in a burst are listed once, after the gap; drift is still repaired', async () => {
@@ -44,7 +54,7 @@ test('listings keep to the duty cycle: applies in a burst are listed once, after
       n++;
       await table.appliedThrough(table.bump());
     }
-    assert.equal(k.calls.filter((c) => c.argv === 'nft -f -').length, 4);
+    assert.equal(k.applies().length, 4);
     await until('the second listing', () => k.lists()[1]?.end !== undefined);
     await sleep(LIST_MS * 6);
     assert.equal(k.lists().length, 2, 'the three applies of the burst listed once');
@@ -58,7 +68,7 @@ test('listings keep to the duty cycle: applies in a burst are listed once, after
 
     k.drift();
     await table.check();
-    await until('the reload', () => k.calls.filter((c) => c.argv === 'nft -f -').length === 5);
+    await until('the reload', () => k.applies().length === 5);
     assert.ok(log.records.some((r) => /changed by something else/.test(r.msg)), 'drift reported');
     assert.ok(k.lists()[2]!.at - second.end! >= 4 * took(second) - 1, 'the repair\'s own listing waited its turn too');
   } finally {
@@ -92,6 +102,59 @@ test('cheap listings are not held back: a repair check lists at once', async () 
     await table.check();
     assert.equal(k.lists().length, 2);
     assert.ok(performance.now() - started < 1000, `listed after ${Math.round(performance.now() - started)} ms, not the 5 s of a 1% duty cycle`);
+  } finally {
+    await table.stop();
+  }
+});
+
+/** A table whose rules are `counter <n()>`, listings kept to `listDutyCycle`. */
+function counted(k: ReturnType<typeof kernel>, n: () => number, listDutyCycle: number) {
+  const log = memoryLogger();
+  const table = new KeptTable({ table: 'inet t', what: 'test', log, run: k.run, listDutyCycle, ready: () => true,
+    render: () => ({ sets: [], chains: new Map([['c', [`counter ${n()}`]]]) }) });
+  return { table, log };
+}
+
+async function waitFor(what: string, ok: () => boolean): Promise<void> {
+  for (const end = performance.now() + 3000; !ok();) {
+    assert.ok(performance.now() < end, `timed out waiting for ${what}`);
+    await sleep(5);
+  }
+}
+
+test('a table deleted while the listing of the last apply waits its turn is put back, not taken as applied', async () => {
+  const k = kernel();
+  let n = 0;
+  const { table, log } = counted(k, () => n, 0.2);
+  try {
+    await table.appliedThrough(table.bump());
+    await waitFor('the first listing', () => k.lists()[0]?.end !== undefined);
+    n++;
+    await table.appliedThrough(table.bump());
+    assert.equal(k.lists().length, 1, 'the second listing is held back by the duty cycle');
+    k.delete();
+    await table.check();
+    await waitFor('the reload', () => k.applies().length === 3);
+    assert.deepEqual(log.records.filter((r) => r.level === 'warn').map((r) => r.fields), [{ state: 'missing' }]);
+  } finally {
+    await table.stop();
+  }
+});
+
+test('a change reported while the listing of the last apply runs is checked once that listing stands', async () => {
+  const k = kernel();
+  let n = 0;
+  const { table, log } = counted(k, () => n, 1);
+  try {
+    await table.appliedThrough(table.bump());
+    await waitFor('the first listing', () => k.lists()[0]?.end !== undefined);
+    n++;
+    await table.appliedThrough(table.bump());
+    await waitFor('the second listing to start', () => k.lists().length === 2);
+    k.drift();
+    await table.check();
+    await waitFor('the reload', () => k.applies().length === 3);
+    assert.deepEqual(log.records.filter((r) => r.level === 'warn').map((r) => r.fields), [{ state: 'altered' }]);
   } finally {
     await table.stop();
   }
