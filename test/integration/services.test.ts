@@ -240,6 +240,9 @@ test('the Service proxy translates every Service type and policy on a real kerne
           await node.exec('nft', 'delete', 'table', 'inet', NFT_SERVICES_TABLE);
           // From pa: pc, the endpoint, cannot reach itself here (it is labelled another node's, so no hairpin masquerade).
           await eventually(agents.pa, '10.96.0.31', 'TCP', 80, answered);
+          // A change made before the repair has listed what it loaded would be taken as the proxy's own (kept-table.ts).
+          await until('the reloaded table is listed for the repair', () =>
+            log.records.filter((r) => /rules applied|listed the applied rules/.test(r.msg)).at(-1)?.msg.includes('listed') ?? false);
           await node.exec('nft', 'flush', 'map', 'inet', NFT_SERVICES_TABLE, 'services4');
           await eventually(agents.pa, '10.96.0.31', 'TCP', 80, answered);
         });
