@@ -94,8 +94,14 @@ function vethName(): string {
 export function hiddenNetns(netns: string | undefined): string | undefined {
   if (netns === undefined) return undefined;
   if (!existsSync(netns)) return netns.startsWith('/proc/') ? `${netns} is not visible to weftd` : undefined;
-  if (statfsSync(netns).type === NSFS_MAGIC) return undefined;
-  const st = statSync(netns);
+  let st;
+  try {
+    if (statfsSync(netns).type === NSFS_MAGIC) return undefined;
+    st = statSync(netns);
+  } catch {
+    // Gone (or unreadable) since: what opening it says is the answer, as for any other namespace.
+    return undefined;
+  }
   if (!st.isFile() || st.size !== 0) return undefined;
   return `${netns} is an empty file where weftd sees it: the runtime's mount of the namespace did not reach weftd's /run/netns `
     + 'volume (on the host, /run/netns is not a shared mount)';

@@ -155,8 +155,8 @@ export class KeptTable {
    * them: the change it was called for may have come after that listing was taken.
    */
   async check(): Promise<void> {
-    await this.#applying;
-    await this.#goldenTask;
+    // Each may start the other as it ends (a queued apply, a listing to take again); once stopped, neither starts.
+    while (this.#applying || this.#goldenTask) await (this.#applying ?? this.#goldenTask);
     if (!this.#appliedKnown || this.#applying || this.#goldenOf !== this.#applies) return;
     const applies = this.#applies;
     if (!(await this.#listGap())) return;

@@ -132,8 +132,9 @@ export class PolicyEnforcer {
   /** Ends the watches and the repair loop; the table stays. */
   async stop(): Promise<void> {
     this.#stop.abort();
-    await Promise.all(this.#tasks);
+    // First the table: a repair check waiting for an apply that keeps failing ends with it.
     await this.#table.stop();
+    await Promise.all(this.#tasks);
   }
 
   /**

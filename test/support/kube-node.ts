@@ -288,8 +288,11 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       await exited;
       clearTimeout(timer);
     }
-    await this.cgroups.destroy();
-    if (this.#sysctlHolder) await releaseKubeletSysctls(this.#sysctlHolder);
-    await this.ns.remove();
+    try {
+      await this.cgroups.destroy();
+    } finally {
+      if (this.#sysctlHolder) await releaseKubeletSysctls(this.#sysctlHolder);
+      await this.ns.remove();
+    }
   }
 }
