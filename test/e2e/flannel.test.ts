@@ -150,7 +150,8 @@ for (const mode of ['etcd', 'kube'] as const) {
       const c = await MixedCluster.start({ bed, mode, backend, ipMasq });
       try {
         const [a, b] = c.nodes as [InteropNode, InteropNode];
-        const [a1, a2, a3] = [await c.wirePod(a, peer(FLANNEL_CNI)), await c.wirePod(a, peer(FLANNEL_CNI)), await c.wirePod(a, peer(FLANNEL_CNI))];
+        const flannelPod = () => c.wirePod(a, peer(FLANNEL_CNI));
+        const [a1, a2, a3] = [await flannelPod(), await flannelPod(), await flannelPod()];
         const a5 = await c.wirePod(a, peer('flannel-cni-v1.7.1-flannel1'));
         const b1 = await c.wirePod(b, PLUGIN_BIN);
         await c.waitPing(a1, b1);

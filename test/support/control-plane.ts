@@ -166,7 +166,9 @@ export class KubeControlPlane {
       ]);
     }
     if (o.scheduler) {
-      this.#spawn('kube-scheduler', [`--kubeconfig=${kubeconfig}`, '--bind-address=127.0.0.1', '--secure-port=0', '--leader-elect=false', '--v=1']);
+      this.#spawn('kube-scheduler', [
+        `--kubeconfig=${kubeconfig}`, '--bind-address=127.0.0.1', '--secure-port=0', '--leader-elect=false', '--v=1',
+      ]);
     }
   }
 
@@ -208,7 +210,9 @@ export class KubeControlPlane {
         method: init.method ?? 'GET', agent: this.#agent,
         headers: {
           authorization: 'Bearer admin', accept: 'application/json',
-          ...(text !== undefined ? { 'content-type': init.contentType ?? 'application/json', 'content-length': Buffer.byteLength(text) } : {}),
+          ...(text !== undefined
+            ? { 'content-type': init.contentType ?? 'application/json', 'content-length': Buffer.byteLength(text) }
+            : {}),
         },
       }, (res) => {
         let data = '';
@@ -325,7 +329,8 @@ export class KubeControlPlane {
   /** Namespace `name` (created when missing) and its `default` ServiceAccount, which Pods need to be admitted. */
   async namespace(name: string): Promise<void> {
     await this.ensure('/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
-    await this.ensure(`/api/v1/namespaces/${name}/serviceaccounts`, { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'default' } });
+    const sa = { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'default' } };
+    await this.ensure(`/api/v1/namespaces/${name}/serviceaccounts`, sa);
   }
 
   /**
@@ -351,9 +356,13 @@ export class KubeControlPlane {
    */
   async grant(name: string, subject: string, rules: PolicyRule[]): Promise<void> {
     const rbac = '/apis/rbac.authorization.k8s.io/v1';
-    await this.create(`${rbac}/clusterroles`, { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name }, rules });
+    await this.create(`${rbac}/clusterroles`, {
+      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name }, rules,
+    });
     const sa = /^system:serviceaccount:([^:]+):(.+)$/.exec(subject);
-    const who = sa ? { kind: 'ServiceAccount', name: sa[2], namespace: sa[1] } : { kind: 'User', apiGroup: 'rbac.authorization.k8s.io', name: subject };
+    const who = sa
+      ? { kind: 'ServiceAccount', name: sa[2], namespace: sa[1] }
+      : { kind: 'User', apiGroup: 'rbac.authorization.k8s.io', name: subject };
     await this.create(`${rbac}/clusterrolebindings`, {
       apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name },
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name }, subjects: [who],
