@@ -142,7 +142,12 @@ test('egress controller: a policy that could not be placed for a while gets its 
     await ready(false);
     await until('policy z withdrawn', async () => ((await statusOf('z')).node ?? undefined) === undefined, 10_000);
     await policy('b');
-    await sleep(300);
+    // The controller has met b, and placed it nowhere (no node is Ready), before the nodes come back.
+    await until('policy b seen and not placed', async () => {
+      const { conditions = [] } = ((await cp.request('GET', `${EGRESS}/namespaces/default/egresspolicies/b`))?.status ?? {}) as
+        { conditions?: { type: string; reason: string }[] };
+      return conditions.some((c) => c.type === 'Ready' && c.reason === 'NoReadyGatewayNode');
+    }, 10_000);
     await ready(true);
     await until('both placed', async () => Boolean((await statusOf('z')).eip?.ipv4 && (await statusOf('b')).eip?.ipv4), 10_000);
     assert.deepEqual([(await statusOf('z')).eip, (await statusOf('b')).eip], [{ ipv4: '198.51.100.100' }, { ipv4: '198.51.100.101' }]);
