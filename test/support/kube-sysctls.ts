@@ -11,6 +11,7 @@
  */
 import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { procSysctl } from '../../src/masq/runner.ts';
 
 /** Every kernel tunable kubelet v1.28 sets or checks (pkg/kubelet/cm, setupKernelTunables). */
 export const KUBELET_SYSCTLS = ['vm.overcommit_memory', 'vm.panic_on_oom', 'kernel.panic', 'kernel.panic_on_oops',
@@ -23,11 +24,9 @@ const LOCK = join(DIR, 'lock');
 /** A lock older than this was left by a process that died holding it. */
 const STALE_LOCK_MS = 30_000;
 
-const procPath = (key: string): string => `/proc/sys/${key.replaceAll('.', '/')}`;
-
 /** The current values of {@link KUBELET_SYSCTLS}. */
 export async function readKubeletSysctls(): Promise<Record<string, string>> {
-  return Object.fromEntries(await Promise.all(KUBELET_SYSCTLS.map(async (k) => [k, (await readFile(procPath(k), 'utf8')).trim()])));
+  return Object.fromEntries(await Promise.all(KUBELET_SYSCTLS.map(async (k) => [k, await procSysctl.read(k)])));
 }
 
 async function locked<T>(fn: () => Promise<T>): Promise<T> {
@@ -86,7 +85,7 @@ export async function releaseKubeletSysctls(holder: string): Promise<void> {
     const saved = await readFile(SAVED, 'utf8').catch(() => undefined);
     if (saved === undefined) return;
     for (const [key, value] of Object.entries(JSON.parse(saved) as Record<string, string>)) {
-      if ((await readFile(procPath(key), 'utf8')).trim() !== value) await writeFile(procPath(key), value);
+      if ((await procSysctl.read(key)) !== value) await procSysctl.write(key, value);
     }
     await rm(SAVED, { force: true });
   });
