@@ -30,6 +30,8 @@ export interface DoctorFacts {
   underlayMtu?: number;
   /** The vxlan device's name and MTU and whether its tx checksum offload is on (undefined: unknown). */
   vxlanDevice?: { name: string; mtu: number; txChecksum?: boolean };
+  /** The running kernel's release (`uname -r`). */
+  kernelRelease: string;
   /** Effective rp_filter (the larger of `all` and the interface's) of each interface carrying pod traffic. */
   rpFilter: { iface: string; value: number }[];
   /** net.ipv4.conf.default.rp_filter: what interfaces created later (cni0, a recreated vxlan device) get. */
@@ -129,13 +131,30 @@ export function checkMtu(f: DoctorFacts): CheckResult {
   return ok('MTU', what);
 }
 
-/** Checksum offload on the vxlan device (kernels miscompute the checksum of NATed VXLAN traffic). */
+/** The first kernel that computes the checksum of NATed traffic leaving through a vxlan device with tx offload on. */
+const OFFLOAD_FIXED_IN: [number, number] = [5, 7];
+
+/** Whether `release` (`uname -r`) is older than `[major, minor]`; undefined when it cannot be read. */
+export function kernelBefore(release: string, [major, minor]: [number, number]): boolean | undefined {
+  const m = /^(\d+)\.(\d+)/.exec(release);
+  if (!m) return undefined;
+  return Number(m[1]) < major || (Number(m[1]) === major && Number(m[2]) < minor);
+}
+
+/**
+ * Checksum offload on the vxlan device: kernels before 5.7 miscompute the checksum of NATed
+ * traffic leaving through it (flannel#1279, kubernetes#88986; Calico turns the offload off below
+ * 5.7 only, felix#2815). On a later kernel the offload is no hazard and nothing is said of it.
+ */
 export function checkOffloads(f: DoctorFacts): CheckResult {
   if (f.status.backend?.type.toLowerCase() !== 'vxlan') {
     return ok('offloads', `backend ${f.status.backend?.type ?? 'unknown'}: no vxlan device`);
   }
   const d = f.vxlanDevice;
   if (!d) return fail('offloads', 'backend vxlan, but its device is missing', 'start or restart weftd: it creates the device');
+  if (kernelBefore(f.kernelRelease, OFFLOAD_FIXED_IN) === false) {
+    return ok('offloads', `kernel ${f.kernelRelease} checksums NATed vxlan traffic correctly with offload on or off (fixed in 5.7)`);
+  }
   if (d.txChecksum === undefined) {
     return warn(
       'offloads',
@@ -146,7 +165,8 @@ export function checkOffloads(f: DoctorFacts): CheckResult {
   if (d.txChecksum) {
     return warn(
       'offloads',
-      `${d.name} has tx-checksum-ip-generic on: packets to Services NATed onto the vxlan path can leave with a bad checksum`,
+      `${d.name} has tx-checksum-ip-generic on and kernel ${f.kernelRelease} predates 5.7: `
+        + 'packets to Services NATed onto the vxlan path can leave with a bad checksum',
       `ethtool -K ${d.name} tx-checksum-ip-generic off`,
     );
   }

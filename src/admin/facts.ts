@@ -5,6 +5,7 @@
  */
 import { execFile } from 'node:child_process';
 import { readFile, readdir, readlink } from 'node:fs/promises';
+import { release } from 'node:os';
 import { promisify } from 'node:util';
 import { contains, parseCIDR, tryParseIP } from '../ip/ip.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
@@ -143,6 +144,7 @@ export async function gatherFacts(h: NetlinkHandle, status: NodeStatus): Promise
     status,
     ...(underlay ? { underlayMtu: underlay.mtu } : {}),
     ...(device ? { vxlanDevice: { name: device.name, mtu: device.mtu, ...(tx !== undefined ? { txChecksum: tx } : {}) } } : {}),
+    kernelRelease: release(),
     rpFilter,
     ...(rpFilterDefault !== undefined ? { rpFilterDefault } : {}),
     ...(ipForward !== undefined ? { ipForward } : {}),

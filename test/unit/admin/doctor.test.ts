@@ -30,6 +30,7 @@ function healthy(): DoctorFacts {
     status,
     underlayMtu: 1500,
     vxlanDevice: { name: 'flannel.1', mtu: 1450, txChecksum: false },
+    kernelRelease: '5.4.0-150-generic',
     rpFilter: [{ iface: 'flannel.1', value: 0 }, { iface: 'cni0', value: 2 }],
     rpFilterDefault: 0,
     ipForward: 1,
@@ -58,7 +59,10 @@ const CASES: [string, (f: DoctorFacts) => CheckResult, Case[]][] = [
   ]],
   ['offloads', checkOffloads, [
     ['ok', () => {}, /computes checksums in software/],
-    ['warn', (f) => { f.vxlanDevice!.txChecksum = true; }, /tx-checksum-ip-generic on/],
+    ['ok', (f) => { f.vxlanDevice!.txChecksum = true; f.kernelRelease = '6.1.0-28-amd64'; }, /kernel 6\.1\.0-28-amd64 checksums NATed/],
+    ['ok', (f) => { delete f.vxlanDevice!.txChecksum; f.kernelRelease = '5.7.0'; }, /fixed in 5\.7/],
+    ['warn', (f) => { f.vxlanDevice!.txChecksum = true; }, /tx-checksum-ip-generic on and kernel 5\.4\.0-150-generic predates 5\.7/],
+    ['warn', (f) => { f.vxlanDevice!.txChecksum = true; f.kernelRelease = 'unknown'; }, /tx-checksum-ip-generic on/],
     ['fail', (f) => { delete f.vxlanDevice; }, /its device is missing/],
   ]],
   ['rp_filter', checkRpFilter, [
@@ -105,7 +109,7 @@ const CASES: [string, (f: DoctorFacts) => CheckResult, Case[]][] = [
 
 for (const [name, check, cases] of CASES) {
   for (const [verdict, change, detail] of cases) {
-    test(`doctor ${name}: ${verdict}`, () => {
+    test(`doctor ${name}: ${verdict}, ${detail.source}`, () => {
       const f = healthy();
       change(f);
       const r = check(f);
