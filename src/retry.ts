@@ -55,3 +55,53 @@ export class Backoff {
     this.#capMs = this.#initialMs;
   }
 }
+
+/** The smallest wait between reconnection attempts, and the attempts a second a whole cluster may make. */
+export const RECONNECT_FLOOR_MS = 1000;
+export const RECONNECT_CLUSTER_RATE = 10_000;
+
+/**
+ * The longest wait T between two attempts to reach a datastore that is away, for a cluster of
+ * `nodes`: one second, or longer where the cluster is large enough that its nodes together would
+ * try more than {@link RECONNECT_CLUSTER_RATE} times a second (5 s at 50,000 nodes).
+ */
+export function reconnectIntervalMs(nodes: number): number {
+  return Math.max(RECONNECT_FLOOR_MS, Math.ceil((Math.max(nodes, 1) * 1000) / RECONNECT_CLUSTER_RATE));
+}
+
+/**
+ * The waits of a watch reconnecting to etcd or the API server: each drawn uniformly from
+ * [T/2, T), T from {@link reconnectIntervalMs} and the cluster's size as last seen. Unlike
+ * {@link Backoff} it does not grow with the outage's length: once the datastore answers again,
+ * the next attempt comes within T whatever the outage lasted. The jitter spreads the cluster's
+ * attempts over T; the floor of T/2 bounds one node's attempts to two a second.
+ */
+export class ReconnectPace {
+  readonly #nodes: () => number;
+  readonly #random: () => number;
+
+  /** `nodes`: the cluster's size as known now; `random`: uniform in [0, 1), default Math.random. */
+  constructor(nodes: () => number = () => 1, random: () => number = Math.random) {
+    this.#nodes = nodes;
+    this.#random = random;
+  }
+
+  /** The longest wait now. */
+  intervalMs(): number {
+    return reconnectIntervalMs(this.#nodes());
+  }
+
+  next(): number {
+    const t = this.intervalMs();
+    return Math.floor(t / 2 + (this.#random() * t) / 2);
+  }
+
+  /** Nothing to reset: the pace does not grow. */
+  reset(): void {}
+}
+
+/** What a retry loop draws its waits from: a {@link Backoff} or a {@link ReconnectPace}. */
+export interface RetryDelays {
+  next(): number;
+  reset(): void;
+}

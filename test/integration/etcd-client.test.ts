@@ -2,7 +2,8 @@
  * Weft's etcd client (etcd3 underneath) against a real etcd: a paged listing is one consistent
  * revision, a prefix guard compares every key under it, the next endpoint takes over when one is
  * down, a call past its deadline fails, a watch that etcd does not create in time is given up, and
- * a watch started from a revision delivers what came after it.
+ * a watch started from a revision delivers what came after it; after etcd was away, the watch is
+ * live again at its first attempt once etcd answers, its waits never growing with the outage.
  * (The lease source's tests cover faults on the watch: compaction, restarts, stalls.)
  */
 import assert from 'node:assert/strict';
@@ -12,6 +13,7 @@ import { EtcdClient, prefixEnd } from '../../src/lease/etcd/client.ts';
 import type { WatchEvent } from '../../src/lease/etcd/client.ts';
 import { EtcdServer, freePort } from '../support/etcd.ts';
 import { FaultProxy } from '../support/fault-proxy.ts';
+import { ReconnectPace, sleep } from '../../src/retry.ts';
 import { until } from '../support/until.ts';
 
 async function withEtcd(fn: (etcd: EtcdServer, admin: Etcd3) => Promise<void>): Promise<void> {
@@ -131,6 +133,60 @@ test('a watch from a revision delivers every event after it, in order, and ends 
       await admin.put('/w/c').value('4');
       await until('the third', () => seen.length === 3);
       assert.deepEqual(seen.map((e) => [e.type, e.kv.key, e.kv.value]), [['put', '/w/b', '2'], ['delete', '/w/a', ''], ['put', '/w/c', '4']]);
+      ctl.abort();
+      assert.equal(await done, undefined);
+    } finally {
+      ctl.abort();
+      client.close();
+    }
+  });
+});
+
+test('after etcd was away, the watch is live at its first attempt once etcd answers: waits stay in [T/2, T), none grows', async () => {
+  await withEtcd(async (etcd) => {
+    const waits: number[] = [];
+    const attempts: { afterReturn: boolean; failed: boolean }[] = [];
+    let returned = false;
+    // Real waits: the gRPC channel's own reconnection backoff runs on real time, and it is what
+    // could hold back an attempt made after etcd's return.
+    const client = new EtcdClient({
+      endpoints: [etcd.endpoint],
+      delay: async (ms, signal) => {
+        waits.push(ms);
+        await sleep(ms, signal);
+        attempts.push({ afterReturn: returned, failed: false });
+      },
+    });
+    const ctl = new AbortController();
+    const seen: WatchEvent[] = [];
+    let reconnected = 0;
+    try {
+      const { revision } = await client.list('/w/');
+      const done = client.watch('/w/', prefixEnd('/w/'), String(BigInt(revision) + 1n), {
+        onResponse: (res) => seen.push(...res.events),
+        onDisconnected: () => {
+          const last = attempts.at(-1);
+          if (last) last.failed = true;
+        },
+        onReconnected: () => reconnected++,
+      }, ctl.signal, new ReconnectPace());
+      await etcd.pause();
+      // Long enough that a growing backoff (100 ms doubling, as this watch had) would be past 1 s.
+      await until('six failed attempts while etcd is away', () => attempts.filter((a) => a.failed).length >= 6, 30_000);
+      await etcd.resume();
+      returned = true;
+      await until('the watch live again', () => reconnected === 1, 10_000);
+      const admin = new Etcd3({ hosts: etcd.endpoint });
+      try {
+        await admin.put('/w/after').value('1');
+      } finally {
+        admin.close();
+      }
+      await until('the key written after the return', () => seen.length === 1);
+      assert.ok(waits.every((ms) => ms >= 500 && ms < 1000), `waits: ${waits.join(', ')} ms`);
+      // An attempt made while etcd was starting may already be the live one; if not, the next is.
+      const after = attempts.filter((a) => a.afterReturn);
+      assert.ok(after.length <= 1 && after.every((a) => !a.failed), `attempts after etcd answered: ${JSON.stringify(after)}`);
       ctl.abort();
       assert.equal(await done, undefined);
     } finally {

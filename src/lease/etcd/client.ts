@@ -15,7 +15,9 @@
  * - **Keepalive**: grpc-js channel options through etcd3's `grpcOptions`: a PING every
  *   `keepaliveMs` while a call or a watch is open (none when idle: etcd counts those as abuse),
  *   the connection dropped when one is not answered within half of that. Reconnection backoff
- *   of a channel is capped at 5 s (grpc-js would wait up to 120 s after a long outage).
+ *   of a channel is capped at 5 s (grpc-js would wait up to 120 s after a long outage); it does
+ *   not hold back a watch's attempts, each made on channels etcd3 created afresh after the last
+ *   failure (the test of the watch's return after an outage checks that).
  * - **Endpoints in turn**: etcd3 walks its hosts in a shuffled cycle. A call that fails in a way
  *   etcd3 calls recoverable (unavailable, deadline, no leader) is retried at once on the next
  *   host, once per other endpoint; a host that failed is skipped for 5 s (a circuit breaker of
@@ -31,8 +33,12 @@
  *   their deadline) and the watch resumes from its revision.
  *
  * The watch resumes by itself after a broken stream, from the revision after the last event it
- * delivered, with jittered backoff; it ends only when etcd cancels it for good (a compacted
- * revision), and says why.
+ * delivered; it ends only when etcd cancels it for good (a compacted revision), and says why.
+ * Between attempts it waits at the caller's pace (retry.ts ReconnectPace: uniform in [T/2, T),
+ * T = 1 s up to 10,000 nodes), which does not grow with the outage: after etcd answers again the
+ * watch is live within T plus one connection, however long etcd was away. No separate probe:
+ * the attempt is the probe, a refused connection costing a SYN and an RST, and the one that
+ * succeeds is the connection wanted.
  */
 import { InterceptingCall } from '@grpc/grpc-js';
 import type { Interceptor } from '@grpc/grpc-js';
@@ -40,7 +46,8 @@ import { ConsecutiveBreaker, circuitBreaker, handleWhen, noop, retry } from 'coc
 import { CompareResult, CompareTarget, Etcd3, isRecoverableError } from 'etcd3';
 import type { ICompare, IKeyValue, IOptions, IRequestOp, IWatchResponse } from 'etcd3';
 import { rootCertificates } from 'node:tls';
-import { Backoff, sleep } from '../../retry.ts';
+import { ReconnectPace, sleep } from '../../retry.ts';
+import type { RetryDelays } from '../../retry.ts';
 
 export interface EtcdClientOptions {
   /** `http://host:port`, `https://host:port` or `unix://<socket path>`. */
@@ -53,6 +60,8 @@ export interface EtcdClientOptions {
   keepaliveMs?: number;
   /** Deadline of every unary call, and how long a watch may take to be created; default 10 s. */
   callTimeoutMs?: number;
+  /** Waits between a watch's attempts (injectable for tests); default {@link sleep}. */
+  delay?: (ms: number, signal: AbortSignal) => Promise<void>;
 }
 
 /** One key as the registry reads it. */
@@ -256,18 +265,25 @@ export class EtcdClient {
 
   /**
    * Watches [key, rangeEnd) from `startRevision` until `signal` aborts (resolves undefined) or
-   * etcd cancels the watch (resolves with why); reconnects by itself in between.
+   * etcd cancels the watch (resolves with why); reconnects by itself in between, waiting
+   * `pace.next()` after each failed attempt.
    */
-  async watch(key: string, rangeEnd: Buffer, startRevision: string, h: WatchHandlers, signal: AbortSignal): Promise<string | undefined> {
+  async watch(
+    key: string,
+    rangeEnd: Buffer,
+    startRevision: string,
+    h: WatchHandlers,
+    signal: AbortSignal,
+    pace: RetryDelays = new ReconnectPace(),
+  ): Promise<string | undefined> {
     let from = startRevision;
     let broken = false;
     let renewedToken = false;
-    const backoff = new Backoff(100, 5000);
+    const delay = this.#options.delay ?? sleep;
     while (!signal.aborted && !this.#closed) {
       try {
         const end = await this.#watchOnce(key, rangeEnd, from, signal, (res) => {
           if (!res) {
-            backoff.reset();
             renewedToken = false;
             if (broken) h.onReconnected(from);
             broken = false;
@@ -297,7 +313,7 @@ export class EtcdClient {
           this.#renewPool();
           continue;
         }
-        await sleep(backoff.next(), signal).catch(() => {});
+        await delay(pace.next(), signal).catch(() => {});
       }
     }
     return undefined;

@@ -21,7 +21,7 @@ import type { NetConfig } from '../../config/netconf.ts';
 import { ConfigError, DatastoreUnavailableError, LeaseConflictError, PeerDataError, WeftError } from '../../errors.ts';
 import { equalCIDR, formatCIDR } from '../../ip/ip.ts';
 import type { Logger } from '../../log.ts';
-import { Backoff, sleep } from '../../retry.ts';
+import { Backoff, ReconnectPace, sleep } from '../../retry.ts';
 import type { Lease } from '../lease.ts';
 import type { AcquireRequest, SourceObserver } from '../source.ts';
 import { chooseLease } from './choose.ts';
@@ -162,7 +162,8 @@ export class OwnLease {
   async acquire(req: AcquireRequest, signal: AbortSignal): Promise<Lease> {
     const cfg = this.#config;
     if (!cfg) throw new WeftError('ESTATE', 'networkConfig() must succeed before acquire()');
-    const backoff = new Backoff(100, 5000);
+    // A node joining right after an etcd outage gets its lease within a second of etcd's return.
+    const pace = new ReconnectPace();
     for (;;) {
       signal.throwIfAborted();
       try {
@@ -178,7 +179,7 @@ export class OwnLease {
         }
         if (!(e instanceof DatastoreUnavailableError)) throw e;
         this.#log.warn('etcd unavailable while acquiring a lease; retrying', { err: e });
-        await sleep(backoff.next(), signal);
+        await sleep(pace.next(), signal);
       }
     }
   }

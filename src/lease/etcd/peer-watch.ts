@@ -4,7 +4,9 @@
  * The peers' leases: a snapshot of `<prefix>/subnets`, then a watch from its revision + 1. Each
  * watch response becomes one LeaseTable batch (watchBatch: events of one key collapsed to the
  * last, our own key taken out). The client reconnects a broken stream by itself from the
- * revision after the last event (backoff 100 ms → 5 s, jittered); a cancelled watch (the
+ * revision after the last event, and a failed relist is retried, both at the pace of
+ * ReconnectPace for the cluster's size (the table's): an attempt every T/2 to T, T = 1 s up to
+ * 10,000 nodes, so the watch is live within T of etcd answering again; a cancelled watch (the
  * revision it needs was compacted, #2470) ends in a relist, diffed by the table against what it
  * holds, and a new watch from the relist's revision. A half-dead connection is found by the
  * client's keepalive, which breaks the stream and so reconnects the watch; a member without a
@@ -16,7 +18,7 @@
 import { PeerDataError } from '../../errors.ts';
 import { formatCIDR, overlaps } from '../../ip/ip.ts';
 import type { Logger } from '../../log.ts';
-import { Backoff, sleep } from '../../retry.ts';
+import { ReconnectPace, sleep } from '../../retry.ts';
 import type { Lease } from '../lease.ts';
 import type { SourceObserver } from '../source.ts';
 import type { LeaseTable } from '../table.ts';
@@ -50,12 +52,12 @@ export class PeerWatch {
 
   /** Keeps `table` equal to the peers' leases in etcd until `signal` aborts. */
   async run(table: LeaseTable, signal: AbortSignal): Promise<void> {
-    const backoff = new Backoff(100, 5000);
+    // Every node and this one: the cluster's size, which sets how often all of them may try.
+    const pace = new ReconnectPace(() => table.size + 1);
     while (!signal.aborted) {
       try {
         const revision = await this.#relist(table);
-        backoff.reset();
-        const why = await this.#watchFrom(table, revision + 1n, signal);
+        const why = await this.#watchFrom(table, revision + 1n, signal, pace);
         if (why) {
           this.#log.info(`relisting leases: ${why}`);
           this.#observer?.watchRestarted?.();
@@ -64,7 +66,7 @@ export class PeerWatch {
         if (signal.aborted) break;
         this.#log.warn('lease watch failed; retrying', { err: e });
         this.#observer?.watchRestarted?.();
-        await sleep(backoff.next(), signal).catch(() => {});
+        await sleep(pace.next(), signal).catch(() => {});
       }
     }
   }
@@ -125,7 +127,7 @@ export class PeerWatch {
    * Watches from `revision` until a relist is needed (returns why) or `signal` aborts (returns
    * undefined). Each response is applied to `table` as one batch.
    */
-  async #watchFrom(table: LeaseTable, revision: bigint, signal: AbortSignal): Promise<string | undefined> {
+  async #watchFrom(table: LeaseTable, revision: bigint, signal: AbortSignal, pace: ReconnectPace): Promise<string | undefined> {
     const prefix = subnetsPrefix(this.#prefix);
     let disconnected = false;
     const why = await this.#client.watch(prefix, prefixEnd(prefix), revision.toString(), {
@@ -138,7 +140,7 @@ export class PeerWatch {
         this.#log.info('etcd watch reconnected', { fromRevision });
         disconnected = false;
       },
-    }, signal);
+    }, signal, pace);
     return why === undefined ? undefined : `the watch was cancelled (${why})`;
   }
 

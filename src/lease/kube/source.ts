@@ -27,11 +27,13 @@
  * (bookmarks included), and so is one silent for longer than `watchSilenceMs`: a half-dead
  * connection can stay open for ever. 410 Gone, as an ERROR event
  * or an HTTP status, ends in a relist, which the table diffs against what it holds, so nothing
- * is lost and nothing is repeated. A failing watch is retried 500 ms → 2 s with full jitter
- * (client-node's informer waits up to 30 s, so a node could miss every change for half a
- * minute after the API server came back; the jitter spreads the retries of many nodes, and a
- * refused watch is cheap); other calls back off 1 s → 30 s. 401 and 403 are not retried: they
- * need an operator, and the error names the verb and resource RBAC must allow.
+ * is lost and nothing is repeated. A failing watch or Node list is retried every T/2 to T
+ * (ReconnectPace: T = 1 s up to 10,000 Nodes, longer in larger clusters so that all nodes
+ * together stay under 10,000 attempts a second), however long the outage: the watch is live
+ * within T of the API server answering again. client-node's informer waits up to 30 s, so a
+ * node could miss every change for half a minute after the API server came back. Other calls
+ * back off 1 s → 30 s. 401 and 403 are not retried: they need an operator, and the error names
+ * the verb and resource RBAC must allow.
  *
  * Our own Node is kept out of the table. When its annotations lose ours (the Node was deleted and
  * registered again) they are published again; when its pod CIDR changes the new lease goes to
@@ -46,7 +48,7 @@ import { ConfigError, PeerDataError, WeftError, isRetryable } from '../../errors
 import { equalCIDR, formatCIDR, tryParseIP } from '../../ip/ip.ts';
 import type { CIDR } from '../../ip/ip.ts';
 import type { Logger } from '../../log.ts';
-import { Backoff, sleep } from '../../retry.ts';
+import { Backoff, ReconnectPace, sleep } from '../../retry.ts';
 import type { Lease, LeaseAttrs } from '../lease.ts';
 import type { AcquireRequest, LeaseSource, PublishedOwn } from '../source.ts';
 import type { LeaseTable } from '../table.ts';
@@ -272,11 +274,13 @@ export class KubeLeaseSource implements LeaseSource {
     if (!this.#config) throw new WeftError('ESTATE', 'networkConfig() must succeed before watch()');
     const stop = AbortSignal.any([signal, this.#closed.signal]);
     const own = await this.nodeName(stop);
+    const pace = new ReconnectPace(() => table.size + 1);
     const nodes = new Reflector<Watched>({
       http: this.#http, path: '/api/v1/nodes', resource: 'nodes', name: 'Nodes', log: this.#log,
       listPageSize: this.#options.listPageSize ?? 250, listTimeoutMs: this.#options.listTimeoutMs ?? 60_000,
-      // Without a Node list a node cannot follow the cluster: retried as fast as a watch.
-      listRetryMs: [500, 2000],
+      // Without a Node list a node cannot follow the cluster: a list is retried as a watch is,
+      // at a pace set by the cluster's size (every node and this one).
+      watchRetry: pace, listRetry: pace,
       ...(this.#options.watchSilenceMs !== undefined ? { watchSilenceMs: this.#options.watchSilenceMs } : {}),
       ...(this.#options.watchTimeoutSeconds !== undefined ? { watchTimeoutSeconds: this.#options.watchTimeoutSeconds } : {}),
       delay: this.#delay, now: this.#now,

@@ -1,17 +1,19 @@
 /**
  * The generic reflector against the test API server, for what kube-apiserver cannot be made to do
  * on demand: the pages of its list counted, then history compacted under a silenced watch that is
- * then broken, so that resuming gets 410 Gone and the reflector lists again. Its behaviour against
- * the real kube-apiserver is reflector.test.ts.
+ * then broken, so that resuming gets 410 Gone and the reflector lists again; and every request
+ * answered 503 for a while, after which the first attempt is live. Its behaviour against the real
+ * kube-apiserver is reflector.test.ts.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Reflector } from '../../../src/k8s/reflector.ts';
+import { sleep } from '../../../src/retry.ts';
 import type { Changes } from '../../../src/k8s/reflector.ts';
 import { kubeConfigFromFlags } from '../../../src/lease/kube/client.ts';
 import { KubeHttp } from '../../../src/lease/kube/http.ts';
 import { memoryLogger } from '../../../src/log.ts';
-import { KubeApiServer } from '../../support/kube-apiserver.ts';
+import { ApiError, KubeApiServer } from '../../support/kube-apiserver.ts';
 import { until } from '../../support/until.ts';
 
 const ns = (name: string, team: string) => ({ metadata: { name, labels: { team } } });
@@ -59,6 +61,57 @@ test('a reflector lists in pages, follows the watch, and relists after 410 Gone'
     assert.equal(lists.length, 2, 'a second list');
     assert.ok(!batches.some((b) => b.has('ns-new')), 'ns-new came by the relist, not the watch');
     assert.ok(log.records.some((rec) => /relisting namespaces: 410 Gone/.test(rec.msg)), 'the relist is logged with its reason');
+    stop.abort();
+    await running;
+  } finally {
+    stop.abort();
+    await api.stop();
+  }
+});
+
+test('after the API server answered 503 for a while, the watch is live at its first attempt: waits stay in [T/2, T)', async () => {
+  const api = await KubeApiServer.start();
+  const stop = new AbortController();
+  try {
+    const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: await api.kubeconfig() }));
+    const held = new Set<string>();
+    const waits: number[] = [];
+    let answerAgain!: () => void;
+    const answering = new Promise<void>((resolve) => {
+      answerAgain = resolve;
+    });
+    const r = new Reflector<string>({
+      http, path: '/api/v1/namespaces', resource: 'namespaces', log: memoryLogger(), parse: () => '',
+      onList: (items) => {
+        for (const k of items.keys()) held.add(k);
+      },
+      onChanges: (changes) => {
+        for (const k of changes.keys()) held.add(k);
+      },
+      // The waits between attempts recorded (the silence check's, 150 s, are the only others) and taken
+      // a hundredth as long; after the eighth failure, until the server answers again, so every
+      // attempt after it is made to a server that answers.
+      watchSilenceMs: 600_000,
+      delay: async (ms, signal) => {
+        if (ms < 100_000) waits.push(ms);
+        if (waits.length >= 8) await answering;
+        await sleep(ms / 100, signal);
+      },
+    });
+    const running = r.run(stop.signal);
+    await until('the first list', () => held.has('default'));
+    api.beforeServe = () => {
+      throw new ApiError(503, 'ServiceUnavailable', 'the API server is down (test)');
+    };
+    api.breakWatches();
+    // Longer than a doubling backoff from 500 ms (this reflector's before) takes to pass 1 s.
+    await until('eight failed attempts', () => waits.length >= 8);
+    api.beforeServe = undefined;
+    answerAgain();
+    api.seed('namespaces', ns('after', 'a'));
+    await until('the namespace made after the return', () => held.has('after'));
+    assert.equal(waits.length, 8, 'no attempt failed once the server answered');
+    assert.ok(waits.every((ms) => ms >= 500 && ms < 1000), `waits: ${waits.join(', ')} ms`);
     stop.abort();
     await running;
   } finally {
