@@ -17,6 +17,12 @@ import { GoStruct, goJson } from './go-json.ts';
 /** flannel's defaults. */
 export const DEFAULT_SUBNET_FILE = '/run/flannel/subnet.env';
 export const DEFAULT_DATA_DIR = '/var/lib/cni/flannel';
+/**
+ * How long an ADD waits for subnet.env: the node turns Ready as soon as the conflist is there,
+ * seconds before weftd has its lease, and the pods waiting for the network are added at once.
+ * Well within the kubelet's 2 min runtime request timeout.
+ */
+export const DEFAULT_SUBNET_FILE_WAIT_S = 30;
 
 /** One entry of GC's `cni.dev/valid-attachments`. */
 export interface Attachment {
@@ -43,6 +49,8 @@ export interface PluginConf {
   fixedAddress: boolean;
   /** Weft's `fixedAddressGracePeriod` in seconds (default 3600): how long a deleted pod's addresses are kept. */
   fixedAddressGraceSeconds: number;
+  /** Weft's `subnetFileWait` in seconds (default 30): how long an ADD waits for weftd to write subnet.env. */
+  subnetFileWaitSeconds: number;
 }
 
 
@@ -135,6 +143,7 @@ export function parseNetConf(stdin: string): PluginConf {
     validAttachments: attachments(conf['cni.dev/valid-attachments']),
     fixedAddress: optionalBool(conf, 'fixedAddress'),
     fixedAddressGraceSeconds: optionalSeconds(conf, 'fixedAddressGracePeriod', DEFAULT_GRACE_MS / 1000),
+    subnetFileWaitSeconds: optionalSeconds(conf, 'subnetFileWait', DEFAULT_SUBNET_FILE_WAIT_S),
   };
 }
 

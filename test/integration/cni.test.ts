@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { existsSync, readFileSync, readdirSync, statSync, symlinkSync } from 'node:fs';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -119,7 +119,8 @@ test('every spec version: ADD wires the pod into the node subnet, CHECK is real,
   }
 });
 
-test('DEL without state or netns succeeds; without subnet.env ADD says try again (11) and STATUS fails (50); GC frees what is not listed', { skip }, async () => {
+test('DEL without state or netns succeeds; without subnet.env ADD waits for it, says try again (11) after subnetFileWait, and STATUS '
+  + 'fails (50); GC frees what is not listed', { skip }, async () => {
   const net = await network();
   try {
     await withNetns(['node', 'pod1', 'pod2', 'pod3'], async (node, pod1, pod2, pod3) => {
@@ -142,15 +143,25 @@ test('DEL without state or netns succeeds; without subnet.env ADD says try again
       assert.equal(status.code, 1);
       assert.equal(status.json?.code, 50);
       assert.match(status.json?.msg as string, /subnetFile/);
-      const early = await weft(node, { command: 'ADD', containerId: 'early', ifname: 'eth0', netns: pod1.path }, conf);
+      const early = await weft(node, { command: 'ADD', containerId: 'early', ifname: 'eth0', netns: pod1.path }, { ...conf, subnetFileWait: 0 });
       assert.equal(early.json?.code, 11, early.stdout);
+      assert.match(early.json?.msg as string, /does not exist after 0 s \(subnetFileWait\)/);
       assert.deepEqual(stateFiles(net.dataDir), [], 'nothing saved for an ADD that could not start');
-      await writeFile(net.subnetFile, SUBNET_ENV);
 
-      for (const [id, pod] of [['keep', pod1], ['stale', pod2]] as const) {
-        const r = await weft(node, { command: 'ADD', containerId: id, ifname: 'eth0', netns: pod.path }, conf);
-        assert.equal(r.code, 0, r.stdout);
-      }
+      // A pod waiting for the network is added once weftd writes subnet.env (as weftd does: whole,
+      // by a rename), not failed.
+      const written = `${net.subnetFile}.tmp`;
+      await writeFile(written, SUBNET_ENV);
+      const waiting = weft(node, {
+        command: 'ADD', containerId: 'keep', ifname: 'eth0', netns: pod1.path,
+        onStderr: (text) => {
+          if (/waiting up to 30 s for .*: weftd has not leased this node a subnet yet/.test(text)) void rename(written, net.subnetFile);
+        },
+      }, conf);
+      const kept = await waiting;
+      assert.equal(kept.code, 0, kept.stdout + kept.stderr);
+      const stale = await weft(node, { command: 'ADD', containerId: 'stale', ifname: 'eth0', netns: pod2.path }, conf);
+      assert.equal(stale.code, 0, stale.stdout);
       assert.equal(allocations(net.store).length, 2);
       // GC is for attachments the runtime lost track of: their sandbox is gone, the address is not.
       await pod2.remove();

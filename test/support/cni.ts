@@ -28,6 +28,8 @@ export interface CniCall {
   env?: Record<string, string>;
   /** Node path → this machine's directory bound there for the call: see withMounts in netns.ts. */
   mounts?: Record<string, string>;
+  /** Each chunk of the plugin's stderr as it comes. */
+  onStderr?: (chunk: string) => void;
 }
 
 export interface CniReply {
@@ -63,6 +65,7 @@ export function callPlugin(plugin: string, node: Netns | undefined, call: CniCal
       }
       resolve({ code, stdout, stderr, json });
     });
+    if (call.onStderr) child.stderr?.on('data', (c: Buffer) => call.onStderr!(c.toString()));
     // A plugin may exit without reading stdin (a bad environment); its reply is what counts.
     child.stdin?.on('error', () => undefined);
     child.stdin?.end(typeof config === 'string' ? config : JSON.stringify(config));
