@@ -22,16 +22,16 @@
  *   apply (in the background, so the next change never waits for it), and loaded whole again
  *   when it differs. Every `resyncSeconds` the br_netfilter sysctls are read (and set back to 1
  *   with a warning), every 5 minutes the table is compared anyway.
- * - Requirements, checked at start with errors naming what is missing: `nft` working (the rules
- *   are nftables whatever --traffic-rules says: the table lives beside iptables' chains), and
- *   br_netfilter with net.bridge.bridge-nf-call-iptables / -ip6tables at 1, without which traffic
- *   between two pods of the node crosses cni0 unseen by the forward hook.
+ * - Requirements: `nft` working (the rules are nftables whatever --traffic-rules says: the table
+ *   lives beside iptables' chains), checked at start with an error naming it; br_netfilter with
+ *   net.bridge.bridge-nf-call-iptables / -ip6tables at 1, without which traffic between two pods
+ *   of the node crosses cni0 unseen by the forward hook: set where weftd can, else enforcement
+ *   runs degraded for that traffic and says so (masq/bridge-netfilter.ts).
  */
 import { WeftError } from '../errors.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
-import { ensureBridgeNetfilter } from '../masq/bridge-netfilter.ts';
-import type { BridgeNetfilterOptions } from '../masq/bridge-netfilter.ts';
+import { BridgeNetfilter } from '../masq/bridge-netfilter.ts';
 import { execRunner, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
@@ -67,7 +67,7 @@ export class PolicyEnforcer {
   readonly #options: PolicyEnforcerOptions;
   readonly #log: Logger;
   readonly #run: Runner;
-  readonly #sysctl: Sysctl;
+  readonly #bridgeNetfilter: BridgeNetfilter;
   /** What the rules are rendered from; the first apply waits until it is complete. */
   readonly #inputs: WatchedModel;
   /** Keeps what it worked out from one model for the next: a policy changed is rendered in milliseconds. */
@@ -81,7 +81,10 @@ export class PolicyEnforcer {
     this.#options = options;
     this.#log = options.log;
     this.#run = options.runner ?? execRunner();
-    this.#sysctl = options.sysctl ?? procSysctl;
+    this.#bridgeNetfilter = new BridgeNetfilter({
+      sysctl: options.sysctl ?? procSysctl, run: this.#run, log: this.#log, what: 'network policy',
+      without: 'traffic between two pods of this node would pass unchecked',
+    });
     this.#inputs = new WatchedModel({
       http: options.http, log: options.log,
       onChange: () => {
@@ -105,13 +108,13 @@ export class PolicyEnforcer {
   }
 
   /**
-   * Checks what enforcement needs (nft, br_netfilter; a ConfigError naming the missing part),
+   * Checks what enforcement needs (nft: a ConfigError naming it; br_netfilter: degraded without),
    * then starts the watches and the repair loop in the background and resolves. {@link synced}
    * says when the first rules are in place. `signal` (or {@link stop}) ends everything.
    */
   async start(signal: AbortSignal): Promise<void> {
     await requireNft(this.#run, '--network-policy', 'network policy');
-    await ensureBridgeNetfilter(this.#bridgeNetfilter(), true);
+    await this.#bridgeNetfilter.ensure();
     const stop = AbortSignal.any([signal, this.#stop.signal]);
     const watches = this.#inputs.watch(stop).map((w) => w.catch((e: unknown) => {
       // 401/403: enforcement cannot go on; the rules in place stay, and weftd says why.
@@ -161,20 +164,13 @@ export class PolicyEnforcer {
     this.#table.kick();
   }
 
-  #bridgeNetfilter(): BridgeNetfilterOptions {
-    return {
-      sysctl: this.#sysctl, run: this.#run, log: this.#log, flag: '--network-policy', what: 'network policy',
-      without: 'traffic between two pods of this node would pass unchecked',
-    };
-  }
-
   async #repairLoop(signal: AbortSignal): Promise<void> {
     const watcher = this.#options.watch ?? (this.#options.runner ? undefined : nftMonitor());
     await runWatchedChecks({
       periodMs: (this.#options.resyncSeconds ?? 5) * 1000, fullEveryMs: FULL_CHECK_MS, what: 'the network policy rules', log: this.#log,
       ...(watcher ? { watcher } : {}),
     }, signal, async (full) => {
-      await ensureBridgeNetfilter(this.#bridgeNetfilter(), false);
+      await this.#bridgeNetfilter.ensure();
       if (full) await this.#table.check();
     });
   }

@@ -22,7 +22,7 @@
  *   bridged, not routed; unless the bridge passes it to conntrack (bridge-nf-call-iptables and
  *   -ip6tables at 1) its source is never translated back and the client drops it. The proxy
  *   sets both at start (loading the module when they are absent) and sets them back at each
- *   repair check, as network policy does (masq/bridge-netfilter.ts).
+ *   repair check, as network policy does, running degraded where it cannot (masq/bridge-netfilter.ts).
  * - Refusal: a node where kube-proxy's rules are found (its nftables tables, its iptables chain
  *   KUBE-SERVICES, its IPVS device) stops weftd at start with an error naming them: two proxies
  *   would translate the same connections.
@@ -34,8 +34,7 @@ import type { CIDR } from '../ip/ip.ts';
 import { Reflector } from '../k8s/reflector.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
-import { ensureBridgeNetfilter } from '../masq/bridge-netfilter.ts';
-import type { BridgeNetfilterOptions } from '../masq/bridge-netfilter.ts';
+import { BridgeNetfilter } from '../masq/bridge-netfilter.ts';
 import { execRunner, mustRun, NFT_LIST_TABLES, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
@@ -127,6 +126,7 @@ export class ServiceProxy {
   readonly #options: ServiceProxyOptions;
   readonly #log: Logger;
   readonly #run: Runner;
+  readonly #bridgeNetfilter: BridgeNetfilter;
   readonly #index = new LiveServiceIndex();
   readonly #listed = new Set<string>();
   /** `resource key` → the reason last warned about, so a bad object is reported once per problem. */
@@ -142,6 +142,10 @@ export class ServiceProxy {
     this.#options = options;
     this.#log = options.log;
     this.#run = options.runner ?? execRunner();
+    this.#bridgeNetfilter = new BridgeNetfilter({
+      sysctl: options.sysctl ?? procSysctl, run: this.#run, log: this.#log, what: 'service proxy',
+      without: 'replies from an endpoint to a client pod of the same node would bypass conntrack and be dropped',
+    });
     this.#table = new KeptTable({
       table: `inet ${NFT_SERVICES_TABLE}`, what: 'service proxy', log: this.#log, run: this.#run,
       render: () => this.#render(),
@@ -160,7 +164,8 @@ export class ServiceProxy {
 
   /**
    * Checks that nft works and that kube-proxy is not running here, and sets the br_netfilter
-   * sysctls (ConfigErrors naming what was found or failed), then starts the watches and the repair loop in the background and resolves.
+   * sysctls (ConfigErrors naming what was found; degraded without br_netfilter), then starts the
+   * watches and the repair loop in the background and resolves.
    * {@link synced} says when the first rules are in place. `signal` (or {@link stop}) ends it.
    */
   async start(signal: AbortSignal): Promise<void> {
@@ -170,7 +175,7 @@ export class ServiceProxy {
       throw new ConfigError('--service-proxy', `kube-proxy runs on this node (${trace}): two Service proxies would translate the same `
         + 'connections; remove kube-proxy from this node (see service-proxy.yaml) or run weftd without --service-proxy');
     }
-    await ensureBridgeNetfilter(this.#bridgeNetfilter(), true);
+    await this.#bridgeNetfilter.ensure();
     const stop = AbortSignal.any([signal, this.#stop.signal]);
     const watches = [
       this.#reflect('/api/v1/services', 'services', parseService, stop),
@@ -244,16 +249,9 @@ export class ServiceProxy {
       periodMs: FULL_CHECK_MS, fullEveryMs: FULL_CHECK_MS, what: 'the service proxy rules', log: this.#log,
       ...(watcher ? { watcher } : {}),
     }, signal, async (full) => {
-      await ensureBridgeNetfilter(this.#bridgeNetfilter(), false);
+      await this.#bridgeNetfilter.ensure();
       if (full) await this.#table.check();
     });
-  }
-
-  #bridgeNetfilter(): BridgeNetfilterOptions {
-    return {
-      sysctl: this.#options.sysctl ?? procSysctl, run: this.#run, log: this.#log, flag: '--service-proxy', what: 'service proxy',
-      without: 'replies from an endpoint to a client pod of the same node would bypass conntrack and be dropped',
-    };
   }
 
   /** Starts and stops the health check servers to match the last render; updates what they answer. */

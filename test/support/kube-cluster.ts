@@ -54,7 +54,7 @@ export interface KubeClusterOptions {
 
 /** What a node added later may differ in. */
 export interface AddNodeOptions {
-  /** false: a node whose administrator set none of its sysctls (IPv4 forwarding off). */
+  /** false: a node whose administrator set none of its sysctls (IPv4 forwarding and br_netfilter's calls off). */
   sysctls?: boolean;
   /** false: a node whose mounts are private, as on a host without systemd (see KubeNodeOptions). */
   sharedMounts?: boolean;

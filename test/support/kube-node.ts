@@ -51,7 +51,7 @@ export interface KubeNodeOptions {
   clusterCidr: string;
   /** The kubelet's clusterDNS (the resolver pods with dnsPolicy ClusterFirst are given). */
   clusterDNS?: string[];
-  /** false: a node whose administrator set none of setNodeSysctls (netns.ts); IPv4 forwarding is then off. */
+  /** false: a node whose administrator set none of setNodeSysctls (netns.ts): IPv4 forwarding and br_netfilter's calls off. */
   sysctls?: boolean;
   /** Runs kube-proxy (default true). */
   kubeProxy?: boolean;
@@ -98,7 +98,11 @@ export class KubeNode {
     const node = new KubeNode(options, ns);
     try {
       await attachToUnderlay(options.underlay, ns, options.index, { sysctls: options.sysctls !== false });
-      if (options.sysctls === false) await ns.exec('sysctl', '-q', '-w', 'net.ipv4.ip_forward=0');
+      // As on a host where br_netfilter was never loaded its calls are off (this kernel has it built in).
+      if (options.sysctls === false) {
+        const off = ['net.ipv4.ip_forward=0', 'net.bridge.bridge-nf-call-iptables=0', 'net.bridge.bridge-nf-call-ip6tables=0'];
+        await ns.exec('sysctl', '-q', '-w', ...off);
+      }
       // A node's default route: daemonset.yaml gives weftd no --iface, so it takes the default route's interface.
       await ns.ip('route', 'add', 'default', 'via', '198.51.100.254', 'dev', 'eth0');
       await node.#prepareFiles();

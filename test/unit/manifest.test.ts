@@ -260,6 +260,23 @@ test('install-cni copies the native plugin under the conflist\'s type and as wef
   assert.match(script, /^set -eu$/m);
 });
 
+test('node-prep runs first and privileged, so weftd can stay unprivileged: br_netfilter and the sysctls weftd only reads', () => {
+  const prep = pod.initContainers?.[0];
+  assert.equal(prep?.name, 'node-prep');
+  assert.equal(prep.image, weftd.image);
+  assert.equal(prep.securityContext?.privileged, true);
+  assert.equal(weftd.securityContext?.privileged, false);
+  assert.equal(mountOfHostPath(prep, '/lib/modules'), '/lib/modules', 'modprobe finds the host\'s modules where it looks');
+  const script = (prep.command ?? []).concat(prep.args ?? []).join('\n');
+  assert.match(script, /modprobe br_netfilter/);
+  const set = [...script.matchAll(/^\s*set_on (\S+)$/gm)].map((m) => m[1]);
+  assert.deepEqual(set, ['net/ipv4/ip_forward', 'net/bridge/bridge-nf-call-iptables', 'net/bridge/bridge-nf-call-ip6tables',
+    'net/ipv6/conf/all/forwarding']);
+  // IPv6 forwarding turns off router advertisements on the host's interfaces: only where the network is dual-stack.
+  assert.match(script, new RegExp(`EnableIPv6.*${mountOfConfigMap(prep)}/net-conf\\.json`));
+  assert.ok((/^ARG RUN_PACKAGES="([^"]*)"$/m.exec(dockerfile)?.[1] ?? '').split(' ').includes('kmod'), 'modprobe is in the image');
+});
+
 test('the Dockerfile: weftd is the entry point, the runtime stage has both rules engines and the layout', () => {
   const entrypoint = /^ENTRYPOINT (.+)$/m.exec(dockerfile)?.[1];
   assert.ok(entrypoint);

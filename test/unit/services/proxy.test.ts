@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
 import { ConfigError } from '../../../src/errors.ts';
 import { KubeHttp } from '../../../src/lease/kube/http.ts';
-import { silentLogger } from '../../../src/log.ts';
+import { memoryLogger, silentLogger } from '../../../src/log.ts';
 import type { Runner, Sysctl } from '../../../src/masq/runner.ts';
 import { kubeProxyTrace, ServiceProxy, withoutClients } from '../../../src/services/proxy.ts';
 
@@ -60,7 +60,7 @@ test('the repair compares listings without the clients the kernel put in the aff
   assert.equal(kept(oneLine), empty);
 });
 
-test('start sets the br_netfilter sysctls, and refuses naming the sysctl when it cannot', async () => {
+test('start sets the br_netfilter sysctls, and where it cannot starts degraded, saying which and why', async () => {
   const kc = new KubeConfig();
   kc.loadFromClusterAndUser({ name: 'c', server: 'https://127.0.0.1:1', skipTLSVerify: false }, { name: 'u' });
   const stop = new AbortController();
@@ -74,10 +74,11 @@ test('start sets the br_netfilter sysctls, and refuses naming the sysctl when it
   await p.stop();
   assert.deepEqual(written, ['net.bridge.bridge-nf-call-iptables=1', 'net.bridge.bridge-nf-call-ip6tables=1']);
   const absent: Sysctl = { read: async () => { throw new Error('ENOENT'); }, write: async () => undefined };
-  await assert.rejects(proxy(absent).start(stop.signal), (e: unknown) => {
-    assert.ok(e instanceof ConfigError);
-    assert.equal(e.field, '--service-proxy');
-    assert.match(e.message, /net\.bridge\.bridge-nf-call-iptables cannot be read \(ENOENT\) and br_netfilter could not be loaded/);
-    return true;
-  });
+  const log = memoryLogger();
+  const degraded = new ServiceProxy({ http: new KubeHttp(kc), node: 'n1', log, clusterCIDRs: [], runner: node({}), sysctl: absent });
+  await degraded.start(stop.signal);
+  await degraded.stop();
+  const said = log.records.find((r) => r.msg === 'service proxy: degraded, the rest goes on');
+  assert.match(String((said?.fields?.['err'] as Error | undefined)?.message),
+    /net\.bridge\.bridge-nf-call-iptables cannot be read \(ENOENT\) and br_netfilter could not be loaded/);
 });
