@@ -22,7 +22,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 .PHONY: all deps deps-debian deps-npm deps-peers build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
 	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean \
-	image test-image bench-image bench-services check-tools check-fresh
+	bench-fixed-release image test-image bench-image bench-services check-tools check-fresh
 
 all: build
 
@@ -236,6 +236,11 @@ bench-cni: deps build
 
 bench-dataplane: deps build
 	$(NODE) bench/dataplane.bench.ts
+
+# 200 Job pods with fixed addresses on, finished on a node in kube mode (the real kube-apiserver):
+# how soon their addresses are released, and how many are still held a minute later; ~1.5 minutes.
+bench-fixed-release: deps build
+	$(NODE) bench/fixed-release.bench.ts
 
 # bin/weftctl status against a running weftd in a node namespace: median of 20.
 bench-weftctl: deps build

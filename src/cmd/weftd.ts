@@ -20,7 +20,7 @@ import type { Logger } from '../log.ts';
 import type { HealthServer } from '../server/http.ts';
 import type { Metrics } from '../server/metrics.ts';
 import type { NetlinkHandle } from '../netlink/index.ts';
-import type { PodDirectory } from '../cni/server.ts';
+import type { PodDirectory } from '../cni/fixed-release.ts';
 import type { PolicyEnforcer } from '../policy/enforcer.ts';
 import type { ServiceProxy } from '../services/proxy.ts';
 

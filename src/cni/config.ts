@@ -11,7 +11,6 @@ import type { CIDR } from '../ip/ip.ts';
 import { isJson } from '../json.ts';
 import type { Json } from '../json.ts';
 import { CNI_CODE, CniError } from './errors.ts';
-import { DEFAULT_GRACE_MS } from './fixed.ts';
 import { GoStruct, goJson } from './go-json.ts';
 
 /** flannel's defaults. */
@@ -47,8 +46,11 @@ export interface PluginConf {
   validAttachments: Attachment[] | undefined;
   /** Weft's `fixedAddress`: every pod named in CNI_ARGS keeps its addresses and MAC on its node (fixed.ts). */
   fixedAddress: boolean;
-  /** Weft's `fixedAddressGracePeriod` in seconds (default 3600): how long a deleted pod's addresses are kept. */
-  fixedAddressGraceSeconds: number;
+  /**
+   * Weft's `fixedAddressGracePeriod` in seconds: how long a parked pod's addresses wait for it when nothing says it
+   * will not come back; undefined when not set (then an hour in kube mode, two minutes otherwise: fixed.ts).
+   */
+  fixedAddressGraceSeconds: number | undefined;
   /** Weft's `subnetFileWait` in seconds (default 30): how long an ADD waits for weftd to write subnet.env. */
   subnetFileWaitSeconds: number;
 }
@@ -87,9 +89,9 @@ function optionalBool(conf: Json, name: string): boolean {
   return v;
 }
 
-function optionalSeconds(conf: Json, name: string, fallback: number): number {
+function optionalSeconds(conf: Json, name: string): number | undefined {
   const v = field(conf, name);
-  if (v === undefined || v === null) return fallback;
+  if (v === undefined || v === null) return undefined;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new ConfigError(name, `must be a whole number of seconds, got ${JSON.stringify(v)}`);
   return v;
 }
@@ -142,8 +144,8 @@ export function parseNetConf(stdin: string): PluginConf {
     prevResult: field(conf, 'prevResult') ?? undefined,
     validAttachments: attachments(conf['cni.dev/valid-attachments']),
     fixedAddress: optionalBool(conf, 'fixedAddress'),
-    fixedAddressGraceSeconds: optionalSeconds(conf, 'fixedAddressGracePeriod', DEFAULT_GRACE_MS / 1000),
-    subnetFileWaitSeconds: optionalSeconds(conf, 'subnetFileWait', DEFAULT_SUBNET_FILE_WAIT_S),
+    fixedAddressGraceSeconds: optionalSeconds(conf, 'fixedAddressGracePeriod'),
+    subnetFileWaitSeconds: optionalSeconds(conf, 'subnetFileWait') ?? DEFAULT_SUBNET_FILE_WAIT_S,
   };
 }
 

@@ -11,8 +11,8 @@
  * or `/`), so host-local (ours or the real one) hands them to nobody else and releases nothing of
  * them, and the next ADD of the pod claims them back. Files are rewritten in place by rename, never
  * removed in between, so no allocator can take the address at any moment. A parked entry is
- * released (files and entry removed) once its pod is gone for good: weftd finds the Pod object
- * gone, or it stayed parked for the grace period.
+ * released (files and entry removed) once its pod will not come back (fixed-release.ts says how
+ * weftd tells), or once it stayed parked as long as its {@link Park} allows.
  */
 import { closeSync, mkdirSync, openSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -20,6 +20,7 @@ import { contains, formatIP, gatewayOf, parseIP } from '../ip/ip.ts';
 import type { CIDR, IP } from '../ip/ip.ts';
 import { isJson } from '../json.ts';
 import type { Allocation } from './bridge.ts';
+import type { PluginConf } from './config.ts';
 import { CNI_CODE, CniError } from './errors.ts';
 import type { HostLocalStore } from './host-local.ts';
 import { readOptional, writeFileAtomic, writeFileDurable } from './state.ts';
@@ -41,13 +42,28 @@ export interface FixedEntry {
   container: string | null;
   /** When the entry was parked (ms since the epoch); null while held. */
   parkedAt: number | null;
-  /** How long it stays parked before it is released, in ms. */
-  graceMs: number;
+  /** How long it stays parked, in ms, when the config set it; undefined: the {@link Park}'s default. */
+  graceMs: number | undefined;
+}
+
+/**
+ * How long parked entries wait for their pods: `configuredMs` (the config's grace period, which
+ * overrides every entry's) when given, else each entry's own, else `defaultMs`.
+ */
+export interface Park {
+  defaultMs: number;
+  configuredMs: number | undefined;
 }
 
 const DIR = '.weft-fixed';
-/** How long a parked entry waits for its pod by default: an hour. */
+/** How long a parked entry waits where weftd asks the API server what became of its pod (kube mode): an hour, a backstop. */
 export const DEFAULT_GRACE_MS = 3_600_000;
+/**
+ * How long a parked entry waits where nothing says whether its pod comes back (etcd mode, the
+ * fallback plugin): two minutes, more than a sandbox restart or a StatefulSet's re-creation takes
+ * from the DEL to the next ADD, short enough that finished pods do not fill the range.
+ */
+export const BLIND_PARK_MS = 120_000;
 /** A lock file older than this was left by a process that died holding it. */
 const STALE_LOCK_MS = 10_000;
 const LINE_BREAK = '\r\n';
@@ -73,7 +89,7 @@ function parseEntry(text: string, file: string): FixedEntry | undefined {
         pod: v['pod'], ips: v['ips'] as string[], mac: v['mac'], ifname: v['ifname'],
         container: typeof v['container'] === 'string' ? v['container'] : null,
         parkedAt: typeof v['parkedAt'] === 'number' ? v['parkedAt'] : null,
-        graceMs: typeof v['graceMs'] === 'number' ? v['graceMs'] : DEFAULT_GRACE_MS,
+        graceMs: typeof v['graceMs'] === 'number' ? v['graceMs'] : undefined,
       };
     }
   } catch {
@@ -171,7 +187,7 @@ export class FixedAddresses {
   }
 
   /** Records a new entry for `pod`, held by container `id` (its addresses are host-local's files already). Call under {@link locked}. */
-  record(pod: PodKey, id: string, ifname: string, ips: readonly IP[], mac: string, graceMs: number): void {
+  record(pod: PodKey, id: string, ifname: string, ips: readonly IP[], mac: string, graceMs: number | undefined): void {
     this.#save({ pod: podText(pod), ips: ips.map(formatIP), mac, ifname, container: id, parkedAt: null, graceMs });
   }
 
@@ -237,14 +253,20 @@ export class FixedAddresses {
     rmSync(join(this.#dir, this.#file(entry.pod)), { force: true });
   }
 
-  /** Releases the entries parked longer than their grace period (or `graceMs`, the config's, when given); returns them. */
-  expire(now: number, graceMs?: number): FixedEntry[] {
+  /** Releases the entries parked longer than `park` allows; returns them. */
+  expire(now: number, park: Park): FixedEntry[] {
     return this.locked(() => {
-      const gone = this.entries().filter((e) => e.container === null && e.parkedAt !== null && now - e.parkedAt >= (graceMs ?? e.graceMs));
+      const waitMs = (e: FixedEntry) => park.configuredMs ?? e.graceMs ?? park.defaultMs;
+      const gone = this.entries().filter((e) => e.container === null && e.parkedAt !== null && now - e.parkedAt >= waitMs(e));
       for (const e of gone) this.release(e);
       return gone;
     });
   }
+}
+
+/** The config's grace period in ms, when its switch is on and it sets one. */
+export function configuredGraceMs(conf: PluginConf): number | undefined {
+  return conf.fixedAddress && conf.fixedAddressGraceSeconds !== undefined ? conf.fixedAddressGraceSeconds * 1000 : undefined;
 }
 
 /** For a full range's error: which fixed entries hold addresses of pods that may come back. */
@@ -273,9 +295,9 @@ export interface Allocated {
 /**
  * host-local's allocation for container `id` on `ifname` (inside the store's flock): when `pod` has
  * an entry, its addresses, claimed back (the caller sets the entry's MAC); else the addresses
- * `requested`, or the next free ones. A full range releases the entries whose grace period (the
- * config's `graceMs` when given, else the entry's own) is over and tries once more; its error names the entries that hold addresses. Throws code 11 while
- * another container of the pod still has state (`live`).
+ * `requested`, or the next free ones. A full range releases the entries parked longer than `park`
+ * allows and tries once more; its error names the entries that hold addresses. Throws code 11
+ * while another container of the pod still has state (`live`).
  */
 export function allocateFor(
   store: HostLocalStore,
@@ -285,7 +307,7 @@ export function allocateFor(
   ranges: readonly CIDR[],
   requested: readonly IP[],
   live: (container: string) => boolean,
-  graceMs?: number,
+  park: Park,
 ): Allocated {
   const fixed = new FixedAddresses(store.dir);
   let lost: FixedEntry | undefined;
@@ -322,7 +344,7 @@ export function allocateFor(
     return { allocations: store.allocate(id, ifname, ranges, requested), ...(lost ? { lost } : {}) };
   } catch (e) {
     if (!(e instanceof CniError && /no IP addresses available/.test(e.message))) throw e;
-    if (fixed.expire(Date.now(), graceMs).length === 0) throw explainFull(e, store.dir);
+    if (fixed.expire(Date.now(), park).length === 0) throw explainFull(e, store.dir);
     try {
       return { allocations: store.allocate(id, ifname, ranges, requested), ...(lost ? { lost } : {}) };
     } catch (again) {

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { contains, formatIP, gatewayOf, parseCIDR, parseIP } from '../ip/ip.ts';
 import { parseSubnetEnv } from '../subnetenv/subnetenv.ts';
 import { HOST_LOCAL_STORE } from './bridge.ts';
-import { FixedAddresses, explainFull } from './fixed.ts';
+import { BLIND_PARK_MS, FixedAddresses, configuredGraceMs, explainFull } from './fixed.ts';
 import type { FixedEntry } from './fixed.ts';
 import { requestedOf } from './requests.ts';
 import { parseArgs, podOfArgs } from './args.ts';
@@ -85,7 +85,8 @@ function storeOf(delegate: Json): string | undefined {
  * `static` IPAM plugin and the entry's MAC, after its address files are claimed for the
  * container: host-local would refuse an address that has a file, and removing the file first
  * would let another allocation take it. The saved state keeps host-local's config, so DEL and
- * CHECK run as for any pod (DEL parks the addresses first).
+ * CHECK run as for any pod (DEL parks the addresses first). The fallback cannot ask what became of
+ * a parked pod, so it waits for it as etcd mode does (BLIND_PARK_MS unless the config says).
  */
 function fixedFor(conf: PluginConf, env: Env, bytes: string) {
   const pod = podOfArgs(env);
@@ -94,7 +95,7 @@ function fixedFor(conf: PluginConf, env: Env, bytes: string) {
   const wanted = requestedOf(env, conf.runtimeConfig);
   if (!pod || !dir || typeof wanted === 'string' || wanted.ips.length > 0 || wanted.mac !== undefined) return undefined;
   const fixed = new FixedAddresses(dir);
-  if (conf.fixedAddress) fixed.expire(Date.now(), conf.fixedAddressGraceSeconds * 1000);
+  if (conf.fixedAddress) fixed.expire(Date.now(), { defaultMs: BLIND_PARK_MS, configuredMs: configuredGraceMs(conf) });
   // Without the switch, a pod keeps only the entry weftd made for its annotation.
   else if (fixed.lookup(pod) === undefined) return undefined;
   let claimed: FixedEntry | undefined;
@@ -134,7 +135,7 @@ function fixedFor(conf: PluginConf, env: Env, bytes: string) {
         .map((ip, i) => parseIP(String(ip['address']).split('/')[0]!, `the delegate's result ips[${i}].address`));
       if (typeof mac !== 'string') return;
       fixed.locked(() => {
-        if (fixed.lookup(pod) === undefined) fixed.record(pod, id, ifname, ips, mac, conf.fixedAddressGraceSeconds * 1000);
+        if (fixed.lookup(pod) === undefined) fixed.record(pod, id, ifname, ips, mac, configuredGraceMs(conf));
       });
     },
     /** Puts the addresses this call claimed back into the pod's reservation. */

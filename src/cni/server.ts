@@ -37,8 +37,10 @@ import { bridgeResult, planBridge } from './bridge.ts';
 import type { Allocation, BridgePlan, Wired } from './bridge.ts';
 import type { PluginConf } from './config.ts';
 import { CNI_CODE, CniError, toCniError } from './errors.ts';
-import { DEFAULT_GRACE_MS, FixedAddresses, allocateFor } from './fixed.ts';
+import { FixedAddresses, allocateFor, configuredGraceMs } from './fixed.ts';
 import type { PodKey } from './fixed.ts';
+import { FixedRelease } from './fixed-release.ts';
+import type { PodDirectory } from './fixed-release.ts';
 import { HostLocalStore } from './host-local.ts';
 import { errorVersion, parseCall, renderForAdd, savedDelegate, status } from './plugin.ts';
 import type { ParsedCall } from './plugin.ts';
@@ -79,14 +81,6 @@ export interface PodObserver {
   unwired(containerId: string): void;
 }
 
-/** What weftd knows of Pods from the API server (kube mode). */
-export interface PodDirectory {
-  /** Whether the Pod asks to keep its addresses and MAC (annotation weft.dev/fixed-address: "true"); false when unknown. */
-  fixedAddress(pod: PodKey): Promise<boolean>;
-  /** Whether the Pod is gone from this node for good: its object absent, or bound to another node; false when unknown. */
-  gone(pod: PodKey): Promise<boolean>;
-}
-
 export interface CniServerOptions {
   /** weftd's own namespace, where the bridge and host ends live. */
   host: NetlinkHandle;
@@ -113,13 +107,12 @@ export class CniServer {
   readonly #pinned = new Set<number>();
   /** host-local directories this server allocated in: where its fixed-address entries are. */
   readonly #stores = new Map<string, HostLocalStore>();
-  /** Parked fixed-address pods seen gone by the last sweep, and when. */
-  #goneSince = new Map<string, number>();
-  #sweeping = false;
+  readonly #release: FixedRelease;
   #deleting: Promise<void> = Promise.resolve();
 
   constructor(options: CniServerOptions) {
     this.#options = options;
+    this.#release = new FixedRelease({ stores: this.#stores, log: options.log, directory: options.directory });
   }
 
   /** Answers one request of the socket (`{env, stdin}`); CNI failures are answers, not throws. */
@@ -161,45 +154,17 @@ export class CniServer {
    */
   async start(): Promise<void> {
     await deleteUnwired(this.#options.host);
+    this.#release.start();
   }
 
-  /**
-   * Releases the fixed addresses of parked pods past their grace period, and (kube mode) of those
-   * gone for good: their Pod seen absent (or on another node) by two sweeps at least `confirmMs`
-   * apart, so the moment between a StatefulSet pod's deletion and its re-creation never releases
-   * anything. Runs every minute, one sweep at a time, over the stores this weftd has served.
-   */
-  async sweep(now = Date.now(), confirmMs = 30_000): Promise<void> {
-    if (this.#sweeping) return;
-    this.#sweeping = true;
-    try {
-      const gone = new Map<string, number>();
-      for (const store of this.#stores.values()) {
-        const fixed = new FixedAddresses(store.dir);
-        for (const e of await store.locked(() => fixed.expire(now))) {
-          this.#options.log.info('released the fixed addresses of a pod that did not come back in time', { pod: e.pod, addresses: e.ips });
-        }
-        const directory = this.#options.directory;
-        if (directory === undefined) continue;
-        for (const entry of fixed.entries().filter((e) => e.container === null)) {
-          const [namespace, name] = entry.pod.split('/') as [string, string];
-          if (!(await directory.gone({ namespace, name }))) continue;
-          const key = `${store.dir}\0${entry.pod}`;
-          const since = this.#goneSince.get(key) ?? now;
-          gone.set(key, since);
-          if (now - since < confirmMs) continue;
-          await store.locked(() => fixed.locked(() => {
-            const still = fixed.lookup({ namespace, name });
-            if (still?.container === null) fixed.release(still);
-          }));
-          gone.delete(key);
-          this.#options.log.info('released the fixed addresses of a pod that is gone', { pod: entry.pod, addresses: entry.ips });
-        }
-      }
-      this.#goneSince = gone;
-    } finally {
-      this.#sweeping = false;
-    }
+  /** Stops releasing fixed addresses (the minute's sweep, the watch of Pods). */
+  stop(): void {
+    this.#release.stop();
+  }
+
+  /** {@link FixedRelease.sweep}: parked fixed addresses of pods that will not come back are released. */
+  sweep(now?: number, confirmMs?: number): Promise<void> {
+    return this.#release.sweep(now, confirmMs);
   }
 
   /** Resolves once every pod interface a DEL took off the network is deleted. */
@@ -293,8 +258,7 @@ export class CniServer {
     // A pod that asks for addresses or a MAC gets those; fixed addresses are for the others.
     const fixable = pod !== undefined && wanted.ips.length === 0 && wanted.mac === undefined ? pod : undefined;
     const live = (container: string) => loadState(conf.dataDir, container) !== undefined;
-    const graceMs = conf.fixedAddress ? conf.fixedAddressGraceSeconds * 1000 : undefined;
-    const claimed = store.locked(() => allocateFor(store, fixable, id, ifname, plan.ranges, wanted.ips, live, graceMs));
+    const claimed = store.locked(() => allocateFor(store, fixable, id, ifname, plan.ranges, wanted.ips, live, this.#release.park(conf)));
     claimed.catch(() => undefined);
     const allocated = claimed.then((c) => c.allocations);
     allocated.catch(() => undefined);
@@ -366,8 +330,7 @@ export class CniServer {
       const fixed = new FixedAddresses(store.dir);
       return fixed.locked(() => {
         if (fixed.lookup(pod) !== undefined || store.held(id, ifname).length !== allocations.length || loadState(conf.dataDir, id) === undefined) return false;
-        const graceMs = conf.fixedAddress ? conf.fixedAddressGraceSeconds * 1000 : DEFAULT_GRACE_MS;
-        fixed.record(pod, id, ifname, allocations.map((a) => a.address), mac, graceMs);
+        fixed.record(pod, id, ifname, allocations.map((a) => a.address), mac, configuredGraceMs(conf));
         return true;
       });
     });
@@ -405,6 +368,8 @@ export class CniServer {
       store.release(id, ifname);
     });
     removeState(conf.dataDir, id);
+    // After the answer: a finished Pod's addresses are not kept for it.
+    if (kept && pod) void this.#release.parked(store, pod);
     this.#options.log.info('unwired pod', { container: id, ifname, ...(kept ? { fixedAddressKept: true } : {}) });
     return { exitCode: 0, stdout: '' };
   }
@@ -460,16 +425,12 @@ export async function startCniServer(options: StartCniServerOptions): Promise<Cn
     maxRequestBytes: 8 << 20,
   });
   await server.listen();
-  const sweeper = setInterval(() => {
-    cni.sweep().catch((e: unknown) => options.log.warn('failed to sweep fixed addresses', { err: e }));
-  }, 60_000);
-  sweeper.unref();
   return {
     path: server.path,
     settled: () => cni.settled(),
     sweep: (now, confirmMs) => cni.sweep(now, confirmMs),
     close: async () => {
-      clearInterval(sweeper);
+      cni.stop();
       await server.close();
       await cni.settled();
     },
