@@ -22,7 +22,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 .PHONY: all deps deps-debian deps-npm deps-peers build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
 	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean \
-	bench-fixed-release image test-image bench-image bench-services check-tools check-fresh
+	bench-fixed-release image test-image bench-image bench-services bench-hooks bench-node check-tools check-fresh
 
 all: build
 
@@ -274,6 +274,16 @@ bench-egress: deps build
 # 10 s API stall, throughput via the EIP, forced controller overlap; ~5 minutes.
 bench-fip: deps build
 	$(NODE) bench/fip.bench.ts
+
+# The extension backend's commands: how far past its timeout a command that backgrounds a child
+# returns, and a pass over 200 leases whose add command takes 100 ms; a few seconds, no root.
+bench-hooks: deps build
+	$(NODE) bench/hooks.bench.ts
+
+# A node as an operator installs it (bench/node.bench.ts says how): the real control plane and
+# kubelet, daemonset.yaml applied with kubectl; about 6 minutes, root.
+bench-node: deps build image
+	$(NODE) bench/node.bench.ts
 
 # A 3-node cluster with pods in namespaces on this machine; Ctrl-C removes it.
 demo: deps build

@@ -13,10 +13,12 @@
  *   If weftd dies in between, the state file is what lets the runtime's DEL (through weftd or
  *   the fallback) find and remove the rest: address files by container ID, the veth with the
  *   pod's interface.
- * - Verbs of one container run one after another; different containers run in parallel. The
- *   store is shared with other processes through host-local's flock.
+ * - Verbs of one container run one after another (serial.ts: one stuck in the kernel makes those
+ *   behind it fail after a while, naming it); different containers run in parallel. The store is
+ *   shared with other processes through host-local's flock.
  * - A client that hangs up does not stop a verb half-way: it finishes (or rolls back), and the
- *   runtime's DEL that follows a failed ADD then finds a consistent state.
+ *   runtime's DEL that follows a failed ADD then finds a consistent state. It keeps its place
+ *   among the socket's concurrent handlers until then (local/server.ts).
  * - This module is loaded by weftd only when it serves CNI, and imports only node:net/fs and the
  *   CNI modules: nothing heavy on weftd's start-up path.
  */
@@ -46,8 +48,10 @@ import { errorVersion, parseCall, renderForAdd, savedDelegate, status } from './
 import type { ParsedCall } from './plugin.ts';
 import { checkPod, deleteUnwired, ensureBridge, hiddenNetns, unwirePod, wirePod } from './pod.ts';
 import { requestedOf } from './requests.ts';
+import { CONTAINER_WAIT_MS, ContainerVerbs } from './serial.ts';
 import { checkShaping, hostEnd, shapePod, unshapePod } from './shaping.ts';
 import { loadState, removeState, saveStateVisible } from './state.ts';
+import { UnwiredBatch } from './unwired.ts';
 import { CURRENT_VERSION, compareVersions, convertResult, versionInfo } from './version.ts';
 
 type Env = Record<string, string>;
@@ -93,26 +97,28 @@ export interface CniServerOptions {
   batchQuietMs?: number;
   /** ...or once the oldest has waited this long; default 10 s. */
   batchMaxMs?: number;
+  /** How long a verb waits for the container's verb before it; default {@link CONTAINER_WAIT_MS}. */
+  containerWaitMs?: number;
 }
 
 /** The verbs, served. */
 export class CniServer {
   readonly #options: CniServerOptions;
-  /** The last verb queued per container: verbs of one container run in order. */
-  readonly #containers = new Map<string, Promise<unknown>>();
-  /** Pod interfaces (netns + ifname) a DEL took off the network, to be deleted in the next batch. */
-  readonly #unwired = new Set<string>();
-  #batch: { timer: NodeJS.Timeout; since: number } | undefined;
+  /** Verbs of one container run in order. */
+  readonly #verbs: ContainerVerbs;
+  /** Pod interfaces a DEL took off the network, deleted in batches. */
+  readonly #unwired: UnwiredBatch;
   /** Bridges whose MAC this server has pinned (see ensureBridge), by index. */
   readonly #pinned = new Set<number>();
   /** host-local directories this server allocated in: where its fixed-address entries are. */
   readonly #stores = new Map<string, HostLocalStore>();
   readonly #release: FixedRelease;
-  #deleting: Promise<void> = Promise.resolve();
 
   constructor(options: CniServerOptions) {
     this.#options = options;
+    this.#verbs = new ContainerVerbs(options.containerWaitMs);
     this.#release = new FixedRelease({ stores: this.#stores, log: options.log, directory: options.directory });
+    this.#unwired = new UnwiredBatch(options.host, options.log, options.batchQuietMs ?? 50, options.batchMaxMs ?? 10_000);
   }
 
   /** Answers one request of the socket (`{env, stdin}`); CNI failures are answers, not throws. */
@@ -132,11 +138,11 @@ export class CniServer {
       }
       switch (args.command) {
         case 'ADD':
-          return await this.#serially(id!, () => this.#add(args, conf, env));
+          return await this.#verbs.inTurn(id!, 'ADD', () => this.#add(args, conf, env));
         case 'DEL':
-          return await this.#serially(id!, () => this.#del(args, conf, env));
+          return await this.#verbs.inTurn(id!, 'DEL', () => this.#del(args, conf, env));
         case 'CHECK':
-          return await this.#serially(id!, () => this.#check(args, conf));
+          return await this.#verbs.inTurn(id!, 'CHECK', () => this.#check(args, conf));
         case 'STATUS':
           return { exitCode: 0, stdout: status(conf) };
         case 'GC':
@@ -168,54 +174,8 @@ export class CniServer {
   }
 
   /** Resolves once every pod interface a DEL took off the network is deleted. */
-  async settled(): Promise<void> {
-    while (this.#unwired.size > 0 || this.#batch) await this.#deleteBatch();
-    await this.#deleting;
-  }
-
-  /**
-   * Deletes the unwired interfaces once no DEL came for `batchQuietMs`, or once the oldest has
-   * waited `batchMaxMs`: under churn one kernel batch serves many pods.
-   */
-  #scheduleBatch(): void {
-    const since = this.#batch?.since ?? Date.now();
-    if (this.#batch) clearTimeout(this.#batch.timer);
-    const wait = Math.max(0, Math.min(this.#options.batchQuietMs ?? 50, since + (this.#options.batchMaxMs ?? 10_000) - Date.now()));
-    const timer = setTimeout(() => void this.#deleteBatch(), wait);
-    timer.unref();
-    this.#batch = { timer, since };
-  }
-
-  #deleteBatch(): Promise<void> {
-    if (this.#batch) clearTimeout(this.#batch.timer);
-    this.#batch = undefined;
-    const keys = [...this.#unwired];
-    this.#deleting = this.#deleting.then(async () => {
-      try {
-        await deleteUnwired(this.#options.host);
-      } catch (e) {
-        this.#options.log.warn('failed to delete unwired pod interfaces', { count: keys.length, err: e });
-      }
-      for (const k of keys) this.#unwired.delete(k);
-    });
-    return this.#deleting;
-  }
-
-  /** An interface of the same name in the same namespace that a DEL unwired is deleted first. */
-  async #notUnwired(netns: string, ifname: string): Promise<void> {
-    if (this.#unwired.has(`${netns}\0${ifname}`)) await this.#deleteBatch();
-  }
-
-  async #serially<T>(id: string, fn: () => Promise<T>): Promise<T> {
-    const before = this.#containers.get(id) ?? Promise.resolve();
-    const mine = before.then(fn);
-    const tail = mine.catch(() => undefined);
-    this.#containers.set(id, tail);
-    try {
-      return await mine;
-    } finally {
-      if (this.#containers.get(id) === tail) this.#containers.delete(id);
-    }
+  settled(): Promise<void> {
+    return this.#unwired.settled();
   }
 
   #plan(delegate: unknown, verb: string, id: string): BridgePlan | undefined {
@@ -248,7 +208,7 @@ export class CniServer {
     // a DEL must find, and on disk before the answer.
     const bridge = ensureBridge(this.#options.host, plan, this.#pinned);
     bridge.catch(() => undefined);
-    await this.#notUnwired(netns, ifname);
+    await this.#unwired.clear(netns, ifname);
     // An ADD of a container that has state repeats one that succeeded (or whose rollback failed):
     // if this one fails, the state, interface and addresses stay the first one's.
     const prior = loadState(conf.dataDir, id);
@@ -272,10 +232,15 @@ export class CniServer {
       shaped = shaping !== undefined;
       const allocations = await allocated;
       const { entry, lost } = await claimed;
-      if (lost) this.#options.log.warn('a pod\'s fixed addresses were taken or left its ranges: it gets new ones', { pod: lost.pod, addresses: lost.ips });
+      if (lost) {
+        const why = 'a pod\'s fixed addresses were taken or left its ranges: it gets new ones';
+        this.#options.log.warn(why, { pod: lost.pod, addresses: lost.ips });
+      }
       await durable;
       if (pod && this.#options.pods) await this.#options.pods.wired({ ...pod, containerId: id, ips: allocations.map((a) => a.address) });
-      void wired.announced?.then((err) => err && this.#options.log.warn('wired a pod whose addresses could not be announced', { container: id, err }));
+      void wired.announced?.then((err) => {
+        if (err) this.#options.log.warn('wired a pod whose addresses could not be announced', { container: id, err });
+      });
       this.#options.log.info('wired pod', {
         container: id,
         ifname,
@@ -285,7 +250,8 @@ export class CniServer {
       if (fixable && entry === undefined && (conf.fixedAddress || this.#options.directory)) {
         const podMac = wired.podMac;
         // After the answer: the Pod's annotation is asked of the API server, off the pod's way.
-        void this.#serially(id, () => this.#keep(store, fixable, id, ifname, allocations, podMac, conf)).catch((err: unknown) => {
+        const keep = () => this.#keep(store, fixable, id, ifname, allocations, podMac, conf);
+        void this.#verbs.inTurn(id, 'fixed-address record', keep).catch((err: unknown) => {
           this.#options.log.warn('failed to record a pod\'s fixed addresses', { pod: `${fixable.namespace}/${fixable.name}`, err });
         });
       }
@@ -298,7 +264,7 @@ export class CniServer {
           this.#options.pods?.unwired(id);
           await unwirePod(this.#options.host, ifname, netns);
           if (shaped) await unshapePod(this.#options.host, shaping!.ifb);
-          await this.#deleteBatch();
+          await this.#unwired.flush();
         }
         const mine = await allocated.catch(() => []);
         if (mine.length > 0) {
@@ -324,17 +290,28 @@ export class CniServer {
    * Records a pod's addresses and MAC as its fixed addresses when the config's switch is on or its
    * Pod is annotated, and it still holds them (no DEL came meanwhile).
    */
-  async #keep(store: HostLocalStore, pod: PodKey, id: string, ifname: string, allocations: readonly Allocation[], mac: string, conf: PluginConf): Promise<void> {
+  async #keep(
+    store: HostLocalStore,
+    pod: PodKey,
+    id: string,
+    ifname: string,
+    allocations: readonly Allocation[],
+    mac: string,
+    conf: PluginConf,
+  ): Promise<void> {
     if (!conf.fixedAddress && !(await this.#options.directory!.fixedAddress(pod).catch(() => false))) return;
     const recorded = await store.locked(() => {
       const fixed = new FixedAddresses(store.dir);
       return fixed.locked(() => {
-        if (fixed.lookup(pod) !== undefined || store.held(id, ifname).length !== allocations.length || loadState(conf.dataDir, id) === undefined) return false;
+        const stillHeld = store.held(id, ifname).length === allocations.length && loadState(conf.dataDir, id) !== undefined;
+        if (fixed.lookup(pod) !== undefined || !stillHeld) return false;
         fixed.record(pod, id, ifname, allocations.map((a) => a.address), mac, configuredGraceMs(conf));
         return true;
       });
     });
-    if (recorded) this.#options.log.info('pod keeps its addresses and MAC on this node', { pod: `${pod.namespace}/${pod.name}`, container: id, mac });
+    if (recorded) {
+      this.#options.log.info('pod keeps its addresses and MAC on this node', { pod: `${pod.namespace}/${pod.name}`, container: id, mac });
+    }
   }
 
   async #del(args: CniArgs, conf: PluginConf, env: Env): Promise<CniAnswer> {
@@ -354,8 +331,7 @@ export class CniServer {
     // the interface (~20 ms, most of a DEL) comes with the next batch.
     await unwirePod(this.#options.host, ifname, args.netns);
     if (args.netns !== undefined) {
-      this.#unwired.add(`${args.netns}\0${ifname}`);
-      this.#scheduleBatch();
+      this.#unwired.add(args.netns, ifname);
     }
     this.#options.pods?.unwired(id);
     const store = new HostLocalStore(plan.storeDir, plan.network);
@@ -385,7 +361,7 @@ export class CniServer {
     const plan = this.#plan(saved, 'CHECK', id);
     if (plan === undefined) return { fallback: true };
     const result = convertResult({ cniVersion: conf.cniVersion, ...given }, CURRENT_VERSION);
-    await this.#notUnwired(args.netns!, args.ifname!);
+    await this.#unwired.clear(args.netns!, args.ifname!);
     await checkPod(args.netns!, args.ifname!, result);
     const shaping = shapingOf(conf.name, id, conf.runtimeConfig ?? saved['runtimeConfig']);
     if (shaping) await checkShaping(this.#options.host, shaping, await hostEnd(this.#options.host, args.netns!, args.ifname!));

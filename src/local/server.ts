@@ -13,6 +13,7 @@
  *   accepted (Node's `maxConnections` would close the ones beyond it at once); at most
  *   `maxConcurrent` handlers run, and up to `maxQueued` further requests wait for one in order
  *   (their wait counts against `handlerTimeoutMs`), beyond which a request is answered `EBUSY`.
+ *   A handler keeps its place until it returns, even after its client was answered or went away.
  * - **One request never stops the server**: every failure is an answer (or a closed connection
  *   when the client is gone), never an exception out of the server.
  */
@@ -227,10 +228,13 @@ export class LocalServer {
       signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true }),
     );
     expired.catch(() => undefined);
-    let release: (() => void) | undefined;
     try {
-      release = await this.#slot(signal);
-      return encodeResult(this.#options.protocol, await Promise.race([this.#options.handler(request, signal), expired]));
+      const release = await this.#slot(signal);
+      // The slot is the handler's until its work is over, not until the client stops waiting:
+      // work that outlives its answer (a verb stuck in the kernel) still counts against the bound.
+      const work = (async () => this.#options.handler(request, signal))();
+      work.then(release, release);
+      return encodeResult(this.#options.protocol, await Promise.race([work, expired]));
     } catch (e) {
       if (!(e instanceof WeftError) || (e.code !== LOCAL_CODE.TIMEOUT && e.code !== LOCAL_CODE.GONE)) {
         this.#options.log.debug('local socket request failed', { socket: this.path, err: e });
@@ -238,7 +242,6 @@ export class LocalServer {
       return encodeFailure(this.#options.protocol, failureOf(e));
     } finally {
       clearTimeout(timer);
-      release?.();
     }
   }
 }

@@ -24,7 +24,11 @@ chmodSync(dir, 0o755);
 after(() => rmSync(dir, { recursive: true, force: true }));
 let n = 0;
 
-async function withServer(handler: LocalHandler, body: (s: LocalServer) => Promise<void>, o: Partial<LocalServerOptions> = {}): Promise<void> {
+async function withServer(
+  handler: LocalHandler,
+  body: (s: LocalServer) => Promise<void>,
+  o: Partial<LocalServerOptions> = {},
+): Promise<void> {
   const s = new LocalServer({ path: join(dir, `s${++n}.sock`), protocol: 3, handler, log: silentLogger, ...o });
   await s.listen();
   try {
@@ -187,7 +191,8 @@ test('the socket file: a stale one is replaced, a live one or a non-socket is re
 
   const file = join(dir, 'plain-file');
   writeFileSync(file, 'keep me');
-  await assert.rejects(new LocalServer({ path: file, protocol: 3, handler: echo, log: silentLogger }).listen(), /exists and is not a socket/);
+  const onFile = new LocalServer({ path: file, protocol: 3, handler: echo, log: silentLogger });
+  await assert.rejects(onFile.listen(), /exists and is not a socket/);
   assert.ok(existsSync(file));
 });
 
@@ -209,7 +214,7 @@ test('a WeftError thrown by the handler keeps its message', async () => {
   });
 });
 
-test('a node\'s burst: 220 requests at once are all answered, each with its own answer, at most maxConcurrent handled at a time', async () => {
+test('a node\'s burst: 220 requests at once are all answered, each with its own answer, at most maxConcurrent at a time', async () => {
   let running = 0;
   let most = 0;
   let gate!: () => void;
@@ -251,4 +256,30 @@ test('a full queue is answered EBUSY at once, and the queued requests are served
     assert.deepEqual([...started].sort(), [1, 2, 3]);
     assert.equal(started.length, 3, 'the refused request was never handled');
   }, { maxConcurrent: 1, maxQueued: 2 });
+});
+
+// A client that stops waiting is not seen before the answer is written (it shut its sending side
+// down after its request), so the time limit is what ends the wait of a handler that never returns.
+test('a handler keeps its place until its work ends, though its time ran out and its client was answered', async () => {
+  const started: number[] = [];
+  const finish = Promise.withResolvers<void>();
+  const handler: LocalHandler = async (r) => {
+    const i = (r as { i: number }).i;
+    started.push(i);
+    if (i === 1) await finish.promise;
+    return { got: i };
+  };
+  await withServer(handler, async (s) => {
+    try {
+      await rejectsWith(localRequest(s.path, { i: 1 }, { protocol: 3 }), 'failed', LOCAL_CODE.TIMEOUT);
+      // Request 1's work goes on, and holds the only place: request 2 waits, and its time runs out too.
+      const second = localRequest(s.path, { i: 2 }, { protocol: 3 });
+      await rejectsWith(second, 'failed', LOCAL_CODE.TIMEOUT);
+      assert.deepEqual(started, [1], 'the second request was never handled');
+      finish.resolve();
+      assert.deepEqual(await localRequest(s.path, { i: 3 }, { protocol: 3 }), { got: 3 }, 'the place is free once the work ended');
+    } finally {
+      finish.resolve();
+    }
+  }, { maxConcurrent: 1, handlerTimeoutMs: 150 });
 });
