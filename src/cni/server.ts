@@ -122,7 +122,8 @@ export class CniServer {
     const { env, stdin } = readRequest(request);
     const answer = await this.#answer(env, stdin);
     const verb = env['CNI_COMMAND'];
-    if ('exitCode' in answer && (verb === 'ADD' || verb === 'DEL' || verb === 'CHECK')) this.#options.observer?.answered(verb, answer.exitCode === 0);
+    const counted = verb === 'ADD' || verb === 'DEL' || verb === 'CHECK';
+    if (counted && 'exitCode' in answer) this.#options.observer?.answered(verb, answer.exitCode === 0);
     return answer;
   }
 

@@ -19,6 +19,8 @@
  * - weft_lease_expiry_timestamp_seconds: when our own lease runs out unless renewed (etcd mode only)
  * - weft_reconcile_failures_total: kernel operations of reconcile passes that failed
  * - weft_cni_errors_total{verb}: CNI requests weftd's CNI server answered with an error
+ * - weft_egress_unplaced{reason}: egress policies and inbound EIPs placed on no gateway, by the
+ *   reason their status gives; served only by the weftd leading the egress controller
  *
  * weft-alerts.yaml and weft-dashboard.json beside daemonset.yaml are written against these names.
  */
@@ -125,6 +127,7 @@ export class Metrics {
   readonly #renewals = new Family('weft_lease_renewals_total', 'counter', 'Renewals of our own lease', 'source');
   readonly #failures = new Family('weft_reconcile_failures_total', 'counter', 'Kernel operations of reconcile passes that failed');
   readonly #cniErrors = new Family('weft_cni_errors_total', 'counter', 'CNI requests answered with an error, by verb', 'verb');
+  readonly #unplaced = new Family('weft_egress_unplaced', 'gauge', 'Egress policies and inbound EIPs placed on no gateway', 'reason');
   readonly #errors = new Family('weft_errors_total', 'counter', 'Warnings and errors logged with an error, by its code', 'kind');
 
   /** The reconciler's onPass. */
@@ -162,6 +165,12 @@ export class Metrics {
     };
   }
 
+  /** The egress controller's onPlaced: what it could not place, or undefined when it stops leading. */
+  egressPlaced(unplaced: ReadonlyMap<string, number> | undefined): void {
+    this.#unplaced.values.clear();
+    for (const [reason, n] of unplaced ?? []) this.#unplaced.set(reason, n);
+  }
+
   /** The logger's onRecord: counts warnings and errors that carry an error. */
   record(level: LogLevel, _msg: string, fields: Fields): void {
     if (level !== 'warn' && level !== 'error') return;
@@ -179,7 +188,7 @@ export class Metrics {
     if (expiry !== undefined) this.#leaseExpiry.set('', expiry.getTime() / 1000);
     return [
       this.#leases, this.#ready, ...(expiry !== undefined ? [this.#leaseExpiry] : []), this.#kernelEntries, this.#runs, this.#duration,
-      this.#repairs, this.#failures, this.#watchRestarts, this.#renewals, this.#cniErrors, this.#errors,
+      this.#repairs, this.#failures, this.#watchRestarts, this.#renewals, this.#cniErrors, this.#unplaced, this.#errors,
     ]
       .map((f) => f.render())
       .join('\n');

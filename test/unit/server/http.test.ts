@@ -30,6 +30,7 @@ test('/healthz always, /readyz only once ready, /metrics with what the parts rep
     const cni = metrics.cniObserver();
     cni.answered('ADD', false);
     cni.answered('ADD', true);
+    metrics.egressPlaced(new Map([['NoReadyGatewayNode', 2], ['GatewayFull', 1]]));
     const pass = { reasons: ['start-up'], durationMs: 3, ops: [], failures: [] };
     metrics.pass({ ...pass, kind: 'full', desired: 30, observed: 12 });
     metrics.pass({ ...pass, kind: 'full', desired: 30, observed: 28, reasons: ['periodic resync'], ops: [{ op: 'routeDel' }, { op: 'routeDel' }] as never[] });
@@ -62,6 +63,8 @@ test('/healthz always, /readyz only once ready, /metrics with what the parts rep
       'weft_reconcile_failures_total 1',
       'weft_cni_errors_total{verb="ADD"} 1',
       'weft_cni_errors_total{verb="DEL"} 0',
+      'weft_egress_unplaced{reason="NoReadyGatewayNode"} 2',
+      'weft_egress_unplaced{reason="GatewayFull"} 1',
       'weft_watch_restarts_total{source="etcd"} 1',
       'weft_lease_renewals_total{source="etcd"} 1',
       `weft_errors_total{kind="${new DatastoreUnavailableError('x').code}"} 2`,
@@ -69,9 +72,11 @@ test('/healthz always, /readyz only once ready, /metrics with what the parts rep
     assert.doesNotMatch(text, /kind="Error"/, 'info records and warnings without an error are not counted');
     ready = false;
     metrics.leaseExpiry = () => undefined;
+    metrics.egressPlaced(undefined);
     const later = await (await fetch(`${base}/metrics`)).text();
     assert.ok(later.split('\n').includes('weft_ready 0'), 'not ready again: weft_ready 0');
     assert.doesNotMatch(later, /weft_lease_expiry_timestamp_seconds/, 'no expiry where leases do not expire (kube mode)');
+    assert.doesNotMatch(later, /^weft_egress_unplaced/m, 'no placements once this node stopped leading the egress controller');
   } finally {
     await server.close();
   }
