@@ -15,14 +15,14 @@ IMAGE_TOOLS := mmdebstrap buildah podman runc conmon
 KUBE_NODE_TOOLS := containerd conntrack util-linux mount hostname gcc libc6-dev tar
 DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
 	iproute2 procps iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool curl wireguard-go tcpdump \
-	xz-utils $(IMAGE_TOOLS) $(KUBE_NODE_TOOLS)
+	xz-utils prometheus $(IMAGE_TOOLS) $(KUBE_NODE_TOOLS)
 
 TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm deps-peers build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
 	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean \
-	bench-fixed-release image test-image bench-image bench-services bench-hooks bench-node check-tools check-fresh
+	bench-fixed-release bench-dashboard image test-image bench-image bench-services bench-hooks bench-node check-tools check-fresh
 
 all: build
 
@@ -241,6 +241,11 @@ bench-dataplane: deps build
 # how soon their addresses are released, and how many are still held a minute later; ~1.5 minutes.
 bench-fixed-release: deps build
 	$(NODE) bench/fixed-release.bench.ts
+
+# A real Prometheus scraping a three-node cluster's weftds: how many of weft-dashboard.json's
+# queries return no series (dashboard_queries_empty), and how long until every weftd is scraped.
+bench-dashboard: deps build
+	$(NODE) bench/visibility-dashboard.bench.ts
 
 # bin/weftctl status against a running weftd in a node namespace: median of 20.
 bench-weftctl: deps build

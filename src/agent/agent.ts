@@ -197,6 +197,7 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
           own: () => current,
           engine: rules.driver ?? 'nftables',
           log,
+          ...(d.metrics ? { onPlaced: d.metrics.egressPlaced.bind(d.metrics) } : {}),
         },
         running,
       );

@@ -91,6 +91,7 @@ async function startCni(
   handle: NetlinkHandle,
   log: Logger,
   policy: PolicyEnforcer | undefined,
+  metrics: Metrics | undefined,
   signal: AbortSignal,
 ): Promise<{ close(): Promise<void> } | undefined> {
   try {
@@ -102,6 +103,7 @@ async function startCni(
       host: handle,
       log: cniLog,
       ...(pods ? { pods } : {}),
+      ...(metrics ? { observer: metrics.cniObserver() } : {}),
       ...(flags.kubeSubnetMgr ? { directory: await podDirectory(flags, source, cniLog, signal) } : {}),
     });
   } catch (e) {
@@ -161,7 +163,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const handle = NetlinkHandle.open();
   const view = new AgentView();
-  const cni = await startCni(flags, source, handle, log, policy, stop.signal);
+  const cni = await startCni(flags, source, handle, log, policy, metrics, stop.signal);
   let health: HealthServer | undefined;
   let admin: { close(): Promise<void> } | undefined;
   try {
@@ -174,6 +176,8 @@ async function main(argv: string[]): Promise<number> {
       logLevel: { get: logging.level, set: logging.setLevel },
     });
     if (metrics) {
+      metrics.ready = () => view.ready;
+      metrics.leaseExpiry = () => source.expires?.();
       const { startHealthServer } = await import('../server/http.ts');
       health = await startHealthServer({ host: flags.healthzIp, port: flags.healthzPort, ready: () => view.ready, metrics, log });
     }

@@ -93,6 +93,8 @@ export interface CniServerOptions {
   pods?: PodObserver;
   /** Pods' annotations and existence, for fixed addresses (kube mode). */
   directory?: PodDirectory;
+  /** Told how each ADD, DEL and CHECK was answered (weftd's metrics); requests left to the fallback are not. */
+  observer?: { answered(verb: string, ok: boolean): void };
   /** Unwired pod interfaces are deleted once no DEL came for this long; default 50 ms... */
   batchQuietMs?: number;
   /** ...or once the oldest has waited this long; default 10 s. */
@@ -124,6 +126,14 @@ export class CniServer {
   /** Answers one request of the socket (`{env, stdin}`); CNI failures are answers, not throws. */
   async handle(request: Json): Promise<CniAnswer> {
     const { env, stdin } = readRequest(request);
+    const answer = await this.#answer(env, stdin);
+    const verb = env['CNI_COMMAND'];
+    const counted = verb === 'ADD' || verb === 'DEL' || verb === 'CHECK';
+    if (counted && 'exitCode' in answer) this.#options.observer?.answered(verb, answer.exitCode === 0);
+    return answer;
+  }
+
+  async #answer(env: Env, stdin: string): Promise<CniAnswer> {
     let call: ParsedCall | undefined;
     try {
       call = parseCall(env, stdin);

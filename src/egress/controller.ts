@@ -37,7 +37,7 @@ import type { Inbound, InboundStatus, PortForward } from './inbound.ts';
 import { HEARTBEAT_LABEL } from './leases.ts';
 import type { Leadership } from './leases.ts';
 import { PassLoop } from './pass-loop.ts';
-import { disruption, place } from './placement.ts';
+import { disruption, place, unplacedByReason } from './placement.ts';
 import type { GatewayNode, GatewayStatus, Placement, PolicyStatus } from './placement.ts';
 
 export interface ControllerOptions {
@@ -47,6 +47,11 @@ export interface ControllerOptions {
   livenessTimeoutMs: number;
   /** Period of the passes that notice quiet heartbeats; default 500 ms. */
   passMs?: number;
+  /**
+   * After each placement: the policies and inbound EIPs placed nowhere, by reason (weftd's
+   * metrics); undefined once this controller stops, when it no longer knows.
+   */
+  onPlaced?: (unplaced: ReadonlyMap<string, number> | undefined) => void;
   log: Logger;
 }
 
@@ -144,6 +149,7 @@ export class EgressController {
         () => this.#pass(signal),
       );
     } finally {
+      this.#options.onPlaced?.(undefined);
       await Promise.all(running);
     }
   }
@@ -220,6 +226,7 @@ export class EgressController {
       livenessTimeoutMs: disrupted ? Infinity : this.#options.livenessTimeoutMs,
       random: Math.random,
     });
+    this.#options.onPlaced?.(unplacedByReason(result.policies));
     const previous = this.#previous;
     this.#previous = new Map(result.policies.map((s) => [s.id, s.placement ?? previous.get(s.id)] as const)
       .filter((e): e is [string, Placement] => e[1] !== undefined));

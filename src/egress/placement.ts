@@ -119,6 +119,13 @@ const failed = (id: string, gateway: string, reason: PolicyReason, message: stri
   message,
 });
 
+/** How many of `statuses` are not placed, by reason (none for a reason none has). */
+export function unplacedByReason(statuses: readonly PolicyStatus[]): Map<PolicyReason, number> {
+  const out = new Map<PolicyReason, number>();
+  for (const s of statuses) if (!s.ready) out.set(s.reason, (out.get(s.reason) ?? 0) + 1);
+  return out;
+}
+
 /** Places every policy on its gateway; see the design notes above. */
 export function place(input: PlacementInput): PlacementResult {
   const gateways = new Map(input.gateways.map((g) => [g.name, g]));

@@ -13,6 +13,7 @@ import { kubeConfigFromFlags } from '../lease/kube/client.ts';
 import { KubeHttp } from '../lease/kube/http.ts';
 import { execRunner } from '../masq/runner.ts';
 import { EgressController } from './controller.ts';
+import type { ControllerOptions } from './controller.ts';
 import { Eligibility } from './eligibility.ts';
 import { Claim } from './fence.ts';
 import { releaseHeartbeat, runElection, runHeartbeat } from './leases.ts';
@@ -52,6 +53,8 @@ export function egressSettings(flags: Flags, env: NodeJS.ProcessEnv = process.en
 export interface EgressDeps extends AgentParts {
   settings: EgressSettings;
   flags: Flags;
+  /** The controller's {@link ControllerOptions.onPlaced}, while this node leads. */
+  onPlaced?: ControllerOptions['onPlaced'];
 }
 
 /**
@@ -83,7 +86,9 @@ export async function runEgress(d: EgressDeps, signal: AbortSignal): Promise<voi
       await Promise.all([
         runHeartbeat(heartbeat, eligible),
         runElection({ http, namespace, identity: node, ...electionTiming(livenessTimeoutMs), log }, eligible, (leadership) =>
-          new EgressController({ http, namespace, livenessTimeoutMs, log: log.child({ role: 'controller' }) }).run(leadership)),
+          new EgressController({
+            http, namespace, livenessTimeoutMs, log: log.child({ role: 'controller' }), ...(d.onPlaced ? { onPlaced: d.onPlaced } : {}),
+          }).run(leadership)),
       ]);
       // The EIPs go first (a stopping data plane gives them up itself), then the heartbeat, so the controller moves them at once.
       claim.release();

@@ -15,8 +15,17 @@
  *   by those that also carried start-up or a lease change (the reconciler's pass reasons)
  * - weft_watch_restarts_total{source}, weft_lease_renewals_total{source}
  * - weft_errors_total{kind}: warnings and errors logged with an error, by its code
+ * - weft_ready: 1 once /readyz answers 200 (first full reconcile done), else 0
+ * - weft_lease_expiry_timestamp_seconds: when our own lease runs out unless renewed (etcd mode only)
+ * - weft_reconcile_failures_total: kernel operations of reconcile passes that failed
+ * - weft_cni_errors_total{verb}: CNI requests weftd's CNI server answered with an error
+ * - weft_egress_unplaced{reason}: egress policies and inbound EIPs placed on no gateway, by the
+ *   reason their status gives; served only by the weftd leading the egress controller
+ *
+ * weft-alerts.yaml and weft-dashboard.json beside daemonset.yaml are written against these names.
  */
 import type { LogLevel } from '../config/flags.ts';
+import type { CniServerOptions } from '../cni/server.ts';
 import type { SourceObserver } from '../lease/source.ts';
 import type { Fields } from '../log.ts';
 import type { PassInfo } from '../reconcile/loop.ts';
@@ -98,6 +107,12 @@ class HistogramFamily {
 export class Metrics {
   /** Reads the number of remote leases when scraped; set once the LeaseTable exists. */
   leaseCount: () => number = () => 0;
+  /** Reads readiness when scraped (what /readyz answers). */
+  ready: () => boolean = () => false;
+  /** Reads when our own lease expires when scraped; undefined where leases do not expire (kube). */
+  leaseExpiry: () => Date | undefined = () => undefined;
+  readonly #ready = new Family('weft_ready', 'gauge', 'Whether weftd is ready: its first full reconcile is done');
+  readonly #leaseExpiry = new Family('weft_lease_expiry_timestamp_seconds', 'gauge', 'When our own lease expires unless renewed');
   readonly #leases = new Family('weft_leases', 'gauge', 'Remote leases known');
   readonly #kernelEntries = new Family(
     'weft_kernel_entries',
@@ -110,11 +125,15 @@ export class Metrics {
   readonly #repairs = new Family('weft_repairs_total', 'counter', 'Kernel entries restored or removed because the kernel drifted');
   readonly #watchRestarts = new Family('weft_watch_restarts_total', 'counter', 'Lease watches restarted or relisted', 'source');
   readonly #renewals = new Family('weft_lease_renewals_total', 'counter', 'Renewals of our own lease', 'source');
+  readonly #failures = new Family('weft_reconcile_failures_total', 'counter', 'Kernel operations of reconcile passes that failed');
+  readonly #cniErrors = new Family('weft_cni_errors_total', 'counter', 'CNI requests answered with an error, by verb', 'verb');
+  readonly #unplaced = new Family('weft_egress_unplaced', 'gauge', 'Egress policies and inbound EIPs placed on no gateway', 'reason');
   readonly #errors = new Family('weft_errors_total', 'counter', 'Warnings and errors logged with an error, by its code', 'kind');
 
   /** The reconciler's onPass. */
   pass(p: PassInfo): void {
     this.#runs.inc(p.kind);
+    this.#failures.inc('', p.failures.length);
     this.#duration.observe(p.kind, p.durationMs / 1000);
     if (!p.reasons.some((r) => r === 'start-up' || r === 'own lease changed' || r.startsWith('lease '))) {
       this.#repairs.inc('', p.ops.length - p.failures.length);
@@ -124,12 +143,32 @@ export class Metrics {
     if (p.observed !== undefined) this.#kernelEntries.set('present', p.observed);
   }
 
-  /** Hooks for a lease source named `source`. */
+  /** Hooks for a lease source named `source`; its watch restarts are exposed at 0 from here on. */
   sourceObserver(source: string): SourceObserver {
+    this.#watchRestarts.inc(source, 0);
     return {
       watchRestarted: () => this.#watchRestarts.inc(source),
       leaseRenewed: () => this.#renewals.inc(source),
     };
+  }
+
+  /**
+   * Hooks for weftd's CNI server. Its verbs are exposed at 0 from here on, so a rate over them
+   * exists before the first failure.
+   */
+  cniObserver(): NonNullable<CniServerOptions['observer']> {
+    for (const verb of ['ADD', 'DEL', 'CHECK']) this.#cniErrors.inc(verb, 0);
+    return {
+      answered: (verb, ok) => {
+        if (!ok) this.#cniErrors.inc(verb);
+      },
+    };
+  }
+
+  /** The egress controller's onPlaced: what it could not place, or undefined when it stops leading. */
+  egressPlaced(unplaced: ReadonlyMap<string, number> | undefined): void {
+    this.#unplaced.values.clear();
+    for (const [reason, n] of unplaced ?? []) this.#unplaced.set(reason, n);
   }
 
   /** The logger's onRecord: counts warnings and errors that carry an error. */
@@ -144,7 +183,13 @@ export class Metrics {
   /** The text exposition format. */
   text(): string {
     this.#leases.set('', this.leaseCount());
-    return [this.#leases, this.#kernelEntries, this.#runs, this.#duration, this.#repairs, this.#watchRestarts, this.#renewals, this.#errors]
+    this.#ready.set('', this.ready() ? 1 : 0);
+    const expiry = this.leaseExpiry();
+    if (expiry !== undefined) this.#leaseExpiry.set('', expiry.getTime() / 1000);
+    return [
+      this.#leases, this.#ready, ...(expiry !== undefined ? [this.#leaseExpiry] : []), this.#kernelEntries, this.#runs, this.#duration,
+      this.#repairs, this.#failures, this.#watchRestarts, this.#renewals, this.#cniErrors, this.#unplaced, this.#errors,
+    ]
       .map((f) => f.render())
       .join('\n');
   }

@@ -133,14 +133,17 @@ test('egress controller: a policy that could not be placed for a while gets its 
   const { stop: stopCluster } = await cluster(['198.51.100.100', '198.51.100.101']);
   const stop = new AbortController();
   try {
+    let unplaced: ReadonlyMap<string, number> | undefined;
     const controller = new EgressController({
       http: await weftClient(cp), namespace: 'kube-flannel', livenessTimeoutMs: LIVENESS_MS, passMs: 100, log: memoryLogger(),
+      onPlaced: (u) => (unplaced = u),
     });
     const running = controller.run({ signal: stop.signal, remainingMs: () => 60_000 });
     await policy('z');
     await until('policy z placed', async () => (await statusOf('z')).eip?.ipv4 === '198.51.100.100', 10_000);
     await ready(false);
     await until('policy z withdrawn', async () => ((await statusOf('z')).node ?? undefined) === undefined, 10_000);
+    assert.deepEqual(unplaced, new Map([['NoReadyGatewayNode', 1]]), 'weft_egress_unplaced: z has no gateway');
     await policy('b');
     // The controller has met b, and placed it nowhere (no node is Ready), before the nodes come back.
     await until('policy b seen and not placed', async () => {
@@ -151,8 +154,10 @@ test('egress controller: a policy that could not be placed for a while gets its 
     await ready(true);
     await until('both placed', async () => Boolean((await statusOf('z')).eip?.ipv4 && (await statusOf('b')).eip?.ipv4), 10_000);
     assert.deepEqual([(await statusOf('z')).eip, (await statusOf('b')).eip], [{ ipv4: '198.51.100.100' }, { ipv4: '198.51.100.101' }]);
+    assert.deepEqual(unplaced, new Map(), 'every policy placed');
     stop.abort();
     await running;
+    assert.equal(unplaced, undefined, 'a controller that stopped reports nothing');
   } finally {
     stop.abort();
     await stopCluster();

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import fc from 'fast-check';
 import { parseGateway } from '../../../src/egress/api.ts';
 import type { Gateway, InvalidGateway, InvalidPolicy, Policy } from '../../../src/egress/api.ts';
-import { disruption, place } from '../../../src/egress/placement.ts';
+import { disruption, place, unplacedByReason } from '../../../src/egress/placement.ts';
 import type { GatewayNode, Placement, PlacementInput, PlacementResult } from '../../../src/egress/placement.ts';
 
 const NOW = 1_000_000;
@@ -70,6 +70,17 @@ test('node selection Limit: at most `limit` policies per node, spread among thos
   assert.deepEqual(Object.values(w).slice(0, 6).map((x) => x.split(' ')[0]), ['n1', 'n2', 'n3', 'n1', 'n2', 'n3']);
   assert.equal(w['default/p7'], 'GatewayFull');
   assert.match(r.policies.at(-1)!.message, /every serving node of EgressGateway "gw" has 2 policies \(nodeSelection.limit\)/);
+});
+
+test('unplacedByReason counts the policies placed nowhere by reason (weft_egress_unplaced)', () => {
+  const full = run({
+    gateways: [gateway({ nodeSelection: { mode: 'Limit', limit: 2 } })], policies: ids(4).map((id) => policy(id)), nodes: [node('n1')],
+  });
+  assert.deepEqual(unplacedByReason(full.policies), new Map([['GatewayFull', 2]]));
+  const down = run({ gateways: [gateway()], policies: [...ids(2).map((id) => policy(id)), policy('default/x', { gateway: 'nosuch' })],
+    nodes: [node('n1', { ready: false })] });
+  assert.deepEqual(unplacedByReason(down.policies), new Map([['NoReadyGatewayNode', 2], ['GatewayNotFound', 1]]));
+  assert.deepEqual(unplacedByReason(run({ gateways: [gateway()], policies: [policy('default/p1')], nodes: [node('n1')] }).policies), new Map());
 });
 
 test('the limits default to 5: a sixth policy finds the only node full (Limit) or the only EIP full (Limit)', () => {

@@ -25,11 +25,18 @@ test('/healthz always, /readyz only once ready, /metrics with what the parts rep
     assert.equal((await fetch(`${base}/nosuch`)).status, 404);
 
     metrics.leaseCount = () => 7;
+    metrics.ready = () => ready;
+    metrics.leaseExpiry = () => new Date(1_800_000_000_000);
+    const cni = metrics.cniObserver();
+    cni.answered('ADD', false);
+    cni.answered('ADD', true);
+    metrics.egressPlaced(new Map([['NoReadyGatewayNode', 2], ['GatewayFull', 1]]));
     const pass = { reasons: ['start-up'], durationMs: 3, ops: [], failures: [] };
     metrics.pass({ ...pass, kind: 'full', desired: 30, observed: 12 });
     metrics.pass({ ...pass, kind: 'full', desired: 30, observed: 28, reasons: ['periodic resync'], ops: [{ op: 'routeDel' }, { op: 'routeDel' }] as never[] });
     metrics.pass({ ...pass, kind: 'fast', reasons: ['lease node-3 added'], ops: [{ op: 'routeReplace' }] as never[] });
     metrics.pass({ ...pass, kind: 'fast', reasons: ['route 10.244.3.0/24 deleted'], ops: [{ op: 'routeReplace' }] as never[] });
+    metrics.pass({ ...pass, kind: 'fast', reasons: ['route 10.244.4.0/24 deleted'], ops: [{ op: 'routeReplace' }] as never[], failures: [{}] as never[] });
     metrics.sourceObserver('etcd').watchRestarted?.();
     metrics.sourceObserver('etcd').leaseRenewed?.();
     const { log } = createLogger({ write: () => {}, onRecord: (l, m, f) => metrics.record(l, m, f) });
@@ -48,14 +55,28 @@ test('/healthz always, /readyz only once ready, /metrics with what the parts rep
       'weft_kernel_entries{state="desired"} 30',
       'weft_kernel_entries{state="present"} 28',
       'weft_reconcile_runs_total{kind="full"} 2',
-      'weft_reconcile_runs_total{kind="fast"} 2',
+      'weft_reconcile_runs_total{kind="fast"} 3',
       'weft_reconcile_duration_seconds_count{kind="full"} 2',
+      'weft_ready 1',
+      'weft_lease_expiry_timestamp_seconds 1800000000',
       'weft_repairs_total 3',
+      'weft_reconcile_failures_total 1',
+      'weft_cni_errors_total{verb="ADD"} 1',
+      'weft_cni_errors_total{verb="DEL"} 0',
+      'weft_egress_unplaced{reason="NoReadyGatewayNode"} 2',
+      'weft_egress_unplaced{reason="GatewayFull"} 1',
       'weft_watch_restarts_total{source="etcd"} 1',
       'weft_lease_renewals_total{source="etcd"} 1',
       `weft_errors_total{kind="${new DatastoreUnavailableError('x').code}"} 2`,
     ]) assert.ok(text.split('\n').includes(line), `${line} in\n${text}`);
     assert.doesNotMatch(text, /kind="Error"/, 'info records and warnings without an error are not counted');
+    ready = false;
+    metrics.leaseExpiry = () => undefined;
+    metrics.egressPlaced(undefined);
+    const later = await (await fetch(`${base}/metrics`)).text();
+    assert.ok(later.split('\n').includes('weft_ready 0'), 'not ready again: weft_ready 0');
+    assert.doesNotMatch(later, /weft_lease_expiry_timestamp_seconds/, 'no expiry where leases do not expire (kube mode)');
+    assert.doesNotMatch(later, /^weft_egress_unplaced/m, 'no placements once this node stopped leading the egress controller');
   } finally {
     await server.close();
   }
