@@ -42,7 +42,9 @@
 import { contains, formatCIDR, formatIP } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
 import type { NftRuleset, NftSet } from '../nft/ruleset.ts';
-import type { Endpoint, EndpointSlice, Service, ServicePort } from './model.ts';
+import { addrType, endpointKey, endpointMap, endpointName, ENDPOINT_MAP, flat, hostPort, l3, pick, targetsOf, usable } from './endpoints.ts';
+import type { Target, Via } from './endpoints.ts';
+import type { EndpointSlice, Service, ServicePort } from './model.ts';
 
 /** The Service proxy's table (family `inet`). */
 export const NFT_SERVICES_TABLE = 'weft-services';
@@ -123,14 +125,6 @@ interface Part {
   health?: HealthCheck;
 }
 
-/** An endpoint as a destination: its address and target port, and whether it is on this node. */
-interface Target {
-  endpoint: Endpoint;
-  ip: IP;
-  port: number;
-  local: boolean;
-}
-
 /**
  * The elements of a set or map as they are now, and what came and went in this render. One
  * holder per key (see {@link Claim}), so an element leaves as it came, whole.
@@ -141,78 +135,11 @@ interface Contents {
   added: Set<string>;
 }
 
-const l3 = (f: Family) => (f === 4 ? 'ip' : 'ip6');
-const addrType = (f: Family) => (f === 4 ? 'ipv4_addr' : 'ipv6_addr');
-const hostPort = (t: Target) => (t.ip.family === 4 ? `${formatIP(t.ip)}:${t.port}` : `[${formatIP(t.ip)}]:${t.port}`);
 const hex = (n: number) => `0x${n.toString(16)}`;
-const keyOf = (element: string) => element.slice(0, element.indexOf(' : '));
-/**
- * A text made of `parts` as one flat string (join): a template's pieces would stay linked as a
- * tree of V8 cons strings, ~100 bytes more for each of 100,000 held elements (see formatIP).
- */
-const flat = (...parts: (string | number)[]) => parts.join('');
-
-/** The endpoints a set of candidates uses: the ready ones, else the serving terminating ones. */
-function usable<T extends { endpoint: Pick<Endpoint, 'ready' | 'serving' | 'terminating'> }>(candidates: readonly T[]): T[] {
-  if (candidates.every((c) => c.endpoint.ready)) return candidates as T[];
-  const ready = candidates.filter((c) => c.endpoint.ready);
-  return ready.length > 0 ? ready : candidates.filter((c) => c.endpoint.serving && c.endpoint.terminating);
-}
-
-/**
- * The targets of one Service port in one family, from the Service's slices, sorted and unique.
- * Called for each of 100,000 endpoints at a first render: it copies no endpoint it can keep.
- */
-function targetsOf(port: ServicePort, family: Family, slices: readonly EndpointSlice[], node: string): Target[] {
-  const targets: Target[] = [];
-  let seen: Map<bigint, Target>[] | undefined;
-  for (const slice of slices) {
-    if (slice.family !== family) continue;
-    const p = slice.ports.find((sp) => sp.name === port.name && sp.protocol === port.protocol);
-    if (!p) continue;
-    // One map of addresses per target port: during churn two slices can hold one endpoint.
-    const byAddress = (seen ??= [])[p.port] ??= new Map<bigint, Target>();
-    for (const e of slice.endpoints) {
-      const had = byAddress.get(e.ip.value);
-      if (had && (had.endpoint.ready || !e.ready)) continue;
-      const target: Target = { endpoint: e, ip: e.ip, port: p.port, local: e.nodeName === node };
-      byAddress.set(e.ip.value, target);
-      // The readier entry wins.
-      if (had) targets[targets.indexOf(had)] = target;
-      else targets.push(target);
-    }
-  }
-  return targets.sort((a, b) => (a.ip.value < b.ip.value ? -1 : a.ip.value > b.ip.value ? 1 : a.port - b.port));
-}
 
 /** The chain names of one Service port in one family (affinity). */
 function unitName(s: Service, p: ServicePort, f: Family): string {
   return `${s.namespace}/${s.name}/${p.name || p.port}/${p.protocol.toLowerCase()}/v${f}`;
-}
-
-/** A name fragment for an endpoint (nft names allow letters, digits, `_ - . /`). */
-const endpointName = (t: Target) => `${formatIP(t.ip).replaceAll(':', '_')}_${t.port}`;
-
-/**
- * How a connection reaches a Service port's endpoints: `addr`, to an address and port of its
- * own (the lookup key `<address> . <protocol> . <port>`), or `nodeport` (`<protocol> . <port>`).
- */
-type Via = 'addr' | 'nodeport';
-
-/** The names of the endpoint maps. */
-const ENDPOINT_MAP = /^(nodeport-)?endpoints[46]-(tcp|udp|sctp)-\d+$/;
-
-/** The endpoint map of a way in, a family, a protocol and a number of endpoints. */
-const endpointMap = (via: Via, f: Family, proto: string, n: number) => `${via === 'addr' ? '' : 'nodeport-'}endpoints${f}-${proto}-${n}`;
-
-/** What the endpoint maps of a way in, a family and a protocol are keyed by (before the endpoint's number). */
-const endpointKey = (via: Via, f: Family, proto: string) => (via === 'addr' ? `${l3(f)} daddr . ${proto} dport` : `${proto} dport`);
-
-/** The statement choosing one of `n` endpoints (numbered from `offset`) by the packet's own key. */
-function pick(via: Via, f: Family, proto: string, n: number, offset: number): { rule: string; map: string } {
-  const map = endpointMap(via, f, proto, n);
-  const slot = `numgen random mod ${n}${offset > 0 ? ` offset ${offset}` : ''}`;
-  return { rule: `dnat ${l3(f)} to ${endpointKey(via, f, proto)} . ${slot} map @${map}`, map };
 }
 
 /**
