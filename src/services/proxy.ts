@@ -16,8 +16,9 @@
  *   clients recorded in the affinity sets are the kernel's, not drift, and are left out of the
  *   comparison. The table stays when weftd stops.
  * - Health checks: each externalTrafficPolicy Local load balancer's healthCheckNodePort is served
- *   as kube-proxy serves it (200 with this node's endpoint count when it has some, else 503), so
- *   a cloud load balancer sends only to nodes with endpoints.
+ *   as kube-proxy serves it (200 with this node's count of ready endpoints when it has some, else
+ *   503), so a cloud load balancer sends only to nodes with endpoints and drains a node whose
+ *   endpoints are all terminating.
  * - br_netfilter: a pod reaching a Service whose endpoint is on its own bridge gets the reply
  *   bridged, not routed; unless the bridge passes it to conntrack (bridge-nf-call-iptables and
  *   -ip6tables at 1) its source is never translated back and the client drops it. The proxy

@@ -76,7 +76,11 @@ export interface HealthCheck {
   port: number;
   namespace: string;
   name: string;
-  /** This node's endpoints in use (200 when more than 0, 503 otherwise). */
+  /**
+   * This node's ready endpoints, each address and target port once, as kube-proxy counts them (200
+   * when more than 0, 503 otherwise): serving terminating ones still take traffic but do not count,
+   * so a load balancer drains the node during a rollout.
+   */
   localEndpoints: number;
 }
 
@@ -470,7 +474,8 @@ export class ServiceRenderer {
     const part: Part = { service: s, slices, chains: [], sets: [], shared: [], claims: [], hairpin: [] };
     const owner = `${s.namespace}/${s.name}`;
     const clusterCIDR = (f: Family) => options.clusterCIDRs.find((c) => c.ip.family === f);
-    let localForHealth = 0;
+    // kube-proxy's count: this node's ready endpoints (address and port), terminating ones not.
+    const readyHere = new Set<string>();
     for (const clusterIP of s.clusterIPs) {
       const f = clusterIP.family;
       const ext = [...s.externalIPs, ...s.loadBalancerIPs].filter((ip) => ip.family === f);
@@ -479,7 +484,7 @@ export class ServiceRenderer {
         const targets = targetsOf(p, f, slices, options.node);
         const all = usable(targets);
         const local = usable(targets.filter((t) => t.local));
-        localForHealth = Math.max(localForHealth, local.length);
+        for (const t of targets) if (t.local && t.endpoint.ready) readyHere.add(hostPort(t));
         // Hairpin: only endpoints on this node's bridge, in the cluster network, can reach
         // themselves through it (a host-network endpoint's own connection stays on the node).
         const cidr = clusterCIDR(f);
@@ -576,7 +581,7 @@ export class ServiceRenderer {
       }
     }
     if (s.type === 'LoadBalancer' && s.externalLocal && s.healthCheckNodePort !== undefined) {
-      part.health = { port: s.healthCheckNodePort, namespace: s.namespace, name: s.name, localEndpoints: localForHealth };
+      part.health = { port: s.healthCheckNodePort, namespace: s.namespace, name: s.name, localEndpoints: readyHere.size };
     }
     return part;
   }

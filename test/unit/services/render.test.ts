@@ -142,6 +142,25 @@ test('externalTrafficPolicy Local: outside clients keep their address, reach thi
   assert.deepEqual(elsewhere.healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 0 }]);
 });
 
+test('the health check counts this node\'s ready endpoints only: a node left with terminating ones answers 503 (#39)', () => {
+  const lb = web({
+    type: 'LoadBalancer', externalTrafficPolicy: 'Local', healthCheckNodePort: 32000,
+    ports: [{ name: 'http', port: 80, nodePort: 30080 }, { name: 'alt', port: 81, nodePort: 30081 }],
+  });
+  const ports = [{ name: 'http', port: 8080 }, { name: 'alt', port: 8081 }];
+  const terminating = { ready: false, serving: true, terminating: true };
+  const rollout = sliceObject('ns', 'web-1', 'web', 'IPv4', ports,
+    [endpoint('10.244.1.2', 'n1', terminating), endpoint('10.244.1.3', 'n1', terminating), endpoint('10.244.2.2', 'n2')]);
+  const draining = render([lb], [rollout]);
+  assert.deepEqual(draining.healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 0 }]);
+  // The terminating endpoints still take what reaches this node, as kube-proxy's do.
+  assert.deepEqual(draining.ruleset.chains.get('nodeport-local4-tcp-1-2')?.at(-1),
+    'dnat ip to tcp dport . numgen random mod 2 offset 32768 map @nodeport-endpoints4-tcp-2');
+  // kube-proxy counts each address and target port once: one pod serving two ports is two.
+  const ready = sliceObject('ns', 'web-1', 'web', 'IPv4', ports, [endpoint('10.244.1.2', 'n1'), endpoint('10.244.1.3', 'n1', terminating)]);
+  assert.deepEqual(render([lb], [ready]).healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 2 }]);
+});
+
 test('internalTrafficPolicy Local: cluster IP traffic reaches this node\'s endpoints, unmasqueraded; dropped when there are none', () => {
   const svc = web({ internalTrafficPolicy: 'Local' });
   const here = render([svc], [webSlice(TWO)]).ruleset;
