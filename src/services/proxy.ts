@@ -7,7 +7,8 @@
  * - Inputs: two reflectors (k8s/reflector.ts) list and watch every Service and EndpointSlice of
  *   the cluster as model values into index.ts's LiveServiceIndex, which tells the renderer the
  *   Services each batch touched; an invalid object is left out with one warning per object and
- *   reason.
+ *   reason. Both watches leave out, as kube-proxy's do, the objects labelled
+ *   service.kubernetes.io/service-proxy-name or service.kubernetes.io/headless (model.ts).
  * - Apply and repair: nft/kept-table.ts, as network policy's table: one render per batch of
  *   changes, one `nft -f` transaction with what differs, the table listed after each apply and
  *   compared when `nft monitor` reports a change to the ruleset (every 5 minutes anyway), and
@@ -40,7 +41,7 @@ import { execRunner, mustRun, NFT_LIST_TABLES, nftMonitor, procSysctl, requireNf
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
 import { LiveServiceIndex } from './index.ts';
-import { isInvalid, parseEndpointSlice, parseService } from './model.ts';
+import { isInvalid, parseEndpointSlice, parseService, PROXIED_SELECTOR } from './model.ts';
 import type { EndpointSlice, Invalid, Service } from './model.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from './render.ts';
 import type { HealthCheck } from './render.ts';
@@ -216,7 +217,7 @@ export class ServiceProxy {
 
   #reflect<T extends object>(path: string, resource: string, parse: (o: unknown) => Stored<T>, signal: AbortSignal): Promise<void> {
     return new Reflector<Stored<T>>({
-      http: this.#options.http, path, resource, log: this.#log, parse,
+      http: this.#options.http, path, resource, log: this.#log, parse, query: { labelSelector: PROXIED_SELECTOR },
       ...(this.#options.watchSilenceMs ? { watchSilenceMs: this.#options.watchSilenceMs } : {}),
       onList: (items) => {
         this.#listed.add(resource);
