@@ -211,7 +211,12 @@ export class ServiceProxy {
       node: this.#options.node, clusterCIDRs: this.#options.clusterCIDRs,
       ...(this.#options.nodePortCIDRs ? { nodePortCIDRs: this.#options.nodePortCIDRs } : {}),
     }, changed);
-    this.#healthChecks = rendered.healthChecks;
+    if (rendered.healthChecks !== this.#healthChecks) {
+      this.#healthChecks = rendered.healthChecks;
+      // A count may change with no rule (an endpoint going from ready to terminating): no apply follows, so answer it now.
+      const checks = new Map(rendered.healthChecks.map((c) => [c.port, c]));
+      for (const [port, entry] of this.#healthServers) entry.check = checks.get(port) ?? entry.check;
+    }
     return rendered.ruleset;
   }
 

@@ -180,6 +180,13 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
         assert.equal(ok.status, 200);
         assert.deepEqual(JSON.parse(ok.body), { service: { namespace: NS, name: 'local' }, localEndpoints: 1, serviceProxyHealthy: true });
         assert.equal((await httpGet(outside!, `http://${n1.address}:32100/`)).status, 503);
+        // A rollout: s2 terminates, still serving. kube-proxy counts ready endpoints only, so the load balancer drains node-2 (#39).
+        await put(SLICES, slice('local-4', 'local', [endpoint(s2.ip, n2.name, { ready: false, serving: true, terminating: true })]));
+        await until('node-2\'s health check says it has no ready endpoint', async () =>
+          (await httpGet(outside!, `http://${n2.address}:32100/`)).status === 503);
+        const draining = await httpGet(outside!, `http://${n2.address}:32100/`);
+        assert.deepEqual(JSON.parse(draining.body), { service: { namespace: NS, name: 'local' }, localEndpoints: 0, serviceProxyHealthy: true });
+        assert.equal(served(await out.probe(n2.address, 'TCP', 30081)).by, 's2', 'the terminating endpoint still serves what comes');
       });
 
       await t.test('endpoint churn: an open connection lives on while new ones go to the endpoints now listed', async () => {
