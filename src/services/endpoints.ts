@@ -69,7 +69,8 @@ export type Via = 'addr' | 'nodeport';
 export const ENDPOINT_MAP = /^(nodeport-)?endpoints[46]-(tcp|udp|sctp)-\d+$/;
 
 /** The endpoint map of a way in, a family, a protocol and a number of endpoints. */
-export const endpointMap = (via: Via, f: Family, proto: string, n: number) => `${via === 'addr' ? '' : 'nodeport-'}endpoints${f}-${proto}-${n}`;
+export const endpointMap = (via: Via, f: Family, proto: string, n: number) =>
+  `${via === 'addr' ? '' : 'nodeport-'}endpoints${f}-${proto}-${n}`;
 
 /** What the endpoint maps of a way in, a family and a protocol are keyed by (before the endpoint's number). */
 export const endpointKey = (via: Via, f: Family, proto: string) => (via === 'addr' ? `${l3(f)} daddr . ${proto} dport` : `${proto} dport`);

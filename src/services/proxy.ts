@@ -60,6 +60,8 @@ export interface ServiceProxyOptions {
   clusterCIDRs: readonly CIDR[];
   /** --nodeport-addresses; empty: every address of the node. */
   nodePortCIDRs?: readonly CIDR[];
+  /** --service-cluster-ip-range; empty: unallocated addresses are left alone. */
+  serviceCIDRs?: readonly CIDR[];
   /** Runs nft; default spawns it in this process's namespace. */
   runner?: Runner;
   /** Reports ruleset changes; default `nft monitor` when `runner` is the default. */
@@ -210,6 +212,7 @@ export class ServiceProxy {
     const rendered = this.#renderer.render(this.#index, {
       node: this.#options.node, clusterCIDRs: this.#options.clusterCIDRs,
       ...(this.#options.nodePortCIDRs ? { nodePortCIDRs: this.#options.nodePortCIDRs } : {}),
+      ...(this.#options.serviceCIDRs ? { serviceCIDRs: this.#options.serviceCIDRs } : {}),
     }, changed);
     if (rendered.healthChecks !== this.#healthChecks) {
       this.#healthChecks = rendered.healthChecks;

@@ -38,11 +38,17 @@
  * - A Service port without endpoints rejects new connections (TCP reset, ICMP port unreachable)
  *   in filter chains at input, forward and output; loadBalancerSourceRanges drop other sources
  *   to the load balancer IPs before NAT.
+ * - A cluster IP on a port no Service defines rejects new connections as well, and the addresses
+ *   of --service-cluster-ip-range no Service has drop them, as kube-proxy's nftables mode does
+ *   (chain cluster-ips-check, after DNAT at forward and output): else they follow the default
+ *   route off the node. Without the flag unallocated addresses are left alone.
  */
 import { contains, formatCIDR, formatIP } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
 import type { NftRuleset, NftSet } from '../nft/ruleset.ts';
-import { addrType, endpointKey, endpointMap, endpointName, ENDPOINT_MAP, flat, hostPort, l3, pick, targetsOf, usable } from './endpoints.ts';
+import {
+  addrType, endpointKey, endpointMap, endpointName, ENDPOINT_MAP, flat, hostPort, l3, pick, targetsOf, usable,
+} from './endpoints.ts';
 import type { Target, Via } from './endpoints.ts';
 import type { EndpointSlice, Service, ServicePort } from './model.ts';
 
@@ -62,6 +68,8 @@ export interface RenderOptions {
   clusterCIDRs: readonly CIDR[];
   /** --nodeport-addresses; undefined or empty: every address of the node. */
   nodePortCIDRs?: readonly CIDR[];
+  /** --service-cluster-ip-range: new connections to its addresses no Service has are dropped. */
+  serviceCIDRs?: readonly CIDR[];
 }
 
 /** What a render reads: the Services and each Service's slices, by the Service's `namespace/name`. */
@@ -124,8 +132,8 @@ interface Part {
   sets: NftSet[];
   shared: SharedChain[];
   claims: Claim[];
-  /** This node's endpoints, as elements of the hairpin set of each family. */
-  hairpin: [Family, string[]][];
+  /** Elements of the counted sets: this node's endpoints (hairpin4/6), the cluster IPs (cluster-ips4/6). */
+  counted: [string, string[]][];
   health?: HealthCheck;
 }
 
@@ -174,8 +182,8 @@ export class ServiceRenderer {
   /** Renders made, and the names of the chains and sets this one touches (none kept for the first). */
   #serial = 0;
   #touched: { chains: Set<string>; sets: Set<string> } | undefined;
-  /** This node's endpoints by family (the hairpin sets' elements), with how many entries of the parts name each. */
-  readonly #hairpins = new Map<Family, Map<string, number>>([[4, new Map()], [6, new Map()]]);
+  /** The counted sets' elements by set, with how many entries of the parts name each. */
+  readonly #counted = new Map<string, Map<string, number>>();
 
   /**
    * The rules for `index`. `changed` names the Services (`namespace/name`) whose object or
@@ -221,8 +229,8 @@ export class ServiceRenderer {
     for (const chain of next?.shared ?? []) this.#refShared(chain, 1);
     for (const chain of old?.shared ?? []) this.#refShared(chain, -1);
     this.#putClaims(key, old?.claims ?? [], next?.claims ?? []);
-    if (next) this.#countHairpin(next, 1);
-    if (old) this.#countHairpin(old, -1);
+    if (next) this.#count(next, 1);
+    if (old) this.#count(old, -1);
     if (next?.health) this.#health.set(key, next.health);
     else this.#health.delete(key);
     this.#replace(old, next);
@@ -324,17 +332,18 @@ export class ServiceRenderer {
     }
   }
 
-  /** Counts a part's hairpin entries in (1) or out (-1): an element while any part names it. */
-  #countHairpin(part: Part, by: 1 | -1): void {
-    for (const [f, elements] of part.hairpin) for (const element of elements) {
-      const counts = this.#hairpins.get(f)!;
+  /** Counts a part's entries of the counted sets in (1) or out (-1): an element while any part names it. */
+  #count(part: Part, by: 1 | -1): void {
+    for (const [set, elements] of part.counted) for (const element of elements) {
+      let counts = this.#counted.get(set);
+      if (!counts) this.#counted.set(set, (counts = new Map()));
       const n = (counts.get(element) ?? 0) + by;
       if (n === 0) {
         counts.delete(element);
-        this.#removeElements(`hairpin${f}`, [element]);
+        this.#removeElements(set, [element]);
       } else {
         counts.set(element, n);
-        if (n === 1 && by === 1) this.#addElements(`hairpin${f}`, [element]);
+        if (n === 1 && by === 1) this.#addElements(set, [element]);
       }
     }
   }
@@ -397,8 +406,15 @@ export class ServiceRenderer {
         + 'masquerade fully-random',
     ]);
     const rejectRules = lookups('no-endpoints', 'no-endpoint-nodeports').map((r) => `ct state new ${r}`);
+    // After DNAT: what still goes to a cluster IP is for a port no Service defines.
+    this.#putChain('cluster-ips-check', [
+      'ip daddr @cluster-ips4 goto reject-chain',
+      'ip6 daddr @cluster-ips6 goto reject-chain',
+      ...(options.serviceCIDRs ?? []).map((c) => `${l3(c.ip.family)} daddr ${formatCIDR(c)} drop`),
+    ]);
     for (const hook of ['input', 'forward', 'output']) {
-      this.#putChain(`filter-${hook}`, [`type filter hook ${hook} priority filter - 10; policy accept;`, ...rejectRules]);
+      this.#putChain(`filter-${hook}`, [`type filter hook ${hook} priority filter - 10; policy accept;`, ...rejectRules,
+        ...(hook === 'input' ? [] : ['ct state new jump cluster-ips-check'])]);
     }
   }
 
@@ -449,10 +465,11 @@ export class ServiceRenderer {
         note(set, existed);
         sets.push(set);
       }
-      const hairpin = this.#set(`hairpin${f}`, (e) => ({ kind: 'set', name: `hairpin${f}`, type: `${addrType(f)} . ${addrType(f)}`,
-        interval: false, elements: e }));
-      note(hairpin, true);
-      sets.push(hairpin);
+      for (const [name, type] of [[`hairpin${f}`, `${addrType(f)} . ${addrType(f)}`], [`cluster-ips${f}`, addrType(f)]] as const) {
+        const set = this.#set(name, (e) => ({ kind: 'set', name, type, interval: false, elements: e }));
+        note(set, true);
+        sets.push(set);
+      }
       for (const m of CLAIM_MAPS) {
         const name = `${m}${f}`;
         const type = m === 'nodeports' || m === 'no-endpoint-nodeports'
@@ -471,13 +488,14 @@ export class ServiceRenderer {
 
   /** One Service's part of the rules, from its object and slices (see {@link Part}). */
   #renderService(s: Service, slices: readonly EndpointSlice[], options: RenderOptions): Part {
-    const part: Part = { service: s, slices, chains: [], sets: [], shared: [], claims: [], hairpin: [] };
+    const part: Part = { service: s, slices, chains: [], sets: [], shared: [], claims: [], counted: [] };
     const owner = `${s.namespace}/${s.name}`;
     const clusterCIDR = (f: Family) => options.clusterCIDRs.find((c) => c.ip.family === f);
     // kube-proxy's count: this node's ready endpoints (address and port), terminating ones not.
     const readyHere = new Set<string>();
     for (const clusterIP of s.clusterIPs) {
       const f = clusterIP.family;
+      part.counted.push([`cluster-ips${f}`, [formatIP(clusterIP)]]);
       const ext = [...s.externalIPs, ...s.loadBalancerIPs].filter((ip) => ip.family === f);
       for (const p of s.ports) {
         const proto = p.protocol.toLowerCase();
@@ -490,7 +508,7 @@ export class ServiceRenderer {
         const cidr = clusterCIDR(f);
         const bridged = cidr ? local.filter((t) => contains(cidr, t.ip)) : local;
         if (bridged.length > 0) {
-          part.hairpin.push([f, bridged.map((t) => {
+          part.counted.push([`hairpin${f}`, bridged.map((t) => {
             const ip = formatIP(t.ip);
             return flat(ip, ' . ', ip);
           })]);

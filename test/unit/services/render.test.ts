@@ -161,6 +161,30 @@ test('the health check counts this node\'s ready endpoints only: a node left wit
   assert.deepEqual(render([lb], [ready]).healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 2 }]);
 });
 
+test('a cluster IP on a port no Service defines rejects; unallocated addresses of --service-cluster-ip-range drop (#39)', () => {
+  const dual = web({ clusterIPs: ['10.96.0.10', 'fd00:10:96::10'], ipFamilyPolicy: 'RequireDualStack' });
+  const serviceCIDRs = [parseCIDR('10.96.0.0/12', 'test'), parseCIDR('fd00:10:96::/108', 'test')];
+  const renderer = new ServiceRenderer();
+  const { ruleset } = renderer.render(serviceModel([dual, serviceObject('ns', 'none', { clusterIP: 'None', ports: [{ port: 80 }] })], []),
+    { ...OPTIONS, serviceCIDRs });
+  assert.deepEqual(elements(ruleset, 'cluster-ips4'), ['10.96.0.10']);
+  assert.deepEqual(elements(ruleset, 'cluster-ips6'), ['fd00:10:96::10']);
+  assert.deepEqual(ruleset.chains.get('cluster-ips-check'), [
+    'ip daddr @cluster-ips4 goto reject-chain', 'ip6 daddr @cluster-ips6 goto reject-chain',
+    'ip daddr 10.96.0.0/12 drop', 'ip6 daddr fd00:10:96::/108 drop',
+  ]);
+  // After the DNAT of the ports Services define, on the way through the node and out of it.
+  for (const hook of ['forward', 'output']) {
+    assert.equal(ruleset.chains.get(`filter-${hook}`)?.at(-1), 'ct state new jump cluster-ips-check');
+  }
+  assert.ok(!ruleset.chains.get('filter-input')?.includes('ct state new jump cluster-ips-check'));
+  const gone = renderer.render(serviceModel([], []), OPTIONS).ruleset;
+  assert.deepEqual(elements(gone, 'cluster-ips4'), [], 'a Service deleted takes its cluster IP out');
+  const rejects = ['ip daddr @cluster-ips4 goto reject-chain', 'ip6 daddr @cluster-ips6 goto reject-chain'];
+  assert.deepEqual(gone.chains.get('cluster-ips-check'), rejects, 'no range, no drop');
+  assert.deepEqual(tableUpdate(TABLE, ruleset, gone).includes('delete element inet weft-services cluster-ips4 { 10.96.0.10 }'), true);
+});
+
 test('internalTrafficPolicy Local: cluster IP traffic reaches this node\'s endpoints, unmasqueraded; dropped when there are none', () => {
   const svc = web({ internalTrafficPolicy: 'Local' });
   const here = render([svc], [webSlice(TWO)]).ruleset;
@@ -170,7 +194,7 @@ test('internalTrafficPolicy Local: cluster IP traffic reaches this node\'s endpo
   const elsewhere = render([svc], [webSlice([endpoint('10.244.2.2', 'n2')])]).ruleset;
   assert.deepEqual(elements(elsewhere, 'no-endpoints4'), ['10.96.0.10 . tcp . 80 : drop']);
   assert.deepEqual(elements(elsewhere, 'services4'), []);
-  assert.deepEqual([...elsewhere.chains.keys()].filter((n) => n.startsWith('cluster')), []);
+  assert.deepEqual([...elsewhere.chains.keys()].filter((n) => /^cluster(-local)?[46]-/.test(n)), []);
 });
 
 test('ClientIP affinity: a set per endpoint with the Service\'s timeout, checked before the random choice', () => {
