@@ -75,6 +75,7 @@ async function startServiceProxy(flags: Flags, source: LeaseSource, log: Logger,
     http, node, log: log.child({ component: 'service-proxy' }),
     clusterCIDRs: [netConf.network, netConf.ipv6Network].filter((c) => c !== undefined),
     nodePortCIDRs: flags.nodeportAddresses.map((c) => parseCIDR(c, '--nodeport-addresses')),
+    serviceCIDRs: flags.serviceClusterIpRange.map((c) => parseCIDR(c, '--service-cluster-ip-range')),
   });
   await proxy.start(signal);
   return proxy;

@@ -56,6 +56,8 @@ export interface Flags {
   serviceProxy: boolean;
   /** CIDRs whose node addresses serve node ports; empty: every address of the node. */
   nodeportAddresses: string[];
+  /** The cluster's service CIDRs (at most one per family): the Service proxy drops what goes to their unallocated addresses. */
+  serviceClusterIpRange: string[];
   /** Egress gateways (kube mode): the controller election, the heartbeat and the node's data plane. */
   egressGateways: boolean;
   /** The cluster's service CIDRs, never steered to an egress gateway. */
@@ -212,6 +214,14 @@ const SPECS: FlagSpec[] = [
     own: true,
   },
   {
+    name: 'service-cluster-ip-range',
+    group: WEFT,
+    help: 'with --service-proxy: the cluster\'s service CIDRs, as kube-apiserver\'s flag of that name (comma-separated, one per '
+      + 'family); new connections to their addresses no Service has are dropped instead of leaving the node (default none)',
+    default: '',
+    own: true,
+  },
+  {
     name: 'egress-gateways',
     group: EGRESS,
     help: 'run egress gateways: EgressGateway and EgressPolicy resources (egress-crds.yaml)',
@@ -354,6 +364,11 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   }
   const nodeportAddresses = str('nodeport-addresses').split(',').map((c) => c.trim()).filter(Boolean);
   for (const c of nodeportAddresses) parseCIDR(c, '--nodeport-addresses');
+  const serviceClusterIpRange = str('service-cluster-ip-range').split(',').map((c) => c.trim()).filter(Boolean);
+  const families = serviceClusterIpRange.map((c) => parseCIDR(c, '--service-cluster-ip-range').ip.family);
+  if (new Set(families).size !== families.length) {
+    throw new ConfigError('--service-cluster-ip-range', 'at most one CIDR of each family, as kube-apiserver takes it');
+  }
   return {
     etcdEndpoints: str('etcd-endpoints').split(',').map((s) => s.trim()).filter(Boolean),
     etcdPrefix: str('etcd-prefix'),
@@ -391,6 +406,7 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     networkPolicy: bool('network-policy'),
     serviceProxy: bool('service-proxy'),
     nodeportAddresses,
+    serviceClusterIpRange,
     egressGateways: bool('egress-gateways'),
     egressServiceCidr: list('egress-service-cidr'),
     egressExcludeCidr: list('egress-exclude-cidr'),

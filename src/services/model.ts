@@ -27,6 +27,20 @@ export type ServiceType = (typeof SERVICE_TYPES)[number];
 /** The label naming an EndpointSlice's Service. */
 export const SERVICE_NAME_LABEL = 'kubernetes.io/service-name';
 
+/** A Service (and its slices) another proxy translates, whatever the value. */
+export const SERVICE_PROXY_NAME_LABEL = 'service.kubernetes.io/service-proxy-name';
+
+/** A headless Service's slices, or a Service left to no proxy. */
+export const HEADLESS_LABEL = 'service.kubernetes.io/headless';
+
+/**
+ * The label selector of both watches, kube-proxy's: objects with either label are not proxied.
+ * kube-proxy has no name of its own, so it leaves every Service with a service-proxy-name to
+ * the proxy named; so does Weft. The API server filters: an object gaining a label is deleted
+ * from the watch, and one losing it added.
+ */
+export const PROXIED_SELECTOR = `!${SERVICE_PROXY_NAME_LABEL},!${HEADLESS_LABEL}`;
+
 /** kube-proxy's default ClientIP affinity timeout (3 hours). */
 export const DEFAULT_AFFINITY_SECONDS = 10_800;
 

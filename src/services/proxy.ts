@@ -7,7 +7,8 @@
  * - Inputs: two reflectors (k8s/reflector.ts) list and watch every Service and EndpointSlice of
  *   the cluster as model values into index.ts's LiveServiceIndex, which tells the renderer the
  *   Services each batch touched; an invalid object is left out with one warning per object and
- *   reason.
+ *   reason. Both watches leave out, as kube-proxy's do, the objects labelled
+ *   service.kubernetes.io/service-proxy-name or service.kubernetes.io/headless (model.ts).
  * - Apply and repair: nft/kept-table.ts, as network policy's table: one render per batch of
  *   changes, one `nft -f` transaction with what differs, the table listed after each apply and
  *   compared when `nft monitor` reports a change to the ruleset (every 5 minutes anyway), and
@@ -16,8 +17,9 @@
  *   clients recorded in the affinity sets are the kernel's, not drift, and are left out of the
  *   comparison. The table stays when weftd stops.
  * - Health checks: each externalTrafficPolicy Local load balancer's healthCheckNodePort is served
- *   as kube-proxy serves it (200 with this node's endpoint count when it has some, else 503), so
- *   a cloud load balancer sends only to nodes with endpoints.
+ *   as kube-proxy serves it (200 with this node's count of ready endpoints when it has some, else
+ *   503), so a cloud load balancer sends only to nodes with endpoints and drains a node whose
+ *   endpoints are all terminating.
  * - br_netfilter: a pod reaching a Service whose endpoint is on its own bridge gets the reply
  *   bridged, not routed; unless the bridge passes it to conntrack (bridge-nf-call-iptables and
  *   -ip6tables at 1) its source is never translated back and the client drops it. The proxy
@@ -39,7 +41,7 @@ import { execRunner, mustRun, NFT_LIST_TABLES, nftMonitor, procSysctl, requireNf
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
 import { LiveServiceIndex } from './index.ts';
-import { isInvalid, parseEndpointSlice, parseService } from './model.ts';
+import { isInvalid, parseEndpointSlice, parseService, PROXIED_SELECTOR } from './model.ts';
 import type { EndpointSlice, Invalid, Service } from './model.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from './render.ts';
 import type { HealthCheck } from './render.ts';
@@ -58,6 +60,8 @@ export interface ServiceProxyOptions {
   clusterCIDRs: readonly CIDR[];
   /** --nodeport-addresses; empty: every address of the node. */
   nodePortCIDRs?: readonly CIDR[];
+  /** --service-cluster-ip-range; empty: unallocated addresses are left alone. */
+  serviceCIDRs?: readonly CIDR[];
   /** Runs nft; default spawns it in this process's namespace. */
   runner?: Runner;
   /** Reports ruleset changes; default `nft monitor` when `runner` is the default. */
@@ -208,14 +212,20 @@ export class ServiceProxy {
     const rendered = this.#renderer.render(this.#index, {
       node: this.#options.node, clusterCIDRs: this.#options.clusterCIDRs,
       ...(this.#options.nodePortCIDRs ? { nodePortCIDRs: this.#options.nodePortCIDRs } : {}),
+      ...(this.#options.serviceCIDRs ? { serviceCIDRs: this.#options.serviceCIDRs } : {}),
     }, changed);
-    this.#healthChecks = rendered.healthChecks;
+    if (rendered.healthChecks !== this.#healthChecks) {
+      this.#healthChecks = rendered.healthChecks;
+      // A count may change with no rule (an endpoint going from ready to terminating): no apply follows, so answer it now.
+      const checks = new Map(rendered.healthChecks.map((c) => [c.port, c]));
+      for (const [port, entry] of this.#healthServers) entry.check = checks.get(port) ?? entry.check;
+    }
     return rendered.ruleset;
   }
 
   #reflect<T extends object>(path: string, resource: string, parse: (o: unknown) => Stored<T>, signal: AbortSignal): Promise<void> {
     return new Reflector<Stored<T>>({
-      http: this.#options.http, path, resource, log: this.#log, parse,
+      http: this.#options.http, path, resource, log: this.#log, parse, query: { labelSelector: PROXIED_SELECTOR },
       ...(this.#options.watchSilenceMs ? { watchSilenceMs: this.#options.watchSilenceMs } : {}),
       onList: (items) => {
         this.#listed.add(resource);

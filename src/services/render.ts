@@ -38,11 +38,19 @@
  * - A Service port without endpoints rejects new connections (TCP reset, ICMP port unreachable)
  *   in filter chains at input, forward and output; loadBalancerSourceRanges drop other sources
  *   to the load balancer IPs before NAT.
+ * - A cluster IP on a port no Service defines rejects new connections as well, and the addresses
+ *   of --service-cluster-ip-range no Service has drop them, as kube-proxy's nftables mode does
+ *   (chain cluster-ips-check, after DNAT at forward and output): else they follow the default
+ *   route off the node. Without the flag unallocated addresses are left alone.
  */
 import { contains, formatCIDR, formatIP } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
 import type { NftRuleset, NftSet } from '../nft/ruleset.ts';
-import type { Endpoint, EndpointSlice, Service, ServicePort } from './model.ts';
+import {
+  addrType, endpointKey, endpointMap, endpointName, ENDPOINT_MAP, flat, hostPort, l3, pick, targetsOf, usable,
+} from './endpoints.ts';
+import type { Target, Via } from './endpoints.ts';
+import type { EndpointSlice, Service, ServicePort } from './model.ts';
 
 /** The Service proxy's table (family `inet`). */
 export const NFT_SERVICES_TABLE = 'weft-services';
@@ -60,6 +68,8 @@ export interface RenderOptions {
   clusterCIDRs: readonly CIDR[];
   /** --nodeport-addresses; undefined or empty: every address of the node. */
   nodePortCIDRs?: readonly CIDR[];
+  /** --service-cluster-ip-range: new connections to its addresses no Service has are dropped. */
+  serviceCIDRs?: readonly CIDR[];
 }
 
 /** What a render reads: the Services and each Service's slices, by the Service's `namespace/name`. */
@@ -74,7 +84,11 @@ export interface HealthCheck {
   port: number;
   namespace: string;
   name: string;
-  /** This node's endpoints in use (200 when more than 0, 503 otherwise). */
+  /**
+   * This node's ready endpoints, each address and target port once, as kube-proxy counts them (200
+   * when more than 0, 503 otherwise): serving terminating ones still take traffic but do not count,
+   * so a load balancer drains the node during a rollout.
+   */
   localEndpoints: number;
 }
 
@@ -118,17 +132,9 @@ interface Part {
   sets: NftSet[];
   shared: SharedChain[];
   claims: Claim[];
-  /** This node's endpoints, as elements of the hairpin set of each family. */
-  hairpin: [Family, string[]][];
+  /** Elements of the counted sets: this node's endpoints (hairpin4/6), the cluster IPs (cluster-ips4/6). */
+  counted: [string, string[]][];
   health?: HealthCheck;
-}
-
-/** An endpoint as a destination: its address and target port, and whether it is on this node. */
-interface Target {
-  endpoint: Endpoint;
-  ip: IP;
-  port: number;
-  local: boolean;
 }
 
 /**
@@ -141,78 +147,11 @@ interface Contents {
   added: Set<string>;
 }
 
-const l3 = (f: Family) => (f === 4 ? 'ip' : 'ip6');
-const addrType = (f: Family) => (f === 4 ? 'ipv4_addr' : 'ipv6_addr');
-const hostPort = (t: Target) => (t.ip.family === 4 ? `${formatIP(t.ip)}:${t.port}` : `[${formatIP(t.ip)}]:${t.port}`);
 const hex = (n: number) => `0x${n.toString(16)}`;
-const keyOf = (element: string) => element.slice(0, element.indexOf(' : '));
-/**
- * A text made of `parts` as one flat string (join): a template's pieces would stay linked as a
- * tree of V8 cons strings, ~100 bytes more for each of 100,000 held elements (see formatIP).
- */
-const flat = (...parts: (string | number)[]) => parts.join('');
-
-/** The endpoints a set of candidates uses: the ready ones, else the serving terminating ones. */
-function usable<T extends { endpoint: Pick<Endpoint, 'ready' | 'serving' | 'terminating'> }>(candidates: readonly T[]): T[] {
-  if (candidates.every((c) => c.endpoint.ready)) return candidates as T[];
-  const ready = candidates.filter((c) => c.endpoint.ready);
-  return ready.length > 0 ? ready : candidates.filter((c) => c.endpoint.serving && c.endpoint.terminating);
-}
-
-/**
- * The targets of one Service port in one family, from the Service's slices, sorted and unique.
- * Called for each of 100,000 endpoints at a first render: it copies no endpoint it can keep.
- */
-function targetsOf(port: ServicePort, family: Family, slices: readonly EndpointSlice[], node: string): Target[] {
-  const targets: Target[] = [];
-  let seen: Map<bigint, Target>[] | undefined;
-  for (const slice of slices) {
-    if (slice.family !== family) continue;
-    const p = slice.ports.find((sp) => sp.name === port.name && sp.protocol === port.protocol);
-    if (!p) continue;
-    // One map of addresses per target port: during churn two slices can hold one endpoint.
-    const byAddress = (seen ??= [])[p.port] ??= new Map<bigint, Target>();
-    for (const e of slice.endpoints) {
-      const had = byAddress.get(e.ip.value);
-      if (had && (had.endpoint.ready || !e.ready)) continue;
-      const target: Target = { endpoint: e, ip: e.ip, port: p.port, local: e.nodeName === node };
-      byAddress.set(e.ip.value, target);
-      // The readier entry wins.
-      if (had) targets[targets.indexOf(had)] = target;
-      else targets.push(target);
-    }
-  }
-  return targets.sort((a, b) => (a.ip.value < b.ip.value ? -1 : a.ip.value > b.ip.value ? 1 : a.port - b.port));
-}
 
 /** The chain names of one Service port in one family (affinity). */
 function unitName(s: Service, p: ServicePort, f: Family): string {
   return `${s.namespace}/${s.name}/${p.name || p.port}/${p.protocol.toLowerCase()}/v${f}`;
-}
-
-/** A name fragment for an endpoint (nft names allow letters, digits, `_ - . /`). */
-const endpointName = (t: Target) => `${formatIP(t.ip).replaceAll(':', '_')}_${t.port}`;
-
-/**
- * How a connection reaches a Service port's endpoints: `addr`, to an address and port of its
- * own (the lookup key `<address> . <protocol> . <port>`), or `nodeport` (`<protocol> . <port>`).
- */
-type Via = 'addr' | 'nodeport';
-
-/** The names of the endpoint maps. */
-const ENDPOINT_MAP = /^(nodeport-)?endpoints[46]-(tcp|udp|sctp)-\d+$/;
-
-/** The endpoint map of a way in, a family, a protocol and a number of endpoints. */
-const endpointMap = (via: Via, f: Family, proto: string, n: number) => `${via === 'addr' ? '' : 'nodeport-'}endpoints${f}-${proto}-${n}`;
-
-/** What the endpoint maps of a way in, a family and a protocol are keyed by (before the endpoint's number). */
-const endpointKey = (via: Via, f: Family, proto: string) => (via === 'addr' ? `${l3(f)} daddr . ${proto} dport` : `${proto} dport`);
-
-/** The statement choosing one of `n` endpoints (numbered from `offset`) by the packet's own key. */
-function pick(via: Via, f: Family, proto: string, n: number, offset: number): { rule: string; map: string } {
-  const map = endpointMap(via, f, proto, n);
-  const slot = `numgen random mod ${n}${offset > 0 ? ` offset ${offset}` : ''}`;
-  return { rule: `dnat ${l3(f)} to ${endpointKey(via, f, proto)} . ${slot} map @${map}`, map };
 }
 
 /**
@@ -243,8 +182,8 @@ export class ServiceRenderer {
   /** Renders made, and the names of the chains and sets this one touches (none kept for the first). */
   #serial = 0;
   #touched: { chains: Set<string>; sets: Set<string> } | undefined;
-  /** This node's endpoints by family (the hairpin sets' elements), with how many entries of the parts name each. */
-  readonly #hairpins = new Map<Family, Map<string, number>>([[4, new Map()], [6, new Map()]]);
+  /** The counted sets' elements by set, with how many entries of the parts name each. */
+  readonly #counted = new Map<string, Map<string, number>>();
 
   /**
    * The rules for `index`. `changed` names the Services (`namespace/name`) whose object or
@@ -290,8 +229,8 @@ export class ServiceRenderer {
     for (const chain of next?.shared ?? []) this.#refShared(chain, 1);
     for (const chain of old?.shared ?? []) this.#refShared(chain, -1);
     this.#putClaims(key, old?.claims ?? [], next?.claims ?? []);
-    if (next) this.#countHairpin(next, 1);
-    if (old) this.#countHairpin(old, -1);
+    if (next) this.#count(next, 1);
+    if (old) this.#count(old, -1);
     if (next?.health) this.#health.set(key, next.health);
     else this.#health.delete(key);
     this.#replace(old, next);
@@ -393,17 +332,18 @@ export class ServiceRenderer {
     }
   }
 
-  /** Counts a part's hairpin entries in (1) or out (-1): an element while any part names it. */
-  #countHairpin(part: Part, by: 1 | -1): void {
-    for (const [f, elements] of part.hairpin) for (const element of elements) {
-      const counts = this.#hairpins.get(f)!;
+  /** Counts a part's entries of the counted sets in (1) or out (-1): an element while any part names it. */
+  #count(part: Part, by: 1 | -1): void {
+    for (const [set, elements] of part.counted) for (const element of elements) {
+      let counts = this.#counted.get(set);
+      if (!counts) this.#counted.set(set, (counts = new Map()));
       const n = (counts.get(element) ?? 0) + by;
       if (n === 0) {
         counts.delete(element);
-        this.#removeElements(`hairpin${f}`, [element]);
+        this.#removeElements(set, [element]);
       } else {
         counts.set(element, n);
-        if (n === 1 && by === 1) this.#addElements(`hairpin${f}`, [element]);
+        if (n === 1 && by === 1) this.#addElements(set, [element]);
       }
     }
   }
@@ -466,8 +406,15 @@ export class ServiceRenderer {
         + 'masquerade fully-random',
     ]);
     const rejectRules = lookups('no-endpoints', 'no-endpoint-nodeports').map((r) => `ct state new ${r}`);
+    // After DNAT: what still goes to a cluster IP is for a port no Service defines.
+    this.#putChain('cluster-ips-check', [
+      'ip daddr @cluster-ips4 goto reject-chain',
+      'ip6 daddr @cluster-ips6 goto reject-chain',
+      ...(options.serviceCIDRs ?? []).map((c) => `${l3(c.ip.family)} daddr ${formatCIDR(c)} drop`),
+    ]);
     for (const hook of ['input', 'forward', 'output']) {
-      this.#putChain(`filter-${hook}`, [`type filter hook ${hook} priority filter - 10; policy accept;`, ...rejectRules]);
+      this.#putChain(`filter-${hook}`, [`type filter hook ${hook} priority filter - 10; policy accept;`, ...rejectRules,
+        ...(hook === 'input' ? [] : ['ct state new jump cluster-ips-check'])]);
     }
   }
 
@@ -518,10 +465,11 @@ export class ServiceRenderer {
         note(set, existed);
         sets.push(set);
       }
-      const hairpin = this.#set(`hairpin${f}`, (e) => ({ kind: 'set', name: `hairpin${f}`, type: `${addrType(f)} . ${addrType(f)}`,
-        interval: false, elements: e }));
-      note(hairpin, true);
-      sets.push(hairpin);
+      for (const [name, type] of [[`hairpin${f}`, `${addrType(f)} . ${addrType(f)}`], [`cluster-ips${f}`, addrType(f)]] as const) {
+        const set = this.#set(name, (e) => ({ kind: 'set', name, type, interval: false, elements: e }));
+        note(set, true);
+        sets.push(set);
+      }
       for (const m of CLAIM_MAPS) {
         const name = `${m}${f}`;
         const type = m === 'nodeports' || m === 'no-endpoint-nodeports'
@@ -540,25 +488,27 @@ export class ServiceRenderer {
 
   /** One Service's part of the rules, from its object and slices (see {@link Part}). */
   #renderService(s: Service, slices: readonly EndpointSlice[], options: RenderOptions): Part {
-    const part: Part = { service: s, slices, chains: [], sets: [], shared: [], claims: [], hairpin: [] };
+    const part: Part = { service: s, slices, chains: [], sets: [], shared: [], claims: [], counted: [] };
     const owner = `${s.namespace}/${s.name}`;
     const clusterCIDR = (f: Family) => options.clusterCIDRs.find((c) => c.ip.family === f);
-    let localForHealth = 0;
+    // kube-proxy's count: this node's ready endpoints (address and port), terminating ones not.
+    const readyHere = new Set<string>();
     for (const clusterIP of s.clusterIPs) {
       const f = clusterIP.family;
+      part.counted.push([`cluster-ips${f}`, [formatIP(clusterIP)]]);
       const ext = [...s.externalIPs, ...s.loadBalancerIPs].filter((ip) => ip.family === f);
       for (const p of s.ports) {
         const proto = p.protocol.toLowerCase();
         const targets = targetsOf(p, f, slices, options.node);
         const all = usable(targets);
         const local = usable(targets.filter((t) => t.local));
-        localForHealth = Math.max(localForHealth, local.length);
+        for (const t of targets) if (t.local && t.endpoint.ready) readyHere.add(hostPort(t));
         // Hairpin: only endpoints on this node's bridge, in the cluster network, can reach
         // themselves through it (a host-network endpoint's own connection stays on the node).
         const cidr = clusterCIDR(f);
         const bridged = cidr ? local.filter((t) => contains(cidr, t.ip)) : local;
         if (bridged.length > 0) {
-          part.hairpin.push([f, bridged.map((t) => {
+          part.counted.push([`hairpin${f}`, bridged.map((t) => {
             const ip = formatIP(t.ip);
             return flat(ip, ' . ', ip);
           })]);
@@ -649,7 +599,7 @@ export class ServiceRenderer {
       }
     }
     if (s.type === 'LoadBalancer' && s.externalLocal && s.healthCheckNodePort !== undefined) {
-      part.health = { port: s.healthCheckNodePort, namespace: s.namespace, name: s.name, localEndpoints: localForHealth };
+      part.health = { port: s.healthCheckNodePort, namespace: s.namespace, name: s.name, localEndpoints: readyHere.size };
     }
     return part;
   }

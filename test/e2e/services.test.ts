@@ -17,6 +17,7 @@ import { BRIDGE_NF_SYSCTLS } from '../../src/masq/bridge-netfilter.ts';
 import { Cluster } from '../support/cluster.ts';
 import type { ClusterNode, Pod } from '../support/cluster.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
+import { SERVICE_CIDR } from '../support/control-plane.ts';
 import { attachToUnderlay, createNetns, needsRootAnd } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 import { ServiceAgent } from '../support/service-agent.ts';
@@ -64,10 +65,14 @@ async function httpGet(ns: Netns, url: string): Promise<{ status: number; body: 
   return JSON.parse(await ns.exec(NODE, '-e', script, url)) as { status: number; body: string };
 }
 
+/** The control plane's Service ranges, as kube-apiserver was given them. */
+const serviceRange = (dualStack: boolean) => (dualStack ? `${SERVICE_CIDR},fd00:10:96::/112` : SERVICE_CIDR);
+
 /** A two-node kube-mode cluster whose weftds run the Service proxy, and an outside host on its underlay. */
 async function servicesCluster(backend: 'vxlan' | 'host-gw', dualStack: boolean): Promise<{ c: Cluster; outside: Netns }> {
   const c = await Cluster.start({
-    nodes: 2, backend, dualStack, mode: 'kube', rbac: ['service-proxy.yaml'], weftdArgs: ['--service-proxy', '--ip-masq'],
+    nodes: 2, backend, dualStack, mode: 'kube', rbac: ['service-proxy.yaml'],
+    weftdArgs: ['--service-proxy', '--ip-masq', `--service-cluster-ip-range=${serviceRange(dualStack)}`],
   });
   const outside = await createNetns('out').catch(async (e: unknown) => {
     await c.stop();
@@ -149,6 +154,12 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
         }
       });
 
+      await t.test('a cluster IP on a port no Service defines refuses; the rest of the service range is dropped', async () => {
+        assert.deepEqual(await a1.probe(CLUSTER_IP, 'TCP', PORT, 2000), { error: 'ECONNREFUSED' });
+        const check = await n1.ns.exec('nft', 'list', 'chain', 'inet', 'weft-services', 'cluster-ips-check');
+        for (const range of serviceRange(dualStack).split(',')) assert.match(check, new RegExp(`daddr ${range} drop`));
+      });
+
       await t.test('ClusterIP from the node itself: served, masqueraded to an address of the node', async () => {
         const own = await addressesOf(n1.ns);
         const rs = await many(node1, CLUSTER_IP, 80, 12);
@@ -180,6 +191,14 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
         assert.equal(ok.status, 200);
         assert.deepEqual(JSON.parse(ok.body), { service: { namespace: NS, name: 'local' }, localEndpoints: 1, serviceProxyHealthy: true });
         assert.equal((await httpGet(outside!, `http://${n1.address}:32100/`)).status, 503);
+        // A rollout: s2 terminates, still serving. kube-proxy counts ready endpoints only, so the load balancer drains node-2 (#39).
+        await put(SLICES, slice('local-4', 'local', [endpoint(s2.ip, n2.name, { ready: false, serving: true, terminating: true })]));
+        await until('node-2\'s health check says it has no ready endpoint', async () =>
+          (await httpGet(outside!, `http://${n2.address}:32100/`)).status === 503);
+        const draining = await httpGet(outside!, `http://${n2.address}:32100/`);
+        const none = { service: { namespace: NS, name: 'local' }, localEndpoints: 0, serviceProxyHealthy: true };
+        assert.deepEqual(JSON.parse(draining.body), none);
+        assert.equal(served(await out.probe(n2.address, 'TCP', 30081)).by, 's2', 'the terminating endpoint still serves what comes');
       });
 
       await t.test('endpoint churn: an open connection lives on while new ones go to the endpoints now listed', async () => {

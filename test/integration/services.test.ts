@@ -17,8 +17,9 @@ import { BRIDGE_NF_SYSCTLS } from '../../src/masq/bridge-netfilter.ts';
 import { execRunner, nftMonitor, runnerSysctl } from '../../src/masq/runner.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../src/services/render.ts';
 import { tableScript, tableUpdate } from '../../src/nft/ruleset.ts';
+import { HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL } from '../../src/services/model.ts';
 import { removeServiceRules, ServiceProxy } from '../../src/services/proxy.ts';
-import { KubeControlPlane } from '../support/control-plane.ts';
+import { KubeControlPlane, SERVICE_CIDR } from '../support/control-plane.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 import { ServiceAgent } from '../support/service-agent.ts';
@@ -109,6 +110,7 @@ test('the Service proxy translates every Service type and policy on a real kerne
         http: new KubeHttp(kc), node: 'n1', log, runner: execRunner(inNode), watch: nftMonitor(inNode),
         sysctl: runnerSysctl(execRunner(inNode)),
         clusterCIDRs: [parseCIDR('10.244.0.0/16', 'test'), parseCIDR('fd00:244::/32', 'test')],
+        serviceCIDRs: [parseCIDR(SERVICE_CIDR, 'test')],
       });
       const stop = new AbortController();
       try {
@@ -232,6 +234,44 @@ test('the Service proxy translates every Service type and policy on a real kerne
           await createService('np', { type: 'NodePort', clusterIP: '10.96.0.31', ports: [{ port: 80, nodePort: 30080 }] });
           await eventually(agents.pa, '10.96.0.31', 'TCP', 80, answered);
           assert.deepEqual(served(await agents.pa.probe('10.96.0.31', 'TCP', 80)).by, 'pc');
+        });
+
+        await t.test('a cluster IP on an undefined port is refused, an unallocated address of the service CIDR dropped (#39)', async () => {
+          // Whatever escapes the proxy follows the default route to the outside host, which would answer as these addresses.
+          for (const ip of ['10.96.0.10', '10.96.0.99']) await out.ip('addr', 'add', `${ip}/32`, 'dev', 'eth0');
+          await out.ip('route', 'add', '10.244.0.0/16', 'via', '198.51.100.1');
+          for (const [name, from] of [['a pod', agents.pc], ['the node', agents.node]] as const) {
+            assert.deepEqual(await from.probe('10.96.0.10', 'TCP', POD_PORT, 1000), { error: 'ECONNREFUSED' }, `TCP from ${name}`);
+            assert.deepEqual(await from.probe('10.96.0.10', 'UDP', POD_PORT, 1000), { error: 'ECONNREFUSED' }, `UDP from ${name}`);
+            assert.deepEqual(await from.probe('10.96.0.99', 'TCP', POD_PORT, 500), { error: 'timeout' }, `unallocated, from ${name}`);
+          }
+          assert.ok('reply' in await agents.node.probe('10.96.0.10', 'TCP', 80), 'the port the Service defines serves');
+          assert.equal(served(await agents.out.probe('10.96.0.99', 'TCP', POD_PORT)).by, 'out', 'the outside host does answer');
+        });
+
+        await t.test('Services labelled service-proxy-name or headless are left alone, as kube-proxy leaves them (#39)', async () => {
+          const labelled = (labels: Record<string, string | null>) => ({ metadata: { labels } });
+          await core.createNamespacedService({ namespace: NS, body: {
+            ...serviceObject(NS, 'other', { clusterIP: '10.96.0.60', ports: [{ port: 80, targetPort: POD_PORT }] }),
+            metadata: { namespace: NS, name: 'other', labels: { [SERVICE_PROXY_NAME_LABEL]: 'another-proxy' } },
+          } as V1Service });
+          await putSlice('other-4', 'other', 'IPv4', [ep4('pa')]);
+          // Each watch delivers in order: once a Service made after it is proxied, the labelled one has been seen.
+          await createService('marker', { clusterIP: '10.96.0.61', ports: [{ port: 80, targetPort: POD_PORT }] });
+          await putSlice('marker-4', 'marker', 'IPv4', [ep4('pa')]);
+          await eventually(agents.pc, '10.96.0.61', 'TCP', 80, answered);
+          assert.doesNotMatch(await node.exec('nft', 'list', 'table', 'inet', NFT_SERVICES_TABLE), /10\.96\.0\.60/);
+          await core.patchNamespacedService({ name: 'other', namespace: NS, body: labelled({ [SERVICE_PROXY_NAME_LABEL]: null }) }, MERGE);
+          await eventually(agents.pc, '10.96.0.60', 'TCP', 80, answered);
+          assert.equal(served(await agents.pc.probe('10.96.0.60', 'TCP', 80)).by, 'pa', 'without the label it is proxied');
+          for (const label of [SERVICE_PROXY_NAME_LABEL, HEADLESS_LABEL]) {
+            await core.patchNamespacedService({ name: 'other', namespace: NS, body: labelled({ [label]: '' }) }, MERGE);
+            await eventually(agents.pc, '10.96.0.60', 'TCP', 80, (r) => 'error' in r);
+            const rules = await node.exec('nft', 'list', 'table', 'inet', NFT_SERVICES_TABLE);
+            assert.doesNotMatch(rules, /10\.96\.0\.60/, `no rule names the Service labelled ${label}`);
+            await core.patchNamespacedService({ name: 'other', namespace: NS, body: labelled({ [label]: null }) }, MERGE);
+            await eventually(agents.pc, '10.96.0.60', 'TCP', 80, answered);
+          }
         });
 
         await t.test('the table is put back when something else deletes or changes it', async () => {

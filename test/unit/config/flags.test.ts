@@ -43,6 +43,9 @@ test("defaults are flanneld's", () => {
   const proxy = parseFlags(['--kube-subnet-mgr', '--service-proxy', '--nodeport-addresses=198.51.100.0/24, fd00::/64'], {});
   assert.equal(proxy.serviceProxy, true);
   assert.deepEqual(proxy.nodeportAddresses, ['198.51.100.0/24', 'fd00::/64']);
+  assert.deepEqual(f.serviceClusterIpRange, [], 'no service CIDR unless given');
+  const ranges = parseFlags(['--kube-subnet-mgr', '--service-proxy', '--service-cluster-ip-range=10.96.0.0/12,fd00:10:96::/108'], {});
+  assert.deepEqual(ranges.serviceClusterIpRange, ['10.96.0.0/12', 'fd00:10:96::/108']);
 });
 
 test('--flag=value, --flag value, -flag, bare booleans and repeatable flags', () => {
@@ -81,6 +84,8 @@ test('bad values stop start-up with a ConfigError naming the flag and the value'
     [['--network-policy'], {}, '--network-policy', /needs --kube-subnet-mgr/],
     [['--service-proxy'], {}, '--service-proxy', /needs --kube-subnet-mgr/],
     [['--kube-subnet-mgr', '--nodeport-addresses=198.51.100.0/33'], {}, '--nodeport-addresses', /198\.51\.100\.0\/33/],
+    [['--kube-subnet-mgr', '--service-cluster-ip-range=10.96.0.0/12,10.100.0.0/16'], {}, '--service-cluster-ip-range', /one CIDR of each/],
+    [['--kube-subnet-mgr', '--service-cluster-ip-range=10.96.0.0'], {}, '--service-cluster-ip-range', /not a CIDR/],
   ];
   for (const [argv, env, field, message] of cases) {
     assert.throws(() => parseFlags(argv, env), (e: unknown) => {

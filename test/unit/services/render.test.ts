@@ -142,6 +142,49 @@ test('externalTrafficPolicy Local: outside clients keep their address, reach thi
   assert.deepEqual(elsewhere.healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 0 }]);
 });
 
+test('the health check counts this node\'s ready endpoints only: a node left with terminating ones answers 503 (#39)', () => {
+  const lb = web({
+    type: 'LoadBalancer', externalTrafficPolicy: 'Local', healthCheckNodePort: 32000,
+    ports: [{ name: 'http', port: 80, nodePort: 30080 }, { name: 'alt', port: 81, nodePort: 30081 }],
+  });
+  const ports = [{ name: 'http', port: 8080 }, { name: 'alt', port: 8081 }];
+  const terminating = { ready: false, serving: true, terminating: true };
+  const rollout = sliceObject('ns', 'web-1', 'web', 'IPv4', ports,
+    [endpoint('10.244.1.2', 'n1', terminating), endpoint('10.244.1.3', 'n1', terminating), endpoint('10.244.2.2', 'n2')]);
+  const draining = render([lb], [rollout]);
+  assert.deepEqual(draining.healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 0 }]);
+  // The terminating endpoints still take what reaches this node, as kube-proxy's do.
+  assert.deepEqual(draining.ruleset.chains.get('nodeport-local4-tcp-1-2')?.at(-1),
+    'dnat ip to tcp dport . numgen random mod 2 offset 32768 map @nodeport-endpoints4-tcp-2');
+  // kube-proxy counts each address and target port once: one pod serving two ports is two.
+  const ready = sliceObject('ns', 'web-1', 'web', 'IPv4', ports, [endpoint('10.244.1.2', 'n1'), endpoint('10.244.1.3', 'n1', terminating)]);
+  assert.deepEqual(render([lb], [ready]).healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 2 }]);
+});
+
+test('a cluster IP on a port no Service defines rejects; unallocated addresses of --service-cluster-ip-range drop (#39)', () => {
+  const dual = web({ clusterIPs: ['10.96.0.10', 'fd00:10:96::10'], ipFamilyPolicy: 'RequireDualStack' });
+  const serviceCIDRs = [parseCIDR('10.96.0.0/12', 'test'), parseCIDR('fd00:10:96::/108', 'test')];
+  const renderer = new ServiceRenderer();
+  const { ruleset } = renderer.render(serviceModel([dual, serviceObject('ns', 'none', { clusterIP: 'None', ports: [{ port: 80 }] })], []),
+    { ...OPTIONS, serviceCIDRs });
+  assert.deepEqual(elements(ruleset, 'cluster-ips4'), ['10.96.0.10']);
+  assert.deepEqual(elements(ruleset, 'cluster-ips6'), ['fd00:10:96::10']);
+  assert.deepEqual(ruleset.chains.get('cluster-ips-check'), [
+    'ip daddr @cluster-ips4 goto reject-chain', 'ip6 daddr @cluster-ips6 goto reject-chain',
+    'ip daddr 10.96.0.0/12 drop', 'ip6 daddr fd00:10:96::/108 drop',
+  ]);
+  // After the DNAT of the ports Services define, on the way through the node and out of it.
+  for (const hook of ['forward', 'output']) {
+    assert.equal(ruleset.chains.get(`filter-${hook}`)?.at(-1), 'ct state new jump cluster-ips-check');
+  }
+  assert.ok(!ruleset.chains.get('filter-input')?.includes('ct state new jump cluster-ips-check'));
+  const gone = renderer.render(serviceModel([], []), OPTIONS).ruleset;
+  assert.deepEqual(elements(gone, 'cluster-ips4'), [], 'a Service deleted takes its cluster IP out');
+  const rejects = ['ip daddr @cluster-ips4 goto reject-chain', 'ip6 daddr @cluster-ips6 goto reject-chain'];
+  assert.deepEqual(gone.chains.get('cluster-ips-check'), rejects, 'no range, no drop');
+  assert.deepEqual(tableUpdate(TABLE, ruleset, gone).includes('delete element inet weft-services cluster-ips4 { 10.96.0.10 }'), true);
+});
+
 test('internalTrafficPolicy Local: cluster IP traffic reaches this node\'s endpoints, unmasqueraded; dropped when there are none', () => {
   const svc = web({ internalTrafficPolicy: 'Local' });
   const here = render([svc], [webSlice(TWO)]).ruleset;
@@ -151,7 +194,7 @@ test('internalTrafficPolicy Local: cluster IP traffic reaches this node\'s endpo
   const elsewhere = render([svc], [webSlice([endpoint('10.244.2.2', 'n2')])]).ruleset;
   assert.deepEqual(elements(elsewhere, 'no-endpoints4'), ['10.96.0.10 . tcp . 80 : drop']);
   assert.deepEqual(elements(elsewhere, 'services4'), []);
-  assert.deepEqual([...elsewhere.chains.keys()].filter((n) => n.startsWith('cluster')), []);
+  assert.deepEqual([...elsewhere.chains.keys()].filter((n) => /^cluster(-local)?[46]-/.test(n)), []);
 });
 
 test('ClientIP affinity: a set per endpoint with the Service\'s timeout, checked before the random choice', () => {

@@ -1,0 +1,83 @@
+/**
+ * The endpoints of a Service port as the renderer sends connections to them: which are used,
+ * the targets a Service's slices give, and the endpoint maps and statements that choose one. Pure.
+ */
+import { formatIP } from '../ip/ip.ts';
+import type { Family, IP } from '../ip/ip.ts';
+import type { Endpoint, EndpointSlice, ServicePort } from './model.ts';
+
+/** An endpoint as a destination: its address and target port, and whether it is on this node. */
+export interface Target {
+  endpoint: Endpoint;
+  ip: IP;
+  port: number;
+  local: boolean;
+}
+
+export const l3 = (f: Family) => (f === 4 ? 'ip' : 'ip6');
+export const addrType = (f: Family) => (f === 4 ? 'ipv4_addr' : 'ipv6_addr');
+export const hostPort = (t: Target) => (t.ip.family === 4 ? `${formatIP(t.ip)}:${t.port}` : `[${formatIP(t.ip)}]:${t.port}`);
+/**
+ * A text made of `parts` as one flat string (join): a template's pieces would stay linked as a
+ * tree of V8 cons strings, ~100 bytes more for each of 100,000 held elements (see formatIP).
+ */
+export const flat = (...parts: (string | number)[]) => parts.join('');
+
+/** The endpoints a set of candidates uses: the ready ones, else the serving terminating ones. */
+export function usable<T extends { endpoint: Pick<Endpoint, 'ready' | 'serving' | 'terminating'> }>(candidates: readonly T[]): T[] {
+  if (candidates.every((c) => c.endpoint.ready)) return candidates as T[];
+  const ready = candidates.filter((c) => c.endpoint.ready);
+  return ready.length > 0 ? ready : candidates.filter((c) => c.endpoint.serving && c.endpoint.terminating);
+}
+
+/**
+ * The targets of one Service port in one family, from the Service's slices, sorted and unique.
+ * Called for each of 100,000 endpoints at a first render: it copies no endpoint it can keep.
+ */
+export function targetsOf(port: ServicePort, family: Family, slices: readonly EndpointSlice[], node: string): Target[] {
+  const targets: Target[] = [];
+  let seen: Map<bigint, Target>[] | undefined;
+  for (const slice of slices) {
+    if (slice.family !== family) continue;
+    const p = slice.ports.find((sp) => sp.name === port.name && sp.protocol === port.protocol);
+    if (!p) continue;
+    // One map of addresses per target port: during churn two slices can hold one endpoint.
+    const byAddress = (seen ??= [])[p.port] ??= new Map<bigint, Target>();
+    for (const e of slice.endpoints) {
+      const had = byAddress.get(e.ip.value);
+      if (had && (had.endpoint.ready || !e.ready)) continue;
+      const target: Target = { endpoint: e, ip: e.ip, port: p.port, local: e.nodeName === node };
+      byAddress.set(e.ip.value, target);
+      // The readier entry wins.
+      if (had) targets[targets.indexOf(had)] = target;
+      else targets.push(target);
+    }
+  }
+  return targets.sort((a, b) => (a.ip.value < b.ip.value ? -1 : a.ip.value > b.ip.value ? 1 : a.port - b.port));
+}
+
+/** A name fragment for an endpoint (nft names allow letters, digits, `_ - . /`). */
+export const endpointName = (t: Target) => `${formatIP(t.ip).replaceAll(':', '_')}_${t.port}`;
+
+/**
+ * How a connection reaches a Service port's endpoints: `addr`, to an address and port of its
+ * own (the lookup key `<address> . <protocol> . <port>`), or `nodeport` (`<protocol> . <port>`).
+ */
+export type Via = 'addr' | 'nodeport';
+
+/** The names of the endpoint maps. */
+export const ENDPOINT_MAP = /^(nodeport-)?endpoints[46]-(tcp|udp|sctp)-\d+$/;
+
+/** The endpoint map of a way in, a family, a protocol and a number of endpoints. */
+export const endpointMap = (via: Via, f: Family, proto: string, n: number) =>
+  `${via === 'addr' ? '' : 'nodeport-'}endpoints${f}-${proto}-${n}`;
+
+/** What the endpoint maps of a way in, a family and a protocol are keyed by (before the endpoint's number). */
+export const endpointKey = (via: Via, f: Family, proto: string) => (via === 'addr' ? `${l3(f)} daddr . ${proto} dport` : `${proto} dport`);
+
+/** The statement choosing one of `n` endpoints (numbered from `offset`) by the packet's own key. */
+export function pick(via: Via, f: Family, proto: string, n: number, offset: number): { rule: string; map: string } {
+  const map = endpointMap(via, f, proto, n);
+  const slot = `numgen random mod ${n}${offset > 0 ? ` offset ${offset}` : ''}`;
+  return { rule: `dnat ${l3(f)} to ${endpointKey(via, f, proto)} . ${slot} map @${map}`, map };
+}
