@@ -23,6 +23,7 @@ import { CNI_CODE, CniError, toCniError } from './errors.ts';
 import { execPlugin, findPlugin, pluginVersions } from './exec.ts';
 import { goJson } from './go-json.ts';
 import { listStates, loadState, readOptional, removeState, saveState } from './state.ts';
+import { waitForSubnetFileSync, waitingFor } from './subnet-wait.ts';
 import type { Verb } from './version.ts';
 import { CURRENT_VERSION, checkVersion, convertResult, familyOf, pickDelegateVersion, versionInfo } from './version.ts';
 
@@ -147,36 +148,14 @@ function fixedFor(conf: PluginConf, env: Env, bytes: string) {
   };
 }
 
-/** How often a waiting ADD looks for subnet.env. */
-const SUBNET_FILE_POLL_MS = 100;
-
-/**
- * Waits (blocking: the plugin is a process of its own) until subnet.env exists; code 11 (try
- * again later) when the config's `subnetFileWait` passed first.
- */
-function waitForSubnetFile(conf: PluginConf): void {
-  if (readOptional(conf.subnetFile) !== undefined) return;
-  // The runtime keeps a plugin's stderr for its logs: the wait is said where it will be read.
-  process.stderr.write(`weft: waiting up to ${conf.subnetFileWaitSeconds} s for ${conf.subnetFile}: weftd has not leased this node a subnet yet\n`);
-  const deadline = Date.now() + conf.subnetFileWaitSeconds * 1000;
-  const pause = new Int32Array(new SharedArrayBuffer(4));
-  while (readOptional(conf.subnetFile) === undefined) {
-    const left = deadline - Date.now();
-    if (left <= 0) {
-      throw new CniError(
-        CNI_CODE.TRY_AGAIN_LATER,
-        `subnetFile: ${conf.subnetFile} does not exist after ${conf.subnetFileWaitSeconds} s (subnetFileWait): `
-          + 'weftd has not leased this node a subnet yet',
-      );
-    }
-    Atomics.wait(pause, 0, 0, Math.min(SUBNET_FILE_POLL_MS, left));
-  }
-}
-
 function add(args: CniArgs, conf: PluginConf, env: Env): string {
   const id = args.containerId!;
   const shaping = shapingOf(conf.name, id, conf.runtimeConfig);
-  waitForSubnetFile(conf);
+  if (readOptional(conf.subnetFile) === undefined) {
+    // The runtime keeps a plugin's stderr for its logs: the wait is said where it will be read.
+    process.stderr.write(`weft: ${waitingFor(conf)}\n`);
+    waitForSubnetFileSync(conf);
+  }
   const { plugin, bytes } = renderForAdd(args, conf, env);
   // State already there is an earlier ADD's that succeeded (or whose rollback failed): the
   // delegate's DEL would take its veth and addresses, so a failure of this one only puts it back.

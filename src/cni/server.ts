@@ -45,12 +45,13 @@ import { FixedRelease } from './fixed-release.ts';
 import type { PodDirectory } from './fixed-release.ts';
 import { HostLocalStore } from './host-local.ts';
 import { errorVersion, parseCall, renderForAdd, savedDelegate, status } from './plugin.ts';
+import { waitForSubnetFile, waitingFor } from './subnet-wait.ts';
 import type { ParsedCall } from './plugin.ts';
 import { checkPod, deleteUnwired, ensureBridge, hiddenNetns, unwirePod, wirePod } from './pod.ts';
 import { requestedOf } from './requests.ts';
 import { CONTAINER_WAIT_MS, ContainerVerbs } from './serial.ts';
 import { checkShaping, hostEnd, shapePod, unshapePod } from './shaping.ts';
-import { loadState, removeState, saveStateVisible } from './state.ts';
+import { loadState, readOptional, removeState, saveStateVisible } from './state.ts';
 import { UnwiredBatch } from './unwired.ts';
 import { CURRENT_VERSION, compareVersions, convertResult, versionInfo } from './version.ts';
 
@@ -203,6 +204,10 @@ export class CniServer {
     const netns = args.netns!;
     const shaping = shapingOf(conf.name, id, conf.runtimeConfig);
     if (shaping && compareVersions(conf.cniVersion, BANDWIDTH_SINCE) < 0) return { fallback: true };
+    if (readOptional(conf.subnetFile) === undefined) {
+      this.#options.log.info(`CNI ADD ${waitingFor(conf)}`, { container: id });
+      await waitForSubnetFile(conf);
+    }
     const { bytes } = renderForAdd(args, conf, env);
     const plan = this.#plan(JSON.parse(bytes), 'ADD', id);
     if (plan === undefined) return { fallback: true };

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
-import { chmod, copyFile, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, mkdtemp, rename, rm, writeFile } from 'node:fs/promises';
 import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -139,6 +139,23 @@ test('VERSION answers without weftd; STATUS through the server', { skip }, async
   });
 });
 
+test('weftd serving before its lease: an ADD waits for subnet.env and is wired by weftd once it appears', { skip }, async () => {
+  await withNode(async (node) => {
+    await withPods(1, async ([pod]) => {
+      const written = `${node.subnetFile}.tmp`;
+      await rename(node.subnetFile, written);
+      await node.serve();
+      const add = node.plugin({ command: 'ADD', containerId: 'early', ifname: 'eth0', netns: pod!.path }, node.conf());
+      await until('the ADD waiting for subnet.env', () => node.log.some((r) => /^CNI ADD waiting up to 30 s for /.test(r.msg)));
+      await rename(written, node.subnetFile);
+      const r = await add;
+      assert.equal(r.code, 0, r.stdout);
+      assert.ok(node.log.some((rec) => rec.msg === 'wired pod' && rec.fields?.['container'] === 'early'), 'wired by weftd, not the fallback');
+      assert.equal((await node.plugin({ command: 'DEL', containerId: 'early', ifname: 'eth0', netns: pod!.path }, node.conf())).code, 0);
+    });
+  });
+});
+
 test('cross pairs: what the server adds the fallback deletes and the other way round; no address is handed out twice', { skip }, async () => {
   await withNode(async (node) => withPods(6, async (pods) => {
     const call = (i: number) => ({ containerId: `x${i}`, ifname: 'eth0', netns: pods[i]!.path });
@@ -209,7 +226,10 @@ test('bad input on the plugin\'s stdin and environment: a clear CNI error and no
         { call: { ...ok, command: 'ADD' }, conf: '{not json', code: 6, msg: /decode/ },
         { call: { ...ok, command: 'ADD' }, conf: '[]', code: 6, msg: /not a JSON object/ },
         { call: { ...ok, command: 'ADD' }, conf: node.conf('9.9.9'), code: 1, msg: /9\.9\.9/ },
-        { call: { ...ok, command: 'ADD' }, conf: node.conf('1.0.0', { subnetFile: join(dir, 'no-such-dir', 'subnet.env') }), code: 11, msg: /does not exist/ },
+        {
+          call: { ...ok, command: 'ADD' }, conf: node.conf('1.0.0', { subnetFile: join(dir, 'no-such-dir', 'subnet.env'), subnetFileWait: 0 }),
+          code: 11, msg: /does not exist/,
+        },
         { call: { ...ok, command: 'ADD' }, conf: node.conf('1.0.0', { delegate: { name: 'x' } }), code: 7, msg: /delegate\.name/ },
         { call: { ...ok, command: 'ADD' }, conf: { ...node.conf(), name: undefined }, code: 7, msg: /name/ },
         { call: { ...ok, command: 'NOPE' }, conf: node.conf(), code: 4, msg: /CNI_COMMAND/ },
