@@ -54,18 +54,22 @@ const http = require('node:http');
 console.log('polling');
 const tick = () => http.get(process.argv[1], (res) => {
   res.resume();
-  if (res.statusCode === 200) console.log(Date.now()); else setTimeout(tick, 5);
+  if (res.statusCode === 200) {
+    console.log(Date.now());
+    process.exit(0);
+  }
+  setTimeout(tick, 5);
 }).on('error', () => setTimeout(tick, 5));
 tick();
 `;
 
-/** Starts the poller in `n`'s namespace; resolves once it polls, with the promise of weftd's ready time. */
-async function readyPoller(n: KubeNode): Promise<Promise<number>> {
+/** Starts the poller in `n`'s namespace; resolves once it polls, with `ready`: when weftd answered 200 (epoch ms). */
+async function readyPoller(n: KubeNode): Promise<{ ready: Promise<number> }> {
   const proc = await n.spawn(NODE, ['-e', READY_POLLER, `http://${n.address}:8081/readyz`]);
   let out = '';
   proc.stdout!.on('data', (b: Buffer) => (out += b.toString()));
   await until('the readyz poller polling', () => out.includes('polling'), 30_000);
-  return once(proc, 'exit').then(() => Number(out.trim().split('\n').at(-1)));
+  return { ready: once(proc, 'exit').then(() => Number(out.trim().split('\n').at(-1))) };
 }
 
 /** When each pod labelled bench=waiting was first seen Running with an address (epoch ms). */
@@ -139,11 +143,15 @@ async function main(): Promise<void> {
   const c = await KubeCluster.start({ nodes: 1, images: [WEFT_IMAGE_ARCHIVE, PEER_IMAGES.agnhost.archive] });
   try {
     const n = c.nodes[0]!;
+    // Pods are admitted once the controller-manager has made the namespace's service account.
+    await until('the default service account', () => c.cp.request('GET', '/api/v1/namespaces/default/serviceaccounts/default')
+      .then((sa) => sa !== undefined, () => false), 60_000);
     for (let i = 0; i < WAITING; i++) await createTestPod(c, `waiting-${i}`, n.name, { labels: { bench: 'waiting' } });
-    const ready = await readyPoller(n);
+    const { ready } = await readyPoller(n);
     const t0 = Date.now();
     await c.kubectl('apply', '-f', DAEMONSET);
     const readyAt = await ready;
+    if (!Number.isFinite(readyAt)) throw new Error('the readyz poller exited without weftd answering 200');
     const running = await runningTimes(c, WAITING);
     const applyToReady = readyAt - t0;
     const afterReady = Math.max(0, Math.max(...running) - readyAt);
