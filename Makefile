@@ -13,7 +13,7 @@ IMAGE_TOOLS := mmdebstrap buildah podman runc conmon
 # kube-proxy, util-linux's nsenter/unshare and mount, hostname, gcc and libc6-dev for the static pause
 # program, tar for its image.
 KUBE_NODE_TOOLS := containerd conntrack util-linux mount hostname gcc libc6-dev tar
-DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
+DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev libnl-nf-3-dev etcd-server containernetworking-plugins \
 	iproute2 procps iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool curl wireguard-go tcpdump \
 	xz-utils prometheus $(IMAGE_TOOLS) $(KUBE_NODE_TOOLS)
 
