@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 namespace weft {
@@ -50,19 +51,45 @@ bool matches(struct nfnl_ct* ct, const Wanted& w) {
   return sameAddress(nfnl_ct_get_dst(ct, 0), w.origDst) && sameAddress(nfnl_ct_get_src(ct, 1), w.replySrc);
 }
 
+// The filters by what they name first, so an entry is held against the few that can match it:
+// at start every UDP Service's addresses are filters, and tables hold 100,000s of entries.
 struct Match {
-  std::vector<Wanted> wanted;
+  std::unordered_map<std::string, std::vector<Wanted>> byOrigDst;  // the address's bytes
+  std::unordered_map<int, std::vector<Wanted>> byPort;             // no address: by port
+  std::vector<Wanted> rest;                                        // neither
   std::vector<struct nfnl_ct*> found;  // each holds a reference
+
+  void add(const Wanted& w) {
+    if (w.origDst.len) byOrigDst[std::string(reinterpret_cast<const char*>(w.origDst.bytes), w.origDst.len)].push_back(w);
+    else if (w.filter->origDstPort) byPort[w.filter->origDstPort].push_back(w);
+    else rest.push_back(w);
+  }
+  bool empty() const { return byOrigDst.empty() && byPort.empty() && rest.empty(); }
 };
+
+bool anyMatches(struct nfnl_ct* ct, const std::vector<Wanted>* wanted) {
+  if (!wanted) return false;
+  for (const Wanted& w : *wanted) {
+    if (matches(ct, w)) return true;
+  }
+  return false;
+}
+
+template <typename Map, typename Key>
+const std::vector<Wanted>* lookup(const Map& map, const Key& key) {
+  auto it = map.find(key);
+  return it == map.end() ? nullptr : &it->second;
+}
 
 void collect(struct nl_object* obj, void* arg) {
   auto* m = static_cast<Match*>(arg);
   auto* ct = reinterpret_cast<struct nfnl_ct*>(obj);
-  for (const Wanted& w : m->wanted) {
-    if (!matches(ct, w)) continue;
+  struct nl_addr* dst = nfnl_ct_get_dst(ct, 0);
+  std::string dstKey = dst ? std::string(static_cast<const char*>(nl_addr_get_binary_addr(dst)), nl_addr_get_len(dst)) : "";
+  int port = nfnl_ct_test_dst_port(ct, 0) ? nfnl_ct_get_dst_port(ct, 0) : 0;
+  if (anyMatches(ct, lookup(m->byOrigDst, dstKey)) || anyMatches(ct, lookup(m->byPort, port)) || anyMatches(ct, &m->rest)) {
     nl_object_get(obj);
     m->found.push_back(ct);
-    return;
   }
 }
 
@@ -76,9 +103,9 @@ Failure conntrackDelete(const std::vector<ConntrackFilter>& filters, uint32_t& d
     if (f.family != AF_INET && f.family != AF_INET6) return {EINVAL, "family must be 4 or 6"};
     if (!parseAddress(f.origDst, f.family, w.origDst)) return {EINVAL, "invalid origDst " + f.origDst};
     if (!parseAddress(f.replySrc, f.family, w.replySrc)) return {EINVAL, "invalid replySrc " + f.replySrc};
-    match.wanted.push_back(w);
+    match.add(w);
   }
-  if (match.wanted.empty()) return {};
+  if (match.empty()) return {};
   std::unique_ptr<struct nl_sock, void (*)(struct nl_sock*)> sk(nl_socket_alloc(), nl_socket_free);
   if (!sk) return {ENOMEM, "cannot allocate a netfilter socket"};
   int rc = nl_connect(sk.get(), NETLINK_NETFILTER);
