@@ -33,12 +33,13 @@ ARG RUN_BASE=debian:bookworm-slim
 # What each stage needs from Debian (scripts/apt-install-missing.sh installs what its base lacks;
 # make image's bases have them all). The Makefile reads these two lines.
 # pkg-config: native/binding.gyp asks it for libnl's include and library flags.
-ARG BUILD_PACKAGES="python3 make g++ pkg-config libnl-3-dev libnl-route-3-dev"
-# libnl: the addon's shared libraries. iptables (Debian's default, iptables-nft) and nftables: the
-# masquerade and forward rules engines (--traffic-rules). iproute2: for debugging on the node.
+ARG BUILD_PACKAGES="python3 make g++ pkg-config libnl-3-dev libnl-route-3-dev libnl-nf-3-dev"
+# libnl: the addon's shared libraries (libnl-nf: the Service proxy's conntrack cleanup over ctnetlink).
+# iptables (Debian's default, iptables-nft) and nftables: the masquerade and forward rules engines
+# (--traffic-rules). iproute2: for debugging on the node.
 # ethtool and iputils-ping: weftctl doctor's offload check and peer probe. libstdc++6: Node's.
 # kmod: modprobe, for the DaemonSet's node-prep init container (br_netfilter).
-ARG RUN_PACKAGES="libstdc++6 libnl-3-200 libnl-route-3-200 iptables nftables iproute2 ethtool iputils-ping ca-certificates kmod"
+ARG RUN_PACKAGES="libstdc++6 libnl-3-200 libnl-route-3-200 libnl-nf-3-200 iptables nftables iproute2 ethtool iputils-ping ca-certificates kmod"
 
 FROM ${BUILD_BASE} AS build
 ARG BUILD_PACKAGES

@@ -13,7 +13,7 @@ IMAGE_TOOLS := mmdebstrap buildah podman runc conmon
 # kube-proxy, util-linux's nsenter/unshare and mount, hostname, gcc and libc6-dev for the static pause
 # program, tar for its image.
 KUBE_NODE_TOOLS := containerd conntrack util-linux mount hostname gcc libc6-dev tar
-DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev etcd-server containernetworking-plugins \
+DEBIAN_PACKAGES := libnl-3-dev libnl-route-3-dev libnl-nf-3-dev etcd-server containernetworking-plugins \
 	iproute2 procps iputils-ping nftables iptables iperf3 openssl python3 make g++ pkg-config ethtool curl wireguard-go tcpdump \
 	xz-utils prometheus $(IMAGE_TOOLS) $(KUBE_NODE_TOOLS)
 
@@ -22,7 +22,8 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 .PHONY: all deps deps-debian deps-npm deps-peers build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
 	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean \
-	bench-fixed-release bench-dashboard image test-image bench-image bench-services bench-hooks bench-node check-tools check-fresh
+	bench-fixed-release bench-dashboard image test-image bench-image bench-services bench-hooks bench-node check-tools check-fresh \
+	bench-udp-stale
 
 all: build
 
@@ -284,6 +285,10 @@ bench-fip: deps build
 # returns, and a pass over 200 leases whose add command takes 100 ms; a few seconds, no root.
 bench-hooks: deps build
 	$(NODE) bench/hooks.bench.ts
+
+# The Service proxy's conntrack cleanup (#39 item 2): a UDP flow from one source port while its only endpoint is replaced.
+bench-udp-stale: deps build
+	$(NODE) bench/udp-stale.bench.ts
 
 # A node as an operator installs it (bench/node.bench.ts says how): the real control plane and
 # kubelet, daemonset.yaml applied with kubectl; about 6 minutes, root.

@@ -3,13 +3,13 @@
     {
       "target_name": "weft_netlink",
       "sources": [
-        "src/addon.cc", "src/worker.cc", "src/records.cc", "src/requests.cc", "src/monitor.cc", "src/announce.cc", "src/tc.cc"
+        "src/addon.cc", "src/worker.cc", "src/records.cc", "src/requests.cc", "src/monitor.cc", "src/announce.cc", "src/tc.cc", "src/conntrack.cc"
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",
-        "<!@(pkg-config --cflags-only-I libnl-route-3.0 | sed 's/-I//g')"
+        "<!@(pkg-config --cflags-only-I libnl-route-3.0 libnl-nf-3.0 | sed 's/-I//g')"
       ],
-      "libraries": ["<!@(pkg-config --libs libnl-route-3.0)"],
+      "libraries": ["<!@(pkg-config --libs libnl-route-3.0 libnl-nf-3.0)"],
       "defines": ["NAPI_VERSION=9", "NAPI_DISABLE_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED", "NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS"],
       "cflags_cc": ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
     }

@@ -7,6 +7,8 @@
 //   handle.routeGet(dst, oif?) -> Promise<record>
 //   handle.genl(request)     -> Promise<Buffer[]>: one generic netlink request (bytes, header
 //                               included) and its answer messages
+//   handle.conntrackDelete(filters) -> Promise<number>: entries deleted that any filter matched;
+//                               a filter {family: 4 | 6, protocol (IPPROTO_*), origDst?, origDstPort?, replySrc?}
 //   handle.monitor(groups, callback, rcvbuf?) -> Promise<void>; callback(events[])
 //   handle.announce(ifindex, address) -> Promise<void>   gratuitous ARP / unsolicited NA
 //   handle.arpProbe(ifindex, address, waitMs) -> Promise<string[]>   MACs answering for address
@@ -16,6 +18,7 @@
 // Failures reject with an Error carrying `errno` (the kernel's symbolic errno) and `detail`.
 #include "announce.h"
 #include "common.h"
+#include "conntrack.h"
 #include "monitor.h"
 #include "worker.h"
 
@@ -147,6 +150,14 @@ struct GenlJob : Job {
   }
 };
 
+struct ConntrackDeleteJob : Job {
+  std::vector<ConntrackFilter> filters;
+  uint32_t deleted = 0;
+  using Job::Job;
+  void run(Worker&) override { failure = conntrackDelete(filters, deleted); }
+  Napi::Value result(Napi::Env env) override { return Napi::Number::New(env, deleted); }
+};
+
 struct ArpProbeJob : Job {
   int ifindex = 0;
   std::string address;
@@ -191,6 +202,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
                            InstanceMethod<&Handle::RouteGet>("routeGet"),
                            InstanceMethod<&Handle::Announce>("announce"),
                            InstanceMethod<&Handle::Genl>("genl"),
+                           InstanceMethod<&Handle::ConntrackDelete>("conntrackDelete"),
                            InstanceMethod<&Handle::ArpProbe>("arpProbe"),
                            InstanceMethod<&Handle::MonitorStart>("monitor"),
                            InstanceMethod<&Handle::MonitorStop>("unmonitor"),
@@ -377,6 +389,31 @@ class Handle : public Napi::ObjectWrap<Handle> {
     Napi::Uint8Array bytes = info[0].As<Napi::Uint8Array>();
     auto* job = new GenlJob(env);
     job->request.assign(bytes.Data(), bytes.Data() + bytes.ByteLength());
+    return submit(env, job);
+  }
+
+  Napi::Value ConntrackDelete(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!usable(env)) return env.Undefined();
+    if (info.Length() < 1 || !info[0].IsArray()) {
+      Napi::TypeError::New(env, "conntrackDelete(filters): filters must be an array").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    Napi::Array filters = info[0].As<Napi::Array>();
+    auto* job = new ConntrackDeleteJob(env);
+    for (uint32_t i = 0; i < filters.Length(); i++) {
+      Napi::Value v = filters.Get(i);
+      Napi::Object o = v.IsObject() ? v.As<Napi::Object>() : Napi::Object::New(env);
+      auto text = [&](const char* key) { return o.Get(key).IsString() ? o.Get(key).As<Napi::String>().Utf8Value() : ""; };
+      auto number = [&](const char* key) { return o.Get(key).IsNumber() ? o.Get(key).As<Napi::Number>().Int32Value() : 0; };
+      ConntrackFilter f;
+      f.family = number("family") == 6 ? AF_INET6 : number("family") == 4 ? AF_INET : 0;
+      f.protocol = number("protocol");
+      f.origDst = text("origDst");
+      f.origDstPort = number("origDstPort");
+      f.replySrc = text("replySrc");
+      job->filters.push_back(f);
+    }
     return submit(env, job);
   }
 

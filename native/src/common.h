@@ -1,9 +1,9 @@
 // Shared declarations of the weft netlink addon.
 //
 // The addon is deliberately policy-free: it turns plain records into netlink requests through
-// libnl-route-3, runs them on one thread per handle (libnl sockets are not thread-safe, and the
-// thread lives in the handle's network namespace), and turns kernel messages back into plain
-// records. Everything that decides *what* to program lives in TypeScript.
+// libnl-route-3 (and libnl-nf-3 for conntrack), runs them on one thread per handle (libnl
+// sockets are not thread-safe, and the thread lives in the handle's network namespace), and
+// turns kernel messages back into plain records. Everything that decides *what* to program lives in TypeScript.
 #pragma once
 
 #include <napi.h>

@@ -198,6 +198,20 @@ export interface RouteFilter {
   linkIndex?: number;
 }
 
+/** Which conntrack entries {@link NetlinkHandle.conntrackDelete} removes: all set fields match. */
+export interface ConntrackFilter {
+  family: Family;
+  protocol: 'tcp' | 'udp' | 'sctp';
+  /** The original direction's destination (a Service address); absent: any. */
+  origDst?: string;
+  /** The original direction's destination port; absent: any. */
+  origDstPort?: number;
+  /** The reply direction's source: the address the entry was DNATed to (an endpoint). */
+  replySrc?: string;
+}
+
+const IPPROTO = { tcp: 6, udp: 17, sctp: 132 } as const;
+
 /** Operations per call into the addon in {@link NetlinkHandle.batch}. */
 const BATCH_SLICE = 1024;
 
@@ -677,6 +691,20 @@ export class NetlinkHandle {
       await this.#raw.announce(ifindex, address);
     } catch (e) {
       throw rejected('announce', `${address} dev #${ifindex}`, e);
+    }
+  }
+
+  /**
+   * `conntrack -D -f ipv4|ipv6 -p <protocol> [--orig-dst <origDst>] [--orig-port-dst <port>]
+   * [--reply-src <replySrc>]` over ctnetlink, for every filter in one dump of the handle's
+   * namespace's table; resolves to the number of entries deleted (none is not an error).
+   */
+  async conntrackDelete(filters: readonly ConntrackFilter[]): Promise<number> {
+    if (filters.length === 0) return 0;
+    try {
+      return await this.#raw.conntrackDelete(filters.map((f) => ({ ...f, protocol: IPPROTO[f.protocol] })));
+    } catch (e) {
+      throw rejected('delete', `conntrack entries (${filters.length} filters)`, e);
     }
   }
 

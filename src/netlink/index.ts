@@ -4,6 +4,7 @@ export { NetlinkHandle, describe } from './handle.ts';
 export { tryFlock } from './flock.ts';
 export type {
   AddrSpec,
+  ConntrackFilter,
   EventAction,
   FdbSpec,
   LinkChanges,

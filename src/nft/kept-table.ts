@@ -42,8 +42,13 @@ export interface KeptTableOptions {
    * fresh filter of its lines for each listing; default every line.
    */
   lineFilter?: () => (line: string) => boolean;
-  /** Called after each apply that sent something, with what was applied before and now. */
-  applied?: (before: NftRuleset | undefined, now: NftRuleset | undefined, timings: { renderMs: number; nftMs: number }) => void;
+  /**
+   * Called after each apply that sent something, with what was applied before and now; the apply
+   * (and {@link KeptTable.appliedThrough}) ends when what it returns settles. It must not reject.
+   */
+  applied?: (
+    before: NftRuleset | undefined, now: NftRuleset | undefined, timings: { renderMs: number; nftMs: number },
+  ) => void | Promise<void>;
   /**
    * The largest share of the time the table's listings may take (0.1: a listing of 2 s is
    * followed by 18 s without one); default 1, a listing whenever one is wanted. Listings shorter
@@ -281,7 +286,7 @@ export class KeptTable {
     });
     this.#applied = next;
     this.#appliedKnown = true;
-    this.#options.applied?.(before, next, { renderMs: rendered - started, nftMs });
+    await this.#options.applied?.(before, next, { renderMs: rendered - started, nftMs });
     return true;
   }
 

@@ -25,6 +25,10 @@
  *   -ip6tables at 1) its source is never translated back and the client drops it. The proxy
  *   sets both at start (loading the module when they are absent) and sets them back at each
  *   repair check, as network policy does, running degraded where it cannot (masq/bridge-netfilter.ts).
+ * - Conntrack: after an apply that changed a UDP or SCTP Service port's endpoints, the entries
+ *   still sending its flows to an endpoint that left are deleted through ctnetlink, as kube-proxy
+ *   does (conntrack.ts says which); otherwise a client reusing its source port (a DNS resolver)
+ *   keeps sending to the old endpoint until the entry times out. A failure is logged, never fatal.
  * - Refusal: a node where kube-proxy's rules are found (its nftables tables, its iptables chain
  *   KUBE-SERVICES, its IPVS device) stops weftd at start with an error naming them: two proxies
  *   would translate the same connections.
@@ -40,6 +44,9 @@ import { BridgeNetfilter } from '../masq/bridge-netfilter.ts';
 import { execRunner, mustRun, NFT_LIST_TABLES, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
+import { NetlinkHandle } from '../netlink/index.ts';
+import { DatagramPorts } from './conntrack.ts';
+import type { StaleFlows } from './conntrack.ts';
 import { LiveServiceIndex } from './index.ts';
 import { isInvalid, parseEndpointSlice, parseService, PROXIED_SELECTOR } from './model.ts';
 import type { EndpointSlice, Invalid, Service } from './model.ts';
@@ -70,6 +77,11 @@ export interface ServiceProxyOptions {
   sysctl?: Sysctl;
   /** Address the health check node ports listen on; default every address. */
   healthCheckHost?: string;
+  /**
+   * Deletes conntrack entries (a NetlinkHandle); default a handle of weftd's namespace when
+   * `runner` is the default, else none (no cleanup).
+   */
+  conntrack?: { conntrackDelete(filters: readonly StaleFlows[]): Promise<number> };
   /** Passed to the reflectors (tests). */
   watchSilenceMs?: number;
 }
@@ -141,6 +153,13 @@ export class ServiceProxy {
   readonly #stop = new AbortController();
   #tasks: Promise<unknown>[] = [];
   #healthChecks: HealthCheck[] = [];
+  readonly #datagramPorts = new DatagramPorts();
+  /** Entries left stale by what was rendered, deleted after the next apply. */
+  #stale: StaleFlows[] = [];
+  /** The handle this proxy opened for the conntrack cleanup, closed at stop. */
+  #ownHandle: NetlinkHandle | undefined;
+  /** The generation of the last change received. */
+  #generation = 0;
 
   constructor(options: ServiceProxyOptions) {
     this.#options = options;
@@ -162,6 +181,7 @@ export class ServiceProxy {
           render_ms: Math.round(timings.renderMs), nft_ms: Math.round(timings.nftMs),
         });
         void this.#serveHealthChecks();
+        return this.#deleteStale();
       },
     });
   }
@@ -180,6 +200,7 @@ export class ServiceProxy {
         + 'connections; remove kube-proxy from this node (see service-proxy.yaml) or run weftd without --service-proxy');
     }
     await this.#bridgeNetfilter.ensure();
+    if (!this.#options.conntrack && !this.#options.runner) this.#ownHandle = NetlinkHandle.open();
     const stop = AbortSignal.any([signal, this.#stop.signal]);
     const watches = [
       this.#reflect('/api/v1/services', 'services', parseService, stop),
@@ -197,6 +218,11 @@ export class ServiceProxy {
     return this.#table.synced();
   }
 
+  /** Resolves once every change received so far is applied, its conntrack cleanup included. */
+  settled(): Promise<void> {
+    return this.#table.appliedThrough(this.#generation);
+  }
+
   /** Ends the watches, the repair loop and the health check servers; the table stays. */
   async stop(): Promise<void> {
     this.#stop.abort();
@@ -205,6 +231,7 @@ export class ServiceProxy {
     await Promise.all(this.#tasks);
     await Promise.all([...this.#healthServers.values()].map(({ server }) => closeServer(server)));
     this.#healthServers.clear();
+    this.#ownHandle?.close();
   }
 
   #render() {
@@ -214,6 +241,7 @@ export class ServiceProxy {
       ...(this.#options.nodePortCIDRs ? { nodePortCIDRs: this.#options.nodePortCIDRs } : {}),
       ...(this.#options.serviceCIDRs ? { serviceCIDRs: this.#options.serviceCIDRs } : {}),
     }, changed);
+    this.#stale.push(...this.#datagramPorts.update(this.#index, this.#options.node, changed));
     if (rendered.healthChecks !== this.#healthChecks) {
       this.#healthChecks = rendered.healthChecks;
       // A count may change with no rule (an endpoint going from ready to terminating): no apply follows, so answer it now.
@@ -221,6 +249,20 @@ export class ServiceProxy {
       for (const [port, entry] of this.#healthServers) entry.check = checks.get(port) ?? entry.check;
     }
     return rendered.ruleset;
+  }
+
+  /** Deletes the conntrack entries the applied rules left stale; a failure is logged, not tried again. */
+  async #deleteStale(): Promise<void> {
+    const conntrack = this.#options.conntrack ?? this.#ownHandle;
+    const filters = this.#stale;
+    this.#stale = [];
+    if (!conntrack || filters.length === 0) return;
+    try {
+      const deleted = await conntrack.conntrackDelete(filters);
+      this.#log.debug('service proxy: stale conntrack entries deleted', { deleted, filters: filters.length });
+    } catch (e) {
+      this.#log.error('service proxy: failed to delete stale conntrack entries', { err: e, filters: filters.length });
+    }
   }
 
   #reflect<T extends object>(path: string, resource: string, parse: (o: unknown) => Stored<T>, signal: AbortSignal): Promise<void> {
@@ -249,7 +291,7 @@ export class ServiceProxy {
         this.#warned.delete(id);
       }
     }
-    this.#table.bump();
+    this.#generation = this.#table.bump();
     this.#table.kick();
   }
 

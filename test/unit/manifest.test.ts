@@ -287,7 +287,7 @@ test('the Dockerfile: weftd is the entry point, the runtime stage has both rules
   assert.match(runtime, /^ARG RUN_PACKAGES$/m);
   assert.match(runtime, /^ {4}\/tmp\/apt-install-missing\.sh \$RUN_PACKAGES$/m);
   const packages = (/^ARG RUN_PACKAGES="([^"]*)"$/m.exec(dockerfile)?.[1] ?? '').split(' ');
-  for (const pkg of ['nftables', 'iptables', 'libnl-3-200', 'libnl-route-3-200', 'libstdc++6']) assert.ok(packages.includes(pkg), pkg);
+  for (const pkg of ['nftables', 'iptables', 'libnl-3-200', 'libnl-route-3-200', 'libnl-nf-3-200', 'libstdc++6']) assert.ok(packages.includes(pkg), pkg);
   assert.match(runtime, /^COPY --from=build \/usr\/local\/bin\/node \/usr\/local\/bin\/node$/m, "the runtime stage's Node is the build stage's, without npm");
   // bin/weftd execs <root>/node_modules/.bin/node; install-cni copies bin/weft-node and bin/weft.cjs.
   for (const link of ['node_modules/.bin/node', 'bin/weft-node', 'bin/weft.cjs']) assert.match(runtime, new RegExp(`ln -sf \\S+ ${link.replaceAll('.', '\\.')}\\b`), link);
