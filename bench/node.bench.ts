@@ -79,7 +79,9 @@ async function runningTimes(c: KubeCluster, count: number): Promise<number[]> {
     const list = await c.cp.request('GET', '/api/v1/namespaces/default/pods?labelSelector=bench%3Dwaiting') as {
       items: { metadata: { name: string }; status: { phase?: string; podIP?: string } }[];
     };
-    for (const p of list.items) if (p.status.phase === 'Running' && p.status.podIP && !seen.has(p.metadata.name)) seen.set(p.metadata.name, Date.now());
+    for (const p of list.items) {
+      if (p.status.phase === 'Running' && p.status.podIP && !seen.has(p.metadata.name)) seen.set(p.metadata.name, Date.now());
+    }
     return seen.size === count;
   }, 300_000);
   return [...seen.values()];
@@ -98,7 +100,8 @@ async function fixedAddressesOn(c: KubeCluster, n: KubeNode): Promise<void> {
   const conflist = JSON.parse(cm.data['cni-conf.json']!) as { plugins: Record<string, unknown>[] };
   conflist.plugins[0]!['fixedAddress'] = true;
   const text = `${JSON.stringify(conflist, null, 2)}\n`;
-  await c.kubectl('patch', '-n', NS, 'configmap/kube-flannel-cfg', '--type=merge', '-p', JSON.stringify({ data: { 'cni-conf.json': text } }));
+  const patch = JSON.stringify({ data: { 'cni-conf.json': text } });
+  await c.kubectl('patch', '-n', NS, 'configmap/kube-flannel-cfg', '--type=merge', '-p', patch);
   await c.kubectl('rollout', 'restart', '-n', NS, DS);
   await c.kubectl('rollout', 'status', '-n', NS, DS, '--timeout=300s');
   const onNode = join(n.hostPath('/etc/cni/net.d'), '10-weft.conflist');

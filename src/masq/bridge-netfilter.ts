@@ -66,7 +66,8 @@ export class BridgeNetfilter {
           value = await o.sysctl.read(key);
         } catch {
           const loading = modprobe === undefined ? ''
-            : modprobe === 'loaded' ? ' even with br_netfilter loaded' : ` and br_netfilter could not be loaded (modprobe br_netfilter: ${modprobe})`;
+            : modprobe === 'loaded' ? ' even with br_netfilter loaded'
+              : ` and br_netfilter could not be loaded (modprobe br_netfilter: ${modprobe})`;
           problems.push(`${key} cannot be read (${(absent as Error).message})${loading}`);
           continue;
         }

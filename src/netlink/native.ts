@@ -158,7 +158,9 @@ export interface RawHandle {
   routeGet(dst: string, oif?: number): Promise<RawRoute>;
   announce(ifindex: number, address: string): Promise<void>;
   genl(request: Uint8Array): Promise<Buffer[]>;
-  conntrackDelete(filters: { family: 4 | 6; protocol: number; origDst?: string; origDstPort?: number; replySrc?: string }[]): Promise<number>;
+  conntrackDelete(
+    filters: { family: 4 | 6; protocol: number; origDst?: string; origDstPort?: number; replySrc?: string }[],
+  ): Promise<number>;
   arpProbe(ifindex: number, address: string, waitMs: number): Promise<string[]>;
   monitor(groups: string[], callback: (events: RawEvent[]) => void, rcvbuf?: number, fdbAdds?: boolean): Promise<void>;
   unmonitor(): void;
