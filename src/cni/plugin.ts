@@ -153,7 +153,7 @@ function add(args: CniArgs, conf: PluginConf, env: Env): string {
   const shaping = shapingOf(conf.name, id, conf.runtimeConfig);
   if (readOptional(conf.subnetFile) === undefined) {
     // The runtime keeps a plugin's stderr for its logs: the wait is said where it will be read.
-    process.stderr.write(`weft: ${waitingFor(conf)}\n`);
+    if (conf.subnetFileWaitSeconds > 0) process.stderr.write(`weft: ${waitingFor(conf)}\n`);
     waitForSubnetFileSync(conf);
   }
   const { plugin, bytes } = renderForAdd(args, conf, env);

@@ -205,7 +205,7 @@ export class CniServer {
     const shaping = shapingOf(conf.name, id, conf.runtimeConfig);
     if (shaping && compareVersions(conf.cniVersion, BANDWIDTH_SINCE) < 0) return { fallback: true };
     if (readOptional(conf.subnetFile) === undefined) {
-      this.#options.log.info(`CNI ADD ${waitingFor(conf)}`, { container: id });
+      if (conf.subnetFileWaitSeconds > 0) this.#options.log.info(`CNI ADD ${waitingFor(conf)}`, { container: id });
       await waitForSubnetFile(conf);
     }
     const { bytes } = renderForAdd(args, conf, env);
