@@ -59,6 +59,19 @@ async function startPolicy(flags: Flags, source: LeaseSource, log: Logger, signa
 }
 
 /**
+ * --service-proxy: refuses, before anything asks the API, an API server address the proxy would
+ * translate itself (services/api-address.ts).
+ */
+async function checkApiAddress(flags: Flags): Promise<void> {
+  const [{ requireDirectApi }, { kubeConfigFromFlags }, { parseCIDR }] = await Promise.all([
+    import('../services/api-address.ts'), import('../lease/kube/client.ts'), import('../ip/ip.ts'),
+  ]);
+  const kc = kubeConfigFromFlags({ kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl });
+  requireDirectApi(kc.getCurrentCluster()!.server, process.env,
+    flags.serviceClusterIpRange.map((c) => parseCIDR(c, '--service-cluster-ip-range')));
+}
+
+/**
  * The Service proxy (--service-proxy, kube mode), its modules loaded only here. A node where nft
  * does not work, or where kube-proxy runs, stops weftd with an error saying so.
  */
@@ -146,6 +159,7 @@ async function main(argv: string[]): Promise<number> {
     await removeServiceRules(log);
     return 0;
   }
+  if (flags.serviceProxy) await checkApiAddress(flags);
   const [source, { runAgent, AgentView }, { NetlinkHandle }, { startAdminServer }] = await Promise.all([
     leaseSource(flags, log, metrics?.sourceObserver(flags.kubeSubnetMgr ? 'kube' : 'etcd')),
     import('../agent/agent.ts'),

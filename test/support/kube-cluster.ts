@@ -58,6 +58,8 @@ export interface AddNodeOptions {
   sysctls?: boolean;
   /** false: a node whose mounts are private, as on a host without systemd (see KubeNodeOptions). */
   sharedMounts?: boolean;
+  /** false: a node without kube-proxy, as one joining a cluster that runs without it (default: the cluster's). */
+  kubeProxy?: boolean;
 }
 
 /**
@@ -168,7 +170,7 @@ export class KubeCluster {
       name, index, dir, underlay: this.#underlay, pkiDir: join(this.cp.dir, 'pki'), server: this.server, clusterCidr: CLUSTER_CIDR,
       ...(this.#options.clusterDNS ? { clusterDNS: this.#options.clusterDNS } : {}),
       ...(options.sysctls === false ? { sysctls: false } : {}), ...(options.sharedMounts === false ? { sharedMounts: false } : {}),
-      ...(this.#options.kubeProxy === false ? { kubeProxy: false } : {}),
+      ...((options.kubeProxy ?? this.#options.kubeProxy) === false ? { kubeProxy: false } : {}),
     });
     this.nodes.push(node);
     this.nodes.sort((a, b) => a.index - b.index);

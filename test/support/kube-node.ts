@@ -273,6 +273,27 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       '--metrics-bind-address=127.0.0.1:10249', '--v=1']);
   }
 
+  /**
+   * Stops kube-proxy (SIGTERM) and runs `kube-proxy --cleanup` on the node, as an administrator
+   * removing it does (its DaemonSet deleted, then the cleanup on each node). The cleanup exits 1
+   * here whatever it did (no ipset program, no IPVS module), so what counts is checked instead:
+   * its iptables chains are gone.
+   */
+  async removeKubeProxy(): Promise<void> {
+    const proxy = this.#daemons.find((d) => d.name === 'kube-proxy');
+    if (proxy) {
+      this.#daemons.splice(this.#daemons.indexOf(proxy), 1);
+      if (proxy.proc.exitCode === null && proxy.proc.signalCode === null) {
+        const exited = once(proxy.proc, 'exit');
+        proxy.proc.kill('SIGTERM');
+        await exited;
+      }
+    }
+    const cleanup = await this.exec(peer('kube-proxy'), '--cleanup').then(() => '', (e: Error) => e.message);
+    const left = (await this.exec('iptables-save')).split('\n').filter((l) => /^:KUBE-(SERVICES|NODEPORTS|POSTROUTING|SVC-|SEP-)/.test(l));
+    if (left.length) throw new Error(`kube-proxy --cleanup on ${this.name} left ${left.join(' ')}: ${cleanup}`);
+  }
+
   /** The tail of each daemon's log, for a failure's message. */
   logs(): string {
     return this.#daemons.map((d) => `--- ${this.name} ${d.name}\n${d.log()}`).join('\n');

@@ -24,7 +24,11 @@ interface ClusterRoleBinding extends K8sObject {
   subjects: { kind: string; name: string; namespace?: string }[];
 }
 interface ConfigMap extends K8sObject { data: Record<string, string> }
-interface EnvVar { name: string; value?: string; valueFrom?: { fieldRef?: { fieldPath: string } } }
+interface EnvVar {
+  name: string;
+  value?: string;
+  valueFrom?: { fieldRef?: { fieldPath: string }; configMapKeyRef?: { name: string; key: string; optional?: boolean } };
+}
 interface Mount { name: string; mountPath: string; readOnly?: boolean; mountPropagation?: string }
 interface Probe { httpGet?: { path: string; port: number | string; host?: string } }
 interface Container {
@@ -177,6 +181,19 @@ test('the node and pod identity come from the downward API', () => {
   assert.equal(fieldOf('NODE_NAME'), 'spec.nodeName');
   assert.equal(fieldOf('POD_NAME'), 'metadata.name');
   assert.equal(fieldOf('POD_NAMESPACE'), 'metadata.namespace');
+});
+
+test('the API server\'s real address, when kube-flannel-cfg has it, replaces the kubelet\'s (service-proxy.yaml, step 1)', () => {
+  const refs = Object.fromEntries(['KUBERNETES_SERVICE_HOST', 'KUBERNETES_SERVICE_PORT'].map((name) =>
+    [name, weftd.env?.find((e) => e.name === name)?.valueFrom?.configMapKeyRef]));
+  assert.deepEqual(refs, {
+    KUBERNETES_SERVICE_HOST: { name: cm.metadata.name, key: 'api-server-host', optional: true },
+    KUBERNETES_SERVICE_PORT: { name: cm.metadata.name, key: 'api-server-port', optional: true },
+  }, 'optional: without the keys the kubelet\'s values stand, as for flanneld');
+  assert.equal(cm.data['api-server-host'], undefined, 'unset by default: a cluster with kube-proxy needs nothing');
+  const header = read('service-proxy.yaml').split('\n---')[0]!;
+  assert.match(header, /patch configmap kube-flannel-cfg .*"api-server-host": "<address>", "api-server-port": "<port>"/s);
+  assert.ok(header.indexOf('api-server-host') < header.indexOf('delete ds kube-proxy'), 'the address is set before kube-proxy goes');
 });
 
 test("weftd's mounts: subnet.env's host directory, the net-conf ConfigMap, the xtables lock, modules", () => {
