@@ -56,14 +56,15 @@ export class Backoff {
   }
 }
 
-/** The smallest wait between reconnection attempts, and the attempts a second a whole cluster may make. */
-export const RECONNECT_FLOOR_MS = 1000;
-export const RECONNECT_CLUSTER_RATE = 10_000;
+/** The longest wait between reconnection attempts in a cluster of up to 10,000 nodes. */
+const RECONNECT_FLOOR_MS = 1000;
+/** Nodes over the longest wait: the cluster's attempts average 4/3 of this a second and never pass twice it. */
+const RECONNECT_CLUSTER_RATE = 10_000;
 
 /**
  * The longest wait T between two attempts to reach a datastore that is away, for a cluster of
- * `nodes`: one second, or longer where the cluster is large enough that its nodes together would
- * try more than {@link RECONNECT_CLUSTER_RATE} times a second (5 s at 50,000 nodes).
+ * `nodes`: one second, or nodes / {@link RECONNECT_CLUSTER_RATE} seconds where that is longer
+ * (5 s at 50,000 nodes), so the whole cluster never tries more than 20,000 times a second.
  */
 export function reconnectIntervalMs(nodes: number): number {
   return Math.max(RECONNECT_FLOOR_MS, Math.ceil((Math.max(nodes, 1) * 1000) / RECONNECT_CLUSTER_RATE));
@@ -86,13 +87,8 @@ export class ReconnectPace {
     this.#random = random;
   }
 
-  /** The longest wait now. */
-  intervalMs(): number {
-    return reconnectIntervalMs(this.#nodes());
-  }
-
   next(): number {
-    const t = this.intervalMs();
+    const t = reconnectIntervalMs(this.#nodes());
     return Math.floor(t / 2 + (this.#random() * t) / 2);
   }
 
