@@ -16,8 +16,8 @@
  *   the medians. The line above also splits both at weftd's first log line (its local sockets
  *   served: Node started and the entry loaded), which in the container also counts the runtime's start.
  *
- * A poller in the node's namespace (started before the clock) checks for subnet.env and asks
- * /readyz every 2 ms, and reports when each first succeeded.
+ * A poller in the node's namespace (bench/support/readyz-poller.ts, started before the clock)
+ * checks for subnet.env and asks /readyz every 2 ms, and reports when each first succeeded.
  *
  * Medians as bench/support/stats.ts defines them (an even count: the mean of the middle two).
  *
@@ -36,6 +36,7 @@ import { KubeCluster, needsKubeNodes } from '../test/support/kube-cluster.ts';
 import { VERSION, WEFT_IMAGE_ARCHIVE, needsWeftImage } from '../test/support/kube-images.ts';
 import type { KubeNode } from '../test/support/kube-node.ts';
 import { podsOn } from '../test/support/kube-pods.ts';
+import { POLLER } from './support/readyz-poller.ts';
 import { median } from './support/stats.ts';
 
 const run = promisify(execFile);
@@ -50,23 +51,6 @@ const READYZ_PORT = 8081;
 /** What the Dockerfile's COPY lines read, and the files make image needs beside them. */
 const CONTEXT = ['Dockerfile', '.dockerignore', 'Makefile', 'package.json', 'package-lock.json', 'tsconfig.json', 'bin', 'scripts', 'src', 'native/binding.gyp', 'native/src', 'native/plugin'];
 
-const POLLER = `
-const [url, file] = process.argv.slice(1);
-const { existsSync } = require('node:fs');
-const http = require('node:http');
-let subnet = 0, ready = 0, asking = false;
-console.log('polling');
-const tick = () => {
-  if (!subnet && existsSync(file)) subnet = Date.now();
-  if (!ready && !asking) {
-    asking = true;
-    http.get(url, (res) => { res.resume(); if (res.statusCode === 200) ready = Date.now(); asking = false; })
-      .on('error', () => { asking = false; });
-  }
-  if (subnet && ready) console.log(JSON.stringify({ subnet, ready })); else setTimeout(tick, 2);
-};
-tick();
-`;
 
 interface Timing { subnetMs: number; readyMs: number; firstLogMs: number }
 

@@ -4,7 +4,7 @@
  * daemonset.yaml applied unchanged with kubectl:
  *
  * - apply_to_ready_ms: from `kubectl apply -f daemonset.yaml` to weftd's /readyz answering 200 at
- *   the node's address (a poller in the node's namespace asks every 5 ms);
+ *   the node's address (bench/support/readyz-poller.ts in the node's namespace);
  * - waiting_pods_after_ready_ms: five pods created on the node before the apply, waiting for its
  *   network: from weftd ready to the last of them Running with its address (the API asked every
  *   20 ms), 0 when all were running before;
@@ -30,6 +30,7 @@ import { PEER_IMAGES, VERSION, WEFT_IMAGE_ARCHIVE, needsWeftImage } from '../tes
 import type { KubeNode } from '../test/support/kube-node.ts';
 import { createTestPod, execIn, podsOn } from '../test/support/kube-pods.ts';
 import { until } from '../test/support/until.ts';
+import { POLLER } from './support/readyz-poller.ts';
 
 const ROOT = new URL('../', import.meta.url).pathname;
 const DAEMONSET = join(ROOT, 'daemonset.yaml');
@@ -48,28 +49,14 @@ async function hookOverrunMs(): Promise<number> {
   return Number(m[1]);
 }
 
-/** Asks /readyz every 5 ms; prints the epoch ms of the first 200 and exits. */
-const READY_POLLER = `
-const http = require('node:http');
-console.log('polling');
-const tick = () => http.get(process.argv[1], (res) => {
-  res.resume();
-  if (res.statusCode === 200) {
-    console.log(Date.now());
-    process.exit(0);
-  }
-  setTimeout(tick, 5);
-}).on('error', () => setTimeout(tick, 5));
-tick();
-`;
 
 /** Starts the poller in `n`'s namespace; resolves once it polls, with `ready`: when weftd answered 200 (epoch ms). */
 async function readyPoller(n: KubeNode): Promise<{ ready: Promise<number> }> {
-  const proc = await n.spawn(NODE, ['-e', READY_POLLER, `http://${n.address}:8081/readyz`]);
+  const proc = await n.spawn(NODE, ['-e', POLLER, `http://${n.address}:8081/readyz`, '/run/flannel/subnet.env']);
   let out = '';
   proc.stdout!.on('data', (b: Buffer) => (out += b.toString()));
   await until('the readyz poller polling', () => out.includes('polling'), 30_000);
-  return { ready: once(proc, 'exit').then(() => Number(out.trim().split('\n').at(-1))) };
+  return { ready: once(proc, 'exit').then(() => (JSON.parse(out.slice(out.indexOf('{'))) as { ready: number }).ready) };
 }
 
 /** When each pod labelled bench=waiting was first seen Running with an address (epoch ms). */
@@ -154,7 +141,6 @@ async function main(): Promise<void> {
     const t0 = Date.now();
     await c.kubectl('apply', '-f', DAEMONSET);
     const readyAt = await ready;
-    if (!Number.isFinite(readyAt)) throw new Error('the readyz poller exited without weftd answering 200');
     const running = await runningTimes(c, WAITING);
     const applyToReady = readyAt - t0;
     const afterReady = Math.max(0, Math.max(...running) - readyAt);
