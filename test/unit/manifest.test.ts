@@ -277,8 +277,10 @@ test('install-cni copies the native plugin under the conflist\'s type and as wef
   assert.match(script, /^set -eu$/m);
 });
 
-test('node-prep runs first and privileged, so weftd can stay unprivileged: br_netfilter and the sysctls weftd only reads', () => {
-  const prep = pod.initContainers?.[0];
+test('install-cni runs first (the kubelet sees the conflist soonest), node-prep last before weftd and privileged, so weftd '
+  + 'can stay unprivileged: br_netfilter and the sysctls weftd only reads', () => {
+  assert.deepEqual(pod.initContainers?.map((c) => c.name), ['install-cni', 'node-prep']);
+  const prep = pod.initContainers?.[1];
   assert.equal(prep?.name, 'node-prep');
   assert.equal(prep.image, weftd.image);
   assert.equal(prep.securityContext?.privileged, true);
