@@ -20,7 +20,7 @@
  */
 import { execFile } from 'node:child_process';
 import { once } from 'node:events';
-import { readFile, readdir } from 'node:fs/promises';
+import { readFile, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -145,6 +145,9 @@ async function main(): Promise<void> {
     const applyToReady = readyAt - t0;
     const afterReady = Math.max(0, Math.max(...running) - readyAt);
     console.log(`waiting pods running at ${running.map((t) => t - readyAt).join(', ')} ms from weftd ready`);
+    // The kubelet starts them once it has seen the conflist (its runtime status poll, every 5 s).
+    const conflistAt = (await stat(join(n.hostPath('/etc/cni/net.d'), '10-weft.conflist'))).mtimeMs;
+    console.log(`install-cni wrote the conflist ${Math.round(readyAt - conflistAt)} ms before weftd was ready`);
     const warnings = await doctorWarnings(c, n);
     for (const w of warnings) console.log(`doctor: ${w}`);
 
