@@ -23,7 +23,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
 	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean \
 	bench-fixed-release bench-dashboard image test-image bench-image bench-services bench-hooks bench-node check-tools check-fresh \
-	bench-udp-stale
+	bench-udp-stale test-conformance
 
 all: build
 
@@ -270,6 +270,12 @@ bench-netpol: deps build
 # update latency, connect latency at 100 and 10,000 Services, rate and throughput via a cluster IP.
 bench-services: deps build
 	$(NODE) bench/services.bench.ts
+
+# Kubernetes v1.28.4's own [sig-network] e2e tests (Conformance, Services, Networking) on a real
+# two-node cluster running Weft from daemonset.yaml + service-proxy.yaml and no kube-proxy; the skip
+# list and its reasons are in test/conformance/run.ts's header. Not part of make test (~20 minutes).
+test-conformance: deps build image
+	$(NODE) test/conformance/run.ts
 
 # Egress gateways on the cluster harness: policy to EIP, failovers by link cut and weftd kill, dual
 # answers, a 10 s API stall, throughput through a gateway, forced controller overlap; ~5 minutes.
