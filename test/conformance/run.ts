@@ -61,14 +61,14 @@ interface SpecReport {
 async function ginkgo(kubeconfig: string, procs: number): Promise<SpecReport[]> {
   await rm(REPORTS, { recursive: true, force: true });
   await mkdir(REPORTS, { recursive: true });
-  const report = join(REPORTS, 'report.json');
+  // ginkgo puts the report (a name, not a path) in --output-dir.
   const args = [`--procs=${procs}`, `--focus=${FOCUS}`, `--skip=${SKIPPED.map((s) => s.pattern).join('|')}`,
-    `--json-report=${report}`, '--output-dir', REPORTS, '--no-color', peer('e2e.test'), '--',
+    '--json-report=report.json', `--output-dir=${REPORTS}`, '--no-color', peer('e2e.test'), '--',
     `--kubeconfig=${kubeconfig}`, '--provider=local', '--num-nodes=2', `--kubectl-path=${peer('kubectl')}`,
     `--report-dir=${REPORTS}`, `--e2e-output-dir=${REPORTS}`];
   const proc = spawn(peer('ginkgo'), args, { stdio: ['ignore', 'inherit', 'inherit'], cwd: REPORTS });
   await once(proc, 'close');
-  const suites = JSON.parse(await readFile(report, 'utf8')) as { SpecReports?: SpecReport[] }[];
+  const suites = JSON.parse(await readFile(join(REPORTS, 'report.json'), 'utf8')) as { SpecReports?: SpecReport[] }[];
   return suites.flatMap((s) => s.SpecReports ?? []).filter((r) => r.LeafNodeText !== '');
 }
 
