@@ -6,8 +6,8 @@
  * Also the one place client-node errors are mapped into Weft's taxonomy.
  */
 import { existsSync } from 'node:fs';
-import { KubeConfig } from '@kubernetes/client-node';
 import { ConfigError, DatastoreUnavailableError, WeftError } from '../../errors.ts';
+import { Kubeconfig } from './kubeconfig.ts';
 
 /** The flags that pick the API server and credentials. */
 export interface ClientFlags {
@@ -19,31 +19,22 @@ export interface ClientFlags {
   inClusterPathPrefix?: string;
 }
 
-/** A KubeConfig for the flags; ConfigError names the flag at fault. */
-export function kubeConfigFromFlags(f: ClientFlags, env: NodeJS.ProcessEnv = process.env): KubeConfig {
-  const kc = new KubeConfig();
+/** The API access for the flags; ConfigError names the flag at fault. */
+export function kubeConfigFromFlags(f: ClientFlags, env: NodeJS.ProcessEnv = process.env): Kubeconfig {
   if (f.kubeconfigFile) {
+    let kc: Kubeconfig;
     try {
-      kc.loadFromFile(f.kubeconfigFile);
+      kc = Kubeconfig.fromFile(f.kubeconfigFile);
     } catch (e) {
       throw new ConfigError('--kubeconfig-file', `cannot load ${f.kubeconfigFile}: ${(e as Error).message}`, { cause: e });
     }
-    const cluster = kc.getCurrentCluster();
-    if (!cluster) throw new ConfigError('--kubeconfig-file', `${f.kubeconfigFile} has no current context with a cluster`);
-    if (f.apiUrl) {
-      kc.loadFromOptions({
-        clusters: kc.clusters.map((c) => (c.name === cluster.name ? { ...c, server: f.apiUrl } : c)),
-        users: kc.users, contexts: kc.contexts, currentContext: kc.currentContext,
-      });
-    }
-    return kc;
+    return f.apiUrl ? kc.withServer(f.apiUrl) : kc;
   }
   if (f.apiUrl) {
     if (!/^https?:\/\/[^/]+/.test(f.apiUrl)) {
       throw new ConfigError('--kube-api-url', `${JSON.stringify(f.apiUrl)} is not an http:// or https:// URL`);
     }
-    kc.loadFromClusterAndUser({ name: 'weft', server: f.apiUrl.replace(/\/+$/, ''), skipTLSVerify: false }, { name: 'weft' });
-    return kc;
+    return Kubeconfig.forServer(f.apiUrl.replace(/\/+$/, ''));
   }
   if (!env.KUBERNETES_SERVICE_HOST || !env.KUBERNETES_SERVICE_PORT) {
     throw new ConfigError(
@@ -54,19 +45,7 @@ export function kubeConfigFromFlags(f: ClientFlags, env: NodeJS.ProcessEnv = pro
   const prefix = f.inClusterPathPrefix ?? '';
   const token = `${prefix}/var/run/secrets/kubernetes.io/serviceaccount/token`;
   if (!existsSync(token)) throw new ConfigError('--kubeconfig-file', `in-cluster configuration: service account token ${token} is missing`);
-  const saved = { host: process.env.KUBERNETES_SERVICE_HOST, port: process.env.KUBERNETES_SERVICE_PORT };
-  // loadFromCluster reads process.env; give it the caller's environment.
-  process.env.KUBERNETES_SERVICE_HOST = env.KUBERNETES_SERVICE_HOST;
-  process.env.KUBERNETES_SERVICE_PORT = env.KUBERNETES_SERVICE_PORT;
-  try {
-    kc.loadFromCluster(prefix);
-  } finally {
-    for (const [k, v] of [['KUBERNETES_SERVICE_HOST', saved.host], ['KUBERNETES_SERVICE_PORT', saved.port]] as const) {
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-    }
-  }
-  return kc;
+  return Kubeconfig.inCluster(env.KUBERNETES_SERVICE_HOST, env.KUBERNETES_SERVICE_PORT, prefix);
 }
 
 /**

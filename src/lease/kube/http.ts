@@ -1,7 +1,7 @@
 /**
  * The few API calls weftd makes (get, create, update, patches, delete, list pages, watch), over node:http(s)
- * with client-node supplying the cluster URL, TLS and credentials (KubeConfig.applyToHTTPSOptions:
- * kubeconfig certificates and tokens, token files, exec plugins).
+ * with kubeconfig.ts supplying the cluster URL, TLS and credentials (kubeconfig certificates and
+ * tokens, token files, exec plugins; client-node's KubeConfig fits the same interface).
  *
  * Why not client-node's API classes and Watch: they go through fetch, whose HTTP parser (undici's
  * llhttp) is WebAssembly compiled on first use, ~22 MB of RSS at that moment; and the typed API
@@ -11,7 +11,7 @@
 import { request as httpRequest } from 'node:http';
 import type { IncomingMessage, RequestOptions } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import type { KubeConfig } from '@kubernetes/client-node';
+import type { ApiAccess } from './kubeconfig.ts';
 import { ConfigError } from '../../errors.ts';
 
 /** An answer other than 2xx; `statusCode` is what kubeError() maps into the taxonomy. */
@@ -54,9 +54,9 @@ function readBody(res: IncomingMessage): Promise<string> {
 }
 
 export class KubeHttp {
-  readonly #kc: KubeConfig;
+  readonly #kc: ApiAccess;
 
-  constructor(kc: KubeConfig) {
+  constructor(kc: ApiAccess) {
     this.#kc = kc;
   }
 

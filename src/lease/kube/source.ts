@@ -40,7 +40,7 @@
  * `onOwnLease`.
  */
 import { readFile } from 'node:fs/promises';
-import type { KubeConfig } from '@kubernetes/client-node';
+import type { ApiAccess } from './kubeconfig.ts';
 import { parseNetConfig } from '../../config/netconf.ts';
 import type { NetConfig } from '../../config/netconf.ts';
 import { Reflector } from '../../k8s/reflector.ts';
@@ -87,7 +87,7 @@ function sameCIDR(a: CIDR | undefined, b: CIDR | undefined): boolean {
 export class KubeLeaseSource implements LeaseSource {
   readonly name = 'kube';
   readonly #options: KubeSourceOptions;
-  readonly #kc: KubeConfig;
+  readonly #kc: ApiAccess;
   readonly #http: KubeHttp;
   readonly #keys: AnnotationKeys;
   readonly #log: Logger;
@@ -103,7 +103,7 @@ export class KubeLeaseSource implements LeaseSource {
   readonly #warned = new Map<string, string>();
   readonly #closed = new AbortController();
 
-  private constructor(options: KubeSourceOptions, kc: KubeConfig, keys: AnnotationKeys) {
+  private constructor(options: KubeSourceOptions, kc: ApiAccess, keys: AnnotationKeys) {
     this.#options = options;
     this.#kc = kc;
     this.#http = new KubeHttp(kc);
