@@ -61,7 +61,9 @@ export interface VerdictLine {
  * The line of one logged packet of `target`'s chain, or undefined when its namespace no longer
  * asks for that verdict (or the packet is not IP). Pure.
  */
-export function verdictLine(target: VerdictTarget, packet: LoggedPacket, model: PolicyModel, pods: ReadonlyMap<string, Pod>): VerdictLine | undefined {
+export function verdictLine(
+  target: VerdictTarget, packet: LoggedPacket, model: PolicyModel, pods: ReadonlyMap<string, Pod>,
+): VerdictLine | undefined {
   const severity = model.namespaces.find((n) => n.name === target.namespace)?.aclLogging?.[target.verdict];
   const src = tryParseIP(packet.src);
   const dst = tryParseIP(packet.dst);
@@ -72,9 +74,11 @@ export function verdictLine(target: VerdictTarget, packet: LoggedPacket, model: 
   const ported = packet.protocol === 6 || packet.protocol === 17 || packet.protocol === 132;
   let deciders = target.policies;
   if (target.verdict === 'allow') {
-    const remote = target.direction === 'ingress' ? { ip: src, ...(srcPod ? { pod: srcPod } : {}) } : { ip: dst, ...(dstPod ? { pod: dstPod } : {}) };
+    const [ip, pod] = target.direction === 'ingress' ? [src, srcPod] : [dst, dstPod];
+    const remote = { ip, ...(pod ? { pod } : {}) };
     // A connection without ports (ICMP) is admitted by port-less rules only: a protocol no rule names stands for it.
-    const allowing = policiesAllowing(model, target.policies, target.direction, remote, dstPod, (ported ? proto : 'ICMP') as Protocol, packet.dport);
+    const asked = (ported ? proto : 'ICMP') as Protocol;
+    const allowing = policiesAllowing(model, target.policies, target.direction, remote, dstPod, asked, packet.dport);
     if (allowing.length > 0) deciders = allowing;
   }
   const fields: Record<string, unknown> = {
