@@ -5,7 +5,9 @@ import { ACL_LOGGING_ANNOTATION, parseAclLogging } from '../../../src/policy/acl
 import { isInvalid, parseNamespace } from '../../../src/policy/model.ts';
 import type { Namespace, PolicyModel } from '../../../src/policy/model.ts';
 import { PolicyRenderer, renderPolicy } from '../../../src/policy/render.ts';
-import { NO_POLICY, podsByAddress, verdictLine } from '../../../src/policy/verdict-log.ts';
+import { memoryLogger } from '../../../src/log.ts';
+import type { LoggedPacket, NflogOptions } from '../../../src/netlink/index.ts';
+import { NFLOG_READ, NO_POLICY, podsByAddress, VerdictLog, verdictLine } from '../../../src/policy/verdict-log.ts';
 import { isMeter, LOG_BURST, LOG_RATE, NFLOG_GROUP, verdictPrefix } from '../../../src/policy/verdict-rules.ts';
 import type { VerdictTarget } from '../../../src/policy/verdict-rules.ts';
 import { clusterModel, namespaceObject, podIP, policyObject } from '../../support/netpol-cluster.ts';
@@ -122,4 +124,42 @@ test('the listing filter leaves out the elements the kernel adds to the meters, 
     'table inet weft-policy {', '\tset vlog4 {', '\t\ttype ipv4_addr', '\t\tsize 65535', '\t\tflags dynamic,timeout', '\t\ttimeout 1m',
     '\t}', '\tset in4_x_a_peers {', '\t\ttype ipv4_addr', '\t\telements = { 10.244.2.12 }', '\t}',
   ]);
+});
+
+test('the reader binds the group, writes and counts each line, ignores unknown prefixes, warns of lost lines once a minute', async () => {
+  const model = loggedModel();
+  const renderer = new PolicyRenderer();
+  const chain = [...renderer.render(model, 'node-1')!.chains.keys()].find((n) => n.startsWith('in4_g'))!;
+  const log = memoryLogger();
+  const counted: string[] = [];
+  let listener: ((packets: LoggedPacket[], lost: boolean) => void) | undefined;
+  let bound: [number, NflogOptions] | undefined;
+  let stopped = 0;
+  let now = 0;
+  const reader = new VerdictLog({
+    log, target: (p) => renderer.verdictTarget(p), model: () => model, now: () => now,
+    counted: (verdict, policy, namespace) => counted.push(`${verdict} ${policy} ${namespace}`),
+    bind: async (group, l, options) => {
+      [bound, listener] = [[group, options], l];
+      return { stop: () => void stopped++ };
+    },
+  });
+  await reader.start();
+  assert.deepEqual(bound, [NFLOG_GROUP, NFLOG_READ]);
+  const packet = (prefix: string) => ({
+    prefix, family: 4 as const, src: podIP('z/b'), dst: podIP('x/a'), protocol: 6, sport: 1, dport: 80,
+  });
+  listener!([packet(verdictPrefix('deny', chain)), packet('weft-D-000000000000'), packet(verdictPrefix('allow', chain))], false);
+  assert.deepEqual(log.records.map((r) => r.msg), ['network policy: connection denied', 'network policy: connection allowed']);
+  // No rule admits z/b on 80 (the model changed since, say): the allowed line names the group's policies.
+  assert.deepEqual(counted, ['deny any81,web x', 'allow any81,web x']);
+  listener!([], true);
+  now = 30_000;
+  listener!([], true);
+  now = 61_000;
+  listener!([], true);
+  assert.equal(log.records.filter((r) => r.msg.includes('dropped verdict log lines')).length, 2);
+  reader.stop();
+  reader.stop();
+  assert.equal(stopped, 1);
 });
