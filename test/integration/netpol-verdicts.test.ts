@@ -7,7 +7,8 @@
  *   pods x/a .11, x/b .12, x/c .13, y/a .21, y/b .22 (10.244.1.0/24) ── cni0 (10.244.1.1) in the node
  *
  * x asks for denied (alert) and allowed (notice) verdicts, y for denied ones (warning) only.
- * x/allow-b lets x/b reach x/a on TCP 80; x/deny-c isolates x/c; y/allow-x lets x/b reach y/a on 80.
+ * x/allow-b lets x/b reach x/a on TCP 80; x/deny-c isolates x/c both ways; y/allow-x lets x/b reach y/a
+ * on 80.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -58,7 +59,7 @@ function model(): PolicyModel {
         podSelector: { matchLabels: { pod: 'a' } },
         ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }], ports: [{ port: 80 }] }],
       }),
-      policy('x', 'deny-c', { podSelector: { matchLabels: { pod: 'c' } }, ingress: [] }),
+      policy('x', 'deny-c', { podSelector: { matchLabels: { pod: 'c' } }, policyTypes: ['Ingress', 'Egress'] }),
       policy('y', 'allow-x', {
         podSelector: { matchLabels: { pod: 'a' } },
         ingress: [{ from: [{ namespaceSelector: { matchLabels: { ns: 'x' } } }], ports: [{ port: 80 }] }],
@@ -154,6 +155,13 @@ test('denied and allowed connections are logged with pods, namespaces, addresses
         const allowedY = verdicts(log.records).filter((r) => r.fields['namespace'] === 'y' && r.fields['verdict'] === 'allow');
         assert.deepEqual(allowedY, [], 'no allowed line for y');
         assert.deepEqual(counted.slice(0, 3), ['deny allow-b x', 'allow allow-b x', 'deny allow-x y'], 'each verdict counted by policy');
+
+        // Egress: x/c may send nothing; the line names it as the source and its policy.
+        assert.equal(await agent('x/c').probe(PODS['y/a']!, 'TCP', 80, 1000), false, 'x/c is denied to send');
+        const egress = await lineFrom('the denied egress line', (r) => r.fields['direction'] === 'egress');
+        assert.deepEqual([egress.fields['srcPod'], egress.fields['dstPod'], egress.fields['isolatedBy'], egress.fields['policy']], [
+          'x/c', 'y/a', ['x/deny-c'], NO_POLICY,
+        ]);
 
         // A flood at x/a: the kernel lets through at most the burst and the rate per second of it.
         // A datagram to x/c (a meter of its own) afterwards marks the end: lines come in order.
