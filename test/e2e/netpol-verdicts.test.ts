@@ -4,7 +4,8 @@
  * kube-apiserver): a server pod on node-1 in namespace `srv`, a client pod on node-2 in `cli`, and
  * srv/allow-client letting the client reach the server on TCP 80 only. With `srv` annotated
  * weft.dev/acl-logging, node-1's weftd writes a line for the denied connection and the allowed one
- * and counts them on /metrics; with the annotation gone, it writes none.
+ * and counts them on /metrics; with the annotation gone, it writes none; one it cannot read turns
+ * nothing on and is warned about once.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -94,6 +95,15 @@ test('weftd logs and counts the verdicts of a namespace asking for them, and sto
     assert.equal(await clientAgent.probe(server.ip, 'TCP', 81, 500), false);
     assert.equal(await clientAgent.probe(server.ip, 'TCP', 80, 3000), true);
     assert.deepEqual(lines(from), []);
+
+    // An annotation weftd cannot read turns nothing on, and weftd says why, once.
+    await logging('{"deny": "loud"}');
+    const warned = () => node1.daemon.log().split('\n').filter((l) => l.includes('namespace srv: weft.dev/acl-logging: deny: \\"loud\\"'));
+    await until('the warning about the annotation', () => warned().length > 0, 30_000, detail);
+    await logging('{"deny": "loud", "allow": 7}');
+    await until('the warning about the changed annotation', () => node1.daemon.log().includes('allow: 7 is not one of'), 30_000, detail);
+    assert.equal(warned().length, 2, 'one warning per problem');
+    assert.ok(!(await table()).includes('log group'), 'nothing turned on');
   } finally {
     await Promise.all(agents.map((a) => a.stop()));
     await c.stop();
