@@ -23,14 +23,9 @@ test('nflog: logged packets arrive with prefix, addresses, protocol and ports; a
     await ns.ip('addr', 'add', '198.18.0.1/15', 'dev', 'd0');
     await ns.ip('-6', 'addr', 'add', 'fd00:10:244:1::1/64', 'dev', 'd0', 'nodad');
     await ns.ip('link', 'set', 'd0', 'up');
-    await ns.exec('sh', '-c', `nft -f - <<'EOF'
-table inet t {
-  chain out {
-    type filter hook output priority filter; policy accept;
-    udp dport 53 log group ${GROUP} prefix "weft-test"
-  }
-}
-EOF`);
+    await ns.exec('nft', 'add', 'table', 'inet', 't');
+    await ns.exec('nft', 'add', 'chain', 'inet', 't', 'out', '{ type filter hook output priority filter; policy accept; }');
+    await ns.exec('nft', 'add', 'rule', 'inet', 't', 'out', 'udp', 'dport', '53', 'log', 'group', String(GROUP), 'prefix', '"weft-test"');
     const handle = NetlinkHandle.open(ns.path);
     const other = NetlinkHandle.open(ns.path);
     const got: LoggedPacket[] = [];
