@@ -12,7 +12,9 @@
 //   handle.monitor(groups, callback, rcvbuf?) -> Promise<void>; callback(events[])
 //   handle.announce(ifindex, address) -> Promise<void>   gratuitous ARP / unsolicited NA
 //   handle.arpProbe(ifindex, address, waitMs) -> Promise<string[]>   MACs answering for address
-//   handle.unmonitor(), handle.close()
+//   handle.nflog(group, callback, {copyRange, queueThreshold, flushMs, rcvbuf}) -> Promise<void>;
+//                               callback(packets[]): packets nftables logged to NFLOG group `group`
+//   handle.unmonitor(), handle.unnflog(), handle.close()
 //   flock(fd, "ex" | "sh" | "un") -> boolean   flock(2) with LOCK_NB: false when another holds it
 //
 // Failures reject with an Error carrying `errno` (the kernel's symbolic errno) and `detail`.
@@ -20,6 +22,7 @@
 #include "common.h"
 #include "conntrack.h"
 #include "monitor.h"
+#include "nflog.h"
 #include "worker.h"
 
 #include <arpa/inet.h>
@@ -191,6 +194,21 @@ struct MonitorJob : Job {
   void complete(Napi::Env env) override;  // hands the socket to the handle first
 };
 
+struct NflogJob : Job {
+  Handle* handle;
+  uint16_t group = 0;
+  uint32_t copyRange = 0, queueThreshold = 1, flushMs = 0;
+  int rcvbuf = 0;
+  struct nl_sock* sk = nullptr;
+  NflogJob(Napi::Env env, Handle* h) : Job(env), handle(h) {}
+  ~NflogJob() override {
+    if (sk) nl_socket_free(sk);
+  }
+  void run(Worker&) override { failure = nflogOpen(group, copyRange, queueThreshold, flushMs, rcvbuf, &sk); }
+  Napi::Value result(Napi::Env env) override { return env.Undefined(); }
+  void complete(Napi::Env env) override;  // hands the socket to the handle first
+};
+
 class Handle : public Napi::ObjectWrap<Handle> {
  public:
   static Napi::Function Define(Napi::Env env) {
@@ -206,6 +224,8 @@ class Handle : public Napi::ObjectWrap<Handle> {
                            InstanceMethod<&Handle::ArpProbe>("arpProbe"),
                            InstanceMethod<&Handle::MonitorStart>("monitor"),
                            InstanceMethod<&Handle::MonitorStop>("unmonitor"),
+                           InstanceMethod<&Handle::NflogStart>("nflog"),
+                           InstanceMethod<&Handle::NflogStop>("unnflog"),
                            InstanceMethod<&Handle::Close>("close"),
                        });
   }
@@ -247,6 +267,11 @@ class Handle : public Napi::ObjectWrap<Handle> {
     if (monitor_) {
       monitor_->close();
       monitor_ = nullptr;
+    }
+    nflogJob_ = nullptr;
+    if (nflog_) {
+      nflog_->close();
+      nflog_ = nullptr;
     }
     if (worker_) {
       // Never waits: the worker runs what was queued (completions still reach JS through tsfn_)
@@ -527,6 +552,44 @@ class Handle : public Napi::ObjectWrap<Handle> {
     return info.Env().Undefined();
   }
 
+  Napi::Value NflogStart(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (!usable(env)) return env.Undefined();
+    if (nflog_ || nflogJob_) {
+      Napi::Error::New(env, "this handle already reads an NFLOG group").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    if (info.Length() < 3 || !info[0].IsNumber() || !info[1].IsFunction() || !info[2].IsObject()) {
+      Napi::TypeError::New(env, "nflog(group, callback, options): a number, a function and an object").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    Napi::Object o = info[2].As<Napi::Object>();
+    auto number = [&](const char* key, int64_t fallback) {
+      return o.Get(key).IsNumber() ? o.Get(key).As<Napi::Number>().Int64Value() : fallback;
+    };
+    auto* job = new NflogJob(env, this);
+    job->group = static_cast<uint16_t>(std::clamp<int64_t>(info[0].As<Napi::Number>().Int64Value(), 0, 65535));
+    job->copyRange = static_cast<uint32_t>(std::clamp<int64_t>(number("copyRange", 128), 0, 65535));
+    job->queueThreshold = static_cast<uint32_t>(std::clamp<int64_t>(number("queueThreshold", 1), 1, 65535));
+    job->flushMs = static_cast<uint32_t>(std::clamp<int64_t>(number("flushMs", 0), 0, 60000));
+    job->rcvbuf = static_cast<int>(std::clamp<int64_t>(number("rcvbuf", 0), 0, 1 << 30));
+    // The socket is bound on the worker (inside the namespace); polling starts when it is handed over.
+    Napi::Promise created = submit(env, job).As<Napi::Promise>();
+    nflogCallback_ = Napi::Persistent(info[1].As<Napi::Function>());
+    nflogJob_ = job;
+    return created;
+  }
+
+  Napi::Value NflogStop(const Napi::CallbackInfo& info) {
+    nflogJob_ = nullptr;  // a socket still being bound is dropped (and so unbound) when it arrives
+    if (nflog_) {
+      nflog_->close();
+      nflog_ = nullptr;
+    }
+    nflogCallback_.Reset();
+    return info.Env().Undefined();
+  }
+
   Napi::Value Close(const Napi::CallbackInfo& info) {
     shutdown();
     return info.Env().Undefined();
@@ -548,6 +611,21 @@ class Handle : public Napi::ObjectWrap<Handle> {
     }
   }
 
+  // Called on the JS thread when an NFLOG socket has been bound on the worker.
+  void adoptNflog(Napi::Env env, NflogJob* job) {
+    if (job != nflogJob_) return;
+    nflogJob_ = nullptr;
+    if (job->failure || nflogCallback_.IsEmpty() || !worker_) return;
+    nflog_ = new NflogReader(env, job->sk, job->group, nflogCallback_.Value());
+    job->sk = nullptr;
+    nflogCallback_.Reset();
+    if (!nflog_->ok()) {
+      nflog_->close();
+      nflog_ = nullptr;
+      job->failure = {EIO, "cannot poll the NFLOG socket"};
+    }
+  }
+
  private:
   napi_env env_;
   bool hooked_ = false;
@@ -559,7 +637,15 @@ class Handle : public Napi::ObjectWrap<Handle> {
   Monitor* monitor_ = nullptr;  // frees itself on close()
   Napi::FunctionReference monitorCallback_;
   MonitorJob* monitorJob_ = nullptr;
+  NflogReader* nflog_ = nullptr;  // frees itself on close()
+  Napi::FunctionReference nflogCallback_;
+  NflogJob* nflogJob_ = nullptr;
 };
+
+void NflogJob::complete(Napi::Env env) {
+  handle->adoptNflog(env, this);
+  Job::complete(env);
+}
 
 void MonitorJob::complete(Napi::Env env) {
   handle->adoptMonitor(env, this);

@@ -21,7 +21,7 @@ import type { HealthServer } from '../server/http.ts';
 import type { Metrics } from '../server/metrics.ts';
 import type { NetlinkHandle } from '../netlink/index.ts';
 import type { PodDirectory } from '../cni/fixed-release.ts';
-import type { PolicyEnforcer } from '../policy/enforcer.ts';
+import type { PolicyEnforcer, PolicyEnforcerOptions } from '../policy/enforcer.ts';
 import type { ServiceProxy } from '../services/proxy.ts';
 
 async function leaseSource(flags: Flags, log: Logger, observer: SourceObserver | undefined): Promise<LeaseSource> {
@@ -46,14 +46,33 @@ async function leaseSource(flags: Flags, log: Logger, observer: SourceObserver |
  * NetworkPolicy enforcement (--network-policy, kube mode), its modules loaded only here. A node
  * that cannot enforce (no nft, no br_netfilter) stops weftd with an error naming what is missing.
  */
-async function startPolicy(flags: Flags, source: LeaseSource, log: Logger, signal: AbortSignal): Promise<PolicyEnforcer | undefined> {
+async function startPolicy(
+  flags: Flags, source: LeaseSource, log: Logger, metrics: Metrics | undefined, signal: AbortSignal,
+): Promise<PolicyEnforcer | undefined> {
   if (!flags.networkPolicy) return undefined;
-  const [{ PolicyEnforcer }, { kubeConfigFromFlags }, { KubeHttp }] = await Promise.all([
-    import('../policy/enforcer.ts'), import('../lease/kube/client.ts'), import('../lease/kube/http.ts'),
+  const [{ PolicyEnforcer }, { kubeConfigFromFlags }, { KubeHttp }, { NetlinkHandle }] = await Promise.all([
+    import('../policy/enforcer.ts'), import('../lease/kube/client.ts'), import('../lease/kube/http.ts'), import('../netlink/index.ts'),
   ]);
   const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl }));
   const node = await (source as KubeLeaseSource).nodeName(signal);
-  const enforcer = new PolicyEnforcer({ http, node, log: log.child({ component: 'network-policy' }), resyncSeconds: flags.iptablesResync });
+  // The NFLOG group is read on a handle of its own, closed with the reader.
+  const nflog: PolicyEnforcerOptions['nflog'] = async (group, listener, options) => {
+    const handle = NetlinkHandle.open();
+    const reader = await handle.nflog(group, listener, options).catch((e: unknown) => {
+      handle.close();
+      throw e;
+    });
+    return {
+      stop: () => {
+        reader.stop();
+        handle.close();
+      },
+    };
+  };
+  const enforcer = new PolicyEnforcer({
+    http, node, log: log.child({ component: 'network-policy' }), resyncSeconds: flags.iptablesResync, nflog,
+    ...(metrics ? { verdictCounted: metrics.policyVerdict.bind(metrics) } : {}),
+  });
   await enforcer.start(signal);
   return enforcer;
 }
@@ -169,7 +188,7 @@ async function main(argv: string[]): Promise<number> {
   let policy: PolicyEnforcer | undefined;
   let services: ServiceProxy | undefined;
   try {
-    policy = await startPolicy(flags, source, log, stop.signal);
+    policy = await startPolicy(flags, source, log, metrics, stop.signal);
     services = await startServiceProxy(flags, source, log, stop.signal);
   } catch (e) {
     await policy?.stop();

@@ -7,6 +7,8 @@
 import { NetlinkError } from '../errors.ts';
 import { loadAddon } from './native.ts';
 import type { RawChunks, RawEvent, RawFailure, RawHandle, RawOp } from './native.ts';
+import { packetsFromRaw, rawNflogOptions } from './nflog.ts';
+import type { LoggedPacket, NflogOptions, NflogReader } from './nflog.ts';
 import {
   AF_BRIDGE,
   afOf,
@@ -931,5 +933,24 @@ export class NetlinkHandle {
       throw rejected('subscribe to', groups.join(','), e);
     }
     return { stop: () => raw.unmonitor() };
+  }
+
+  /**
+   * Binds NFLOG group `group` (what `ulogd` binds for nftables' `log group N`) in the handle's
+   * namespace and calls `listener` with batches of the packets logged there, and `lost` when the
+   * kernel dropped some because weftd read too slowly. Rejects with errno EPERM when another
+   * socket holds the group (the kernel's answer). One group per handle; keeps the event loop alive until stopped.
+   */
+  async nflog(group: number, listener: (packets: LoggedPacket[], lost: boolean) => void, options: NflogOptions = {}): Promise<NflogReader> {
+    const raw = this.#raw;
+    try {
+      await raw.nflog(group, (batch) => {
+        const { packets, lost } = packetsFromRaw(batch);
+        listener(packets, lost);
+      }, rawNflogOptions(options));
+    } catch (e) {
+      throw rejected('bind', `NFLOG group ${group}`, e);
+    }
+    return { stop: () => raw.unnflog() };
   }
 }

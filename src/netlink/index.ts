@@ -2,6 +2,7 @@
 export * from './records.ts';
 export { NetlinkHandle, describe } from './handle.ts';
 export { tryFlock } from './flock.ts';
+export type { LoggedPacket, NflogOptions, NflogReader } from './nflog.ts';
 export type {
   AddrSpec,
   ConntrackFilter,

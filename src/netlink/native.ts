@@ -141,6 +141,18 @@ export interface RawDumpFilter {
  */
 export type RawChunks<T> = (() => T[]) | T[];
 
+/** A packet nftables logged to an NFLOG group, or `{lost: true}` where the kernel dropped some (socket full). */
+export type RawLoggedPacket =
+  | { prefix: string; family: 4 | 6; src: string; dst: string; protocol: number; sport: number; dport: number }
+  | { lost: true };
+
+export interface RawNflogOptions {
+  copyRange: number;
+  queueThreshold: number;
+  flushMs: number;
+  rcvbuf: number;
+}
+
 /** The addon's handle; failures reject with an Error carrying `errno` and `detail`. */
 export interface RawHandle {
   apply(ops: RawOp[]): Promise<(RawFailure | null)[]>;
@@ -164,6 +176,8 @@ export interface RawHandle {
   arpProbe(ifindex: number, address: string, waitMs: number): Promise<string[]>;
   monitor(groups: string[], callback: (events: RawEvent[]) => void, rcvbuf?: number, fdbAdds?: boolean): Promise<void>;
   unmonitor(): void;
+  nflog(group: number, callback: (packets: RawLoggedPacket[]) => void, options: RawNflogOptions): Promise<void>;
+  unnflog(): void;
   close(): void;
 }
 

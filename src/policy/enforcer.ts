@@ -27,6 +27,9 @@
  *   net.bridge.bridge-nf-call-iptables / -ip6tables at 1, without which traffic between two pods
  *   of the node crosses cni0 unseen by the forward hook: set where weftd can, else enforcement
  *   runs degraded for that traffic and says so (masq/bridge-netfilter.ts).
+ * - Verdict logs (verdict-log.ts): with `nflog`, the NFLOG group of the logging rules is bound at
+ *   start; where it cannot be (another reader holds it), enforcement goes on without them, with a
+ *   warning. The meters' elements the kernel adds are no drift.
  */
 import { WeftError } from '../errors.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
@@ -35,8 +38,13 @@ import { BridgeNetfilter } from '../masq/bridge-netfilter.ts';
 import { execRunner, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
+import { withoutElementsOf } from '../nft/line-filter.ts';
+import type { PolicyModel } from './model.ts';
 import { NFT_POLICY_TABLE } from './nft-script.ts';
 import { PolicyRenderer } from './render.ts';
+import { VerdictLog } from './verdict-log.ts';
+import type { VerdictLogOptions } from './verdict-log.ts';
+import { isMeter } from './verdict-rules.ts';
 import { WatchedModel } from './watched-model.ts';
 import type { WiredPod } from './watched-model.ts';
 
@@ -60,6 +68,10 @@ export interface PolicyEnforcerOptions {
   podWaitMs?: number;
   /** Passed to the reflectors (tests). */
   watchSilenceMs?: number;
+  /** Binds an NFLOG group in the node's namespace (NetlinkHandle.nflog), for verdict logs; absent: none are read. */
+  nflog?: VerdictLogOptions['bind'];
+  /** Called for each verdict logged (weft_policy_verdicts_total). */
+  verdictCounted?: VerdictLogOptions['counted'];
 }
 
 /** Keeps `inet weft-policy` enforcing the cluster's NetworkPolicies on this node's pods. */
@@ -76,6 +88,9 @@ export class PolicyEnforcer {
   readonly #table: KeptTable;
   readonly #stop = new AbortController();
   #tasks: Promise<unknown>[] = [];
+  /** The model of the last render: verdict logs name its pods and policies. */
+  #rendered: PolicyModel | undefined;
+  readonly #verdictLog: VerdictLog | undefined;
 
   constructor(options: PolicyEnforcerOptions) {
     this.#options = options;
@@ -96,14 +111,19 @@ export class PolicyEnforcer {
     });
     this.#table = new KeptTable({
       table: `inet ${NFT_POLICY_TABLE}`, what: 'network policy', log: this.#log, run: this.#run,
-      render: () => this.#renderer.render(this.#inputs.model(), this.#options.node),
+      render: () => this.#renderer.render((this.#rendered = this.#inputs.model()), this.#options.node),
       ready: () => this.#inputs.complete,
+      lineFilter: withoutElementsOf(isMeter),
       applied: (before, now) => {
         if (!now && before) this.#log.info(`network policy: no policy selects a pod of this node; table inet ${NFT_POLICY_TABLE} removed`);
         else if (now && !before) {
           this.#log.info(`network policy: enforcing in table inet ${NFT_POLICY_TABLE}`, { policies: this.#inputs.policyCount });
         }
       },
+    });
+    this.#verdictLog = options.nflog && new VerdictLog({
+      log: this.#log, bind: options.nflog, target: (prefix) => this.#renderer.verdictTarget(prefix), model: () => this.#rendered,
+      ...(options.verdictCounted ? { counted: options.verdictCounted } : {}),
     });
   }
 
@@ -115,6 +135,9 @@ export class PolicyEnforcer {
   async start(signal: AbortSignal): Promise<void> {
     await requireNft(this.#run, '--network-policy', 'network policy');
     await this.#bridgeNetfilter.ensure();
+    await this.#verdictLog?.start().catch((e: unknown) => {
+      this.#log.warn('network policy: verdict logs off, enforcement goes on', { err: e });
+    });
     const stop = AbortSignal.any([signal, this.#stop.signal]);
     const watches = this.#inputs.watch(stop).map((w) => w.catch((e: unknown) => {
       // 401/403: enforcement cannot go on; the rules in place stay, and weftd says why.
@@ -135,6 +158,7 @@ export class PolicyEnforcer {
   /** Ends the watches and the repair loop; the table stays. */
   async stop(): Promise<void> {
     this.#stop.abort();
+    this.#verdictLog?.stop();
     // First the table: a repair check waiting for an apply that keeps failing ends with it.
     await this.#table.stop();
     await Promise.all(this.#tasks);

@@ -206,3 +206,20 @@ function direction(
   if (policies.length === 0) return true;
   return policies.some((p) => p[dir]!.some((r) => ruleAllows(model, p, r, other.pod, other.ip, dst, proto, port)));
 }
+
+/**
+ * Which of `policies` (the ones selecting a pod in `dir`) have a rule admitting a new `proto`
+ * connection to `port`, the remote end being `remote` (its pod, when a pod holds the address)
+ * and the destination pod `dst` (named ports resolve there): what decided an allowed verdict.
+ */
+export function policiesAllowing(
+  model: PolicyModel,
+  policies: readonly NetworkPolicy[],
+  dir: Direction,
+  remote: { pod?: Pod; ip: IP },
+  dst: Pod | undefined,
+  proto: Protocol,
+  port: number,
+): NetworkPolicy[] {
+  return policies.filter((p) => p[dir]!.some((r) => ruleAllows(model, p, r, remote.pod, remote.ip, dst, proto, port)));
+}

@@ -25,6 +25,8 @@
  * - `ipBlock.except` entries lie inside `cidr`, of the same family.
  */
 import { containsCIDR, tryParseIP } from '../ip/ip.ts';
+import { ACL_LOGGING_ANNOTATION, parseAclLogging } from './acl-logging.ts';
+import type { AclLogging } from './acl-logging.ts';
 import type { CIDR, IP } from '../ip/ip.ts';
 import type { Json } from '../json.ts';
 import { Bad, cidr, isInvalid, labels, list, metadata, object, parsing, portNumber, protocol } from '../k8s/fields.ts';
@@ -95,6 +97,10 @@ export interface Pod {
 export interface Namespace {
   name: string;
   labels: Readonly<Record<string, string>>;
+  /** The verdicts its pods' connections are logged for (acl-logging.ts); absent: none. */
+  aclLogging?: AclLogging;
+  /** What of its acl-logging annotation was ignored, and why. */
+  aclLoggingProblem?: string;
 }
 
 /** Everything policy decisions derive from. Invalid policies are left out by whoever builds it. */
@@ -248,10 +254,20 @@ export function parsePod(o: unknown): Pod | Invalid {
   });
 }
 
-/** Parses a Namespace: its name and labels. */
+/**
+ * Parses a Namespace: its name, labels and the verdicts it asks to log (a bad annotation logs
+ * nothing and is reported in `aclLoggingProblem`; the namespace stays valid, its labels select).
+ */
 export function parseNamespace(o: unknown): Namespace | Invalid {
   return parsing(o, () => {
     const { name, meta } = metadata(o, false);
-    return { name, labels: labels(meta.labels, 'metadata.labels') };
+    const out: Namespace = { name, labels: labels(meta.labels, 'metadata.labels') };
+    const annotation = (meta.annotations as Json | undefined)?.[ACL_LOGGING_ANNOTATION];
+    if (typeof annotation === 'string') {
+      const { logging, problem } = parseAclLogging(annotation);
+      if (logging.deny || logging.allow) out.aclLogging = logging;
+      if (problem) out.aclLoggingProblem = problem;
+    }
+    return out;
   });
 }

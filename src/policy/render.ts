@@ -56,6 +56,9 @@
  * the rules, once in each group a rule's policy selects. A change to one policy rewrites the few rules and refills the sets of the groups
  * of the pods it selects, and the maps' elements when pods change group; the rest stays.
  *
+ * Verdict logs: where the namespace of a group's pods asks for them, the chain also logs its
+ * verdicts to NFLOG, rate-limited per pod by the kernel (verdict-rules.ts).
+ *
  * Determinism. Policies in namespace/name order, rules in API order, set elements sorted: equal
  * models give byte-equal scripts, so a diff of two scripts is the change. Chain names carry the
  * policy's namespace and name (`_` cannot occur in either), hashed when too long for the kernel.
@@ -66,9 +69,12 @@ import type { Family, IP } from '../ip/ip.ts';
 import { matchesLabels } from '../k8s/label-selector.ts';
 import { byNamespace, podsMatching, resolvePort } from './evaluate.ts';
 import type { Direction } from './evaluate.ts';
+import type { AclLogging } from './acl-logging.ts';
 import type { Namespace, NetworkPolicy, Pod, PolicyModel, PolicyPort, PolicyRule, Protocol } from './model.ts';
 import { policyScript } from './nft-script.ts';
 import type { NftSet, PolicyRuleset } from './nft-script.ts';
+import { groupLogging, meterSets, VerdictTargets } from './verdict-rules.ts';
+import type { VerdictTarget } from './verdict-rules.ts';
 import { cidrRange, disjointBoxes, formatPorts, formatRange, ipRange, merge, subtract } from './ranges.ts';
 import type { Range } from './ranges.ts';
 
@@ -219,7 +225,9 @@ function groupChain(
   name: string,
   policies: readonly NetworkPolicy[],
   targets: readonly [Pod, IP][],
+  logging: AclLogging | undefined,
 ): string[] {
+  const logs = groupLogging(logging, f, dir, name);
   const parts: Part[] = [];
   for (const policy of policies) {
     const own = targets.filter(([pod]) => pod.namespace === policy.namespace && matchesLabels(policy.podSelector, pod.labels));
@@ -228,13 +236,14 @@ function groupChain(
       if (dir === 'ingress') parts.push(...namedParts(model, f, policy, rule, own));
     }
   }
-  if (parts.some((p) => !p.remote && !p.ports)) return ['return'];
+  if (parts.some((p) => !p.remote && !p.ports)) return [...(logs.allow ? [logs.allow] : []), 'return'];
   const ip = l3(f);
   const remote = dir === 'ingress' ? 'saddr' : 'daddr';
   const rules: string[] = [];
   const set = (suffix: string, type: string, elements: string[], match: string) => {
     if (elements.length === 0) return;
     sets.push({ kind: 'set', name: `${name}_${suffix}`, type, interval: true, elements });
+    if (logs.allow) rules.push(`${match} @${name}_${suffix} ${logs.allow}`);
     rules.push(`${match} @${name}_${suffix} return`);
   };
   const peers = merge(parts.filter((p) => !p.ports).flatMap((p) => p.remote!));
@@ -267,7 +276,7 @@ function groupChain(
     namedElements,
     `${ip} daddr . ${ip} saddr . meta l4proto . th dport`,
   );
-  return [...rules, 'drop'];
+  return [...rules, ...(logs.deny ? [logs.deny] : []), 'drop'];
 }
 
 /** Whether two lists hold the same objects in the same order. */
@@ -296,6 +305,7 @@ export class PolicyRenderer {
   #targets = new Map<NetworkPolicy, Pod[]>();
   #parts = new Map<string, Map<PolicyRule, Part[]>>();
   #groups = new Map<string, RenderedGroup>();
+  readonly #verdicts = new VerdictTargets();
 
   /** The sets and chains enforcing `model` on `node`'s pods; undefined when no policy selects one. */
   render(model: PolicyModel, node: string): PolicyRuleset | undefined {
@@ -318,6 +328,8 @@ export class PolicyRenderer {
     const chains = new Map<string, string[]>();
     const dispatch: string[] = [];
     const isolated = new Map<Family, IP[]>(FAMILIES.map((f) => [f, []]));
+    const logged = new Map(model.namespaces.flatMap((n) => (n.aclLogging ? [[n.name, n.aclLogging] as const] : [])));
+    this.#verdicts.next();
     for (const dir of ['egress', 'ingress'] as const) {
       const selecting = new Map<Pod, NetworkPolicy[]>();
       for (const [policy, pods] of targets) {
@@ -372,9 +384,11 @@ export class PolicyRenderer {
             for (const policy of policies) for (const rule of policy[dir]!) shared(policy, rule);
           } else {
             const own: NftSet[] = [];
-            group = { policies, targets: held, rules: groupChain(model, shared, own, dir, f, name, policies, held), sets: own };
+            const logging = logged.get(policies[0]!.namespace);
+            group = { policies, targets: held, rules: groupChain(model, shared, own, dir, f, name, policies, held, logging), sets: own };
           }
           groups.set(name, group);
+          this.#verdicts.add(name, dir, f, policies, logged.get(policies[0]!.namespace));
           chains.set(name, group.rules);
           sets.push(...group.sets);
         }
@@ -406,7 +420,12 @@ export class PolicyRenderer {
       ...loops,
       ...dispatch,
     ]);
-    return { sets: [...loopSets, ...sets, ...maps], chains };
+    return { sets: [...loopSets, ...meterSets(chains), ...sets, ...maps], chains };
+  }
+
+  /** What a log prefix of the last render (or the one before, for packets logged meanwhile) stands for. */
+  verdictTarget(prefix: string): VerdictTarget | undefined {
+    return this.#verdicts.get(prefix);
   }
 }
 

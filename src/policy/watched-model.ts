@@ -153,6 +153,10 @@ export class WatchedModel {
           this.#options.log.warn(`network policy: ignoring an invalid object of ${resource}`, { object: key, reason: why });
         }
         this.#warned.set(id, why);
+      } else if (v !== null && (v as Namespace).aclLoggingProblem !== undefined) {
+        const why = (v as Namespace).aclLoggingProblem!;
+        if (this.#warned.get(id) !== why) this.#options.log.warn(`network policy: namespace ${key}: ${why}`);
+        this.#warned.set(id, why);
       } else {
         this.#warned.delete(id);
       }

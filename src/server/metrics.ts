@@ -21,6 +21,8 @@
  * - weft_cni_errors_total{verb}: CNI requests weftd's CNI server answered with an error
  * - weft_egress_unplaced{reason}: egress policies and inbound EIPs placed on no gateway, by the
  *   reason their status gives; served only by the weftd leading the egress controller
+ * - weft_policy_verdicts_total{verdict,policy,namespace}: network policy verdicts logged
+ *   (policy/verdict-log.ts), as many as the kernel let through its per-pod rate limit
  *
  * weft-alerts.yaml and weft-dashboard.json beside daemonset.yaml are written against these names.
  */
@@ -32,10 +34,13 @@ import type { PassInfo } from '../reconcile/loop.ts';
 
 const BUCKETS = [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5];
 
+/** A label value with the exposition format's escapes. */
+const escape = (value: string) => value.replaceAll('\\', '\\\\').replaceAll('"', '\\"').replaceAll('\n', '\\n');
+
 /** `{name="value"}` with the exposition format's escapes; empty for no label. */
 function labels(name: string | undefined, value: string | undefined, extra = ''): string {
   const parts = [];
-  if (name !== undefined) parts.push(`${name}="${value!.replaceAll('\\', '\\\\').replaceAll('"', '\\"').replaceAll('\n', '\\n')}"`);
+  if (name !== undefined) parts.push(`${name}="${escape(value!)}"`);
   if (extra) parts.push(extra);
   return parts.length ? `{${parts.join(',')}}` : '';
 }
@@ -68,6 +73,35 @@ class Family {
     // A counter without labels is exposed at 0 before its first increment, as client libraries do.
     if (this.values.size === 0 && this.label === undefined) out += `${this.name} 0\n`;
     for (const [value, v] of this.values) out += `${this.name}${labels(this.label, this.label === undefined ? undefined : value)} ${v}\n`;
+    return out;
+  }
+}
+
+/** A counter with several labels: values by the labels' values. */
+class CounterVec {
+  readonly #values = new Map<string, { labels: readonly string[]; value: number }>();
+  readonly name: string;
+  readonly help: string;
+  readonly labelNames: readonly string[];
+
+  constructor(name: string, help: string, labelNames: readonly string[]) {
+    this.name = name;
+    this.help = help;
+    this.labelNames = labelNames;
+  }
+
+  inc(values: readonly string[]): void {
+    const key = JSON.stringify(values);
+    const series = this.#values.get(key) ?? { labels: values, value: 0 };
+    series.value += 1;
+    this.#values.set(key, series);
+  }
+
+  render(): string {
+    let out = `# HELP ${this.name} ${this.help}\n# TYPE ${this.name} counter\n`;
+    for (const { labels: values, value } of this.#values.values()) {
+      out += `${this.name}{${this.labelNames.map((n, i) => `${n}="${escape(values[i]!)}"`).join(',')}} ${value}\n`;
+    }
     return out;
   }
 }
@@ -128,6 +162,7 @@ export class Metrics {
   readonly #failures = new Family('weft_reconcile_failures_total', 'counter', 'Kernel operations of reconcile passes that failed');
   readonly #cniErrors = new Family('weft_cni_errors_total', 'counter', 'CNI requests answered with an error, by verb', 'verb');
   readonly #unplaced = new Family('weft_egress_unplaced', 'gauge', 'Egress policies and inbound EIPs placed on no gateway', 'reason');
+  readonly #verdicts = new CounterVec('weft_policy_verdicts_total', 'Network policy verdicts logged', ['verdict', 'policy', 'namespace']);
   readonly #errors = new Family('weft_errors_total', 'counter', 'Warnings and errors logged with an error, by its code', 'kind');
 
   /** The reconciler's onPass. */
@@ -171,6 +206,11 @@ export class Metrics {
     for (const [reason, n] of unplaced ?? []) this.#unplaced.set(reason, n);
   }
 
+  /** Network policy's verdictCounted: one verdict logged. */
+  policyVerdict(verdict: string, policy: string, namespace: string): void {
+    this.#verdicts.inc([verdict, policy, namespace]);
+  }
+
   /** The logger's onRecord: counts warnings and errors that carry an error. */
   record(level: LogLevel, _msg: string, fields: Fields): void {
     if (level !== 'warn' && level !== 'error') return;
@@ -188,7 +228,7 @@ export class Metrics {
     if (expiry !== undefined) this.#leaseExpiry.set('', expiry.getTime() / 1000);
     return [
       this.#leases, this.#ready, ...(expiry !== undefined ? [this.#leaseExpiry] : []), this.#kernelEntries, this.#runs, this.#duration,
-      this.#repairs, this.#failures, this.#watchRestarts, this.#renewals, this.#cniErrors, this.#unplaced, this.#errors,
+      this.#repairs, this.#failures, this.#watchRestarts, this.#renewals, this.#cniErrors, this.#unplaced, this.#verdicts, this.#errors,
     ]
       .map((f) => f.render())
       .join('\n');

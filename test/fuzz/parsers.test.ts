@@ -16,6 +16,7 @@ import { checkNetworkConfig, parseNetConfig } from '../../src/config/netconf.ts'
 import { ConfigError, PeerDataError } from '../../src/errors.ts';
 import { decodeLease } from '../../src/lease/etcd/codec.ts';
 import { formatCIDR, formatIP, parseCIDR, parseIP, tryParseIP } from '../../src/ip/ip.ts';
+import { ACL_LOGGING_ANNOTATION, parseAclLogging, SEVERITIES } from '../../src/policy/acl-logging.ts';
 import { isInvalid, parseNamespace, parseNetworkPolicy, parsePod } from '../../src/policy/model.ts';
 import { renderPolicyRules } from '../../src/policy/render.ts';
 import { parseSubnetEnv, renderSubnetEnv } from '../../src/subnetenv/subnetenv.ts';
@@ -232,5 +233,24 @@ test('NetworkPolicies, Pods and Namespaces (API objects): random and mutated obj
     const pod = parsePod(o);
     const model = { ...base, policies: isInvalid(policy) ? [] : [policy], pods: isInvalid(pod) ? base.pods : [...base.pods, { ...pod, node: 'node-1' }] };
     assert.match(renderPolicyRules(model, 'node-1'), /^table inet weft-policy \{\}\n/);
+  }), RUNS);
+});
+
+test('the acl-logging annotation (user text): random text and JSON → known verdicts and severities, or a reason; never a throw', () => {
+  const text = fc.oneof(fc.string(), fc.jsonValue().map((v) => JSON.stringify(v)), fc.record({
+    deny: fc.oneof(fc.constantFrom(...SEVERITIES), fc.jsonValue()), allow: fc.oneof(fc.constantFrom(...SEVERITIES), fc.jsonValue()),
+  }, { requiredKeys: [] }).map((v) => JSON.stringify(v)));
+  fc.assert(fc.property(text, (annotation) => {
+    const { logging, problem } = parseAclLogging(annotation);
+    for (const [k, v] of Object.entries(logging)) {
+      assert.ok((k === 'deny' || k === 'allow') && SEVERITIES.includes(v), `${k}: ${String(v)}`);
+    }
+    if (problem !== undefined) assert.match(problem, /^weft\.dev\/acl-logging: /);
+    const x = namespaceObject('x') as { metadata: Record<string, unknown> };
+    const ns = parseNamespace({ ...x, metadata: { ...x.metadata, annotations: { [ACL_LOGGING_ANNOTATION]: annotation } } });
+    assert.ok(!isInvalid(ns), 'the namespace stays valid');
+    const model = clusterModel([{ metadata: { namespace: 'x', name: 'p' }, spec: { podSelector: {} } }]);
+    const rules = renderPolicyRules({ ...model, namespaces: [ns, ...model.namespaces.slice(1)] }, 'node-1');
+    assert.match(rules, /^table inet weft-policy \{\}\n/);
   }), RUNS);
 });

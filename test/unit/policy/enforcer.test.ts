@@ -1,12 +1,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { podOfArgs } from '../../../src/cni/args.ts';
-import { ConfigError } from '../../../src/errors.ts';
+import { ConfigError, NetlinkError } from '../../../src/errors.ts';
 import { KubeHttp } from '../../../src/lease/kube/http.ts';
 import { memoryLogger, silentLogger } from '../../../src/log.ts';
 import type { Logger } from '../../../src/log.ts';
 import type { Runner, Sysctl } from '../../../src/masq/runner.ts';
 import { PolicyEnforcer } from '../../../src/policy/enforcer.ts';
+import type { PolicyEnforcerOptions } from '../../../src/policy/enforcer.ts';
+import { NFLOG_GROUP } from '../../../src/policy/verdict-rules.ts';
 import { KubeConfig } from '@kubernetes/client-node';
 
 test('the Pod of a CNI call comes from CNI_ARGS, when both its namespace and name are there', () => {
@@ -46,4 +48,29 @@ test('start-up refuses without nft; without br_netfilter\'s calls it starts, deg
   await e.start(stop.signal);
   await e.stop();
   assert.deepEqual(written, ['net.bridge.bridge-nf-call-ip6tables=1'], 'the sysctl that was off is switched on');
+});
+
+test('verdict logs: the group is bound at start, unbound at stop; where it cannot be bound, enforcement starts without them', async () => {
+  const stop = new AbortController();
+  stop.abort();
+  const kc = new KubeConfig();
+  kc.loadFromClusterAndUser({ name: 'c', server: 'https://127.0.0.1:1', skipTLSVerify: false }, { name: 'u' });
+  const run = (nflog: PolicyEnforcerOptions['nflog'], log: Logger) =>
+    new PolicyEnforcer({ http: new KubeHttp(kc), node: 'node-1', log, runner: nftWorks, sysctl: bridgeOn, nflog });
+  const calls: string[] = [];
+  const bound = run(async (group) => {
+    calls.push(`bind ${group}`);
+    return { stop: () => void calls.push('unbind') };
+  }, silentLogger);
+  await bound.start(stop.signal);
+  await bound.stop();
+  assert.deepEqual(calls, [`bind ${NFLOG_GROUP}`, 'unbind']);
+  const log = memoryLogger();
+  const refused = run(async () => {
+    throw new NetlinkError('bind', 'EPERM', `NFLOG group ${NFLOG_GROUP}`);
+  }, log);
+  await refused.start(stop.signal);
+  await refused.stop();
+  const warning = log.records.find((r) => r.msg === 'network policy: verdict logs off, enforcement goes on');
+  assert.match(String((warning?.fields['err'] as Error | undefined)?.message), /failed to bind NFLOG group 22342: EPERM/);
 });

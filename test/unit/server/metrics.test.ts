@@ -1,0 +1,16 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { Metrics } from '../../../src/server/metrics.ts';
+
+test('weft_policy_verdicts_total counts logged verdicts by verdict, policy and namespace, label values escaped', () => {
+  const metrics = new Metrics();
+  assert.match(metrics.text(), /# TYPE weft_policy_verdicts_total counter\n(?!weft_policy_verdicts_total)/, 'no series before a verdict');
+  metrics.policyVerdict('deny', 'web,any81', 'x');
+  metrics.policyVerdict('deny', 'web,any81', 'x');
+  metrics.policyVerdict('allow', 'we"b', 'x');
+  const series = metrics.text().split('\n').filter((l) => l.startsWith('weft_policy_verdicts_total{'));
+  assert.deepEqual(series, [
+    'weft_policy_verdicts_total{verdict="deny",policy="web,any81",namespace="x"} 2',
+    'weft_policy_verdicts_total{verdict="allow",policy="we\\"b",namespace="x"} 1',
+  ]);
+});
