@@ -108,7 +108,7 @@ export class PeerLiveness {
           resolve();
         });
       });
-      socket.on('error', (e) => this.#options.log.warn('failed to send to an egress peer', { err: e }));
+      socket.on('error', (e) => this.#options.log.debug('failed to send to an egress peer', { err: e }));
       socket.on('message', (datagram, from) => this.#received(socket, datagram, from.address, from.port));
       this.#options.log.info('gateway liveness over the underlay', { port: this.#options.port, family: v6 ? 6 : 4 });
       timer = setInterval(() => this.#round(socket, v6), this.#options.livenessTimeoutMs / 4);
