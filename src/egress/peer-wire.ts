@@ -28,10 +28,12 @@ export interface Ack {
   seq: number;
 }
 
+/** What the gateways send each other. */
 export type PeerMessage = Ping | Ack;
 
 const mac = (key: Buffer, body: Buffer) => createHmac('sha256', key).update(body).digest();
 
+/** `m` as a datagram: its HMAC-SHA256 with `key`, then its JSON. */
 export function encodePeerMessage(key: Buffer, m: PeerMessage): Buffer {
   const body = Buffer.from(JSON.stringify(m));
   return Buffer.concat([mac(key, body), body]);

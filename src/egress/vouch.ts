@@ -18,12 +18,14 @@
  * - The controller takes the EIPs of a gateway whose Lease went quiet for T only when enough
  *   members whose own Leases are live say they do not vouch for it that the rest (the gateway
  *   included) are fewer than a quorum ({@link provablyDown}): two majorities share a member, so
- *   the gateway cannot still be holding on its peers' word. Their answers to it ended T before
- *   they wrote so, and a ping answered was sent before the answer.
+ *   the gateway cannot still be holding on its peers' word. Each one's last answer came more than
+ *   T before it wrote so, and the ping answered was sent before that, so the lifetime it gave has
+ *   run out. A member's Lease counts as live for T after the controller saw it change, which
+ *   assumes, as the API heartbeat's fence does, that the controller's watch is not T late.
  * - So an API outage costs no EIP while the gateways see each other; a gateway cut from the API
  *   keeps its EIPs while its peers see it, and none moves; a gateway cut from both drops them
- *   within T; when most gateways are quiet and their peers cannot vouch for them, the controller
- *   moves their EIPs, and freezes only those it cannot prove down.
+ *   within T, and the controller moves them once its peers say so, even in disruption mode. A
+ *   quiet gateway the live members cannot prove down (a majority of them quiet) keeps its place.
  * - Membership changes while a gateway is cut from the API are not covered: it counts its
  *   quorum from the members it last saw.
  */

@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import fc from 'fast-check';
 import { decodePeerMessage, encodePeerMessage } from '../../../src/egress/peer-wire.ts';
 import type { PeerMessage } from '../../../src/egress/peer-wire.ts';
 
@@ -18,9 +17,6 @@ test('peer wire: signed messages round-trip; another key, a changed byte or any 
     changed[changed.length - 3]! ^= 1;
     assert.equal(decodePeerMessage(key, changed), undefined);
   }
-  fc.assert(fc.property(fc.uint8Array({ maxLength: 200 }), (bytes) => {
-    assert.equal(decodePeerMessage(key, Buffer.from(bytes)), undefined);
-  }), { numRuns: 400 });
   const signed = (v: unknown) => encodePeerMessage(key, v as PeerMessage);
   for (const v of [null, 1, { type: 'ping', from: 'a', boot: 'b', seq: 1 }, { type: 'ack', from: 'a', boot: 'b', seq: 1 }, { type: 'x' }]) {
     assert.equal(decodePeerMessage(key, signed(v)), undefined, JSON.stringify(v));
