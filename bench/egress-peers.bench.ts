@@ -78,7 +78,8 @@ try {
     await e.c.cutFromApi(from);
     await cutFromPeers(from);
     withdraw.push(await timeUntilSilent(e, from, EIPS[0]!, t0));
-    console.log(`round ${i + 1}: ${from.name}, cut from the API and its peers, silent for ${EIPS[0]} after ${Math.round(withdraw.at(-1)!)} ms`);
+    console.log(`round ${i + 1}: ${from.name}, cut from the API and its peers, silent for ${EIPS[0]} `
+      + `after ${Math.round(withdraw.at(-1)!)} ms`);
     await until(`policy a moved off ${from.name}`, async () => (await e.policyStatus('a')).node !== from.name, 60_000);
     await rejoinPeers(from);
     await e.c.rejoinApi(from);

@@ -19,7 +19,7 @@
  * renewed then, so the ones not yet back get a full liveness timeout. A quiet gateway that runs
  * the liveness over the underlay is judged by its peers' word instead (vouch.ts's `judgeQuiet`):
  * one they may still vouch for keeps its EIPs, one they provably do not is failed, even in
- * disruption mode.
+ * disruption mode; such a gateway is not failed for its Node's Ready condition.
  *
  * Writes are fenced by the leadership (leases.ts): none starts after the renew deadline, each
  * must end by it, and each carries the resourceVersion it was computed from.
@@ -174,8 +174,8 @@ export class EgressController {
     return out;
   }
 
-  /** vouch.ts's verdicts on the quiet gateways, from what each heartbeat Lease says it vouches for; logs each change. */
-  #judgeQuiet(renewed: ReadonlyMap<string, number>, now: number): Map<string, 'down' | 'vouched'> {
+  /** The heartbeats as vouch.ts takes them: when each changed, and whom its node says it vouches for. */
+  #members(renewed: ReadonlyMap<string, number>): Map<string, MemberReport> {
     const members = new Map<string, MemberReport>();
     for (const l of this.#heartbeats.objects.values()) {
       const metadata = l.metadata as { labels?: Record<string, string>; annotations?: Record<string, string> } | undefined;
@@ -183,6 +183,11 @@ export class EgressController {
       const renewedAt = node ? renewed.get(node) : undefined;
       if (node && renewedAt !== undefined) members.set(node, { renewedAt, sees: parseSees(metadata?.annotations?.[SEES_ANNOTATION]) });
     }
+    return members;
+  }
+
+  /** vouch.ts's verdicts on the quiet gateways; logs each change. */
+  #judgeQuiet(members: ReadonlyMap<string, MemberReport>, now: number): Map<string, 'down' | 'vouched'> {
     const verdicts = judgeQuiet(members, now, this.#options.livenessTimeoutMs);
     for (const [node, verdict] of verdicts) {
       if (this.#verdicts.get(node) === verdict) continue;
@@ -215,13 +220,16 @@ export class EgressController {
       }
     }
     const renewed = this.#liveness(now);
-    const verdicts = this.#judgeQuiet(renewed, now);
+    const members = this.#members(renewed);
+    const verdicts = this.#judgeQuiet(members, now);
     const nodes: GatewayNode[] = [...this.#nodes.objects.values()].map((n) => {
       const verdict = verdicts.get(n.metadata?.name ?? '');
       return {
         name: n.metadata?.name ?? '',
         labels: (n.metadata as { labels?: Record<string, string> } | undefined)?.labels ?? {},
-        ready: nodeReady(n),
+        // A node cut from the API turns NotReady too, yet it may hold its EIPs on its peers' word, and
+        // would not see them moved: with the underlay liveness, the heartbeat and the peers judge it.
+        ready: members.get(n.metadata?.name ?? '')?.sees !== undefined || nodeReady(n),
         renewedAt: verdict === 'vouched' ? now : verdict === 'down' ? undefined : renewed.get(n.metadata?.name ?? ''),
       };
     });

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import type { ClusterNode } from '../support/cluster.ts';
+import type { Obj } from '../support/control-plane.ts';
 import { DEBIAN_CNI_DIR } from '../support/cni.ts';
 import { EgressCluster } from '../support/egress-cluster.ts';
 import { apiOutage, cutFromPeers, firstAbsence, peerKeyArgs, waitVouchedFor } from '../support/egress-peers.ts';
@@ -20,8 +21,19 @@ const LIVENESS_MS = 3000;
 const EIP = '198.51.100.100';
 const skip = needsRootAnd(`${DEBIAN_CNI_DIR}/bridge`);
 
-test('egress underlay liveness: a 30 s API outage withdraws no EIP; a gateway cut from the API only keeps it and nothing moves; '
-  + 'cut from its peers too, it drops it within the bound and the other gateway takes it; never two answering', { skip, timeout: 360_000 }, async () => {
+/** Sets `n`'s Node Ready condition to Unknown through its status, as the node lifecycle controller does for a node not heard from. */
+async function readyUnknown(e: EgressCluster, n: ClusterNode): Promise<void> {
+  await e.c.api!.modify(`/api/v1/nodes/${n.name}`, (node) => {
+    const s = (node.status ??= {}) as Obj;
+    const others = ((s.conditions ?? []) as Obj[]).filter((x) => x.type !== 'Ready');
+    s.conditions = [...others, { type: 'Ready', status: 'Unknown', reason: 'NodeStatusUnknown' }];
+  }, '/status');
+}
+
+test('egress underlay liveness: a 30 s API outage withdraws no EIP; a gateway cut from the API only keeps it and nothing moves, '
+  + 'its Node NotReady or not; '
+  + 'cut from its peers too, it drops it within the bound and the other gateway takes it; never two answering',
+{ skip, timeout: 360_000 }, async () => {
   const dir = await mkdtemp(join(tmpdir(), 'weft-egress-peers-'));
   const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan', weftdArgs: await peerKeyArgs(dir) });
   try {
@@ -46,9 +58,11 @@ test('egress underlay liveness: a 30 s API outage withdraws no EIP; a gateway cu
       await e.waitSeenAs(pod, EIP);
       assert.equal((await e.policyStatus('a')).node, from.name, 'the outage moved policy a');
 
-      // Cut from the API only: its peers still see it, so it keeps the EIP and the controller moves nothing.
+      // Cut from the API only: its peers still see it, so it keeps the EIP and the controller moves nothing,
+      // also once its Node is NotReady (Ready Unknown, as the node lifecycle controller marks a node whose kubelet is cut off).
       await waitVouchedFor(e, from, [leader, to]);
       await e.c.cutFromApi(from);
+      await readyUnknown(e, from);
       absent = await firstAbsence(e, from, EIP, 4 * LIVENESS_MS);
       assert.equal(absent, undefined, `${from.name}, cut from the API only, dropped the EIP after ${absent} ms`);
       assert.equal((await e.policyStatus('a')).node, from.name, 'the controller moved the EIP of a gateway its peers see');
@@ -56,8 +70,10 @@ test('egress underlay liveness: a 30 s API outage withdraws no EIP; a gateway cu
 
       // Cut from its peers too: it drops the EIP within the bound, and only then does the other gateway take it.
       await cutFromPeers(from);
-      await until(`${from.name} drops the EIP`, async () => !(await e.holds(from, EIP)), 2 * LIVENESS_MS, () => from.daemon.log().slice(-3000));
-      await until(`policy a moved to ${to.name}`, async () => (await e.policyStatus('a')).node === to.name, 30_000, () => leader.daemon.log().slice(-3000));
+      await until(`${from.name} drops the EIP`, async () => !(await e.holds(from, EIP)), 2 * LIVENESS_MS,
+        () => from.daemon.log().slice(-3000));
+      await until(`policy a moved to ${to.name}`, async () => (await e.policyStatus('a')).node === to.name, 30_000,
+        () => leader.daemon.log().slice(-3000));
       await until(`${to.name} holding the EIP`, () => e.holds(to, EIP), 10_000, () => to.daemon.log().slice(-6000));
       await e.waitSeenAs(pod, EIP);
       assert.match(leader.daemon.log(), /a quiet gateway's peers do not see it: its EIPs lapsed and move/);
