@@ -21,7 +21,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 
 .PHONY: all deps deps-debian deps-npm deps-peers build build-native build-ts test test-unit test-integration \
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
-	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip demo clean \
+	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip bench-egress-peers demo clean \
 	bench-fixed-release bench-dashboard image test-image bench-image bench-services bench-hooks bench-node check-tools check-fresh \
 	bench-udp-stale test-conformance bench-visibility
 
@@ -291,6 +291,11 @@ bench-egress: deps build
 # 10 s API stall, throughput via the EIP, forced controller overlap; ~5 minutes.
 bench-fip: deps build
 	$(NODE) bench/fip.bench.ts
+
+# The gateways' liveness over the underlay (--egress-peer-key-file): packets to two EIPs lost in a
+# 30 s API outage, and how soon a gateway cut from its peers and the API stops answering; ~3 minutes.
+bench-egress-peers: deps build
+	$(NODE) bench/egress-peers.bench.ts
 
 # The extension backend's commands: how far past its timeout a command that backgrounds a child
 # returns, and a pass over 200 leases whose add command takes 100 ms; a few seconds, no root.

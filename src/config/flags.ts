@@ -66,6 +66,10 @@ export interface Flags {
   egressExcludeCidr: string[];
   /** Seconds after which a gateway node whose weftd stopped renewing its heartbeat is replaced. */
   egressLivenessTimeout: number;
+  /** The gateways' shared key for their liveness over the underlay; empty: the API heartbeat alone fences the EIPs. */
+  egressPeerKeyFile: string;
+  /** The UDP port of the gateways' liveness over the underlay. */
+  egressPeerPort: number;
 }
 
 export const VERSION = '0.1.0';
@@ -254,6 +258,22 @@ const SPECS: FlagSpec[] = [
     own: true,
   },
   {
+    name: 'egress-peer-key-file',
+    group: EGRESS,
+    help: 'file with a key (16 bytes or more) every gateway node shares: they then ping each other over the underlay, '
+      + 'so an API outage withdraws no EIP from a gateway its peers see (default none: the API heartbeat alone)',
+    default: '',
+    own: true,
+  },
+  {
+    name: 'egress-peer-port',
+    group: EGRESS,
+    help: 'UDP port of the gateways\' pings with --egress-peer-key-file',
+    kind: { min: 1, max: 65535 },
+    default: 7950,
+    own: true,
+  },
+  {
     name: 'vxlan-on-demand',
     group: WEFT,
     help:
@@ -411,5 +431,7 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     egressServiceCidr: list('egress-service-cidr'),
     egressExcludeCidr: list('egress-exclude-cidr'),
     egressLivenessTimeout: num('egress-liveness-timeout'),
+    egressPeerKeyFile: str('egress-peer-key-file'),
+    egressPeerPort: num('egress-peer-port'),
   };
 }

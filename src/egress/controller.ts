@@ -16,7 +16,10 @@
  * all go unready): when most gateway heartbeats this controller saw renewing went quiet together
  * (placement.ts's `disruption`), the API server or etcd stalled, not the nodes, and placement is frozen
  * (heartbeats are not judged) instead of withdrawn; when that ends, every heartbeat counts as
- * renewed then, so the ones not yet back get a full liveness timeout.
+ * renewed then, so the ones not yet back get a full liveness timeout. A quiet gateway that runs
+ * the liveness over the underlay is judged by its peers' word instead (vouch.ts's `judgeQuiet`):
+ * one they may still vouch for keeps its EIPs, one they provably do not is failed, even in
+ * disruption mode; such a gateway is not failed for its Node's Ready condition.
  *
  * Writes are fenced by the leadership (leases.ts): none starts after the renew deadline, each
  * must end by it, and each carries the resourceVersion it was computed from.
@@ -39,6 +42,8 @@ import type { Leadership } from './leases.ts';
 import { PassLoop } from './pass-loop.ts';
 import { disruption, place, unplacedByReason } from './placement.ts';
 import type { GatewayNode, GatewayStatus, Placement, PolicyStatus } from './placement.ts';
+import { SEES_ANNOTATION, judgeQuiet, parseSees } from './vouch.ts';
+import type { MemberReport } from './vouch.ts';
 
 export interface ControllerOptions {
   http: KubeHttp;
@@ -104,6 +109,8 @@ export class EgressController {
   #previous: Map<string, Placement> | undefined;
   readonly #loop = new PassLoop();
   #disrupted = false;
+  /** The last verdict on each quiet gateway from its peers' word (for the logs). */
+  #verdicts = new Map<string, 'down' | 'vouched'>();
   #leadership: Leadership | undefined;
 
   constructor(options: ControllerOptions) {
@@ -167,6 +174,30 @@ export class EgressController {
     return out;
   }
 
+  /** The heartbeats as vouch.ts takes them: when each changed, and whom its node says it vouches for. */
+  #members(renewed: ReadonlyMap<string, number>): Map<string, MemberReport> {
+    const members = new Map<string, MemberReport>();
+    for (const l of this.#heartbeats.objects.values()) {
+      const metadata = l.metadata as { labels?: Record<string, string>; annotations?: Record<string, string> } | undefined;
+      const node = metadata?.labels?.[HEARTBEAT_LABEL];
+      const renewedAt = node ? renewed.get(node) : undefined;
+      if (node && renewedAt !== undefined) members.set(node, { renewedAt, sees: parseSees(metadata?.annotations?.[SEES_ANNOTATION]) });
+    }
+    return members;
+  }
+
+  /** vouch.ts's verdicts on the quiet gateways; logs each change. */
+  #judgeQuiet(members: ReadonlyMap<string, MemberReport>, now: number): Map<string, 'down' | 'vouched'> {
+    const verdicts = judgeQuiet(members, now, this.#options.livenessTimeoutMs);
+    for (const [node, verdict] of verdicts) {
+      if (this.#verdicts.get(node) === verdict) continue;
+      if (verdict === 'down') this.#options.log.warn('a quiet gateway\'s peers do not see it: its EIPs lapsed and move', { node });
+      else this.#options.log.warn('a gateway\'s heartbeat is quiet but its peers may still see it: its EIPs stay', { node });
+    }
+    this.#verdicts = verdicts;
+    return verdicts;
+  }
+
   async #pass(signal: AbortSignal): Promise<void> {
     const now = performance.now();
     const policyObjects = [...this.#policies.objects.values(), ...this.#clusterPolicies.objects.values()];
@@ -189,12 +220,19 @@ export class EgressController {
       }
     }
     const renewed = this.#liveness(now);
-    const nodes: GatewayNode[] = [...this.#nodes.objects.values()].map((n) => ({
-      name: n.metadata?.name ?? '',
-      labels: (n.metadata as { labels?: Record<string, string> } | undefined)?.labels ?? {},
-      ready: nodeReady(n),
-      renewedAt: renewed.get(n.metadata?.name ?? ''),
-    }));
+    const members = this.#members(renewed);
+    const verdicts = this.#judgeQuiet(members, now);
+    const nodes: GatewayNode[] = [...this.#nodes.objects.values()].map((n) => {
+      const verdict = verdicts.get(n.metadata?.name ?? '');
+      return {
+        name: n.metadata?.name ?? '',
+        labels: (n.metadata as { labels?: Record<string, string> } | undefined)?.labels ?? {},
+        // A node cut from the API turns NotReady too, yet it may hold its EIPs on its peers' word, and
+        // would not see them moved: with the underlay liveness, the heartbeat and the peers judge it.
+        ready: members.get(n.metadata?.name ?? '')?.sees !== undefined || nodeReady(n),
+        renewedAt: verdict === 'vouched' ? now : verdict === 'down' ? undefined : renewed.get(n.metadata?.name ?? ''),
+      };
+    });
     const gateways = [...this.#gateways.objects.values()].map(parseGateway);
     // Only heartbeats seen renewing can go quiet together: to a new controller, the nodes that were
     // dead before it started all look renewed at its start and quiet a liveness timeout later.

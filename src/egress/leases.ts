@@ -184,6 +184,8 @@ export interface HeartbeatOptions {
   claim: Claim;
   /** Called after each renewal that succeeded (the EIPs' lifetimes are renewed then). */
   renewed: () => void;
+  /** Annotations each renewal writes (null: removes one): the peers this node vouches for (peers.ts). */
+  annotations?: () => Record<string, string | null>;
 }
 
 /** The name of `node`'s heartbeat Lease. */
@@ -196,14 +198,19 @@ export async function runHeartbeat(options: HeartbeatOptions, signal: AbortSigna
   while (!signal.aborted) {
     const sentAt = options.claim.now();
     const renewTime = microTime(Date.now());
+    const annotations = options.annotations?.() ?? {};
     try {
       try {
-        await options.http.mergePatch(path, { spec: { renewTime } }, { signal, timeoutMs: options.intervalMs * 2 });
+        const patch = { metadata: { annotations }, spec: { renewTime } };
+        await options.http.mergePatch(path, patch, { signal, timeoutMs: options.intervalMs * 2 });
       } catch (e) {
         if (statusOf(e) !== 404) throw e;
         await options.http.create(leasesPath(options.namespace), {
           apiVersion: 'coordination.k8s.io/v1', kind: 'Lease',
-          metadata: { name: heartbeatName(options.node), labels: { [HEARTBEAT_LABEL]: options.node } },
+          metadata: {
+            name: heartbeatName(options.node), labels: { [HEARTBEAT_LABEL]: options.node },
+            annotations: Object.fromEntries(Object.entries(annotations).filter(([, v]) => v !== null)),
+          },
           spec: { holderIdentity: options.node, leaseDurationSeconds: Math.max(1, Math.ceil((options.intervalMs * 4) / 1000)), renewTime },
         }, { signal, timeoutMs: options.intervalMs * 2 });
       }

@@ -3,8 +3,10 @@
  * dynamic import only when the flag is given, and its settings checked before anything starts.
  * Three loops on one API client: this node's heartbeat Lease and the election for the controller
  * Lease (the winner runs the controller), both only while the node can be a gateway, and this
- * node's data plane.
+ * node's data plane; with --egress-peer-key-file, the gateways' liveness over the underlay
+ * (peers.ts) beside the heartbeat.
  */
+import { readFileSync } from 'node:fs';
 import type { Flags } from '../config/flags.ts';
 import { ConfigError } from '../errors.ts';
 import { parseCIDR } from '../ip/ip.ts';
@@ -19,6 +21,9 @@ import { Claim } from './fence.ts';
 import { releaseHeartbeat, runElection, runHeartbeat } from './leases.ts';
 import { EgressNode } from './node.ts';
 import type { AgentParts } from './node.ts';
+import { PEER_KEY_MIN_BYTES } from './peer-wire.ts';
+import { PeerLiveness } from './peers.ts';
+import { SEES_ANNOTATION } from './vouch.ts';
 
 /** What --egress-gateways runs with, checked before weftd starts anything. */
 export interface EgressSettings {
@@ -28,6 +33,22 @@ export interface EgressSettings {
   inside: CIDR[];
   livenessTimeoutMs: number;
   http: KubeHttp;
+  /** --egress-peer-key-file's key and --egress-peer-port; undefined: no liveness over the underlay. */
+  peers?: { key: Buffer; port: number };
+}
+
+/** The key of --egress-peer-key-file (trailing whitespace dropped); throws ConfigError naming the flag. */
+function peerKey(file: string): Buffer {
+  let key: Buffer;
+  try {
+    key = Buffer.from(readFileSync(file, 'utf8').trimEnd());
+  } catch (e) {
+    throw new ConfigError('--egress-peer-key-file', `failed to read ${file}: ${(e as Error).message}`, { cause: e });
+  }
+  if (key.length < PEER_KEY_MIN_BYTES) {
+    throw new ConfigError('--egress-peer-key-file', `${file} holds ${key.length} bytes; the key needs ${PEER_KEY_MIN_BYTES} or more`);
+  }
+  return key;
 }
 
 /**
@@ -47,6 +68,7 @@ export function egressSettings(flags: Flags, env: NodeJS.ProcessEnv = process.en
   return {
     node, namespace: env.POD_NAMESPACE || 'kube-flannel', inside, livenessTimeoutMs: flags.egressLivenessTimeout * 1000,
     http: new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: flags.kubeconfigFile, apiUrl: flags.kubeApiUrl }, env)),
+    ...(flags.egressPeerKeyFile ? { peers: { key: peerKey(flags.egressPeerKeyFile), port: flags.egressPeerPort } } : {}),
   };
 }
 
@@ -75,21 +97,33 @@ export async function runEgress(d: EgressDeps, signal: AbortSignal): Promise<voi
   const dataplane = new EgressNode({
     ...d, http, node, inside, subnetFile: flags.subnetFile, run: execRunner(), resyncMs: flags.resyncPeriod * 1000, log, claim,
   });
+  const renewLifetimes = () => void dataplane.renew().catch((e: unknown) => log.warn('failed to renew the EIPs\' lifetimes', { err: e }));
+  let peers: PeerLiveness | undefined;
   const heartbeat = {
     http, namespace, node, intervalMs: livenessTimeoutMs / 4, log, claim,
-    renewed: () => void dataplane.renew().catch((e: unknown) => log.warn('failed to renew the EIPs\' lifetimes', { err: e })),
+    renewed: () => {
+      peers?.apiRenewed();
+      renewLifetimes();
+    },
+    annotations: () => ({ [SEES_ANNOTATION]: peers ? peers.sees().join(',') : null }),
   };
   const dataplaneDone = dataplane.run(signal);
   // Only a node that can be a gateway heartbeats and stands for the controller (eligibility.ts).
   await Promise.all([
     new Eligibility({ http, node, log }).run(signal, async (eligible) => {
+      const underlay = d.settings.peers;
+      peers = underlay && new PeerLiveness({
+        http, namespace, node, own: d.own, table: d.table, ...underlay, livenessTimeoutMs, claim, renewed: renewLifetimes, log,
+      });
       await Promise.all([
+        peers?.run(eligible),
         runHeartbeat(heartbeat, eligible),
         runElection({ http, namespace, identity: node, ...electionTiming(livenessTimeoutMs), log }, eligible, (leadership) =>
           new EgressController({
             http, namespace, livenessTimeoutMs, log: log.child({ role: 'controller' }), ...(d.onPlaced ? { onPlaced: d.onPlaced } : {}),
           }).run(leadership)),
       ]);
+      peers = undefined;
       // The EIPs go first (a stopping data plane gives them up itself), then the heartbeat, so the controller moves them at once.
       claim.release();
       if (signal.aborted) await dataplaneDone;

@@ -13,6 +13,8 @@ import { genlMessage, parseGetDevice, str } from '../../src/backend/wireguard/ge
 import { planWireguard } from '../../src/backend/wireguard/peers.ts';
 import { parseGet } from '../../src/backend/wireguard/uapi.ts';
 import { checkNetworkConfig, parseNetConfig } from '../../src/config/netconf.ts';
+import { decodePeerMessage, encodePeerMessage } from '../../src/egress/peer-wire.ts';
+import type { PeerMessage } from '../../src/egress/peer-wire.ts';
 import { ConfigError, PeerDataError } from '../../src/errors.ts';
 import { decodeLease } from '../../src/lease/etcd/codec.ts';
 import { formatCIDR, formatIP, parseCIDR, parseIP, tryParseIP } from '../../src/ip/ip.ts';
@@ -252,5 +254,20 @@ test('the acl-logging annotation (user text): random text and JSON → known ver
     const model = clusterModel([{ metadata: { namespace: 'x', name: 'p' }, spec: { podSelector: {} } }]);
     const rules = renderPolicyRules({ ...model, namespaces: [ns, ...model.namespaces.slice(1)] }, 'node-1');
     assert.match(rules, /^table inet weft-policy \{\}\n/);
+  }), RUNS);
+});
+
+test('egress peer datagrams (peer data): random, mutated and signed random JSON → a message or undefined, never a throw', () => {
+  const key = Buffer.from('a key every gateway shares');
+  const ping = encodePeerMessage(key, { type: 'ping', from: 'node-1', boot: 'b', seq: 1, apiFresh: true });
+  fc.assert(fc.property(fc.uint8Array({ maxLength: 300 }), fc.nat(ping.length - 1), fc.integer({ min: 1, max: 255 }), (bytes, at, flip) => {
+    assert.equal(decodePeerMessage(key, Buffer.from(bytes)), undefined);
+    const mutated = Buffer.from(ping);
+    mutated[at]! ^= flip;
+    assert.equal(decodePeerMessage(key, mutated), undefined, 'a changed byte fails the HMAC');
+  }), RUNS);
+  fc.assert(fc.property(fc.jsonValue(), (v) => {
+    const m = decodePeerMessage(key, encodePeerMessage(key, v as unknown as PeerMessage));
+    if (m) assert.deepEqual(decodePeerMessage(key, encodePeerMessage(key, m)), m);
   }), RUNS);
 });

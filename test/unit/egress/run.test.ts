@@ -1,4 +1,7 @@
 import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { parseFlags } from '../../../src/config/flags.ts';
 import { egressSettings } from '../../../src/egress/run.ts';
@@ -20,4 +23,23 @@ test('egress settings refuse to start naming what is wrong', () => {
   assert.throws(() => egressSettings(parseFlags([...kube, '--egress-service-cidr=10.96.0.0/33'], {}), { NODE_NAME: 'n' }), refused('--egress-service-cidr', /./));
   assert.throws(() => egressSettings(parseFlags([...kube, '--egress-exclude-cidr=nope'], {}), { NODE_NAME: 'n' }), refused('--egress-exclude-cidr', /./));
   assert.throws(() => parseFlags([...kube, '--egress-liveness-timeout=1'], {}), refused('--egress-liveness-timeout', /between 2 and 3600/));
+});
+
+test('egress settings: --egress-peer-key-file\'s key and port, and a key refused naming the flag', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'weft-peer-key-'));
+  try {
+    const env = { NODE_NAME: 'n' };
+    assert.equal(egressSettings(parseFlags(kube, {}), env).peers, undefined, 'no key: no liveness over the underlay');
+    await writeFile(join(dir, 'key'), '0123456789abcdef-shared\n');
+    const s = egressSettings(parseFlags([...kube, `--egress-peer-key-file=${join(dir, 'key')}`], {}), env);
+    assert.deepEqual([s.peers?.key.toString(), s.peers?.port], ['0123456789abcdef-shared', 7950]);
+    await writeFile(join(dir, 'short'), 'short\n');
+    assert.throws(() => egressSettings(parseFlags([...kube, `--egress-peer-key-file=${join(dir, 'short')}`], {}), env),
+      refused('--egress-peer-key-file', /5 bytes; the key needs 16 or more/));
+    assert.throws(() => egressSettings(parseFlags([...kube, `--egress-peer-key-file=${join(dir, 'none')}`], {}), env),
+      refused('--egress-peer-key-file', /failed to read/));
+    assert.throws(() => parseFlags([...kube, '--egress-peer-port=0'], {}), refused('--egress-peer-port', /between 1 and 65535/));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 });
