@@ -19,10 +19,14 @@ type Obj = Record<string, unknown>;
 const services: Obj[] = [];
 const slices: Obj[] = [];
 
-/** A Service `name` of port 80 (TCP, or `ports`), with its IPv4 slice of `endpoints` serving on POD_PORT. */
-function service(name: string, spec: Obj, endpoints: Obj[] | undefined, lbIP?: string, ports?: Obj[], slicePorts?: Obj[]): void {
+/**
+ * A Service `name` of port 80 (TCP, or `ports`) and load balancer IPs `lbIPs`, with its IPv4 slice of
+ * `endpoints` serving on POD_PORT (or `slicePorts`).
+ */
+function service(name: string, spec: Obj, endpoints: Obj[] | undefined, lbIPs?: string | string[], ports?: Obj[], slicePorts?: Obj[]) {
+  const ingress = (typeof lbIPs === 'string' ? [lbIPs] : lbIPs ?? []).map((ip) => ({ ip }));
   services.push(serviceObject(NS, name, { ports: [{ port: 80 }], ...spec, ...(ports ? { ports } : {}) },
-    lbIP ? { loadBalancer: { ingress: [{ ip: lbIP }] } } : {}));
+    ingress.length > 0 ? { loadBalancer: { ingress } } : {}));
   if (endpoints) slices.push(sliceObject(NS, `${name}-4`, name, 'IPv4', slicePorts ?? [{ port: POD_PORT }], endpoints));
 }
 const lb = (clusterIP: string, nodePort: number, more: Obj = {}) =>
@@ -35,7 +39,7 @@ const row = (name: string, from: Row['from'], dest: string, port: number, expect
 service('one', { clusterIP: '10.96.0.11' }, [ep4('pa')]);
 service('multi', { clusterIP: '10.96.0.2' }, [ep4('pa'), ep4('pc')], undefined, [
   { name: 'http', port: 80, targetPort: 'web' }, { name: 'https', port: 443, targetPort: 8443 },
-  { name: 'dns-udp', port: 53, protocol: 'UDP' }, { name: 'dns-tcp', port: 53, targetPort: 5353 },
+  { name: 'dns-udp', port: 53, protocol: 'UDP' }, { name: 'dns-tcp', port: 53, targetPort: 5353 }, { name: 'metrics', port: 9090 },
 ], [
   // Listed in another order than the Service's, with a port nothing listens on first: only the names match them up.
   { name: 'https', port: 9 }, { name: 'dns-tcp', port: POD_PORT }, { name: 'dns-udp', port: POD_PORT, protocol: 'UDP' },
@@ -53,9 +57,11 @@ service('local-none', { type: 'NodePort', clusterIP: '10.96.0.5', externalTraffi
 service('itl', lb('10.96.0.6', 30006, { internalTrafficPolicy: 'Local' }), [ep4('pa'), ep4('pc')], '198.18.0.6');
 service('itl-none', { clusterIP: '10.96.0.7', internalTrafficPolicy: 'Local' }, [ep4('pc')]);
 // TestNoEndpointsReject.
-service('empty', lb('10.96.0.8', 30008, { externalIPs: ['198.18.0.108'] }), undefined, '198.18.0.8');
+service('empty', lb('10.96.0.8', 30008, { externalIPs: ['198.18.0.108'] }), undefined, '198.18.0.8',
+  [{ name: 'tcp', port: 80, nodePort: 30008 }, { name: 'udp', port: 80, protocol: 'UDP', nodePort: 30008 }]);
 // ClientIP affinity (TestOverallNFTablesRules svc5).
-service('sticky', { clusterIP: '10.96.0.9', sessionAffinity: 'ClientIP' }, [ep4('pa'), ep4('pb'), ep4('pc')]);
+service('sticky', { type: 'NodePort', clusterIP: '10.96.0.9', sessionAffinity: 'ClientIP', ports: [{ port: 80, nodePort: 30009 }] },
+  [ep4('pa'), ep4('pb'), ep4('pc')]);
 // TestTerminatingEndpointsTrafficPolicyCluster and ...Local: serving terminating endpoints only when none is ready.
 const nowhere = (c: Obj) => ({ addresses: ['10.244.1.50'], nodeName: 'n1', conditions: c });
 service('tc-ready', lb('10.96.0.21', 30021), [ep4('pa'), ep4('pb', TERMINATING), ep4('pc'), nowhere(GONE)], '198.18.0.21');
@@ -67,7 +73,7 @@ service('tl-term', etpLocal('10.96.0.25', 30025), [ep4('pa', TERMINATING), nowhe
 service('tl-remote', etpLocal('10.96.0.26', 30026), [ep4('pc', TERMINATING)], '198.18.0.26');
 service('tl-gone', etpLocal('10.96.0.27', 30027), [ep4('pa', GONE), ep4('pc', GONE)], '198.18.0.27');
 // TestLoadBalancer: loadBalancerSourceRanges (the node's address in the first, not in the second).
-service('fw', lb('10.96.0.31', 30031, { loadBalancerSourceRanges: ['198.51.100.0/25'] }), [ep4('pa')], '198.18.0.31');
+service('fw', lb('10.96.0.31', 30031, { loadBalancerSourceRanges: ['198.51.100.0/25'] }), [ep4('pa')], ['198.18.0.31', '198.18.0.131']);
 service('fw-far', lb('10.96.0.32', 30032, { loadBalancerSourceRanges: ['198.51.100.128/25'] }), [ep4('pa')], '198.18.0.32');
 // The API's ExternallyAccessible: a ClusterIP Service with externalIPs takes externalTrafficPolicy.
 service('cip-ext-local', { clusterIP: '10.96.0.41', externalIPs: ['198.18.0.141'], externalTrafficPolicy: 'Local' },
@@ -89,6 +95,7 @@ const ROWS: Row[] = [
   row('TCP and UDP on one port number (TCP)', 'pd', '10.96.0.2', 53, to(['pa', 'pc'], false)),
   row('TCP and UDP on one port number (UDP)', 'pd', '10.96.0.2', 53, to(['pa', 'pc'], false), { proto: 'UDP' }),
   row('TCP-only port does not match UDP traffic', 'pd', '10.96.0.2', 80, 'REJECT', { proto: 'UDP' }),
+  row('a Service port no slice names has no endpoints', 'pd', '10.96.0.2', 9090, 'REJECT'),
   row('svc1 does not accept svc2\'s ports', 'pd', '10.96.0.11', POD_PORT, 'REJECT'),
   row('a cluster IP on an undefined port, from the node', 'node', '10.96.0.11', POD_PORT, 'REJECT'),
   row('packet to unallocated cluster ip', 'pd', '10.96.9.9', POD_PORT, 'DROP'),
@@ -137,9 +144,12 @@ const ROWS: Row[] = [
   row('external to NodePort with no endpoints', out, NODE_IP, 30008, 'REJECT'),
   row('pod to LoadBalancer IP with no endpoints', 'pd', '198.18.0.8', 80, 'REJECT'),
   row('external to LoadBalancer IP with no endpoints', out, '198.18.0.8', 80, 'REJECT'),
+  row('UDP: pod to cluster IP with no endpoints', 'pd', '10.96.0.8', 80, 'REJECT', { proto: 'UDP' }),
+  row('UDP: external to NodePort with no endpoints', out, NODE_IP, 30008, 'REJECT', { proto: 'UDP' }),
 
   row('ClientIP affinity: a pod keeps its endpoint', 'pd', '10.96.0.9', 80, { sticky: ['pa', 'pb', 'pc'] }),
   row('ClientIP affinity: the node keeps its endpoint', 'node', '10.96.0.9', 80, { sticky: ['pa', 'pb', 'pc'] }),
+  row('ClientIP affinity: an external client keeps its endpoint through the NodePort', out, NODE_IP, 30009, { sticky: ['pa', 'pb', 'pc'] }),
 
   row('terminating, eTP Cluster, ready endpoints exist: pod to clusterIP', 'pd', '10.96.0.21', 80, to(['pa', 'pc'], false)),
   row('terminating, eTP Cluster, ready endpoints exist: external to LB', out, '198.18.0.21', 80, to(['pa', 'pc'], true)),
@@ -156,8 +166,10 @@ const ROWS: Row[] = [
   row('terminating, eTP Local, no usable endpoints on any node: pod to clusterIP', 'pd', '10.96.0.27', 80, 'REJECT'),
   row('terminating, eTP Local, no usable endpoints on any node: external to LB', out, '198.18.0.27', 80, 'REJECT'),
 
-  row('accepted external to LB', out, '198.18.0.31', 80, to(['pa'], true)),
-  row('blocked external to LB', 'far', '198.18.0.31', 80, 'DROP'),
+  row('accepted external to LB1', out, '198.18.0.31', 80, to(['pa'], true)),
+  row('accepted external to LB2', out, '198.18.0.131', 80, to(['pa'], true)),
+  row('blocked external to LB1', 'far', '198.18.0.31', 80, 'DROP'),
+  row('blocked external to LB2', 'far', '198.18.0.131', 80, 'DROP'),
   row('pod to LB (blocked by LoadBalancerSourceRanges)', 'pd', '198.18.0.31', 80, 'DROP'),
   row('node to LB (allowed by LoadBalancerSourceRanges)', 'node', '198.18.0.31', 80, to(['pa'], true)),
   row('nodePort bypasses LoadBalancerSourceRanges', 'far', NODE_IP_ALT, 30031, to(['pa'], true)),
