@@ -181,6 +181,8 @@ const ROWS: Row[] = [
   row('NodePort on every node address: external to nodePort on secondary IP', 'far', NODE_IP_ALT, NODE_PORT, to(['pa', 'pc'], true)),
   row('NodePort on every node address: pod to the node\'s bridge address', 'pd', '10.244.1.1', NODE_PORT, to(['pa', 'pc'], true)),
   row('NodePort on every node address: node to nodePort', 'node', NODE_IP, NODE_PORT, to(['pa', 'pc'], true)),
+  // The nftables proxier's behaviour; v1.28's iptables proxier translated it too, with route_localnet (since deprecated).
+  row('localhost to nodePort is not translated', 'node', '127.0.0.1', NODE_PORT, 'NODE'),
 
   row('IPv6: pod to cluster IP', 'pd', 'fd00:10:96::51', 80, to(['pa', 'pc'], false)),
   row('IPv6: node to cluster IP, masqueraded', 'node', 'fd00:10:96::51', 80, to(['pa', 'pc'], true)),

@@ -85,6 +85,7 @@ function sourceOf(from: Client, to: string): string {
   if (from === 'far') return FAR_IP;
   // The node's own connections: the bridge's address toward pods, else the default route's.
   if (six) return to.startsWith('fd00:244:') ? 'fd00:244:1::1' : NODE_IP6;
+  if (to.startsWith('127.')) return to;
   return to.startsWith('10.244.') ? '10.244.1.1' : to === NODE_IP_ALT ? NODE_IP_ALT : NODE_IP;
 }
 
