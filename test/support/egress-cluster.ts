@@ -229,7 +229,7 @@ export class EgressCluster {
       const eth0 = await handle.linkByName('eth0');
       while (!stopping) {
         const t = performance.now();
-        const seen = await handle.arpProbe(eth0.index, eip, 100);
+        const [seen = []] = await handle.addressProbe(eth0.index, [eip], 100, 2);
         probes++;
         for (const m of seen) macs.add(m);
         if (seen.length > 1) dualMs += performance.now() - t;
