@@ -40,8 +40,11 @@ export interface HeldEipsOptions {
   lapsed: () => void;
 }
 
-/** How long before a planned rewrite an EIP's lifetime must still run for it to wait for that rewrite (the kernel may delete 20 ms early). */
-const LAPSE_MARGIN_MS = 2 * WRITE_MARGIN_MS;
+/**
+ * How long after a planned rewrite an EIP's lifetime must still run for it to wait for that
+ * rewrite: the timer may be as late as the margin allows, and the kernel may delete 20 ms early.
+ */
+const LAPSE_MARGIN_MS = WRITE_MARGIN_MS + 50;
 
 export class HeldEips {
   readonly #options: HeldEipsOptions;

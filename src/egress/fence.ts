@@ -21,10 +21,10 @@
 export const KERNEL_SLACK_MS = 1250;
 
 /**
- * How much earlier than the exact moment a planned write is timed, so that a timer firing a little
- * late still gets the whole seconds it was planned for.
+ * How much earlier than the exact moment a planned write is timed, so that a timer firing late (a
+ * busy event loop) still gets the whole seconds it was planned for.
  */
-export const WRITE_MARGIN_MS = 50;
+export const WRITE_MARGIN_MS = 200;
 
 export class Claim {
   readonly #livenessTimeoutMs: number;
