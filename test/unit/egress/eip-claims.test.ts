@@ -103,12 +103,14 @@ test('EIP claims: a renewal is not held up by a claim\'s probe in progress', asy
     kernel.probeGate = new Promise<void>((resolve) => (open = resolve));
     const claiming = claims.reconcile(['198.51.100.100', '198.51.100.101']);
     await until('the probe of the new EIP to start', () => kernel.probes.length === 2, 5000);
-    const writes = kernel.writes.length;
     claim.renewed(claim.now());
+    const writes = kernel.writes.length;
     const renewing = claims.renewed();
     try {
+      // Bounded only so that a renewal stuck behind the probe fails the test instead of hanging it.
+      assert.equal(await Promise.race([renewing.then(() => 'renewed'), sleep(10_000).then(() => 'held up')]), 'renewed');
       await until('the held EIP to be rewritten while the probe runs', () => kernel.writes.length > writes, 10_000);
-      await renewing;
+      assert.equal(kernel.probes.length, 2, 'the probe is still running');
     } finally {
       open();
       await claiming;
