@@ -95,7 +95,9 @@ try {
   await e.waitSeenAs(pod, EIP);
 
   await e.label(g1, { 'egress.weft.dev/many': 'true' });
-  await e.gateway('many', { nodeSelector: { matchLabels: { 'egress.weft.dev/many': 'true' } }, eipPool: { ipv4: [`${MANY[0]}-${MANY.at(-1)}`] } });
+  await e.gateway('many', {
+    nodeSelector: { matchLabels: { 'egress.weft.dev/many': 'true' } }, eipPool: { ipv4: [`${MANY[0]}-${MANY.at(-1)}`] },
+  });
   for (const [i] of MANY.entries()) await e.policy(`m${i}`, { gateway: 'many', podSelector: { matchLabels: { app: `m${i}` } } });
   await until(`${g1.name} holding the 40 EIPs`, async () => (await Promise.all(MANY.map((a) => e.holds(g1, a)))).every(Boolean), 120_000);
   await e.label(g2, { 'egress.weft.dev/many': 'true' });

@@ -128,7 +128,8 @@ export async function manyEipsFailover(
   const watch = e.watchEips(o.eips);
   let windows: EipWindow[] = [];
   const t0 = performance.now();
-  const answered = () => o.eips.map((_, i) => watch.windows.find((w) => w.start >= t0 && w.macs[i]!.length === 1 && w.macs[i]![0] === toMac));
+  const answered = () => o.eips.map((_, i) =>
+    watch.windows.find((w) => w.start >= t0 && w.macs[i]!.length === 1 && w.macs[i]![0] === toMac));
   try {
     await e.c.stopWeftd(o.from, 'SIGKILL');
     await until(`all ${o.eips.length} EIPs answered by ${o.to.name}`, () => answered().every((w) => w !== undefined), 60_000);

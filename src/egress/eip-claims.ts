@@ -68,7 +68,8 @@ export class EipClaims {
 
   constructor(options: EipClaimsOptions) {
     this.#options = options;
-    this.#held = new HeldEips({ kernel: options.kernel, claim: options.claim, log: options.log, iface: options.iface, lapsed: options.poke });
+    const { kernel, claim, log, iface, poke } = options;
+    this.#held = new HeldEips({ kernel, claim, log, iface, lapsed: poke });
   }
 
   /** The EIPs held now. */

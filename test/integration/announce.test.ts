@@ -43,7 +43,7 @@ test('announce: a gratuitous ARP and an unsolicited NA move a neighbour\'s entry
     });
   });
 
-test('addressProbe: finds the hosts that hold IPv4 and IPv6 addresses (DAD whatever accept_dad says), none for free ones, teaching no neighbour anything',
+test('addressProbe: finds who holds IPv4 and IPv6 addresses (DAD whatever accept_dad says), none for free ones, teaching no one anything',
   { skip: needsRoot }, async () => {
     await withNetns(['ul', 'gw', 'peer'], async (ul, gw, peer) => {
       await joinUnderlay(ul, [gw, peer], { ipv6: true });

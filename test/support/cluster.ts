@@ -202,7 +202,9 @@ export class Cluster {
       const token = await this.api.serviceAccountToken('kube-flannel', 'flannel');
       await writeFile(this.#kubeconfig, await readFile(await this.api.kubeconfig(token), 'utf8'));
     }
-    if (this.o.apiDelay) this.apiDelay = await DelayProxy.start(join(this.dir, 'api-delay.sock'), (this.api ?? this.testApi)!.socketPath, 0);
+    if (this.o.apiDelay) {
+      this.apiDelay = await DelayProxy.start(join(this.dir, 'api-delay.sock'), (this.api ?? this.testApi)!.socketPath, 0);
+    }
     this.underlay = await this.#netns('ul');
     await joinUnderlay(this.underlay, []);
     for (let i = 0; i < this.o.nodes; i++) await this.#addNode();

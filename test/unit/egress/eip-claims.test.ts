@@ -70,7 +70,8 @@ async function withClaims(
   const dir = await mkdtemp(join(tmpdir(), 'weft-eip-claims-'));
   const kernel = new FakeKernel();
   try {
-    await fn(new EipClaims({ kernel, claim, log: silentLogger, iface: 'eth0', stateFile: join(dir, 'weft-egress.json'), poke: () => {} }), kernel);
+    const stateFile = join(dir, 'weft-egress.json');
+    await fn(new EipClaims({ kernel, claim, log: silentLogger, iface: 'eth0', stateFile, poke: () => {} }), kernel);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
