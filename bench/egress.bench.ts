@@ -53,6 +53,14 @@ async function timeUntilSeen(e: EgressCluster, pod: Pod, source: string, t0: num
   return performance.now() - t0;
 }
 
+/**
+ * Runs an API write until it is done: on a loaded machine etcd times some out (500), and one that
+ * was stored anyway answers 409 when tried again.
+ */
+async function settled(what: string, write: () => Promise<unknown>): Promise<void> {
+  await until(what, () => write().then(() => true, (err: { status?: number }) => err.status === 409), 60_000);
+}
+
 const overlap = await leaderOverlapMs();
 const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan', apiDelay: true });
 try {
@@ -94,13 +102,15 @@ try {
   });
   await e.waitSeenAs(pod, EIP);
 
-  await e.label(g1, { 'egress.weft.dev/many': 'true' });
-  await e.gateway('many', {
+  await settled('label many', () => e.label(g1, { 'egress.weft.dev/many': 'true' }));
+  await settled('gateway many', () => e.gateway('many', {
     nodeSelector: { matchLabels: { 'egress.weft.dev/many': 'true' } }, eipPool: { ipv4: [`${MANY[0]}-${MANY.at(-1)}`] },
-  });
-  for (const [i] of MANY.entries()) await e.policy(`m${i}`, { gateway: 'many', podSelector: { matchLabels: { app: `m${i}` } } });
+  }));
+  for (const [i] of MANY.entries()) {
+    await settled(`policy m${i}`, () => e.policy(`m${i}`, { gateway: 'many', podSelector: { matchLabels: { app: `m${i}` } } }));
+  }
   await until(`${g1.name} holding the 40 EIPs`, async () => (await Promise.all(MANY.map((a) => e.holds(g1, a)))).every(Boolean), 120_000);
-  await e.label(g2, { 'egress.weft.dev/many': 'true' });
+  await settled('label many', () => e.label(g2, { 'egress.weft.dev/many': 'true' }));
   await until('gateway many on both nodes', async () =>
     ((await e.c.api!.request('GET', '/apis/egress.weft.dev/v1alpha1/egressgateways/many'))?.status as { nodes?: unknown[] } | undefined)
       ?.nodes?.length === 2, 30_000);

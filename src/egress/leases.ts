@@ -239,7 +239,7 @@ export async function runHeartbeat(options: HeartbeatOptions, signal: AbortSigna
     void renewal.then(() => inFlight.delete(renewal));
     // A loop held up for more than an interval starts afresh rather than catching up in a burst.
     next = Math.max(next + options.intervalMs, options.claim.now());
-    await sleep(next - options.claim.now(), signal).catch(() => undefined);
+    await sleep(Math.max(0, next - options.claim.now()), signal).catch(() => undefined);
   }
   await Promise.all(inFlight);
 }

@@ -11,7 +11,7 @@ function delayed(from: Socket, to: Socket, delayMs: () => number): void {
   let last = 0;
   const later = (fn: () => void) => {
     last = Math.max(last, performance.now() + delayMs());
-    setTimeout(fn, last - performance.now());
+    setTimeout(fn, Math.max(0, last - performance.now()));
   };
   from.on('data', (chunk: Buffer) => later(() => {
     if (!to.destroyed) to.write(chunk);
