@@ -109,7 +109,8 @@ try {
   for (const [i] of MANY.entries()) {
     await settled(`policy m${i}`, () => e.policy(`m${i}`, { gateway: 'many', podSelector: { matchLabels: { app: `m${i}` } } }));
   }
-  await until(`${g1.name} holding the 40 EIPs`, async () => (await Promise.all(MANY.map((a) => e.holds(g1, a)))).every(Boolean), 120_000);
+  await until(`${g1.name} holding the 40 EIPs`, async () => (await Promise.all(MANY.map((a) => e.holds(g1, a)))).every(Boolean), 120_000,
+    () => g1.daemon.log().split('\n').filter((l) => /egress/.test(l)).slice(-40).join('\n'));
   await settled('label many', () => e.label(g2, { 'egress.weft.dev/many': 'true' }));
   await until('gateway many on both nodes', async () =>
     ((await e.c.api!.request('GET', '/apis/egress.weft.dev/v1alpha1/egressgateways/many'))?.status as { nodes?: unknown[] } | undefined)

@@ -26,10 +26,12 @@ const prefixOf = (ip: string) => (ip.includes(':') ? 128 : 32);
 /**
  * The external interface `linkIndex` of `handle`'s namespace as an {@link EipKernel}. IPv6 EIPs are
  * written with `nodad`: the probe did the duplicate address detection. Probes run on a handle of
- * their own, which they occupy for the window.
+ * their own, which they occupy for the window, and announcements on another, so that neither
+ * holds up a renewal's writes.
  */
 export function netlinkEipKernel(handle: NetlinkHandle, linkIndex: number): EipKernel {
   let prober: NetlinkHandle | undefined;
+  let announcer: NetlinkHandle | undefined;
   return {
     addresses: async () => new Map((await handle.addrList({ linkIndex })).map((a) => [a.address, a.flags])),
     write: async (addresses, validLft) => {
@@ -43,9 +45,12 @@ export function netlinkEipKernel(handle: NetlinkHandle, linkIndex: number): EipK
     remove: (address) => handle.addrDel({ linkIndex, address, prefixLen: prefixOf(address) }).catch((e: unknown) => {
       if ((e as { kind?: string }).kind !== 'not-found') throw e;
     }),
-    announce: (address) => handle.announce(linkIndex, address),
+    announce: (address) => (announcer ??= NetlinkHandle.open(handle.netnsPath)).announce(linkIndex, address),
     probe: (addresses) => (prober ??= NetlinkHandle.open(handle.netnsPath)).addressProbe(linkIndex, addresses, PROBE_WINDOW_MS, PROBES),
-    close: () => prober?.close(),
+    close: () => {
+      prober?.close();
+      announcer?.close();
+    },
   };
 }
 

@@ -125,10 +125,10 @@ export class HeldEips {
       const fresh = batch.filter((a) => this.#held.get(a) === undefined);
       await kernel.write(batch, validLft);
       for (const a of batch) if (this.#held.has(a)) this.#held.set(a, at + validLft * 1000);
-      for (const a of fresh) {
-        if (!this.#held.has(a)) continue;
+      // Not awaited: the next write (a renewal) must not wait for the announcements.
+      for (const a of fresh.filter((x) => this.#held.has(x))) {
         log.info('egress IP added to the external interface', { eip: a, iface, validLft });
-        await kernel.announce(a).catch((e: unknown) => log.warn('failed to announce an EIP', { eip: a, err: e }));
+        void kernel.announce(a).catch((e: unknown) => log.warn('failed to announce an EIP', { eip: a, err: e }));
       }
     });
     this.#writing = run.catch(() => undefined);

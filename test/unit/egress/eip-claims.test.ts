@@ -88,6 +88,7 @@ test('EIP claims: 40 new EIPs are probed together in one window and all written 
     assert.deepEqual(kernel.probes, [wanted], 'one probe window for all of them');
     assert.deepEqual([...(await kernel.addresses()).keys()].sort(), [...wanted].sort());
     assert.deepEqual(kernel.writes[0]?.sort(), [...wanted].sort(), 'written in one batch');
+    await until('the announcements', () => kernel.announced.length === wanted.length, 5000);
     assert.deepEqual(kernel.announced.sort(), [...wanted].sort());
     // A second pass has nothing new to probe.
     await claims.reconcile(wanted);
