@@ -23,7 +23,7 @@ TEST_FLAGS := --expose-gc --test-reporter=spec --test-concurrency=2
 	build-plugin typecheck bench-netlink bench-reconcile bench-etcd bench-kube build-cni build-weftd build-weftctl bench-cni bench-dataplane \
 	bench-footprint bench-scale bench-faults bench-etcd-faults bench-weftctl bench-netpol bench-egress bench-fip bench-egress-peers demo clean \
 	bench-fixed-release bench-dashboard image test-image bench-image bench-services bench-hooks bench-node check-tools check-fresh \
-	bench-udp-stale test-conformance bench-visibility
+	bench-udp-stale test-conformance bench-visibility bench-addr-lifetime
 
 all: build
 
@@ -283,9 +283,14 @@ test-conformance: deps build image
 	$(NODE) test/conformance/run.ts
 
 # Egress gateways on the cluster harness: policy to EIP, failovers by link cut and weftd kill, dual
-# answers, a 10 s API stall, throughput through a gateway, forced controller overlap; ~5 minutes.
+# answers, a 10 s API stall, throughput through a gateway, forced controller overlap, 40 EIPs failed
+# over by a weftd kill, every API request 1 s slower for 60 s; ~8 minutes.
 bench-egress: deps build
 	$(NODE) bench/egress.bench.ts
+
+# How late the kernel deletes an address whose lifetime ran out (the EIP fence's slack); ~1 minute, root.
+bench-addr-lifetime: deps build
+	$(NODE) bench/addr-lifetime.bench.ts
 
 # Inbound EIPs on the cluster harness: floating IP to first connection, failovers, dual answers, a
 # 10 s API stall, throughput via the EIP, forced controller overlap; ~5 minutes.

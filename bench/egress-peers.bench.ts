@@ -36,7 +36,7 @@ async function timeUntilSilent(e: EgressCluster, n: ClusterNode, eip: string, t0
     const eth0 = await handle.linkByName('eth0');
     const deadline = t0 + 60_000;
     while (performance.now() < deadline) {
-      if (!(await handle.arpProbe(eth0.index, eip, 100)).includes(mac)) return performance.now() - t0;
+      if (!(await handle.addressProbe(eth0.index, [eip], 100, 1))[0]!.includes(mac)) return performance.now() - t0;
     }
     throw new Error(`${n.name} still answers for ${eip} a minute after it was cut off`);
   } finally {

@@ -7,12 +7,16 @@
  *   time two MACs answered (dual answers);
  * - a 10 s stall of the API server (kube-apiserver frozen with SIGSTOP: every call hangs): the
  *   policies whose placement changed during it or in the 5 s after;
- * - the forced overlap of two election candidates (test/support/election-overlap.ts).
+ * - the forced overlap of two election candidates (test/support/election-overlap.ts);
+ * - many EIPs on one gateway node, its weftd killed: until every EIP answers from the other
+ *   node, and whether any ever answered from both (the outside host probes them all every 50 ms);
+ * - every API request made slow (each way through the cluster's delay proxy): the share of the
+ *   outside host's 50 ms probes of the EIPs that nobody answered.
  */
 import { performance } from 'node:perf_hooks';
 import { electionTiming } from '../../src/egress/run.ts';
 import type { ClusterNode } from '../../test/support/cluster.ts';
-import type { EgressCluster } from '../../test/support/egress-cluster.ts';
+import type { EgressCluster, EipWindow } from '../../test/support/egress-cluster.ts';
 import { forcedOverlap } from '../../test/support/election-overlap.ts';
 import { until } from '../../test/support/until.ts';
 
@@ -105,4 +109,53 @@ export async function leaderOverlapMs(): Promise<number> {
   const r = await forcedOverlap({ leaseMs: t.leaseDurationMs, deadlineMs: t.renewDeadlineMs, retryMs: t.retryMs, pauseMs: 8000 });
   console.log(`forced overlap: the successor took over ${Math.round(r.takeoverMs)} ms after the leader's last renewal; accepted writes ${r.writers.length}`);
   return Math.round(r.overlapMs);
+}
+
+/** ms of `windows` in which some EIP was answered by two MACs or more. */
+function dualMs(windows: readonly EipWindow[]): number {
+  return Math.round(windows.filter((w) => w.macs.some((m) => m.length > 1)).reduce((sum, w) => sum + w.end - w.start, 0));
+}
+
+/**
+ * `eips` (all held by `from`) moved by killing `from`'s weftd (SIGKILL): the ms from the kill until
+ * each EIP was answered by `to` alone, the latest of them, and the ms two MACs answered one of them.
+ * `from`'s weftd is started again after.
+ */
+export async function manyEipsFailover(
+  e: EgressCluster, o: { eips: readonly string[]; from: ClusterNode; to: ClusterNode },
+): Promise<{ failoverMs: number; dualMs: number }> {
+  const toMac = await e.mac(o.to);
+  const watch = e.watchEips(o.eips);
+  let windows: EipWindow[] = [];
+  const t0 = performance.now();
+  const answered = () => o.eips.map((_, i) =>
+    watch.windows.find((w) => w.start >= t0 && w.macs[i]!.length === 1 && w.macs[i]![0] === toMac));
+  try {
+    await e.c.stopWeftd(o.from, 'SIGKILL');
+    await until(`all ${o.eips.length} EIPs answered by ${o.to.name}`, () => answered().every((w) => w !== undefined), 60_000);
+  } finally {
+    windows = await watch.stop();
+  }
+  await e.c.restartWeftd(o.from);
+  return { failoverMs: Math.round(Math.max(...answered().map((w) => w!.end)) - t0), dualMs: dualMs(windows.filter((w) => w.start >= t0)) };
+}
+
+/**
+ * Every API request of every node made `delayMs` slower (half each way through the cluster's
+ * delay proxy) for `forMs`: the per cent of the outside host's probes of `eips` that nobody answered.
+ */
+export async function slowApiLostPct(e: EgressCluster, eips: readonly string[], delayMs: number, forMs: number): Promise<number> {
+  const proxy = e.c.apiDelay;
+  if (!proxy) throw new Error('the cluster was not started with apiDelay');
+  const watch = e.watchEips(eips);
+  let windows: EipWindow[] = [];
+  try {
+    proxy.delayMs = delayMs / 2;
+    await new Promise((r) => setTimeout(r, forMs));
+  } finally {
+    proxy.delayMs = 0;
+    windows = await watch.stop();
+  }
+  const lost = windows.reduce((sum, w) => sum + w.macs.filter((m) => m.length === 0).length, 0);
+  return (100 * lost) / (windows.length * eips.length);
 }

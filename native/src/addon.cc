@@ -11,7 +11,7 @@
 //                               a filter {family: 4 | 6, protocol (IPPROTO_*), origDst?, origDstPort?, replySrc?}
 //   handle.monitor(groups, callback, rcvbuf?) -> Promise<void>; callback(events[])
 //   handle.announce(ifindex, address) -> Promise<void>   gratuitous ARP / unsolicited NA
-//   handle.arpProbe(ifindex, address, waitMs) -> Promise<string[]>   MACs answering for address
+//   handle.addressProbe(ifindex, addresses, waitMs, probes) -> Promise<string[][]>   MACs answering for each address
 //   handle.nflog(group, callback, {copyRange, queueThreshold, flushMs, rcvbuf}) -> Promise<void>;
 //                               callback(packets[]): packets nftables logged to NFLOG group `group`
 //   handle.unmonitor(), handle.unnflog(), handle.close()
@@ -161,17 +161,22 @@ struct ConntrackDeleteJob : Job {
   Napi::Value result(Napi::Env env) override { return Napi::Number::New(env, deleted); }
 };
 
-struct ArpProbeJob : Job {
+struct AddressProbeJob : Job {
   int ifindex = 0;
-  std::string address;
+  std::vector<std::string> addresses;
   int waitMs = 0;
-  std::vector<std::string> macs;
+  int probes = 1;
+  std::vector<std::vector<std::string>> macs;
   using Job::Job;
-  void run(Worker&) override { failure = arpProbe(ifindex, address, waitMs, macs); }
+  void run(Worker&) override { failure = addressProbe(ifindex, addresses, waitMs, probes, macs); }
   Napi::Value result(Napi::Env env) override {
-    Napi::Array arr = Napi::Array::New(env, macs.size());
-    for (size_t i = 0; i < macs.size(); i++) arr.Set(static_cast<uint32_t>(i), macs[i]);
-    return arr;
+    Napi::Array all = Napi::Array::New(env, macs.size());
+    for (size_t i = 0; i < macs.size(); i++) {
+      Napi::Array arr = Napi::Array::New(env, macs[i].size());
+      for (size_t j = 0; j < macs[i].size(); j++) arr.Set(static_cast<uint32_t>(j), macs[i][j]);
+      all.Set(static_cast<uint32_t>(i), arr);
+    }
+    return all;
   }
 };
 
@@ -221,7 +226,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
                            InstanceMethod<&Handle::Announce>("announce"),
                            InstanceMethod<&Handle::Genl>("genl"),
                            InstanceMethod<&Handle::ConntrackDelete>("conntrackDelete"),
-                           InstanceMethod<&Handle::ArpProbe>("arpProbe"),
+                           InstanceMethod<&Handle::AddressProbe>("addressProbe"),
                            InstanceMethod<&Handle::MonitorStart>("monitor"),
                            InstanceMethod<&Handle::MonitorStop>("unmonitor"),
                            InstanceMethod<&Handle::NflogStart>("nflog"),
@@ -491,17 +496,20 @@ class Handle : public Napi::ObjectWrap<Handle> {
     return submit(env, job);
   }
 
-  Napi::Value ArpProbe(const Napi::CallbackInfo& info) {
+  Napi::Value AddressProbe(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     if (!usable(env)) return env.Undefined();
-    if (info.Length() < 3 || !info[0].IsNumber() || !info[1].IsString() || !info[2].IsNumber()) {
-      Napi::TypeError::New(env, "arpProbe(ifindex, address, waitMs): numbers and an address string").ThrowAsJavaScriptException();
+    if (info.Length() < 4 || !info[0].IsNumber() || !info[1].IsArray() || !info[2].IsNumber() || !info[3].IsNumber()) {
+      Napi::TypeError::New(env, "addressProbe(ifindex, addresses, waitMs, probes): numbers and an array of address strings")
+          .ThrowAsJavaScriptException();
       return env.Undefined();
     }
-    auto* job = new ArpProbeJob(env);
+    auto* job = new AddressProbeJob(env);
     job->ifindex = info[0].As<Napi::Number>().Int32Value();
-    job->address = info[1].As<Napi::String>().Utf8Value();
+    Napi::Array addresses = info[1].As<Napi::Array>();
+    for (uint32_t i = 0; i < addresses.Length(); i++) job->addresses.push_back(addresses.Get(i).ToString().Utf8Value());
     job->waitMs = std::clamp(info[2].As<Napi::Number>().Int32Value(), 0, 10000);
+    job->probes = std::clamp(info[3].As<Napi::Number>().Int32Value(), 1, 10);
     return submit(env, job);
   }
 

@@ -120,22 +120,17 @@ std::string macText(const unsigned char* m) {
   return buf;
 }
 
-}  // namespace
+// The IPv6 solicited-node multicast group of `ip` (RFC 4291 2.7.1): ff02::1:ff00:0/104 plus its low 24 bits.
+in6_addr solicitedNode(const in6_addr& ip) {
+  in6_addr group = {};
+  inet_pton(AF_INET6, "ff02::1:ff00:0", &group);
+  memcpy(&group.s6_addr[13], &ip.s6_addr[13], 3);
+  return group;
+}
 
-Failure arpProbe(int ifindex, const std::string& address, int waitMs, std::vector<std::string>& macs) {
-  in_addr ip;
-  if (inet_pton(AF_INET, address.c_str(), &ip) != 1) return {EINVAL, "invalid IPv4 address \"" + address + "\""};
-  int fd = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_ARP));
-  if (fd < 0) return sysFailure("cannot open a packet socket");
-  struct sockaddr_ll here = {};
-  here.sll_family = AF_PACKET;
-  here.sll_protocol = htons(ETH_P_ARP);
-  here.sll_ifindex = ifindex;
-  unsigned char mac[ETH_ALEN];
-  Failure f = linkMac(fd, ifindex, mac);
-  if (!f && bind(fd, reinterpret_cast<struct sockaddr*>(&here), sizeof here) < 0) f = sysFailure("cannot bind the packet socket");
-  // RFC 5227 2.1.1: sender address 0.0.0.0, so no neighbour learns anything from the probe; one
-  // at the start and one halfway, so a single lost frame does not hide the other host.
+// RFC 5227 2.1.1's ARP probe: a broadcast request for `ip` with sender address 0.0.0.0, so no
+// neighbour learns anything from it.
+Failure arpRequest(int fd, int ifindex, const unsigned char mac[ETH_ALEN], const in_addr& ip) {
   struct ether_arp probe = {};
   probe.arp_hrd = htons(ARPHRD_ETHER);
   probe.arp_pro = htons(ETHERTYPE_IP);
@@ -145,34 +140,130 @@ Failure arpProbe(int ifindex, const std::string& address, int waitMs, std::vecto
   memcpy(probe.arp_sha, mac, ETH_ALEN);
   memcpy(probe.arp_tpa, &ip, 4);
   const unsigned char broadcast[ETH_ALEN] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  return sendFrame(fd, ifindex, ETH_P_ARP, broadcast, &probe, sizeof probe);
+}
+
+// RFC 4862 5.4.2's duplicate address detection probe: a neighbour solicitation for `ip` from the
+// unspecified address to its solicited-node group, hop limit 255, without a source link-layer
+// option. A host holding the address answers with an advertisement to all nodes (ff02::1).
+Failure dadSolicitation(int fd, int ifindex, const in6_addr& ip) {
+  struct Packet {
+    struct ip6_hdr ip6;
+    struct nd_neighbor_solicit ns;
+  } pkt = {};
+  static_assert(sizeof pkt == 40 + 24, "the solicitation is laid out without padding");
+  const size_t icmpLen = sizeof pkt - sizeof pkt.ip6;
+  pkt.ip6.ip6_flow = htonl(6u << 28);
+  pkt.ip6.ip6_plen = htons(static_cast<uint16_t>(icmpLen));
+  pkt.ip6.ip6_nxt = IPPROTO_ICMPV6;
+  pkt.ip6.ip6_hlim = 255;
+  pkt.ip6.ip6_dst = solicitedNode(ip);
+  pkt.ns.nd_ns_type = ND_NEIGHBOR_SOLICIT;
+  pkt.ns.nd_ns_target = ip;
+  uint32_t sum = 0;
+  for (int i = 0; i < 16; i += 2) sum += (pkt.ip6.ip6_dst.s6_addr[i] << 8) | pkt.ip6.ip6_dst.s6_addr[i + 1];
+  sum += static_cast<uint32_t>(icmpLen) + IPPROTO_ICMPV6;
+  pkt.ns.nd_ns_cksum = htons(checksum(&pkt.ns, icmpLen, sum));
+  // 33:33 and the group's low 32 bits (RFC 2464 7).
+  const unsigned char dst[ETH_ALEN] = {0x33, 0x33, 0xff, ip.s6_addr[13], ip.s6_addr[14], ip.s6_addr[15]};
+  return sendFrame(fd, ifindex, ETH_P_IPV6, dst, &pkt, sizeof pkt);
+}
+
+// Whether a received frame says one of the probed addresses is its sender's: an ARP reply or
+// announcement (sender address) or a neighbour advertisement (target address); `index` is then
+// its place in v4 followed by v6.
+bool claimedBy(uint16_t protocol, const unsigned char* frame, ssize_t len, const std::vector<in_addr>& v4,
+               const std::vector<in6_addr>& v6, size_t& index) {
+  if (protocol == ETH_P_ARP && len >= static_cast<ssize_t>(sizeof(struct ether_arp))) {
+    // Another host's probe for it (sender 0.0.0.0) is not counted (RFC 5227 would): whoever assigns
+    // the address decides between two claimants, and a host watching the address must not hold its claimant off.
+    const auto* arp = reinterpret_cast<const struct ether_arp*>(frame);
+    for (size_t i = 0; i < v4.size(); i++)
+      if (memcmp(arp->arp_spa, &v4[i], 4) == 0) {
+        index = i;
+        return true;
+      }
+    return false;
+  }
+  if (protocol != ETH_P_IPV6 || len < static_cast<ssize_t>(sizeof(struct ip6_hdr) + sizeof(struct nd_neighbor_advert))) return false;
+  const auto* ip6 = reinterpret_cast<const struct ip6_hdr*>(frame);
+  const auto* na = reinterpret_cast<const struct nd_neighbor_advert*>(frame + sizeof(struct ip6_hdr));
+  if (ip6->ip6_nxt != IPPROTO_ICMPV6 || ip6->ip6_hlim != 255 || na->nd_na_type != ND_NEIGHBOR_ADVERT) return false;
+  for (size_t i = 0; i < v6.size(); i++)
+    if (memcmp(&na->nd_na_target, &v6[i], sizeof(in6_addr)) == 0) {
+      index = v4.size() + i;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+Failure addressProbe(int ifindex, const std::vector<std::string>& addresses, int waitMs, int probes,
+                     std::vector<std::vector<std::string>>& macs) {
+  // The addresses of each family, and where each one's answers go in `macs`.
+  std::vector<in_addr> v4;
+  std::vector<in6_addr> v6;
+  std::vector<size_t> slot4, slot6;
+  for (size_t i = 0; i < addresses.size(); i++) {
+    in_addr a;
+    in6_addr b;
+    if (inet_pton(AF_INET, addresses[i].c_str(), &a) == 1) {
+      v4.push_back(a);
+      slot4.push_back(i);
+    } else if (inet_pton(AF_INET6, addresses[i].c_str(), &b) == 1) {
+      v6.push_back(b);
+      slot6.push_back(i);
+    } else {
+      return {EINVAL, "invalid address \"" + addresses[i] + "\""};
+    }
+  }
+  macs.assign(addresses.size(), {});
+  int fd = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_ALL));
+  if (fd < 0) return sysFailure("cannot open a packet socket");
+  struct sockaddr_ll here = {};
+  here.sll_family = AF_PACKET;
+  here.sll_protocol = htons(ETH_P_ALL);
+  here.sll_ifindex = ifindex;
+  unsigned char mac[ETH_ALEN];
+  Failure f = linkMac(fd, ifindex, mac);
+  if (!f && bind(fd, reinterpret_cast<struct sockaddr*>(&here), sizeof here) < 0) f = sysFailure("cannot bind the packet socket");
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   const Clock::time_point end = start + std::chrono::milliseconds(waitMs);
-  const Clock::time_point second = start + std::chrono::milliseconds(waitMs / 2);
-  bool sentSecond = false;
-  if (!f) f = sendFrame(fd, ifindex, ETH_P_ARP, broadcast, &probe, sizeof probe);
+  int sent = 0;
   while (!f) {
     Clock::time_point now = Clock::now();
     if (now >= end) break;
-    if (!sentSecond && now >= second) {
-      sentSecond = true;
-      if ((f = sendFrame(fd, ifindex, ETH_P_ARP, broadcast, &probe, sizeof probe))) break;
+    // The probes go out evenly over the window, the first at once, so one lost frame (or a
+    // neighbour busy for a moment) does not hide the other host.
+    Clock::time_point nextProbe = start + std::chrono::milliseconds(waitMs) * sent / probes;
+    if (sent < probes && now >= nextProbe) {
+      for (const in_addr& a : v4)
+        if ((f = arpRequest(fd, ifindex, mac, a))) break;
+      for (const in6_addr& a : v6)
+        if (!f && (f = dadSolicitation(fd, ifindex, a))) break;
+      sent++;
+      continue;
     }
-    Clock::time_point until = sentSecond ? end : second;
+    Clock::time_point until = sent < probes ? std::min(end, start + std::chrono::milliseconds(waitMs) * sent / probes) : end;
     int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count()) + 1;
     struct pollfd p = {fd, POLLIN, 0};
     int rc = poll(&p, 1, left);
-    if (rc < 0 && errno != EINTR) f = sysFailure("cannot wait for ARP answers");
+    if (rc < 0 && errno != EINTR) f = sysFailure("cannot wait for answers to the probes");
     if (rc <= 0) continue;
-    struct ether_arp in;
-    ssize_t n = recv(fd, &in, sizeof in, 0);
-    if (n < static_cast<ssize_t>(sizeof in)) continue;
-    // Anyone stating the address as theirs: a reply to the probe or its own announcement. Another
-    // host's probe for it is not counted (RFC 5227 would): whoever assigns the address decides
-    // between two claimants, and a host watching the address must not hold its claimant off.
-    if (memcmp(in.arp_spa, &ip, 4) != 0 || memcmp(in.arp_sha, mac, ETH_ALEN) == 0) continue;
-    std::string who = macText(in.arp_sha);
-    if (std::find(macs.begin(), macs.end(), who) == macs.end()) macs.push_back(who);
+    unsigned char frame[256];
+    struct sockaddr_ll from = {};
+    socklen_t fromLen = sizeof from;
+    ssize_t n = recvfrom(fd, frame, sizeof frame, MSG_TRUNC, reinterpret_cast<struct sockaddr*>(&from), &fromLen);
+    if (n <= 0 || from.sll_pkttype == PACKET_OUTGOING || from.sll_halen != ETH_ALEN) continue;
+    if (memcmp(from.sll_addr, mac, ETH_ALEN) == 0) continue;
+    n = std::min<ssize_t>(n, sizeof frame);
+    size_t index = 0;
+    if (!claimedBy(ntohs(from.sll_protocol), frame, n, v4, v6, index)) continue;
+    std::vector<std::string>& seen = macs[index < v4.size() ? slot4[index] : slot6[index - v4.size()]];
+    std::string who = macText(from.sll_addr);
+    if (std::find(seen.begin(), seen.end(), who) == seen.end()) seen.push_back(who);
   }
   close(fd);
   return f;

@@ -13,8 +13,11 @@ namespace weft {
 // link `ifindex`'s own MAC address.
 Failure announce(int ifindex, const std::string& address);
 
-// RFC 5227's ARP probe for IPv4 `address` on link `ifindex` (two probes over `waitMs`): the MACs
-// of the hosts that said the address is theirs in that time, ours excepted.
-Failure arpProbe(int ifindex, const std::string& address, int waitMs, std::vector<std::string>& macs);
+// Whether another host on link `ifindex` holds any of `addresses` (IPv4 or IPv6, mixed): `probes`
+// rounds spread evenly over `waitMs`, each an RFC 5227 ARP probe for every IPv4 address and an
+// RFC 4862 DAD neighbour solicitation for every IPv6 one. `macs[i]` gets the MACs of the hosts that
+// said `addresses[i]` is theirs in that time (ARP reply or announcement, neighbour advertisement), ours excepted.
+Failure addressProbe(int ifindex, const std::vector<std::string>& addresses, int waitMs, int probes,
+                     std::vector<std::vector<std::string>>& macs);
 
 }  // namespace weft

@@ -1,18 +1,30 @@
 /**
  * How long this node may hold its EIPs, bounded by its heartbeat. The controller moves a gateway's
  * EIPs once it has seen the gateway's heartbeat unchanged for the liveness timeout, on its own
- * clock; it cannot have seen a renewal before the renewal was sent. So an EIP given a valid
- * lifetime that runs out, with the kernel's lateness added, before `sent + livenessTimeout` is
- * gone from this node before any other node can be given it: by the kernel itself when weftd
- * is dead or stopped, and when weftd cannot renew its heartbeat (cut from the API server only).
+ * clock; it cannot have seen a renewal before the renewal was sent. So an EIP whose valid
+ * lifetime runs out, with the kernel's lateness added, by `sent + livenessTimeout` is gone from
+ * this node before any other node can be given it: by the kernel itself when weftd is dead or
+ * stopped, and when weftd cannot renew its heartbeat (cut from the API server only).
+ *
+ * The kernel counts a lifetime in whole seconds from when the address is written, so the most
+ * an EIP can be given is got by writing it a whole number of seconds before the deadline
+ * ({@link Claim.nextWrite}), not by flooring what is left at whatever moment a renewal is answered.
  * Pure, with the monotonic clock injected.
  */
 
 /**
- * How late the kernel may delete an address whose lifetime ran out: measured up to 150 ms here.
- * The new gateway's ARP probe covers a later deletion: it does not claim while this node answers.
+ * How late the kernel may delete an address whose lifetime ran out. Its lifetime check runs at
+ * most once a second (ADDRCONF_TIMER_FUZZ_MAX, IPv4 and IPv6 alike), so an address that expires
+ * just after a check goes up to a second late: `make bench-addr-lifetime` measured up to 1004 ms
+ * (README, egress gateways). The rest covers the check's work item waiting for a CPU and the RTNL lock.
  */
-export const KERNEL_SLACK_MS = 250;
+export const KERNEL_SLACK_MS = 1250;
+
+/**
+ * How much earlier than the exact moment a planned write is timed, so that a timer firing late (a
+ * busy event loop) still gets the whole seconds it was planned for.
+ */
+export const WRITE_MARGIN_MS = 200;
 
 export class Claim {
   readonly #livenessTimeoutMs: number;
@@ -39,13 +51,35 @@ export class Claim {
     this.#sentAt = undefined;
   }
 
+  /** When every EIP of this node must be gone from the kernel, less its lateness; undefined before any renewal. */
+  deadline(): number | undefined {
+    return this.#sentAt === undefined ? undefined : this.#sentAt + this.#livenessTimeoutMs - KERNEL_SLACK_MS;
+  }
+
+  /** Whether the heartbeat still lets this node hold EIPs (those it holds may stay until the deadline). */
+  holding(): boolean {
+    const deadline = this.deadline();
+    return deadline !== undefined && deadline > this.#now();
+  }
+
   /**
-   * Whole seconds (the kernel's unit) an EIP claimed or renewed now may be held: 0 when none,
-   * and then the node must hold no EIP.
+   * Whole seconds (the kernel's unit) an EIP written at `at` (default now) may be given: 0 when
+   * none, and then it must not be written.
    */
-  lifetimeS(): number {
-    if (this.#sentAt === undefined) return 0;
-    const left = this.#sentAt + this.#livenessTimeoutMs - KERNEL_SLACK_MS - this.#now();
-    return Math.max(0, Math.floor(left / 1000));
+  lifetimeS(at = this.#now()): number {
+    const deadline = this.deadline();
+    return deadline === undefined ? 0 : Math.max(0, Math.floor((deadline - at) / 1000));
+  }
+
+  /**
+   * The moment, at or after now, to write the EIPs so their lifetime ends closest to the deadline
+   * ({@link WRITE_MARGIN_MS} before it), and the whole seconds they get then; undefined when no
+   * whole second fits before the deadline any more (the next renewal brings a new one).
+   */
+  nextWrite(): { at: number; lifetimeS: number } | undefined {
+    const deadline = this.deadline();
+    if (deadline === undefined) return undefined;
+    const lifetimeS = Math.floor((deadline - WRITE_MARGIN_MS - this.#now()) / 1000);
+    return lifetimeS < 1 ? undefined : { at: deadline - WRITE_MARGIN_MS - lifetimeS * 1000, lifetimeS };
   }
 }

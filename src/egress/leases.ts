@@ -4,8 +4,11 @@
  *   controller. As client-go's leader election, and so that two leaders never act at once: the
  *   holder renews every retry period; another candidate takes the Lease over (an update
  *   conditional on its resourceVersion, so two cannot both win) only once it has seen the same
- *   resourceVersion for `leaseDurationMs` on its own monotonic clock (no clock comparison across
- *   nodes, no wall clock that NTP can step). The holder stops acting `renewDeadlineMs` after it
+ *   resourceVersion for the holder's `leaseDurationSeconds` on its own monotonic clock (no clock
+ *   comparison across nodes, no wall clock that NTP can step). As client-go, the wait is the one
+ *   the holder advertises, not the candidate's own: across a rollout that changes
+ *   --egress-liveness-timeout, a candidate with a shorter duration must not take over from a holder
+ *   that still acts for its longer one. The holder stops acting `renewDeadlineMs` after it
  *   sent its last renewal that succeeded, by a timer, whatever it has in flight; that renewal
  *   cannot have been seen before it was sent, so the deadline comes before any takeover as long
  *   as `renewDeadlineMs < leaseDurationMs`. Its writes go out only before the deadline and carry
@@ -13,7 +16,8 @@
  *   wrote the object is refused (409). A holder that stops gracefully gives the Lease up (an
  *   empty holder), once it has stopped acting, so the next candidate takes over at once.
  * - `weft-egress-node-<node>` (label {@link HEARTBEAT_LABEL}): each weftd's heartbeat, renewed
- *   every `heartbeatMs`. The controller treats a gateway node whose heartbeat has not changed
+ *   every `heartbeatMs`, start to start, whatever each renewal takes (a slow API server's renewals
+ *   overlap rather than space out). The controller treats a gateway node whose heartbeat has not changed
  *   for the liveness timeout as failed, which is what moves its EIPs when its weftd dies or its
  *   link is cut, long before the Node turns NotReady. Each renewal that succeeds extends how long
  *   the node may hold its EIPs (fence.ts); a graceful stop deletes the heartbeat, so the
@@ -44,7 +48,10 @@ export interface ElectionOptions {
   namespace: string;
   /** This candidate's identity (the Node name). */
   identity: string;
-  /** How long a candidate waits, on its own clock, after the Lease last changed before taking it over. */
+  /**
+   * The lease duration this candidate advertises while it holds the Lease (whole seconds, rounded
+   * up); a candidate waits for the holder's, and for this one when the holder advertises none.
+   */
   leaseDurationMs: number;
   /** How long after sending its last renewal that succeeded the holder stops acting; below leaseDurationMs. */
   renewDeadlineMs: number;
@@ -133,7 +140,9 @@ export async function runElection(
         } else {
           const version = lease.metadata.resourceVersion ?? '';
           if (seen?.version !== version) seen = { version, at: observed };
-          if (lease.spec?.holderIdentity && now() - seen.at < options.leaseDurationMs) {
+          const advertised = lease.spec?.leaseDurationSeconds;
+          const waitMs = advertised !== undefined && advertised > 0 ? advertised * 1000 : options.leaseDurationMs;
+          if (lease.spec?.holderIdentity && now() - seen.at < waitMs) {
             await stopLeading(`${lease.spec.holderIdentity} holds the Lease`);
             await sleep(options.retryMs, signal).catch(() => undefined);
             continue;
@@ -191,18 +200,21 @@ export interface HeartbeatOptions {
 /** The name of `node`'s heartbeat Lease. */
 export const heartbeatName = (node: string): string => `weft-egress-node-${node}`;
 
-/** Renews this node's heartbeat Lease every `intervalMs` until `signal` aborts. */
+/**
+ * Renews this node's heartbeat Lease every `intervalMs`, start to start, until `signal` aborts: a
+ * renewal does not wait for the one before it to be answered (each may take up to two intervals),
+ * so a slow API server delays each answer but not the next renewal.
+ */
 export async function runHeartbeat(options: HeartbeatOptions, signal: AbortSignal): Promise<void> {
   const path = `${leasesPath(options.namespace)}/${heartbeatName(options.node)}`;
+  const timeoutMs = options.intervalMs * 2;
   let failing = false;
-  while (!signal.aborted) {
-    const sentAt = options.claim.now();
+  const renew = async (sentAt: number) => {
     const renewTime = microTime(Date.now());
     const annotations = options.annotations?.() ?? {};
     try {
       try {
-        const patch = { metadata: { annotations }, spec: { renewTime } };
-        await options.http.mergePatch(path, patch, { signal, timeoutMs: options.intervalMs * 2 });
+        await options.http.mergePatch(path, { metadata: { annotations }, spec: { renewTime } }, { signal, timeoutMs });
       } catch (e) {
         if (statusOf(e) !== 404) throw e;
         await options.http.create(leasesPath(options.namespace), {
@@ -212,19 +224,30 @@ export async function runHeartbeat(options: HeartbeatOptions, signal: AbortSigna
             annotations: Object.fromEntries(Object.entries(annotations).filter(([, v]) => v !== null)),
           },
           spec: { holderIdentity: options.node, leaseDurationSeconds: Math.max(1, Math.ceil((options.intervalMs * 4) / 1000)), renewTime },
-        }, { signal, timeoutMs: options.intervalMs * 2 });
+        }, { signal, timeoutMs });
       }
       options.claim.renewed(sentAt);
       options.renewed();
       if (failing) options.log.info('renewing the egress heartbeat again');
       failing = false;
     } catch (e) {
-      if (signal.aborted) break;
+      // 409: an overlapping renewal created the Lease first.
+      if (signal.aborted || statusOf(e) === 409) return;
       if (!failing) options.log.warn('failed to renew the egress heartbeat Lease', { err: e });
       failing = true;
     }
-    await sleep(options.intervalMs, signal).catch(() => undefined);
+  };
+  const inFlight = new Set<Promise<void>>();
+  let next = options.claim.now();
+  while (!signal.aborted) {
+    const renewal = renew(options.claim.now());
+    inFlight.add(renewal);
+    void renewal.then(() => inFlight.delete(renewal));
+    // A loop held up for more than an interval starts afresh rather than catching up in a burst.
+    next = Math.max(next + options.intervalMs, options.claim.now());
+    await sleep(Math.max(0, next - options.claim.now()), signal).catch(() => undefined);
   }
+  await Promise.all(inFlight);
 }
 
 /**

@@ -16,19 +16,18 @@
  *
  * An EIP is held only while the heartbeat says this node may hold it (fence.ts): each is put on the
  * interface with a valid lifetime that ends before the controller could give it to another node,
- * renewed after every heartbeat renewal, so the kernel removes it by itself when weftd dies, is
- * paused, or cannot reach the API server. Before a new EIP is claimed, the node makes sure no one
- * else answers for it (an ARP probe for IPv4, the kernel's DAD for IPv6), and once claimed it is
- * announced with a gratuitous ARP or an unsolicited neighbour advertisement, sent as packets
- * (nothing else on the interface changes). On a graceful stop the EIPs are removed, so they can
- * move at once.
+ * renewed after every heartbeat renewal (eip-holder.ts), so the kernel removes it by itself when
+ * weftd dies, is paused, or cannot reach the API server. Before new EIPs are claimed, the node
+ * makes sure no one else answers for them, all probed in one window (eip-claims.ts), and once
+ * claimed each is announced with a gratuitous ARP or an unsolicited neighbour advertisement, sent
+ * as packets (nothing else on the interface changes). On a graceful stop the EIPs are removed, so
+ * they can move at once.
  */
-import { readFile, writeFile, rename } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { Backend } from '../backend/backend.ts';
 import type { NetConfig } from '../config/netconf.ts';
 import type { ExternalInterface } from '../iface/select.ts';
-import { formatCIDR, parseCIDR, tryParseIP } from '../ip/ip.ts';
+import { formatCIDR, parseCIDR } from '../ip/ip.ts';
 import type { CIDR, Family } from '../ip/ip.ts';
 import { Informer } from '../k8s/informer.ts';
 import type { Lease } from '../lease/lease.ts';
@@ -38,11 +37,12 @@ import type { Logger } from '../log.ts';
 import { mustRun } from '../masq/runner.ts';
 import type { Runner } from '../masq/runner.ts';
 import type { DriverName } from '../masq/drivers.ts';
-import { NetlinkHandle } from '../netlink/handle.ts';
-import { IFA_F_DADFAILED, IFA_F_TENTATIVE } from '../netlink/records.ts';
+import type { NetlinkHandle } from '../netlink/handle.ts';
 import { EGRESS_GROUP, EGRESS_VERSION } from './api.ts';
 import { EGRESS_RTPROT, EGRESS_RULE_PRIORITY, EGRESS_TABLE_BASE, MAX_GATEWAYS, NFT_EGRESS_TABLE, renderDataplane } from './dataplane.ts';
 import type { DataplaneResult, NextHop } from './dataplane.ts';
+import { EipClaims, netlinkEipKernel } from './eip-claims.ts';
+import type { EipKernel } from './eip-holder.ts';
 import { parseEndpoints } from './endpoints.ts';
 import type { Claim } from './fence.ts';
 import type { NodeEndpoints } from './endpoints.ts';
@@ -80,18 +80,12 @@ const NOTHING_WANTED = 'no egress policy concerns this node';
 const OTHER_ENGINE = 'this node\'s traffic rules engine is the other one';
 const DEFAULT_DST: Record<Family, string> = { 4: '0.0.0.0/0', 6: '::/0' };
 const hostCidr = (ip: string) => parseCIDR(`${ip}/${ip.includes(':') ? 128 : 32}`, 'address');
-const prefixOf = (ip: string) => (ip.includes(':') ? 128 : 32);
 /** How soon an EIP that another host still answered for is tried again. */
 const CLAIM_RETRY_MS = 500;
-/** How long an ARP probe for a new IPv4 EIP waits for another host's answer. */
-const ARP_PROBE_MS = 200;
-/** How long the kernel's IPv6 DAD of a new EIP is waited for (one probe, a second by default). */
-const DAD_WAIT_MS = 3000;
 
 export class EgressNode {
   readonly #options: EgressNodeOptions;
   readonly #endpoints: Informer;
-  readonly #state: string;
   readonly #loop = new PassLoop();
   /** The script last applied and the table as nft listed it right after. */
   #applied: { script: string; listing: string } | undefined;
@@ -100,17 +94,16 @@ export class EgressNode {
   /** Whether a pass has looked for the other engine's rules of ours. */
   #otherChecked = false;
   #warned = new Set<string>();
-  /** The EIPs this node holds (claimed and not given up), renewed with every heartbeat. */
-  #held = new Set<string>();
-  /** A pass wanted EIPs while the heartbeat allowed none: the next renewal asks for a pass. */
-  #starved = false;
-  /** Serialises the passes' EIP changes with the renewals between passes. */
-  #eipLock: Promise<unknown> = Promise.resolve();
-  #prober: NetlinkHandle | undefined;
+  readonly #kernel: EipKernel;
+  readonly #claims: EipClaims;
 
   constructor(options: EgressNodeOptions) {
     this.#options = options;
-    this.#state = join(dirname(options.subnetFile), 'weft-egress.json');
+    this.#kernel = netlinkEipKernel(options.handle, options.ext.link.index);
+    this.#claims = new EipClaims({
+      kernel: this.#kernel, claim: options.claim, log: options.log, iface: options.ext.link.name,
+      stateFile: join(dirname(options.subnetFile), 'weft-egress.json'), poke: () => this.#loop.poke(),
+    });
     this.#endpoints = new Informer({
       http: options.http,
       path: `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}/egressendpoints`,
@@ -141,54 +134,21 @@ export class EgressNode {
       unsubscribe();
       await informing;
       await this.release();
-      this.#prober?.close();
+      this.#kernel.close();
     }
   }
 
   /**
-   * Renews the lifetime of every EIP held and still on the interface, as the heartbeat allows;
-   * called after each heartbeat renewal. One whose lifetime ran out is held no more: only a pass,
-   * which probes first, claims it again (the controller may have moved it meanwhile).
+   * Renews the lifetimes of the EIPs held, as the heartbeat allows; called after each heartbeat
+   * renewal, and never held up by a pass's probes.
    */
   renew(): Promise<void> {
-    return this.#locked(async () => {
-      const validLft = this.#options.claim.lifetimeS();
-      if (validLft === 0) return;
-      if (this.#starved) {
-        this.#starved = false;
-        this.#options.log.info('the egress heartbeat is renewed again; claiming the EIPs');
-        this.#loop.poke();
-      }
-      if (this.#held.size === 0) return;
-      const { handle, ext } = this.#options;
-      const on = new Set((await handle.addrList({ linkIndex: ext.link.index })).map((a) => a.address));
-      for (const address of this.#held) {
-        if (!on.has(address)) {
-          this.#held.delete(address);
-          this.#loop.poke();
-          continue;
-        }
-        await handle.addrReplace({ linkIndex: ext.link.index, address, prefixLen: prefixOf(address), validLft });
-      }
-    });
+    return this.#claims.renewed();
   }
 
   /** Gives up every EIP held (a graceful stop), so the controller may move them at once. */
   release(): Promise<void> {
-    return this.#locked(async () => {
-      const { handle, ext } = this.#options;
-      for (const address of this.#held) {
-        await handle.addrDel({ linkIndex: ext.link.index, address, prefixLen: prefixOf(address) }).catch(() => undefined);
-        this.#options.log.info('egress IP given up', { eip: address, iface: ext.link.name });
-      }
-      this.#held.clear();
-    });
-  }
-
-  #locked<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.#eipLock.then(fn, fn);
-    this.#eipLock = run.catch(() => undefined);
-    return run;
+    return this.#claims.release();
   }
 
   get #families(): Family[] {
@@ -238,7 +198,7 @@ export class EgressNode {
     });
     for (const w of result.warnings) this.#warnOnce(w);
     // An EIP another host still answers for is claimed by a pass soon after, not at the next resync.
-    if (await this.#eips(result.eips)) setTimeout(() => this.#loop.poke(), CLAIM_RETRY_MS).unref();
+    if (await this.#claims.reconcile(result.eips.map((e) => e.address))) setTimeout(() => this.#loop.poke(), CLAIM_RETRY_MS).unref();
     await this.#routes(result);
     await this.#rules(result);
     if (this.#options.engine === 'iptables') {
@@ -371,97 +331,6 @@ export class EgressNode {
     for (const h of have) {
       if (result.routes.some((w) => w.table === h.table && w.family === h.family && DEFAULT_DST[w.family] === h.dst)) continue;
       await handle.routeDel({ dst: h.dst, table: h.table, protocol: EGRESS_RTPROT }).catch(() => undefined);
-    }
-  }
-
-  async #readState(): Promise<string[]> {
-    try {
-      const v = JSON.parse(await readFile(this.#state, 'utf8')) as { eips?: unknown };
-      return Array.isArray(v.eips) ? v.eips.filter((a): a is string => typeof a === 'string' && tryParseIP(a) !== undefined) : [];
-    } catch {
-      return [];
-    }
-  }
-
-  async #writeState(eips: readonly string[]): Promise<void> {
-    await writeFile(`${this.#state}.tmp`, `${JSON.stringify({ eips: [...eips].sort() })}\n`);
-    await rename(`${this.#state}.tmp`, this.#state);
-  }
-
-  /** Puts the kernel's EIPs in line with `wanted`; true when one was left unclaimed because another host answers for it. */
-  #eips(wanted: readonly { family: Family; address: string }[]): Promise<boolean> {
-    return this.#locked(() => this.#claimEips(wanted));
-  }
-
-  async #claimEips(wanted: readonly { family: Family; address: string }[]): Promise<boolean> {
-    let deferred = false;
-    const { handle, ext, claim, log } = this.#options;
-    const recorded = await this.#readState();
-    const addrs = await handle.addrList({ linkIndex: ext.link.index });
-    const on = new Set(addrs.map((a) => a.address));
-    const validLft = claim.lifetimeS();
-    // Without a heartbeat this node may hold nothing: what it held goes now rather than at the end of its lifetime.
-    const keep = validLft === 0 ? [] : wanted.map((w) => w.address);
-    if (validLft === 0 && wanted.length > 0 && !this.#starved) {
-      this.#starved = true;
-      log.warn('the egress heartbeat is not renewed, so this node holds no EIP until it is');
-    }
-    if (keep.some((a) => !recorded.includes(a))) await this.#writeState([...new Set([...recorded, ...keep])]);
-    for (const a of keep) {
-      const had = addrs.find((x) => x.address === a);
-      if (had && (had.flags & IFA_F_DADFAILED) !== 0) {
-        await handle.addrDel({ linkIndex: ext.link.index, address: a, prefixLen: prefixOf(a) });
-        on.delete(a);
-      }
-      if (!on.has(a)) {
-        const answering = await this.#othersAnswering(a);
-        if (answering) {
-          log.warn('another host answers for an EIP; not claiming it yet', { eip: a, mac: answering });
-          deferred = true;
-          continue;
-        }
-      }
-      await handle.addrReplace({ linkIndex: ext.link.index, address: a, prefixLen: prefixOf(a), validLft });
-      this.#held.add(a);
-      if (on.has(a)) continue;
-      if (a.includes(':') && !(await this.#dadPassed(a))) {
-        log.warn('IPv6 DAD found another host answering for an EIP; not claiming it yet', { eip: a });
-        await handle.addrDel({ linkIndex: ext.link.index, address: a, prefixLen: 128 }).catch(() => undefined);
-        this.#held.delete(a);
-        deferred = true;
-        continue;
-      }
-      log.info('egress IP added to the external interface', { eip: a, iface: ext.link.name, validLft });
-      await handle.announce(ext.link.index, a);
-    }
-    for (const a of new Set([...recorded, ...this.#held])) {
-      if (keep.includes(a)) continue;
-      this.#held.delete(a);
-      if (!on.has(a)) continue;
-      await handle.addrDel({ linkIndex: ext.link.index, address: a, prefixLen: prefixOf(a) });
-      log.info('egress IP removed from the external interface', { eip: a, iface: ext.link.name });
-    }
-    if (recorded.some((a) => !keep.includes(a))) await this.#writeState(keep);
-    return deferred;
-  }
-
-  /** The MAC of a host that answers an ARP probe for IPv4 address `a`, or undefined (and for IPv6, whose DAD the kernel runs). */
-  async #othersAnswering(a: string): Promise<string | undefined> {
-    if (a.includes(':')) return undefined;
-    // A handle of its own: the probe holds its thread for the whole wait.
-    this.#prober ??= NetlinkHandle.open(this.#options.handle.netnsPath);
-    return (await this.#prober.arpProbe(this.#options.ext.link.index, a, ARP_PROBE_MS))[0];
-  }
-
-  /** Waits for the kernel's DAD of `a`: false when it failed (another host has the address). */
-  async #dadPassed(a: string): Promise<boolean> {
-    const { handle, ext } = this.#options;
-    const t0 = performance.now();
-    for (;;) {
-      const addr = (await handle.addrList({ linkIndex: ext.link.index, family: 6 })).find((x) => x.address === a);
-      if (!addr || (addr.flags & IFA_F_DADFAILED) !== 0) return false;
-      if ((addr.flags & IFA_F_TENTATIVE) === 0 || performance.now() - t0 > DAD_WAIT_MS) return true;
-      await new Promise((r) => setTimeout(r, 50));
     }
   }
 }

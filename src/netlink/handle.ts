@@ -711,17 +711,21 @@ export class NetlinkHandle {
   }
 
   /**
-   * RFC 5227's ARP probe for IPv4 `address` on link `ifindex` (`arping -D -I <link> <address>`):
-   * two probes with sender address 0.0.0.0 over `waitMs` (at most 10 s); resolves to the MACs of
-   * the hosts that said the address is theirs meanwhile, in a reply or an announcement (none: free
-   * to claim; other hosts' probes for it do not count). Occupies the
-   * handle's thread for `waitMs`, so it wants a handle of its own.
+   * Whether another host on link `ifindex` holds any of `addresses` (`arping -D` for each IPv4 one,
+   * `ndisc6`-style duplicate address detection for each IPv6 one, all at once): `probes` rounds
+   * spread evenly over `waitMs` (at most 10 s), each an ARP probe with sender 0.0.0.0 (RFC 5227)
+   * for every IPv4 address and a neighbour solicitation from :: to the solicited-node group
+   * (RFC 4862's DAD, whatever the link's accept_dad) for every IPv6 one. Resolves to, per address,
+   * the MACs of the hosts that said it is theirs meanwhile (ARP reply or announcement, neighbour
+   * advertisement; none: free to claim; other hosts' probes do not count). Occupies the handle's
+   * thread for `waitMs`, so it wants a handle of its own.
    */
-  async arpProbe(ifindex: number, address: string, waitMs: number): Promise<string[]> {
+  async addressProbe(ifindex: number, addresses: readonly string[], waitMs: number, probes = 3): Promise<string[][]> {
+    if (addresses.length === 0) return [];
     try {
-      return await this.#raw.arpProbe(ifindex, address, waitMs);
+      return await this.#raw.addressProbe(ifindex, [...addresses], waitMs, probes);
     } catch (e) {
-      throw rejected('probe for', `${address} dev #${ifindex}`, e);
+      throw rejected('probe for', `${addresses.join(' ')} dev #${ifindex}`, e);
     }
   }
 

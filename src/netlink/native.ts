@@ -173,7 +173,7 @@ export interface RawHandle {
   conntrackDelete(
     filters: { family: 4 | 6; protocol: number; origDst?: string; origDstPort?: number; replySrc?: string }[],
   ): Promise<number>;
-  arpProbe(ifindex: number, address: string, waitMs: number): Promise<string[]>;
+  addressProbe(ifindex: number, addresses: string[], waitMs: number, probes: number): Promise<string[][]>;
   monitor(groups: string[], callback: (events: RawEvent[]) => void, rcvbuf?: number, fdbAdds?: boolean): Promise<void>;
   unmonitor(): void;
   nflog(group: number, callback: (packets: RawLoggedPacket[]) => void, options: RawNflogOptions): Promise<void>;

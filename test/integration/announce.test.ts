@@ -43,21 +43,29 @@ test('announce: a gratuitous ARP and an unsolicited NA move a neighbour\'s entry
     });
   });
 
-test('arpProbe: finds the host that holds an address, none for a free one, and teaches no neighbour anything', { skip: needsRoot }, async () => {
-  await withNetns(['ul', 'gw', 'peer'], async (ul, gw, peer) => {
-    await joinUnderlay(ul, [gw, peer]);
-    await peer.ip('addr', 'add', '198.51.100.100/32', 'dev', 'eth0');
-    const peerMac = (await peer.ipJson<{ address: string }[]>('link', 'show', 'dev', 'eth0'))[0]!.address;
-    const h = NetlinkHandle.open(gw.path);
-    try {
-      const eth0 = await h.linkByName('eth0');
-      assert.deepEqual(await h.arpProbe(eth0.index, '198.51.100.100', 300), [peerMac]);
-      assert.deepEqual(await h.arpProbe(eth0.index, '198.51.100.101', 300), []);
-      assert.equal(await learnt(peer, '0.0.0.0'), undefined);
-      assert.equal(await learnt(peer, '198.51.100.1'), undefined, 'the probe carries no sender address to learn');
-      await assert.rejects(h.arpProbe(eth0.index, '2001:db8::1', 100), (e: unknown) => e instanceof NetlinkError && e.errno === 'EINVAL');
-    } finally {
-      h.close();
-    }
+test('addressProbe: finds who holds IPv4 and IPv6 addresses (DAD whatever accept_dad says), none for free ones, teaching no one anything',
+  { skip: needsRoot }, async () => {
+    await withNetns(['ul', 'gw', 'peer'], async (ul, gw, peer) => {
+      await joinUnderlay(ul, [gw, peer], { ipv6: true });
+      // The prober's kernel would run no DAD of its own: the probe must not depend on it.
+      await gw.exec('sysctl', '-q', '-w', 'net.ipv6.conf.eth0.accept_dad=0');
+      await peer.ip('addr', 'add', '198.51.100.100/32', 'dev', 'eth0');
+      await peer.ip('-6', 'addr', 'add', '2001:db8::100/128', 'dev', 'eth0', 'nodad');
+      const peerMac = (await peer.ipJson<{ address: string }[]>('link', 'show', 'dev', 'eth0'))[0]!.address;
+      const h = NetlinkHandle.open(gw.path);
+      try {
+        const eth0 = await h.linkByName('eth0');
+        const asked = ['198.51.100.100', '198.51.100.101', '2001:db8::100', '2001:db8::101'];
+        const t0 = performance.now();
+        assert.deepEqual(await h.addressProbe(eth0.index, asked, 300, 3), [[peerMac], [], [peerMac], []]);
+        assert.ok(performance.now() - t0 < 3000, 'the addresses are probed together, in one window');
+        assert.equal(await learnt(peer, '0.0.0.0'), undefined);
+        assert.equal(await learnt(peer, '198.51.100.1'), undefined, 'the probe carries no sender address to learn');
+        assert.deepEqual(await h.addressProbe(eth0.index, [], 300), []);
+        await assert.rejects(h.addressProbe(eth0.index, ['198.51.100.300'], 100), (e: unknown) =>
+          e instanceof NetlinkError && e.errno === 'EINVAL' && /198\.51\.100\.300/.test(e.message));
+      } finally {
+        h.close();
+      }
+    });
   });
-});

@@ -12,3 +12,12 @@ test('egress election: a leader paused with SIGSTOP past its deadline writes not
   assert.ok(r.takeoverMs >= leaseMs, `b took over ${Math.round(r.takeoverMs)} ms after a's last renewal, before the lease duration`);
   assert.equal(r.aOut.split('\n').filter((l) => l === 'leading').length, 1, 'a did not lead again');
 });
+
+test('egress election: a successor whose own lease duration is shorter waits out the holder\'s advertised one (a rollout)', async () => {
+  // The holder advertises 4 s and acts until 3 s after its last renewal; the successor's own
+  // duration would let it take over after 1.2 s, while the holder may still act.
+  const r = await forcedOverlap({ leaseMs: 4000, deadlineMs: 3000, retryMs: 200, pauseMs: 6000, b: { leaseMs: 1200, deadlineMs: 800 } });
+  assert.ok(r.takeoverMs >= 4000, `b took over ${Math.round(r.takeoverMs)} ms after a's last renewal, before a's lease duration`);
+  assert.equal(r.overlapMs, 0);
+  assert.deepEqual(r.writers.slice(r.writers.indexOf('b')).filter((w) => w !== 'b'), [], 'a wrote after b took over');
+});

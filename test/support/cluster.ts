@@ -22,6 +22,7 @@ import { PLUGIN_BIN, callPlugin } from './cni.ts';
 import { KubeControlPlane } from './control-plane.ts';
 import { EtcdServer } from './etcd.ts';
 import { KubeApiServer } from './kube-apiserver.ts';
+import { DelayProxy } from './delay-proxy.ts';
 import { accessObjects } from './manifests.ts';
 import { attachToUnderlay, createNetns, forwardIntoNetns, joinUnderlay, withMounts } from './netns.ts';
 import type { Netns } from './netns.ts';
@@ -50,6 +51,11 @@ export interface ClusterOptions {
    * benchmarks of faults only it can make (a 503 storm, a forced 410); Nodes get 10.244.<n>.0/24.
    */
   testApiServer?: boolean;
+  /**
+   * Kube mode: the nodes reach the API server through a {@link DelayProxy} ({@link Cluster.apiDelay}),
+   * with no delay until a test sets one (a slow API server, for every weftd alike).
+   */
+  apiDelay?: boolean;
 }
 
 /** One weftd process and what it printed. */
@@ -143,6 +149,8 @@ export class Cluster {
   api: KubeControlPlane | undefined;
   /** Kube mode with {@link ClusterOptions.testApiServer}: the test API server. */
   testApi: KubeApiServer | undefined;
+  /** Kube mode with {@link ClusterOptions.apiDelay}: what the nodes reach the API server through. */
+  apiDelay: DelayProxy | undefined;
   readonly #forwarders: (() => Promise<void>)[] = [];
   /** Kube mode: each node's forwarder to the API server, by node name. */
   readonly #apiForwarders = new Map<string, () => Promise<void>>();
@@ -193,6 +201,9 @@ export class Cluster {
       await writeFile(join(this.dir, 'net-conf.json'), this.netConf);
       const token = await this.api.serviceAccountToken('kube-flannel', 'flannel');
       await writeFile(this.#kubeconfig, await readFile(await this.api.kubeconfig(token), 'utf8'));
+    }
+    if (this.o.apiDelay) {
+      this.apiDelay = await DelayProxy.start(join(this.dir, 'api-delay.sock'), (this.api ?? this.testApi)!.socketPath, 0);
     }
     this.underlay = await this.#netns('ul');
     await joinUnderlay(this.underlay, []);
@@ -295,7 +306,7 @@ export class Cluster {
 
   /** Kube mode: joins `node` to the API server again after {@link cutFromApi}. */
   async rejoinApi(node: Pick<ClusterNode, 'name' | 'ns'>): Promise<void> {
-    const stop = await forwardIntoNetns(node.ns, API_PORT, (this.api ?? this.testApi)!.socketPath);
+    const stop = await forwardIntoNetns(node.ns, API_PORT, this.apiDelay?.path ?? (this.api ?? this.testApi)!.socketPath);
     this.#forwarders.push(stop);
     this.#apiForwarders.set(node.name, stop);
   }
@@ -367,6 +378,7 @@ export class Cluster {
     }
     await Promise.all(this.nodes.map((n) => this.stopWeftd(n).catch(() => null)));
     await Promise.all(this.#forwarders.splice(0).map((stop) => stop()));
+    await this.apiDelay?.close();
     for (const ns of this.#namespaces.splice(0).reverse()) await ns.remove();
     await this.etcd?.stop();
     await this.api?.stop();

@@ -1,22 +1,28 @@
 /**
- * A unix-socket proxy that delays every byte by a fixed time in each direction, in order: a slow
- * link for a client in any network namespace (netem is not in this kernel).
+ * A unix-socket proxy that delays every byte by a set time in each direction, in order: a slow
+ * link for a client in any network namespace (netem is not in this kernel). The delay may be
+ * changed while connections are open; bytes never overtake the ones before them.
  */
 import { connect, createServer } from 'node:net';
 import type { Server, Socket } from 'node:net';
 
-/** Writes what `from` sends to `to`, each chunk `delayMs` after it arrived, in order. */
-function delayed(from: Socket, to: Socket, delayMs: number): void {
-  from.on('data', (chunk: Buffer) => {
-    setTimeout(() => {
-      if (!to.destroyed) to.write(chunk);
-    }, delayMs);
-  });
-  from.on('end', () => setTimeout(() => to.end(), delayMs));
+/** Writes what `from` sends to `to`, each chunk `delayMs()` after it arrived and never before the one before it. */
+function delayed(from: Socket, to: Socket, delayMs: () => number): void {
+  let last = 0;
+  const later = (fn: () => void) => {
+    last = Math.max(last, performance.now() + delayMs());
+    setTimeout(fn, Math.max(0, last - performance.now()));
+  };
+  from.on('data', (chunk: Buffer) => later(() => {
+    if (!to.destroyed) to.write(chunk);
+  }));
+  from.on('end', () => later(() => to.end()));
 }
 
 export class DelayProxy {
   readonly path: string;
+  /** The delay each way, ms; a change applies to the bytes that arrive after it. */
+  delayMs = 0;
   readonly #server: Server;
   readonly #sockets = new Set<Socket>();
   #refusing = false;
@@ -47,10 +53,11 @@ export class DelayProxy {
           upstream.destroy();
         });
       }
-      delayed(client, upstream, delayMs);
-      delayed(upstream, client, delayMs);
+      delayed(client, upstream, () => proxy!.delayMs);
+      delayed(upstream, client, () => proxy!.delayMs);
     });
     proxy = new DelayProxy(server, path);
+    proxy.delayMs = delayMs;
     return new Promise((resolve, reject) => {
       server.once('error', reject);
       server.listen(path, () => resolve(proxy));

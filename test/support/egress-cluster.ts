@@ -85,6 +85,13 @@ export async function iperf3(server: Netns, client: Netns, to: string): Promise<
   }
 }
 
+/** One probe window of {@link EgressCluster.watchEips}: when (performance.now()) it began and ended, and per EIP the MACs that answered. */
+export interface EipWindow {
+  start: number;
+  end: number;
+  macs: string[][];
+}
+
 export class EgressCluster {
   readonly c: Cluster;
   readonly outside: Netns;
@@ -229,7 +236,7 @@ export class EgressCluster {
       const eth0 = await handle.linkByName('eth0');
       while (!stopping) {
         const t = performance.now();
-        const seen = await handle.arpProbe(eth0.index, eip, 100);
+        const [seen = []] = await handle.addressProbe(eth0.index, [eip], 100, 2);
         probes++;
         for (const m of seen) macs.add(m);
         if (seen.length > 1) dualMs += performance.now() - t;
@@ -246,6 +253,43 @@ export class EgressCluster {
         return { dualMs: Math.round(dualMs), macs, probes };
       },
     };
+  }
+
+  /**
+   * Watches who answers for each of `eips` as the outside host sees it: a probe round for all of
+   * them (an ARP probe each, or a DAD solicitation for IPv6) every `windowMs`, windows back to
+   * back from its eth0. `windows` fills as they end: when each began and ended, and per EIP (in the
+   * order given) the MACs that answered in it; `stop()` ends it and returns them.
+   */
+  watchEips(eips: readonly string[], windowMs = 50): { windows: readonly EipWindow[]; stop: () => Promise<EipWindow[]> } {
+    const handle = NetlinkHandle.open(this.outside.path);
+    let stopping = false;
+    const windows: EipWindow[] = [];
+    const running = (async () => {
+      const eth0 = await handle.linkByName('eth0');
+      while (!stopping) {
+        const start = performance.now();
+        const macs = await handle.addressProbe(eth0.index, eips, windowMs, 1);
+        windows.push({ start, end: performance.now(), macs });
+      }
+    })();
+    return {
+      windows,
+      stop: async () => {
+        stopping = true;
+        try {
+          await running;
+        } finally {
+          handle.close();
+        }
+        return windows;
+      },
+    };
+  }
+
+  /** The MAC of `n`'s external interface. */
+  async mac(n: ClusterNode): Promise<string> {
+    return (await n.ns.ipJson<{ address: string }[]>('link', 'show', 'dev', 'eth0'))[0]!.address;
   }
 
   /** Whether `n`'s external interface holds `address`. */

@@ -38,8 +38,13 @@ function writes(events: SeenEvent[], name: string): { at: number; holder: string
     .map((e) => ({ at: e.at, holder: String((e.object.spec as { holderIdentity?: string } | undefined)?.holderIdentity ?? '') }));
 }
 
-/** Runs the forced overlap with the election's timings and the pause, in ms. */
-export async function forcedOverlap(o: { leaseMs: number; deadlineMs: number; retryMs: number; pauseMs: number }): Promise<OverlapResult> {
+/**
+ * Runs the forced overlap with the election's timings and the pause, in ms; `b`, when given, is
+ * the successor's own lease duration and renew deadline (a rollout that changed them).
+ */
+export async function forcedOverlap(o: {
+  leaseMs: number; deadlineMs: number; retryMs: number; pauseMs: number; b?: { leaseMs: number; deadlineMs: number };
+}): Promise<OverlapResult> {
   const cp = await KubeControlPlane.start();
   const children: ChildProcess[] = [];
   const outs: string[] = [];
@@ -52,17 +57,17 @@ export async function forcedOverlap(o: { leaseMs: number; deadlineMs: number; re
     stopWatch = watch.stop;
     const holder = () => writes(watch.events, 'probe').at(-1)?.holder;
     const kubeconfig = await cp.kubeconfig();
-    const start = (name: string) => {
-      const args = [CANDIDATE, kubeconfig, name, String(o.leaseMs), String(o.deadlineMs), String(o.retryMs)];
+    const start = (name: string, timing: { leaseMs: number; deadlineMs: number }) => {
+      const args = [CANDIDATE, kubeconfig, name, String(timing.leaseMs), String(timing.deadlineMs), String(o.retryMs)];
       const child = spawn(NODE, args, { stdio: ['ignore', 'pipe', 'inherit'] });
       const i = children.push(child) - 1;
       outs[i] = '';
       child.stdout!.on('data', (d: Buffer) => (outs[i] += d.toString()));
       return () => outs[i]!;
     };
-    const a = start('a');
+    const a = start('a', o);
     await until('a leads', () => a().includes('leading'), 10_000);
-    const b = start('b');
+    const b = start('b', o.b ?? o);
     await until('a writes', () => holder() === 'a', 5000);
     await sleep(o.retryMs * 3);
     if (b().includes('leading')) throw new Error('b took a Lease that a renews');
