@@ -5,7 +5,7 @@ import { ConfigError } from '../../../src/errors.ts';
 import { KubeHttp } from '../../../src/lease/kube/http.ts';
 import { memoryLogger, silentLogger } from '../../../src/log.ts';
 import type { Runner, Sysctl } from '../../../src/masq/runner.ts';
-import { kubeProxyTrace, ServiceProxy, withoutClients } from '../../../src/services/proxy.ts';
+import { kubeProxyTrace, ServiceProxy } from '../../../src/services/proxy.ts';
 
 /** A runner answering as a node would where `present` (argv joined by spaces, or a table list) exists. */
 function node(present: { tables?: string; commands?: string[] }): Runner {
@@ -40,24 +40,6 @@ test('a node running kube-proxy, or without nft, refuses --service-proxy naming 
   });
   const noNft: Runner = async () => ({ code: 127, stdout: '', stderr: 'spawn nft ENOENT' });
   await assert.rejects(proxy(noNft).start(stop.signal), /nft list chains: spawn nft ENOENT/);
-});
-
-test('the repair compares listings without the clients the kernel put in the affinity sets', () => {
-  const set = (elements: string) => [
-    '\tset affinity-ns/web/80/tcp/v4/10.244.1.2_8080 {',
-    '\t\ttype ipv4_addr', '\t\tsize 65535', '\t\tflags dynamic,timeout', '\t\ttimeout 3h',
-    ...(elements ? [elements] : []), '\t}',
-  ].join('\n');
-  const other = '\tset hairpin4 {\n\t\ttype ipv4_addr . ipv4_addr\n\t\telements = { 10.244.1.2 . 10.244.1.2 }\n\t}';
-  const empty = `table inet weft-services {\n${set('')}\n\n${other}\n}\n`;
-  const clients = '\t\telements = { 10.244.1.4 timeout 3h expires 2h59m,\n\t\t\t     10.244.1.5 timeout 3h expires 1h }';
-  const used = `table inet weft-services {\n${set(clients)}\n\n${other}\n}\n`;
-  const kept = (listing: string) => listing.split('\n').filter(withoutClients()).join('\n');
-  assert.equal(kept(used), kept(empty));
-  assert.equal(kept(empty), empty);
-  assert.notEqual(kept(empty.replace('10.244.1.2 . 10.244.1.2', '10.244.1.3 . 10.244.1.3')), empty, 'other sets still count');
-  const oneLine = used.replace(clients, '\t\telements = { 10.244.1.4 timeout 3h expires 2h59m }');
-  assert.equal(kept(oneLine), empty);
 });
 
 test('start sets the br_netfilter sysctls, and where it cannot starts degraded, saying which and why', async () => {
