@@ -44,6 +44,7 @@ import { BridgeNetfilter } from '../masq/bridge-netfilter.ts';
 import { execRunner, mustRun, NFT_LIST_TABLES, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
+import { requireReadBack } from '../nft/read-back.ts';
 import { NetlinkHandle } from '../netlink/index.ts';
 import { DatagramPorts } from './conntrack.ts';
 import type { StaleFlows } from './conntrack.ts';
@@ -52,6 +53,7 @@ import { isInvalid, parseEndpointSlice, parseService, PROXIED_SELECTOR } from '.
 import type { EndpointSlice, Invalid, Service } from './model.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from './render.ts';
 import type { HealthCheck, RenderOptions } from './render.ts';
+import { sampleRuleset } from './sample.ts';
 
 /** The whole table is compared with the kernel's this often, whatever the monitor said. */
 const FULL_CHECK_MS = 5 * 60_000;
@@ -164,13 +166,18 @@ export class ServiceProxy {
   }
 
   /**
-   * Checks that nft works and that kube-proxy is not running here, and sets the br_netfilter
-   * sysctls (ConfigErrors naming what was found; degraded without br_netfilter), then starts the
-   * watches and the repair loop in the background and resolves.
+   * Checks that nft works and reads back the rules the proxy writes (nft/read-back.ts) and that
+   * kube-proxy is not running here, and sets the br_netfilter sysctls (ConfigErrors naming what
+   * was found; degraded without br_netfilter), then starts the watches and the repair loop in
+   * the background and resolves.
    * {@link synced} says when the first rules are in place. `signal` (or {@link stop}) ends it.
    */
   async start(signal: AbortSignal): Promise<void> {
     await requireNft(this.#run, '--service-proxy', 'the Service proxy');
+    await requireReadBack({
+      run: this.#run, flag: '--service-proxy', what: 'the Service proxy', table: `inet ${NFT_SERVICES_TABLE}`,
+      sample: sampleRuleset(this.#renderOptions()),
+    });
     const trace = await kubeProxyTrace(this.#run);
     if (trace) {
       throw new ConfigError('--service-proxy', `kube-proxy runs on this node (${trace}): two Service proxies would translate the same `

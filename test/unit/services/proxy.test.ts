@@ -4,14 +4,29 @@ import { KubeConfig } from '@kubernetes/client-node';
 import { ConfigError } from '../../../src/errors.ts';
 import { KubeHttp } from '../../../src/lease/kube/http.ts';
 import { memoryLogger, silentLogger } from '../../../src/log.ts';
+import { stdinText } from '../../../src/masq/runner.ts';
 import type { Runner, Sysctl } from '../../../src/masq/runner.ts';
 import { kubeProxyTrace, ServiceProxy } from '../../../src/services/proxy.ts';
 
-/** A runner answering as a node would where `present` (argv joined by spaces, or a table list) exists. */
-function node(present: { tables?: string; commands?: string[] }): Runner {
-  return async (argv) => {
+/**
+ * A runner answering as a node would where `present` (argv joined by spaces, or a table list)
+ * exists, with nft `version` (default 1.0.6) reading back what it takes unless `misreads`.
+ */
+function node(present: { tables?: string; commands?: string[]; version?: string; misreads?: boolean }): Runner {
+  let loads = 0;
+  return async (argv, stdin) => {
     const line = argv.join(' ');
     if (line === 'nft list chains') return { code: 0, stdout: present.tables ?? 'table inet weft {\n\tchain c {\n\t}\n}\n', stderr: '' };
+    if (line === 'nft --version') return { code: 0, stdout: `nftables v${present.version ?? '1.0.6'} (Lester Gooch #5)\n`, stderr: '' };
+    if (line === 'nft -f -') {
+      loads++;
+      const refused = present.misreads && loads === 2 && stdinText(stdin).includes('check2');
+      return refused ? { code: 1, stdout: '', stderr: 'Error: syntax error, unexpected junk' } : { code: 0, stdout: '', stderr: '' };
+    }
+    if (line === 'nft list table inet weft-services-check') return { code: 0, stdout: 'table inet weft-services-check {\n}\n', stderr: '' };
+    if (/^nft -j list table inet weft-services-check2?$/.test(line)) {
+      return { code: 0, stdout: JSON.stringify({ nftables: [{ table: { family: 'inet', name: argv[5], handle: 1 } }] }), stderr: '' };
+    }
     if (present.commands?.includes(line)) return { code: 0, stdout: '', stderr: '' };
     return { code: 1, stdout: '', stderr: 'No such file or directory' };
   };
@@ -40,6 +55,27 @@ test('a node running kube-proxy, or without nft, refuses --service-proxy naming 
   });
   const noNft: Runner = async () => ({ code: 127, stdout: '', stderr: 'spawn nft ENOENT' });
   await assert.rejects(proxy(noNft).start(stop.signal), /nft list chains: spawn nft ENOENT/);
+});
+
+test('a host whose nft is older than 1.0.1, or cannot load again what it lists, refuses --service-proxy naming the fix (#39)', async () => {
+  const kc = new KubeConfig();
+  kc.loadFromClusterAndUser({ name: 'c', server: 'https://127.0.0.1:1', skipTLSVerify: false }, { name: 'u' });
+  const proxy = (runner: Runner) => new ServiceProxy({ http: new KubeHttp(kc), node: 'n1', log: silentLogger, clusterCIDRs: [], runner });
+  const stop = new AbortController();
+  stop.abort();
+  const refused = (why: RegExp) => (e: unknown) => {
+    assert.ok(e instanceof ConfigError);
+    assert.equal(e.field, '--service-proxy');
+    assert.match(e.message, why);
+    assert.match(e.message, /needs a kernel of 5\.13 or later and nftables 1\.0\.1 or later .*, or run weftd without --service-proxy$/);
+    return true;
+  };
+  await assert.rejects(proxy(node({ version: '0.9.8' })).start(stop.signal), refused(/are nft 0\.9\.8, which parses the whole ruleset/));
+  await assert.rejects(proxy(node({ misreads: true })).start(stop.signal),
+    refused(/list the rules written as text nft cannot load again \(nft -f -: Error: syntax error, unexpected junk\)/));
+  const p = proxy(node({}));
+  await p.start(stop.signal);
+  await p.stop();
 });
 
 test('start sets the br_netfilter sysctls, and where it cannot starts degraded, saying which and why', async () => {
