@@ -336,7 +336,8 @@ export class KeptTable {
     if (!drift || !applied) return '';
     const names = (keys: string[], kinds: RegExp) => keys.filter((k) => kinds.test(k)).map((k) => k.slice(k.indexOf(' ') + 1));
     const chains = names(drift.changed, /^chain /);
-    const foreign = [...names(drift.changed, /^chain /).filter((c) => !applied.chains.has(c)), ...names(drift.extra, /^chain /)];
+    // Chains of ours that are not in the applied rules were flushed to be deleted (stale): so they stay.
+    const foreign = [...chains.filter((c) => !applied.chains.has(c)), ...names(drift.extra, /^chain /)];
     this.#flushed(foreign);
     return tableRepair(this.#options.table, applied, {
       chains: chains.filter((c) => applied.chains.has(c)), sets: names(drift.changed, /^(set|map) /),

@@ -40,7 +40,8 @@ export interface ShapeDrift {
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
-const DROPPED_KEYS = new Set(['handle', 'family', 'table', 'expires']);
+/** Numbers the kernel gives or counts down by itself. */
+const DROPPED_KEYS = new Set(['handle', 'expires']);
 
 /** `value` as text with keys sorted and what the kernel changes by itself left out (see the file's notes). */
 function canonical(value: Json, key = ''): string {
@@ -102,9 +103,11 @@ class ShapeBuilder {
   item(item: Json, elements: ElementSum): void {
     if (item === null || typeof item !== 'object' || Array.isArray(item)) return;
     const [kind] = Object.keys(item);
-    const body = kind === undefined ? null : item[kind];
-    if (kind === undefined || body === null || typeof body !== 'object' || Array.isArray(body)) return;
+    const object = kind === undefined ? null : item[kind];
+    if (kind === undefined || object === null || typeof object !== 'object' || Array.isArray(object)) return;
     if (kind === 'metainfo') return;
+    // The table an object is in is the one listed (or, for the start-up check, its copy).
+    const { family: _family, table: _table, ...body } = object;
     if (kind === 'table') this.#objects.set('table', digest(canonical({ ...body, name: null })));
     else if (kind === 'chain') this.#objects.set(`chain ${String(body['name'])}`, digest(canonical(body)));
     else if (kind === 'set' || kind === 'map') {
