@@ -35,8 +35,10 @@ import { BridgeNetfilter } from '../masq/bridge-netfilter.ts';
 import { execRunner, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
+import { requireReadBack } from '../nft/read-back.ts';
 import { NFT_POLICY_TABLE } from './nft-script.ts';
 import { PolicyRenderer } from './render.ts';
+import { sampleRuleset } from './sample.ts';
 import { WatchedModel } from './watched-model.ts';
 import type { WiredPod } from './watched-model.ts';
 
@@ -108,12 +110,18 @@ export class PolicyEnforcer {
   }
 
   /**
-   * Checks what enforcement needs (nft: a ConfigError naming it; br_netfilter: degraded without),
-   * then starts the watches and the repair loop in the background and resolves. {@link synced}
-   * says when the first rules are in place. `signal` (or {@link stop}) ends everything.
+   * Checks what enforcement needs (nft, reading back the rules enforcement writes, see
+   * nft/read-back.ts: a ConfigError naming it; br_netfilter: degraded without), then starts the
+   * watches and the repair loop in the background and resolves. {@link synced} says when the
+   * first rules are in place. `signal` (or {@link stop}) ends everything.
    */
   async start(signal: AbortSignal): Promise<void> {
     await requireNft(this.#run, '--network-policy', 'network policy');
+    const sample = sampleRuleset(this.#options.node);
+    if (sample) {
+      const table = `inet ${NFT_POLICY_TABLE}`;
+      await requireReadBack({ run: this.#run, flag: '--network-policy', what: 'network policy', table, sample });
+    }
     await this.#bridgeNetfilter.ensure();
     const stop = AbortSignal.any([signal, this.#stop.signal]);
     const watches = this.#inputs.watch(stop).map((w) => w.catch((e: unknown) => {

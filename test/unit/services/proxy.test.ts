@@ -7,6 +7,7 @@ import { memoryLogger, silentLogger } from '../../../src/log.ts';
 import { stdinText } from '../../../src/masq/runner.ts';
 import type { Runner, Sysctl } from '../../../src/masq/runner.ts';
 import { kubeProxyTrace, ServiceProxy } from '../../../src/services/proxy.ts';
+import { readBackAnswer } from '../../support/nft-host.ts';
 
 /**
  * A runner answering as a node would where `present` (argv joined by spaces, or a table list)
@@ -17,16 +18,11 @@ function node(present: { tables?: string; commands?: string[]; version?: string;
   return async (argv, stdin) => {
     const line = argv.join(' ');
     if (line === 'nft list chains') return { code: 0, stdout: present.tables ?? 'table inet weft {\n\tchain c {\n\t}\n}\n', stderr: '' };
-    if (line === 'nft --version') return { code: 0, stdout: `nftables v${present.version ?? '1.0.6'} (Lester Gooch #5)\n`, stderr: '' };
-    if (line === 'nft -f -') {
-      loads++;
-      const refused = present.misreads && loads === 2 && stdinText(stdin).includes('check2');
-      return refused ? { code: 1, stdout: '', stderr: 'Error: syntax error, unexpected junk' } : { code: 0, stdout: '', stderr: '' };
+    if (line === 'nft -f -' && present.misreads && ++loads === 2 && stdinText(stdin).includes('check2')) {
+      return { code: 1, stdout: '', stderr: 'Error: syntax error, unexpected junk' };
     }
-    if (line === 'nft list table inet weft-services-check') return { code: 0, stdout: 'table inet weft-services-check {\n}\n', stderr: '' };
-    if (/^nft -j list table inet weft-services-check2?$/.test(line)) {
-      return { code: 0, stdout: JSON.stringify({ nftables: [{ table: { family: 'inet', name: argv[5], handle: 1 } }] }), stderr: '' };
-    }
+    const checked = readBackAnswer(argv, present.version);
+    if (checked) return checked;
     if (present.commands?.includes(line)) return { code: 0, stdout: '', stderr: '' };
     return { code: 1, stdout: '', stderr: 'No such file or directory' };
   };
