@@ -351,7 +351,7 @@ export class KeptTable {
     const now = performance.now();
     for (const name of chains) this.#staleChains.set(name, now);
     clearTimeout(this.#staleTimer);
-    this.#staleTimer = setTimeout(() => this.kick(), (this.#options.staleChainMs ?? STALE_CHAIN_MS) + 1);
+    this.#staleTimer = setTimeout(() => this.kick(), (this.#options.staleChainMs ?? STALE_CHAIN_MS) + 1).unref();
   }
 
   /**
