@@ -9,21 +9,29 @@
  *   an apply are taken by the next one; a failed apply is retried with backoff. Callers can wait
  *   for an apply covering their change ({@link KeptTable.appliedThrough}).
  * - Repair: right after an apply that sent something, the table is listed (in the background, so
- *   the next change never waits for it); {@link KeptTable.check} lists it again and, when the two
- *   differ, loads it whole. The owner calls check from masq/runner.ts's runWatchedChecks, woken
- *   by `nft monitor`. A large table's listing costs seconds of nft's CPU: with a duty cycle
- *   ({@link KeptTableOptions.listDutyCycle}) a listing waits until the ones before took at most
- *   that share of the time since, applies meanwhile being covered by one listing after the last.
- *   A check called before that listing stands waits for it; a listing finding the table gone is
- *   drift. Any other change made between an apply and its listing is taken as the apply's own.
+ *   the next change never waits for it) as `nft -j` prints it, read into a digest per chain, set
+ *   and map (listing.ts: sets compared as sets, the clients the kernel records left out);
+ *   {@link KeptTable.check} lists it again and, when they differ, puts back what differs alone
+ *   (ruleset.ts, tableRepair), so the clients of ClientIP affinity's sets stay; the table is
+ *   loaded whole when it is gone or the repair fails. The owner calls check from masq/runner.ts's
+ *   runWatchedChecks, woken by `nft monitor`. A large table's listing costs seconds of nft's
+ *   CPU: with a duty cycle ({@link KeptTableOptions.listDutyCycle}) a listing waits until the
+ *   ones before took at most that share of the time since, applies meanwhile being covered by one
+ *   listing after the last. A check called before that listing stands waits for it; a listing
+ *   finding the table gone is drift. Any other change made between an apply and its listing is
+ *   taken as the apply's own.
+ * - Chains an apply leaves unused are flushed by it and deleted by a transaction of their own
+ *   once {@link KeptTableOptions.staleChainMs} has passed, as kube-proxy does: kernels before 6.2
+ *   notice late that a verdict map's element removed with the chain no longer points at it.
  */
-import { createHash } from 'node:crypto';
 import { WeftError } from '../errors.ts';
 import type { Logger } from '../log.ts';
 import { mustRun, TrafficRulesError } from '../masq/runner.ts';
 import type { Runner } from '../masq/runner.ts';
 import { Backoff, sleep } from '../retry.ts';
-import { tableScriptPieces, tableUpdate } from './ruleset.ts';
+import { shapeDrift, ShapeReader } from './listing.ts';
+import type { ShapeDrift, TableShape } from './listing.ts';
+import { goneChains, staleChainsDeletion, tableRepair, tableScriptPieces, tableUpdate } from './ruleset.ts';
 import type { NftRuleset } from './ruleset.ts';
 
 export interface KeptTableOptions {
@@ -37,11 +45,8 @@ export interface KeptTableOptions {
   render: () => NftRuleset | undefined;
   /** Whether the inputs are complete (the first apply waits for them). */
   ready: () => boolean;
-  /**
-   * What of a listing counts for the repair (e.g. not what the kernel adds to dynamic sets): a
-   * fresh filter of its lines for each listing; default every line.
-   */
-  lineFilter?: () => (line: string) => boolean;
+  /** How long a chain left unused stays, flushed, before its deletion; default kube-proxy's 1 s. */
+  staleChainMs?: number;
   /**
    * Called after each apply that sent something, with what was applied before and now; the apply
    * (and {@link KeptTable.appliedThrough}) ends when what it returns settles. It must not reject.
@@ -63,11 +68,8 @@ export interface KeptTableOptions {
  */
 export const CHEAP_LIST_MS = 100;
 
-/** A listing of the table, as compared by the repair. */
-interface Listing {
-  digest: string;
-  bytes: number;
-}
+/** kube-proxy's wait between flushing a chain left unused and deleting it. */
+export const STALE_CHAIN_MS = 1000;
 
 /** One nftables table kept as rendered, applied by difference and repaired. */
 export class KeptTable {
@@ -76,7 +78,12 @@ export class KeptTable {
   #applied: NftRuleset | undefined;
   #appliedKnown = false;
   /** The listing right after our last apply (undefined: no table). */
-  #golden: Listing | undefined;
+  #golden: TableShape | undefined;
+  /** What the last check found drifted, put back by the next apply. */
+  #repair: ShapeDrift | undefined;
+  /** Chains flushed by an apply or a repair, to be deleted (performance.now() ms when flushed). */
+  readonly #staleChains = new Map<string, number>();
+  #staleTimer: NodeJS.Timeout | undefined;
   /** Applies sent, so a listing taken across one is not mistaken for drift. */
   #applies = 0;
   /** The apply {@link #golden} was listed after (-1: none yet, or being listed). */
@@ -149,13 +156,15 @@ export class KeptTable {
   /** Ends applying (the table stays) once the apply and listing under way are done. */
   async stop(): Promise<void> {
     this.#stop.abort();
+    clearTimeout(this.#staleTimer);
     this.#synced.reject(new WeftError('ESTOPPED', `${this.#options.what} stopped`));
     await this.#applying;
     while (this.#goldenTask) await this.#goldenTask;
   }
 
   /**
-   * Compares the table with the listing of our last apply; loads it whole again when they differ.
+   * Compares the table with the listing of our last apply; puts back what differs (the whole
+   * table when it is gone, or should be).
    * Called during an apply, or before the listing of the last one stands, it first waits for
    * them: the change it was called for may have come after that listing was taken.
    */
@@ -169,14 +178,25 @@ export class KeptTable {
     const listing = await this.#list();
     // An apply since (or still listing its own result) makes this listing no evidence of drift.
     if (this.#applying || !this.#appliedKnown || applies !== this.#applies) return;
-    if (listing?.digest === this.#golden?.digest) return;
-    this.#drifted(listing === undefined ? 'missing' : this.#golden === undefined ? 'present, wanted absent' : 'altered');
+    if (listing === undefined && this.#golden === undefined) return;
+    if (listing === undefined || this.#golden === undefined) {
+      this.#drifted(listing === undefined ? 'missing' : 'present, wanted absent');
+      return;
+    }
+    const drift = shapeDrift(this.#golden, listing);
+    if (drift.changed.length > 0 || drift.extra.length > 0) this.#drifted('altered', drift);
   }
 
-  #drifted(state: string): void {
+  /** Puts back what `drift` names; the whole table without one, or when it names more than chains, sets and maps. */
+  #drifted(state: string, drift?: ShapeDrift): void {
     const { what, table, log } = this.#options;
-    log.warn(`${what}: table ${table} was changed by something else; loading it again`, { state });
-    this.#appliedKnown = false;
+    const parts = drift && [...drift.changed, ...drift.extra.map((k) => `${k} (foreign)`)];
+    const alone = drift !== undefined && [...drift.changed, ...drift.extra].every((k) => /^(chain|set|map) /.test(k));
+    log.warn(`${what}: table ${table} was changed by something else; ${alone ? 'putting back what changed' : 'loading it again'}`, {
+      state, ...(parts ? { objects: parts.slice(0, 10), count: parts.length } : {}),
+    });
+    if (alone) this.#repair = drift;
+    else this.#appliedKnown = false;
     this.bump();
     this.kick();
   }
@@ -262,11 +282,14 @@ export class KeptTable {
     const { table, run } = this.#options;
     const started = performance.now();
     const next = this.#options.render();
-    const update = this.#appliedKnown ? tableUpdate(table, this.#applied, next) : undefined;
+    const deleted = this.#appliedKnown && await this.#deleteStaleChains(next);
+    const repair = this.#appliedKnown ? this.#repairScript() : '';
+    const changes = this.#appliedKnown ? tableUpdate(table, this.#applied, next, { deferChainDeletion: true }) : undefined;
+    const update = changes === undefined ? undefined : repair + changes;
     if (update === '') {
       // The same rules: the next render's delta (see ruleset.ts) is from this one.
       this.#applied = next;
-      return false;
+      return deleted;
     }
     // A whole load is made as nft reads it (see tableScriptPieces).
     let bytes = update?.length ?? 0;
@@ -281,8 +304,12 @@ export class KeptTable {
     const rendered = performance.now();
     await mustRun(run, `apply nftables table ${table}`, ['nft', '-f', '-'], script);
     const nftMs = performance.now() - rendered;
+    if (update === undefined) {
+      this.#staleChains.clear();
+      this.#repair = undefined;
+    } else this.#flushed(goneChains(this.#applied, next));
     this.#options.log.debug(`${this.#options.what}: rules applied`, {
-      render_ms: Math.round(rendered - started), nft_ms: Math.round(nftMs), bytes, whole: update === undefined,
+      render_ms: Math.round(rendered - started), nft_ms: Math.round(nftMs), bytes, whole: update === undefined, repair: repair !== '',
     });
     this.#applied = next;
     this.#appliedKnown = true;
@@ -299,32 +326,74 @@ export class KeptTable {
   }
 
   /**
-   * What `nft list table <table>` prints, as a digest taken as it comes (a listing at 10,000
-   * Services is 8 MB, not worth holding), or undefined when the table does not exist.
+   * The repair's lines for what the last check found drifted ('' when nothing): the parts of the
+   * applied rules put back, foreign chains flushed (and deleted later), foreign sets deleted.
    */
-  async #list(): Promise<Listing | undefined> {
-    const argv = ['nft', 'list', 'table', ...this.#options.table.split(' ')];
+  #repairScript(): string {
+    const drift = this.#repair;
+    this.#repair = undefined;
+    const applied = this.#applied;
+    if (!drift || !applied) return '';
+    const names = (keys: string[], kinds: RegExp) => keys.filter((k) => kinds.test(k)).map((k) => k.slice(k.indexOf(' ') + 1));
+    const chains = names(drift.changed, /^chain /);
+    // Chains of ours that are not in the applied rules were flushed to be deleted (stale): so they stay.
+    const foreign = [...chains.filter((c) => !applied.chains.has(c)), ...names(drift.extra, /^chain /)];
+    this.#flushed(foreign);
+    return tableRepair(this.#options.table, applied, {
+      chains: chains.filter((c) => applied.chains.has(c)), sets: names(drift.changed, /^(set|map) /),
+      flushChains: foreign, deleteSets: drift.extra.filter((k) => /^(set|map) /.test(k)),
+    });
+  }
+
+  /** Takes `chains` as flushed now, and has them deleted once they have been for {@link KeptTableOptions.staleChainMs}. */
+  #flushed(chains: readonly string[]): void {
+    if (chains.length === 0) return;
+    const now = performance.now();
+    for (const name of chains) this.#staleChains.set(name, now);
+    clearTimeout(this.#staleTimer);
+    this.#staleTimer = setTimeout(() => this.kick(), (this.#options.staleChainMs ?? STALE_CHAIN_MS) + 1).unref();
+  }
+
+  /**
+   * Deletes the chains flushed long enough ago that `next` does not bring back, in a transaction
+   * of their own; returns whether one was sent. A failure is logged, and the chains (empty and
+   * unused) left to the next whole load.
+   */
+  async #deleteStaleChains(next: NftRuleset | undefined): Promise<boolean> {
+    const before = performance.now() - (this.#options.staleChainMs ?? STALE_CHAIN_MS);
+    const due: string[] = [];
+    for (const [name, at] of this.#staleChains) {
+      if (next?.chains.has(name)) this.#staleChains.delete(name);
+      else if (at <= before) due.push(name);
+    }
+    if (due.length === 0) return false;
+    for (const name of due) this.#staleChains.delete(name);
+    this.#applies++;
+    const r = await this.#options.run(['nft', '-f', '-'], staleChainsDeletion(this.#options.table, due));
+    if (r.code !== 0) {
+      this.#options.log.error(`${this.#options.what}: failed to delete chains no rule uses any more; they stay, empty`, {
+        chains: due.slice(0, 10), count: due.length, err: r.stderr.trim(),
+      });
+    } else this.#options.log.debug(`${this.#options.what}: deleted chains no rule uses any more`, { count: due.length });
+    return true;
+  }
+
+  /**
+   * What `nft -j list table <table>` prints, read into a digest per object as it comes (a listing
+   * at 10,000 Services runs to tens of megabytes, not worth holding), or undefined when the table
+   * does not exist.
+   */
+  async #list(): Promise<TableShape | undefined> {
+    const argv = ['nft', '-j', 'list', 'table', ...this.#options.table.split(' ')];
     const started = performance.now();
-    const hash = createHash('sha256');
-    const keep = this.#options.lineFilter?.() ?? (() => true);
-    let bytes = 0;
-    let partial = '';
-    const take = (text: string) => {
-      const lines = (partial + text).split('\n');
-      partial = lines.pop()!;
-      for (const line of lines) {
-        if (!keep(line)) continue;
-        hash.update(line).update('\n');
-        bytes += line.length + 1;
-      }
-    };
-    const r = await this.#options.run(argv, undefined, take).finally(() => {
+    const reader = new ShapeReader();
+    const r = await this.#options.run(argv, undefined, (text) => reader.take(text)).finally(() => {
       this.#listedAt = performance.now();
       this.#listMs = this.#listedAt - started;
     });
     if (r.code === 0) {
-      take(`${r.stdout}\n`);
-      return { digest: hash.digest('hex'), bytes };
+      reader.take(r.stdout);
+      return reader.end();
     }
     if (/No such file or directory/i.test(r.stderr)) return undefined;
     throw new TrafficRulesError(`list nftables table ${this.#options.table}`, argv, r);

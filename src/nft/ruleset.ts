@@ -130,6 +130,27 @@ export function tableScript(table: string, ruleset: NftRuleset | undefined): str
   return [...tableScriptPieces(table, ruleset)].join('');
 }
 
+/** `to`'s delta when it is the one from `from` (see {@link NftRulesetDelta}). */
+function deltaFrom(from: NftRuleset, to: NftRuleset): NftRulesetDelta | undefined {
+  return to.delta && from.delta?.source === to.delta.source && from.delta.serial + 1 === to.delta.serial ? to.delta : undefined;
+}
+
+/** The chains of `from` that `to` has no more (only those its delta names, when it has one). */
+export function goneChains(from: NftRuleset | undefined, to: NftRuleset | undefined): string[] {
+  if (!from || !to) return [];
+  const delta = deltaFrom(from, to);
+  return [...(delta ? delta.chains : from.chains.keys())].filter((name) => from.chains.has(name) && !to.chains.has(name));
+}
+
+export interface TableUpdateOptions {
+  /**
+   * Gone chains are only flushed, left for a later transaction to delete (see
+   * {@link staleChainsDeletion}): kernels before 6.2 notice late that a map element removed in
+   * the same transaction no longer points at the chain, and refuse its deletion.
+   */
+  deferChainDeletion?: boolean;
+}
+
 /**
  * The `nft -f` script that, in one transaction, turns the loaded `from` into `to` touching only
  * what differs: changed elements of a few sets and maps (see {@link elementChanges}), changed
@@ -138,12 +159,14 @@ export function tableScript(table: string, ruleset: NftRuleset | undefined): str
  * In order: new chains are added (so map elements can jump to them), changed and gone chains
  * flushed (so nothing refers to what is deleted next), sets and maps that go (or change type)
  * deleted, new ones added, changed ones refilled, gone chains deleted (no map jumps to them any
- * more), and the changed chains' rules added. The whole script when either side has no table.
- * Empty when nothing differs.
+ * more; unless deferred), and the changed chains' rules added. The whole script when either side
+ * has no table. Empty when nothing differs.
  */
-export function tableUpdate(table: string, from: NftRuleset | undefined, to: NftRuleset | undefined): string {
+export function tableUpdate(
+  table: string, from: NftRuleset | undefined, to: NftRuleset | undefined, options: TableUpdateOptions = {},
+): string {
   if (!from || !to) return from === to ? '' : tableScript(table, to);
-  const delta = to.delta && from.delta?.source === to.delta.source && from.delta.serial + 1 === to.delta.serial ? to.delta : undefined;
+  const delta = deltaFrom(from, to);
   const oldSets = new Map(from.sets.map((s) => [s.name, s]));
   const newSets = new Map(to.sets.map((s) => [s.name, s]));
   const declaration = (x: NftSet) => setBody({ ...x, elements: [] }).join();
@@ -159,14 +182,14 @@ export function tableUpdate(table: string, from: NftRuleset | undefined, to: Nft
     })
     : to.chains;
   const changedChains = [...candidates].filter(([name, rules]) => !sameRules(from.chains.get(name), rules));
-  const goneChains = [...(delta ? delta.chains : from.chains.keys())].filter((name) => from.chains.has(name) && !to.chains.has(name));
+  const gone = goneChains(from, to);
   const lines: string[] = [];
   for (const [name, rules] of changedChains) {
     if (from.chains.has(name)) continue;
     lines.push(isBase(rules) ? `add chain ${table} ${name} { ${rules[0]} }` : `add chain ${table} ${name}`);
   }
   for (const [name] of changedChains) if (from.chains.has(name)) lines.push(`flush chain ${table} ${name}`);
-  for (const name of goneChains) lines.push(`flush chain ${table} ${name}`);
+  for (const name of gone) lines.push(`flush chain ${table} ${name}`);
   for (const [name, s] of oldSets) {
     if (delta && !delta.sets.has(name)) continue;
     const next = newSets.get(name);
@@ -182,9 +205,62 @@ export function tableUpdate(table: string, from: NftRuleset | undefined, to: Nft
       else if (was.elements.join() !== s.elements.join()) lines.push(...elementChanges(table, was, s));
     }
   }
-  for (const name of goneChains) lines.push(`delete chain ${table} ${name}`);
+  if (!options.deferChainDeletion) for (const name of gone) lines.push(`delete chain ${table} ${name}`);
   for (const [name, rules] of changedChains) {
     // A base chain's first line is its declaration: kept by the flush, never a rule.
+    for (const rule of isBase(rules) ? rules.slice(1) : rules) lines.push(`add rule ${table} ${name} ${rule}`);
+  }
+  return lines.length === 0 ? '' : `${lines.join('\n')}\n`;
+}
+
+/**
+ * The `nft -f` script deleting chains flushed by an earlier transaction; each is added first, so
+ * one that is gone already does not fail the transaction.
+ */
+export function staleChainsDeletion(table: string, chains: Iterable<string>): string {
+  return [...chains].map((name) => `add chain ${table} ${name}\ndelete chain ${table} ${name}\n`).join('');
+}
+
+/** What a repair puts back as `ruleset` has it, and what it removes (flushed chains, deleted sets and maps). */
+export interface TableRepair {
+  /** Chains of the ruleset, added when missing and filled again. */
+  chains: readonly string[];
+  /** Sets and maps of the ruleset, added when missing and, unless the kernel writes them (`dynamic`), filled again. */
+  sets: readonly string[];
+  /** Chains not of the ruleset: flushed (deleted by a later transaction, see {@link staleChainsDeletion}). */
+  flushChains: readonly string[];
+  /** Sets and maps not of the ruleset, `set <name>` or `map <name>`: deleted. */
+  deleteSets: readonly string[];
+}
+
+/**
+ * The `nft -f` script that, in one transaction, puts back the parts of `ruleset` named by
+ * `repair` in a table that holds the rest of it, leaving every other chain, set and map (and the
+ * clients ClientIP affinity recorded) as they are. In order: missing chains and sets declared
+ * (`add` leaves one that exists as it is), chains flushed, sets of ours that the kernel does not
+ * write flushed and filled again, foreign sets deleted (no rule refers to them any more), and the
+ * chains' rules added.
+ */
+export function tableRepair(table: string, ruleset: NftRuleset, repair: TableRepair): string {
+  const sets = new Map(ruleset.sets.map((s) => [s.name, s]));
+  const lines: string[] = [];
+  const chains = repair.chains.flatMap((name): [string, string[]][] => {
+    const rules = ruleset.chains.get(name);
+    return rules ? [[name, rules]] : [];
+  });
+  const ours = repair.sets.flatMap((name) => sets.get(name) ?? []);
+  for (const [name, rules] of chains) {
+    lines.push(isBase(rules) ? `add chain ${table} ${name} { ${rules[0]} }` : `add chain ${table} ${name}`);
+  }
+  for (const s of ours) lines.push(`add ${s.kind} ${table} ${s.name} { ${setBody({ ...s, elements: [] }).join('; ')}; }`);
+  for (const name of [...chains.map(([name]) => name), ...repair.flushChains]) lines.push(`flush chain ${table} ${name}`);
+  for (const s of ours) {
+    if (s.flags?.includes('dynamic')) continue;
+    lines.push(`flush ${s.kind} ${table} ${s.name}`);
+    if (s.elements.length > 0) lines.push(`add element ${table} ${s.name} { ${s.elements.join(', ')} }`);
+  }
+  for (const set of repair.deleteSets) lines.push(`delete ${set.replace(' ', ` ${table} `)}`);
+  for (const [name, rules] of chains) {
     for (const rule of isBase(rules) ? rules.slice(1) : rules) lines.push(`add rule ${table} ${name} ${rule}`);
   }
   return lines.length === 0 ? '' : `${lines.join('\n')}\n`;

@@ -38,13 +38,13 @@ import { BridgeNetfilter } from '../masq/bridge-netfilter.ts';
 import { execRunner, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
-import { withoutElementsOf } from '../nft/line-filter.ts';
+import { requireReadBack } from '../nft/read-back.ts';
 import type { PolicyModel } from './model.ts';
 import { NFT_POLICY_TABLE } from './nft-script.ts';
 import { PolicyRenderer } from './render.ts';
+import { sampleRuleset } from './sample.ts';
 import { VerdictLog } from './verdict-log.ts';
 import type { VerdictLogOptions } from './verdict-log.ts';
-import { isMeter } from './verdict-rules.ts';
 import { WatchedModel } from './watched-model.ts';
 import type { WiredPod } from './watched-model.ts';
 
@@ -113,7 +113,6 @@ export class PolicyEnforcer {
       table: `inet ${NFT_POLICY_TABLE}`, what: 'network policy', log: this.#log, run: this.#run,
       render: () => this.#renderer.render((this.#rendered = this.#inputs.model()), this.#options.node),
       ready: () => this.#inputs.complete,
-      lineFilter: withoutElementsOf(isMeter),
       applied: (before, now) => {
         if (!now && before) this.#log.info(`network policy: no policy selects a pod of this node; table inet ${NFT_POLICY_TABLE} removed`);
         else if (now && !before) {
@@ -128,12 +127,18 @@ export class PolicyEnforcer {
   }
 
   /**
-   * Checks what enforcement needs (nft: a ConfigError naming it; br_netfilter: degraded without),
-   * then starts the watches and the repair loop in the background and resolves. {@link synced}
-   * says when the first rules are in place. `signal` (or {@link stop}) ends everything.
+   * Checks what enforcement needs (nft, reading back the rules enforcement writes, see
+   * nft/read-back.ts: a ConfigError naming it; br_netfilter: degraded without), then starts the
+   * watches and the repair loop in the background and resolves. {@link synced} says when the
+   * first rules are in place. `signal` (or {@link stop}) ends everything.
    */
   async start(signal: AbortSignal): Promise<void> {
     await requireNft(this.#run, '--network-policy', 'network policy');
+    const sample = sampleRuleset(this.#options.node);
+    if (sample) {
+      const table = `inet ${NFT_POLICY_TABLE}`;
+      await requireReadBack({ run: this.#run, flag: '--network-policy', what: 'network policy', table, sample });
+    }
     await this.#bridgeNetfilter.ensure();
     await this.#verdictLog?.start().catch((e: unknown) => {
       this.#log.warn('network policy: verdict logs off, enforcement goes on', { err: e });

@@ -45,9 +45,6 @@ export interface VerdictTarget {
 
 const meterName = (f: Family) => `vlog${f}`;
 
-/** Whether a set of the table is a meter of these rules (its elements come from the kernel). */
-export const isMeter = (set: string): boolean => set === meterName(4) || set === meterName(6);
-
 /** The log prefix of `verdict` in the group chain `chain`. */
 export function verdictPrefix(verdict: Verdict, chain: string): string {
   return `weft-${verdict === 'deny' ? 'D' : 'A'}-${createHash('sha256').update(chain).digest('hex').slice(0, 12)}`;

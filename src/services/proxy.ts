@@ -12,10 +12,10 @@
  * - Apply and repair: nft/kept-table.ts, as network policy's table: one render per batch of
  *   changes, one `nft -f` transaction with what differs, the table listed after each apply and
  *   compared when `nft monitor` reports a change to the ruleset (every 5 minutes anyway), and
- *   loaded whole again when it differs. Listings take at most a tenth of the time: at 10,000
+ *   what differs put back alone. Listings take at most a tenth of the time: at 10,000
  *   Services one costs nft a second of CPU, which must not follow every endpoint change. The
- *   clients recorded in the affinity sets are the kernel's, not drift, and are left out of the
- *   comparison. The table stays when weftd stops.
+ *   clients recorded in the affinity sets are the kernel's, not drift: they are left out of the
+ *   comparison, and a repair keeps them. The table stays when weftd stops.
  * - Health checks: each externalTrafficPolicy Local load balancer's healthCheckNodePort is served
  *   as kube-proxy serves it (200 with this node's count of ready endpoints when it has some, else
  *   503), so a cloud load balancer sends only to nodes with endpoints and drains a node whose
@@ -44,6 +44,7 @@ import { BridgeNetfilter } from '../masq/bridge-netfilter.ts';
 import { execRunner, mustRun, NFT_LIST_TABLES, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
+import { requireReadBack } from '../nft/read-back.ts';
 import { NetlinkHandle } from '../netlink/index.ts';
 import { DatagramPorts } from './conntrack.ts';
 import type { StaleFlows } from './conntrack.ts';
@@ -51,7 +52,8 @@ import { LiveServiceIndex } from './index.ts';
 import { isInvalid, parseEndpointSlice, parseService, PROXIED_SELECTOR } from './model.ts';
 import type { EndpointSlice, Invalid, Service } from './model.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from './render.ts';
-import type { HealthCheck } from './render.ts';
+import type { HealthCheck, RenderOptions } from './render.ts';
+import { sampleRuleset } from './sample.ts';
 
 /** The whole table is compared with the kernel's this often, whatever the monitor said. */
 const FULL_CHECK_MS = 5 * 60_000;
@@ -87,28 +89,6 @@ export interface ServiceProxyOptions {
 }
 
 type Stored<T> = T | Invalid;
-
-/**
- * A filter of a listing's lines leaving out the clients an affinity set holds (its `elements`,
- * which may go on over several lines): they are the kernel's, not drift.
- */
-export function withoutClients(): (line: string) => boolean {
-  let inAffinitySet = false;
-  let inElements = false;
-  return (line) => {
-    if (inElements) {
-      inElements = !line.includes('}');
-      return false;
-    }
-    if (line.startsWith('\tset ')) inAffinitySet = line.startsWith('\tset affinity-');
-    else if (line === '\t}') inAffinitySet = false;
-    else if (inAffinitySet && line.startsWith('\t\telements = {')) {
-      inElements = !line.includes('}');
-      return false;
-    }
-    return true;
-  };
-}
 
 /**
  * Why kube-proxy seems to run on this node, or undefined: its nftables tables, its iptables chain
@@ -173,7 +153,6 @@ export class ServiceProxy {
       table: `inet ${NFT_SERVICES_TABLE}`, what: 'service proxy', log: this.#log, run: this.#run,
       render: () => this.#render(),
       ready: () => this.#listed.size === 2,
-      lineFilter: withoutClients,
       listDutyCycle: LIST_DUTY_CYCLE,
       applied: (before, now, timings) => {
         if (!before && now) this.#log.info(`service proxy: translating Services in table inet ${NFT_SERVICES_TABLE}`, {
@@ -187,13 +166,18 @@ export class ServiceProxy {
   }
 
   /**
-   * Checks that nft works and that kube-proxy is not running here, and sets the br_netfilter
-   * sysctls (ConfigErrors naming what was found; degraded without br_netfilter), then starts the
-   * watches and the repair loop in the background and resolves.
+   * Checks that nft works and reads back the rules the proxy writes (nft/read-back.ts) and that
+   * kube-proxy is not running here, and sets the br_netfilter sysctls (ConfigErrors naming what
+   * was found; degraded without br_netfilter), then starts the watches and the repair loop in
+   * the background and resolves.
    * {@link synced} says when the first rules are in place. `signal` (or {@link stop}) ends it.
    */
   async start(signal: AbortSignal): Promise<void> {
     await requireNft(this.#run, '--service-proxy', 'the Service proxy');
+    await requireReadBack({
+      run: this.#run, flag: '--service-proxy', what: 'the Service proxy', table: `inet ${NFT_SERVICES_TABLE}`,
+      sample: sampleRuleset(this.#renderOptions()),
+    });
     const trace = await kubeProxyTrace(this.#run);
     if (trace) {
       throw new ConfigError('--service-proxy', `kube-proxy runs on this node (${trace}): two Service proxies would translate the same `
@@ -236,11 +220,7 @@ export class ServiceProxy {
 
   #render() {
     const changed = this.#index.takeChanged();
-    const rendered = this.#renderer.render(this.#index, {
-      node: this.#options.node, clusterCIDRs: this.#options.clusterCIDRs,
-      ...(this.#options.nodePortCIDRs ? { nodePortCIDRs: this.#options.nodePortCIDRs } : {}),
-      ...(this.#options.serviceCIDRs ? { serviceCIDRs: this.#options.serviceCIDRs } : {}),
-    }, changed);
+    const rendered = this.#renderer.render(this.#index, this.#renderOptions(), changed);
     this.#stale.push(...this.#datagramPorts.update(this.#index, this.#options.node, changed));
     if (rendered.healthChecks !== this.#healthChecks) {
       this.#healthChecks = rendered.healthChecks;
@@ -249,6 +229,14 @@ export class ServiceProxy {
       for (const [port, entry] of this.#healthServers) entry.check = checks.get(port) ?? entry.check;
     }
     return rendered.ruleset;
+  }
+
+  #renderOptions(): RenderOptions {
+    return {
+      node: this.#options.node, clusterCIDRs: this.#options.clusterCIDRs,
+      ...(this.#options.nodePortCIDRs ? { nodePortCIDRs: this.#options.nodePortCIDRs } : {}),
+      ...(this.#options.serviceCIDRs ? { serviceCIDRs: this.#options.serviceCIDRs } : {}),
+    };
   }
 
   /** Deletes the conntrack entries the applied rules left stale; a failure is logged, not tried again. */

@@ -286,6 +286,30 @@ test('the Service proxy translates every Service type and policy on a real kerne
           await node.exec('nft', 'flush', 'map', 'inet', NFT_SERVICES_TABLE, 'services4');
           await eventually(agents.pa, '10.96.0.31', 'TCP', 80, answered);
         });
+        await t.test('a repair puts back a rule deleted by hand and keeps the clients ClientIP affinity recorded (#39)', async () => {
+          const first = byOf(await many(agents.pc, '10.96.0.40', 80, 4));
+          assert.equal(first.length, 1, 'one endpoint for the client');
+          /** The affinity sets of Service sticky holding pc's address. */
+          const holding = async () => {
+            const listing = JSON.parse(await node.exec('nft', '-j', 'list', 'table', 'inet', NFT_SERVICES_TABLE)) as {
+              nftables: { set?: { name: string; elem?: { elem: { val: string } }[] } }[];
+            };
+            return listing.nftables.flatMap((o) => (o.set?.name.startsWith('affinity-svc/sticky/') &&
+              o.set.elem?.some((e) => e.elem.val === v4('pc')) ? [o.set.name] : []));
+          };
+          const before = await holding();
+          assert.equal(before.length, 1, 'the client is recorded');
+          const listChain = (...flags: string[]) =>
+            node.exec('nft', ...flags, 'list', 'chain', 'inet', NFT_SERVICES_TABLE, 'nat-prerouting');
+          const handle = /@services4.* # handle (\d+)$/m.exec(await listChain('-a'))?.[1];
+          assert.ok(handle, 'the dispatch rule of the IPv4 cluster IPs');
+          await node.exec('nft', 'delete', 'rule', 'inet', NFT_SERVICES_TABLE, 'nat-prerouting', 'handle', handle);
+          // Listings keep to the proxy's duty cycle: on a busy machine the repair's may wait seconds for its turn.
+          await until('the rule is put back', async () => (await listChain()).includes('@services4'), 60_000);
+          assert.deepEqual(await holding(), before, 'the client is still recorded');
+          assert.deepEqual(byOf(await many(agents.pc, '10.96.0.40', 80, 10)), first, 'and keeps its endpoint');
+          assert.match(log.records.filter((r) => /changed by something else/.test(r.msg)).at(-1)!.msg, /putting back what changed$/);
+        });
         await t.test('nothing failed on the way', () => {
           assert.deepEqual(log.records.filter((r) => r.level === 'error').map((r) => `${r.msg} ${JSON.stringify(r.fields)}`), []);
         });

@@ -9,6 +9,7 @@ import type { Runner, Sysctl } from '../../../src/masq/runner.ts';
 import { PolicyEnforcer } from '../../../src/policy/enforcer.ts';
 import type { PolicyEnforcerOptions } from '../../../src/policy/enforcer.ts';
 import { NFLOG_GROUP } from '../../../src/policy/verdict-rules.ts';
+import { readBackAnswer } from '../../support/nft-host.ts';
 import { KubeConfig } from '@kubernetes/client-node';
 
 test('the Pod of a CNI call comes from CNI_ARGS, when both its namespace and name are there', () => {
@@ -25,7 +26,7 @@ function enforcer(run: Runner, sysctl: Sysctl, log: Logger = silentLogger): Poli
   return new PolicyEnforcer({ http: new KubeHttp(kc), node: 'node-1', log, runner: run, sysctl });
 }
 
-const nftWorks: Runner = async () => ({ code: 0, stdout: '', stderr: '' });
+const nftWorks: Runner = async (argv) => readBackAnswer(argv) ?? { code: 0, stdout: '', stderr: '' };
 const bridgeOn: Sysctl = { read: async () => '1', write: async () => undefined };
 
 test('start-up refuses without nft; without br_netfilter\'s calls it starts, degraded, and says so', async () => {
@@ -73,4 +74,16 @@ test('verdict logs: the group is bound at start, unbound at stop; where it canno
   await refused.stop();
   const warning = log.records.find((r) => r.msg === 'network policy: verdict logs off, enforcement goes on');
   assert.match(String((warning?.fields['err'] as Error | undefined)?.message), /failed to bind NFLOG group 22342: EPERM/);
+});
+
+test('a host whose nft is older than 1.0.1 refuses --network-policy naming the fix (#39)', async () => {
+  const stop = new AbortController();
+  stop.abort();
+  const old: Runner = async (argv) => readBackAnswer(argv, '0.9.8') ?? { code: 0, stdout: '', stderr: '' };
+  await assert.rejects(enforcer(old, bridgeOn).start(stop.signal), (err: unknown) => {
+    assert.ok(err instanceof ConfigError, String(err));
+    assert.equal(err.field, '--network-policy');
+    assert.match(err.message, /are nft 0\.9\.8, .*needs a kernel of 5\.13 or later and nftables 1\.0\.1 or later/);
+    return true;
+  });
 });

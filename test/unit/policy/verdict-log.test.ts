@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { withoutElementsOf } from '../../../src/nft/line-filter.ts';
 import { ACL_LOGGING_ANNOTATION, parseAclLogging } from '../../../src/policy/acl-logging.ts';
 import { isInvalid, parseNamespace } from '../../../src/policy/model.ts';
 import type { Namespace, PolicyModel } from '../../../src/policy/model.ts';
@@ -8,7 +7,7 @@ import { PolicyRenderer, renderPolicy } from '../../../src/policy/render.ts';
 import { memoryLogger } from '../../../src/log.ts';
 import type { LoggedPacket, NflogOptions } from '../../../src/netlink/index.ts';
 import { NFLOG_READ, NO_POLICY, podsByAddress, VerdictLog, verdictLine } from '../../../src/policy/verdict-log.ts';
-import { isMeter, LOG_BURST, LOG_RATE, NFLOG_GROUP, verdictPrefix } from '../../../src/policy/verdict-rules.ts';
+import { LOG_BURST, LOG_RATE, NFLOG_GROUP, verdictPrefix } from '../../../src/policy/verdict-rules.ts';
 import type { VerdictTarget } from '../../../src/policy/verdict-rules.ts';
 import { clusterModel, namespaceObject, podIP, policyObject } from '../../support/netpol-cluster.ts';
 
@@ -64,7 +63,7 @@ test('a namespace asking for verdicts gets log rules before its chains\' verdict
   assert.match(verdictPrefix('deny', chain), /^weft-D-[0-9a-f]{12}$/);
   const z = [...ruleset.chains.entries()].filter(([n]) => n.startsWith('in4_z_'));
   assert.deepEqual(z.map(([, rules]) => rules), [['drop']], 'z asks for nothing: its chain logs nothing');
-  assert.deepEqual(ruleset.sets.filter((s) => isMeter(s.name)).map((s) => [s.name, s.type, s.flags, s.timeoutSeconds]), [
+  assert.deepEqual(ruleset.sets.filter((s) => s.name.startsWith('vlog')).map((s) => [s.name, s.type, s.flags, s.timeoutSeconds]), [
     ['vlog4', 'ipv4_addr', ['dynamic', 'timeout'], 60],
   ]);
   const target = renderer.verdictTarget(verdictPrefix('deny', chain))!;
@@ -111,19 +110,6 @@ test('a logged packet becomes a line naming the pods, addresses, ports and the p
   const quiet = loggedModel('{"allow": "notice"}');
   const unasked = verdictLine(target('deny'), packet(podIP('z/b'), 80), quiet, podsByAddress(quiet));
   assert.equal(unasked, undefined, 'no longer asked for: not written');
-});
-
-test('the listing filter leaves out the elements the kernel adds to the meters, and nothing else', () => {
-  const listing = [
-    'table inet weft-policy {', '\tset vlog4 {', '\t\ttype ipv4_addr', '\t\tsize 65535', '\t\tflags dynamic,timeout', '\t\ttimeout 1m',
-    '\t\telements = { 10.244.1.11 limit rate 10/second burst 20 packets expires 59s,', '\t\t\t     10.244.1.12 expires 3s }', '\t}',
-    '\tset in4_x_a_peers {', '\t\ttype ipv4_addr', '\t\telements = { 10.244.2.12 }', '\t}',
-  ];
-  const keep = withoutElementsOf(isMeter)();
-  assert.deepEqual(listing.filter(keep), [
-    'table inet weft-policy {', '\tset vlog4 {', '\t\ttype ipv4_addr', '\t\tsize 65535', '\t\tflags dynamic,timeout', '\t\ttimeout 1m',
-    '\t}', '\tset in4_x_a_peers {', '\t\ttype ipv4_addr', '\t\telements = { 10.244.2.12 }', '\t}',
-  ]);
 });
 
 test('the reader binds the group, writes and counts each line, ignores unknown prefixes, warns of lost lines once a minute', async () => {

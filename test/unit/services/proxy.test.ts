@@ -4,14 +4,25 @@ import { KubeConfig } from '@kubernetes/client-node';
 import { ConfigError } from '../../../src/errors.ts';
 import { KubeHttp } from '../../../src/lease/kube/http.ts';
 import { memoryLogger, silentLogger } from '../../../src/log.ts';
+import { stdinText } from '../../../src/masq/runner.ts';
 import type { Runner, Sysctl } from '../../../src/masq/runner.ts';
-import { kubeProxyTrace, ServiceProxy, withoutClients } from '../../../src/services/proxy.ts';
+import { kubeProxyTrace, ServiceProxy } from '../../../src/services/proxy.ts';
+import { readBackAnswer } from '../../support/nft-host.ts';
 
-/** A runner answering as a node would where `present` (argv joined by spaces, or a table list) exists. */
-function node(present: { tables?: string; commands?: string[] }): Runner {
-  return async (argv) => {
+/**
+ * A runner answering as a node would where `present` (argv joined by spaces, or a table list)
+ * exists, with nft `version` (default 1.0.6) reading back what it takes unless `misreads`.
+ */
+function node(present: { tables?: string; commands?: string[]; version?: string; misreads?: boolean }): Runner {
+  let loads = 0;
+  return async (argv, stdin) => {
     const line = argv.join(' ');
     if (line === 'nft list chains') return { code: 0, stdout: present.tables ?? 'table inet weft {\n\tchain c {\n\t}\n}\n', stderr: '' };
+    if (line === 'nft -f -' && present.misreads && ++loads === 2 && stdinText(stdin).includes('check2')) {
+      return { code: 1, stdout: '', stderr: 'Error: syntax error, unexpected junk' };
+    }
+    const checked = readBackAnswer(argv, present.version);
+    if (checked) return checked;
     if (present.commands?.includes(line)) return { code: 0, stdout: '', stderr: '' };
     return { code: 1, stdout: '', stderr: 'No such file or directory' };
   };
@@ -42,22 +53,25 @@ test('a node running kube-proxy, or without nft, refuses --service-proxy naming 
   await assert.rejects(proxy(noNft).start(stop.signal), /nft list chains: spawn nft ENOENT/);
 });
 
-test('the repair compares listings without the clients the kernel put in the affinity sets', () => {
-  const set = (elements: string) => [
-    '\tset affinity-ns/web/80/tcp/v4/10.244.1.2_8080 {',
-    '\t\ttype ipv4_addr', '\t\tsize 65535', '\t\tflags dynamic,timeout', '\t\ttimeout 3h',
-    ...(elements ? [elements] : []), '\t}',
-  ].join('\n');
-  const other = '\tset hairpin4 {\n\t\ttype ipv4_addr . ipv4_addr\n\t\telements = { 10.244.1.2 . 10.244.1.2 }\n\t}';
-  const empty = `table inet weft-services {\n${set('')}\n\n${other}\n}\n`;
-  const clients = '\t\telements = { 10.244.1.4 timeout 3h expires 2h59m,\n\t\t\t     10.244.1.5 timeout 3h expires 1h }';
-  const used = `table inet weft-services {\n${set(clients)}\n\n${other}\n}\n`;
-  const kept = (listing: string) => listing.split('\n').filter(withoutClients()).join('\n');
-  assert.equal(kept(used), kept(empty));
-  assert.equal(kept(empty), empty);
-  assert.notEqual(kept(empty.replace('10.244.1.2 . 10.244.1.2', '10.244.1.3 . 10.244.1.3')), empty, 'other sets still count');
-  const oneLine = used.replace(clients, '\t\telements = { 10.244.1.4 timeout 3h expires 2h59m }');
-  assert.equal(kept(oneLine), empty);
+test('a host whose nft is older than 1.0.1, or cannot load again what it lists, refuses --service-proxy naming the fix (#39)', async () => {
+  const kc = new KubeConfig();
+  kc.loadFromClusterAndUser({ name: 'c', server: 'https://127.0.0.1:1', skipTLSVerify: false }, { name: 'u' });
+  const proxy = (runner: Runner) => new ServiceProxy({ http: new KubeHttp(kc), node: 'n1', log: silentLogger, clusterCIDRs: [], runner });
+  const stop = new AbortController();
+  stop.abort();
+  const refused = (why: RegExp) => (e: unknown) => {
+    assert.ok(e instanceof ConfigError);
+    assert.equal(e.field, '--service-proxy');
+    assert.match(e.message, why);
+    assert.match(e.message, /needs a kernel of 5\.13 or later and nftables 1\.0\.1 or later .*, or run weftd without --service-proxy$/);
+    return true;
+  };
+  await assert.rejects(proxy(node({ version: '0.9.8' })).start(stop.signal), refused(/are nft 0\.9\.8, which parses the whole ruleset/));
+  await assert.rejects(proxy(node({ misreads: true })).start(stop.signal),
+    refused(/list the rules written as text nft cannot load again \(nft -f -: Error: syntax error, unexpected junk\)/));
+  const p = proxy(node({}));
+  await p.start(stop.signal);
+  await p.stop();
 });
 
 test('start sets the br_netfilter sysctls, and where it cannot starts degraded, saying which and why', async () => {
