@@ -30,7 +30,8 @@ export function traceService(index: ServiceIndex, node: string, ip: IP, proto: P
     const at = `${formatIP(ip)}:${port}/${proto}`;
     if (!sp) {
       if (kind !== 'cluster IP') continue;
-      return { step: { stage: 'service', decision: 'reject', why: `Service ${key} has no port ${port}/${proto} on its cluster IP` }, targets: [] };
+      const why = `Service ${key} has no port ${port}/${proto} on its cluster IP`;
+      return { step: { stage: 'service', decision: 'reject', why }, targets: [] };
     }
     const name = `Service ${key}${sp.name ? ` port ${sp.name}` : ''}`;
     const all = targetsOf(sp, ip.family, index.slices.get(key) ?? [], node);
@@ -39,7 +40,8 @@ export function traceService(index: ServiceIndex, node: string, ip: IP, proto: P
     const local = kind === 'cluster IP' && service.internalLocal;
     const used = usable(local ? all.filter((t) => t.local) : all);
     if (used.length === 0) {
-      const why = `${name} (${kind} ${at}) has no ${local ? 'ready endpoint on this node (internalTrafficPolicy Local)' : 'ready endpoint'}`;
+      const which = local ? 'ready endpoint on this node (internalTrafficPolicy Local)' : 'ready endpoint';
+      const why = `${name} (${kind} ${at}) has no ${which}`;
       return { step: { stage: 'service', decision: 'reject', why }, targets: [] };
     }
     const texts = used.map(hostPort);

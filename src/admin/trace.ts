@@ -33,8 +33,8 @@ export interface TraceStep {
   why: string;
   /** `route` only: the destination address looked up and the next hop Weft expects (`ip route get` terms). */
   expect?: { dst: string; gateway?: string; device?: string; local?: boolean };
-  /** Set by the kernel check: what the kernel does differently, when it does. */
-  kernel?: string;
+  /** Set by the kernel check (trace-kernel.ts): the kernel's route (`ip route get`) and whether it is the one expected. */
+  kernel?: { route: string; agrees: boolean };
 }
 
 /** Where one choice of endpoint leads. */
@@ -55,6 +55,8 @@ export interface TraceResult {
   /** Steps before any choice (the ends, the Service translation). */
   steps: TraceStep[];
   choices: TraceChoice[];
+  /** Where the kernel does otherwise than weftd expects, set by the kernel check; printed first. */
+  differences?: string[];
 }
 
 /** What a trace reads: weftd's desired state. */

@@ -127,6 +127,11 @@ export class PolicyEnforcer {
     });
   }
 
+  /** The model of the last render (weftctl trace reads it); undefined before the first. */
+  model(): PolicyModel | undefined {
+    return this.#rendered;
+  }
+
   /**
    * Checks what enforcement needs (nft: a ConfigError naming it; br_netfilter: degraded without),
    * then starts the watches and the repair loop in the background and resolves. {@link synced}

@@ -1,6 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { renderTrace } from '../../../src/admin/render-trace.ts';
 import { trace } from '../../../src/admin/trace.ts';
+import { checkKernel } from '../../../src/admin/trace-kernel.ts';
+import { parseProtoPort, parseTraceRequest } from '../../../src/admin/trace-request.ts';
+import type { Route } from '../../../src/netlink/records.ts';
 import type { TraceInputs } from '../../../src/admin/trace.ts';
 import { parseCIDR, parseIP } from '../../../src/ip/ip.ts';
 import type { Lease } from '../../../src/lease/lease.ts';
@@ -58,7 +62,9 @@ test('every case of the policy truth tables: trace\'s verdict is the evaluator\'
 test('a denial names the policies selecting the pod; an allow names the policy that allowed it', () => {
   const model = clusterModel([
     policyObject('x', 'deny-all', { podSelector: {}, policyTypes: ['Ingress'] }),
-    policyObject('x', 'from-y', { podSelector: { matchLabels: { pod: 'a' } }, ingress: [{ from: [{ namespaceSelector: { matchLabels: { ns: 'y' } } }] }] }),
+    policyObject('x', 'from-y', {
+      podSelector: { matchLabels: { pod: 'a' } }, ingress: [{ from: [{ namespaceSelector: { matchLabels: { ns: 'y' } } }] }],
+    }),
   ]);
   const denied = trace(inputs({ policy: model }), 'z/a', 'x/a', 'TCP', 80);
   assert.equal(denied.verdict, 'denied');
@@ -75,7 +81,10 @@ test('the route: a peer\'s subnet leaves for that node by the vxlan route, neigh
   const remote = trace(inputs(), 'x/a', 'x/b', 'TCP', 80).choices[0]!.steps.at(-1)!;
   assert.equal(remote.stage, 'route');
   assert.equal(remote.decision, 'leaves for node node-2');
-  assert.match(remote.why, /route 10\.244\.2\.0\/24 via 10\.244\.2\.0 dev flannel\.1 onlink, neigh 10\.244\.2\.0 lladdr 0a:00:00:00:00:02, fdb 0a:00:00:00:00:02 dst 198\.51\.100\.2/);
+  assert.ok(remote.why.endsWith(
+    'route 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink, neigh 10.244.2.0 lladdr 0a:00:00:00:00:02, '
+      + 'fdb 0a:00:00:00:00:02 dst 198.51.100.2',
+  ), remote.why);
   assert.deepEqual(remote.expect, { dst: '10.244.2.12', gateway: '10.244.2.0', device: 'flannel.1' });
   const local = trace(inputs(), 'x/b', 'x/c', 'TCP', 80).choices[0]!.steps.at(-1)!;
   assert.equal(local.decision, 'delivered on this node');
@@ -110,5 +119,37 @@ test('a ClusterIP: DNAT to each usable endpoint, each traced through policy and 
 test('bad ends are refused naming the field', () => {
   assert.throws(() => trace(inputs(), 'x/nope', 'x/a', 'TCP', 80), /src: no pod x\/nope/);
   assert.throws(() => trace(inputs(), 'x/a', 'not an address', 'TCP', 80), /dst: neither an address nor a pod/);
-  assert.throws(() => trace(inputs({ policy: undefined }), 'x/a', '10.244.1.12', 'TCP', 80), /src: pods are known to weftd only with --network-policy/);
+  assert.throws(() => trace(inputs({ policy: undefined }), 'x/a', '10.244.1.12', 'TCP', 80),
+    /src: pods are known to weftd only with --network-policy/);
+});
+
+const kernelRoute = (dst: string, gateway: string | undefined, linkIndex: number): Route => ({
+  family: 4, dst, linkIndex, table: 254, protocol: 0, scope: 0, type: 1, metric: 0, onlink: false, ...(gateway ? { gateway } : {}),
+});
+
+test('the kernel check: a route as expected agrees; another next hop is a difference, printed first', async () => {
+  const dev = inputs().dev!;
+  const path = () => trace(inputs(), 'x/a', 'x/b', 'TCP', 80);
+  const same = await checkKernel(path(), { routeGet: async (d) => kernelRoute(d, '10.244.2.0', 7) }, dev);
+  assert.deepEqual(same.differences, []);
+  assert.deepEqual(same.choices[0]!.steps.at(-1)!.kernel, { route: '10.244.2.12 via 10.244.2.0 dev flannel.1', agrees: true });
+  const other = await checkKernel(path(), { routeGet: async (d) => kernelRoute(d, '198.51.100.254', 2) }, dev);
+  assert.equal(other.differences!.length, 1);
+  assert.match(other.differences![0]!, /the kernel routes 10\.244\.2\.12 by 10\.244\.2\.12 via 198\.51\.100\.254 dev #2/);
+  const text = renderTrace(other).split('\n');
+  assert.equal(text[0], 'the kernel does otherwise than weftd expects:');
+  assert.match(text.at(-1)!, /^  route +leaves for node node-2 .*\[kernel: .*, DIFFERS\]$/);
+  const none = await checkKernel(path(), { routeGet: async () => { throw new Error('unreachable'); } }, dev);
+  assert.match(none.differences![0]!, /the kernel has no route to 10\.244\.2\.12/);
+});
+
+test('the request: PROTO/PORT and the socket\'s fields are checked, naming the field', () => {
+  assert.deepEqual(parseProtoPort('udp/53'), { protocol: 'UDP', port: 53 });
+  assert.deepEqual(parseProtoPort('8080'), { protocol: 'TCP', port: 8080 });
+  assert.throws(() => parseProtoPort('icmp/1'), /PROTO\/PORT: protocol must be one of/);
+  assert.throws(() => parseProtoPort('tcp/0'), /PROTO\/PORT: port must be 1-65535/);
+  const request = { src: 'x/a', dst: 'x/b', protocol: 'TCP', port: 80 };
+  assert.deepEqual(parseTraceRequest(request), request);
+  assert.throws(() => parseTraceRequest({ src: 'x/a', protocol: 'TCP', port: 80 }), /dst: required/);
+  assert.throws(() => parseTraceRequest({ src: 'x/a', dst: 'x/b', protocol: 'TCP', port: 70_000 }), /port: must be 1-65535/);
 });
