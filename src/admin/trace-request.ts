@@ -1,6 +1,7 @@
 /**
- * The admin socket's `trace` request: `{"verb":"trace","src","dst","protocol","port"}`, and
- * weftctl's `PROTO/PORT` argument that fills the last two. Pure.
+ * The admin socket's `trace` request: `{"verb":"trace","src","dst","proto","port"}` (`proto`, as
+ * every message's `protocol` is the socket's version), and weftctl's `PROTO/PORT` argument that
+ * fills the last two. Pure.
  */
 import { WeftError } from '../errors.ts';
 import type { Protocol } from '../policy/model.ts';
@@ -31,9 +32,9 @@ export function parseProtoPort(text: string): { protocol: Protocol; port: number
 /** A trace request from the socket, each field checked. */
 export function parseTraceRequest(req: Record<string, unknown>): TraceRequest {
   for (const f of ['src', 'dst'] as const) if (typeof req[f] !== 'string' || req[f] === '') throw bad(f, 'required');
-  const protocol = req['protocol'];
+  const protocol = req['proto'];
   if (!PROTOCOLS.includes(protocol as Protocol)) {
-    throw bad('protocol', `must be one of ${PROTOCOLS.join(', ')}, got ${JSON.stringify(protocol)}`);
+    throw bad('proto', `must be one of ${PROTOCOLS.join(', ')}, got ${JSON.stringify(protocol)}`);
   }
   const port = req['port'];
   if (!Number.isInteger(port) || (port as number) < 1 || (port as number) > 65_535) {

@@ -180,10 +180,11 @@ async function main(argv: string[]): Promise<number> {
     .action(async (src: string, dst: string, protoPort: string) => {
       const g = globals();
       const { parseProtoPort } = await import('../admin/trace-request.ts');
+      const { protocol: proto, port } = parseProtoPort(protoPort);
       const { renderTrace } = await import('../admin/render-trace.ts');
       const r = (await localRequest(
         adminSocketPath(g.subnetFile),
-        { verb: 'trace', src, dst, ...parseProtoPort(protoPort) },
+        { verb: 'trace', src, dst, proto, port },
         { protocol: ADMIN_PROTOCOL, timeoutMs: g.timeout },
       )) as TraceResult;
       print(g, r, renderTrace(r));

@@ -148,8 +148,8 @@ test('the request: PROTO/PORT and the socket\'s fields are checked, naming the f
   assert.deepEqual(parseProtoPort('8080'), { protocol: 'TCP', port: 8080 });
   assert.throws(() => parseProtoPort('icmp/1'), /PROTO\/PORT: protocol must be one of/);
   assert.throws(() => parseProtoPort('tcp/0'), /PROTO\/PORT: port must be 1-65535/);
-  const request = { src: 'x/a', dst: 'x/b', protocol: 'TCP', port: 80 };
-  assert.deepEqual(parseTraceRequest(request), request);
-  assert.throws(() => parseTraceRequest({ src: 'x/a', protocol: 'TCP', port: 80 }), /dst: required/);
-  assert.throws(() => parseTraceRequest({ src: 'x/a', dst: 'x/b', protocol: 'TCP', port: 70_000 }), /port: must be 1-65535/);
+  assert.deepEqual(parseTraceRequest({ src: 'x/a', dst: 'x/b', proto: 'TCP', port: 80, protocol: 1 }),
+    { src: 'x/a', dst: 'x/b', protocol: 'TCP', port: 80 });
+  assert.throws(() => parseTraceRequest({ src: 'x/a', proto: 'TCP', port: 80 }), /dst: required/);
+  assert.throws(() => parseTraceRequest({ src: 'x/a', dst: 'x/b', proto: 'TCP', port: 70_000 }), /port: must be 1-65535/);
 });
