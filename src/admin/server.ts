@@ -133,6 +133,7 @@ export async function agentTrace(options: AdminOptions, request: TraceRequest): 
     wanted: (peer) => v.network?.desired.of(peer),
     ...(v.policy ? { policy: v.policy.model() ?? { policies: [], pods: [], namespaces: [] } } : {}),
     ...(v.services ? { services: v.services.index } : {}),
+    ...(v.egress ? { egress: v.egress } : {}),
     dev,
   }, request.src, request.dst, request.protocol, request.port);
   return checkKernel(result, options.handle, dev);

@@ -10,7 +10,8 @@
  *    choice of its own, traced on.
  * 3. `policy-egress` / `policy-ingress`: the source's egress and the destination's ingress, with
  *    the policies that decided (policy/evaluate.ts, the reference evaluator, gives the verdict).
- * 4. `route`: this node's subnet (delivered on the node), a peer's (the backend's entries for it,
+ * 4. `egress`: steered to an egress gateway node, or SNATed here as its gateway (trace-egress.ts).
+ * 5. `route`: this node's subnet (delivered on the node), a peer's (the backend's entries for it,
  *    and the node it leaves for), or no lease's (the node's own routing, not Weft's).
  *
  * Pure: the kernel check is trace-kernel.ts's.
@@ -23,12 +24,14 @@ import { allowed, policiesAllowing, policiesSelecting } from '../policy/evaluate
 import type { Direction, Endpoint as PolicyEnd } from '../policy/evaluate.ts';
 import type { Pod, PolicyModel, Protocol } from '../policy/model.ts';
 import type { KernelState } from '../reconcile/state.ts';
+import type { DataplaneResult } from '../egress/dataplane.ts';
+import { egressStep } from './trace-egress.ts';
 import { traceService } from './trace-service.ts';
 import type { ServiceIndex } from '../services/render.ts';
 
 /** One decision on the path. `stage` orders them; `decision` is what happened, `why` the reason. */
 export interface TraceStep {
-  stage: 'source' | 'destination' | 'service' | 'policy-egress' | 'policy-ingress' | 'route';
+  stage: 'source' | 'destination' | 'service' | 'policy-egress' | 'policy-ingress' | 'egress' | 'route';
   decision: string;
   why: string;
   /** `route` only: the destination address looked up and the next hop Weft expects (`ip route get` terms). */
@@ -71,6 +74,8 @@ export interface TraceInputs {
   policy?: PolicyModel;
   /** Absent: weftd translates no Service. */
   services?: ServiceIndex;
+  /** This node's egress data plane as last rendered; absent: no egress gateways. */
+  egress?: DataplaneResult;
   /** Names a link by its index. */
   dev?(index: number): string;
 }
@@ -185,7 +190,11 @@ function choice(inputs: TraceInputs, src: End, dst: End, target: string, proto: 
   } else {
     steps.push({ stage: 'policy-egress', decision: 'allow', why: 'weftd enforces no network policy' });
   }
-  if (verdict === 'allowed') steps.push(routeStep(inputs, dst.ip));
+  if (verdict === 'allowed') {
+    const egress = egressStep(inputs.egress, src.ip, dst.ip);
+    if (egress) steps.push(egress);
+    if (egress?.decision !== 'steered to its gateway node') steps.push(routeStep(inputs, dst.ip));
+  }
   return { target, verdict, steps };
 }
 

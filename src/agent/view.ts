@@ -6,6 +6,7 @@
 import type { Backend } from '../backend/backend.ts';
 import type { Network } from '../backend/network.ts';
 import type { NetConfig } from '../config/netconf.ts';
+import type { DataplaneResult } from '../egress/dataplane.ts';
 import type { ExternalInterface } from '../iface/select.ts';
 import type { Lease } from '../lease/lease.ts';
 import type { LeaseSource } from '../lease/source.ts';
@@ -27,6 +28,8 @@ export class AgentView {
   table?: LeaseTable;
   /** The network policy model weftd enforces (--network-policy). */
   policy?: { model(): PolicyModel | undefined };
+  /** This node's egress data plane as last rendered (--egress-gateways). */
+  egress?: DataplaneResult;
   /** The Services weftd translates (--service-proxy). */
   services?: { readonly index: ServiceIndex };
   /** When each peer's lease was last added or changed, in ms since the epoch. */

@@ -6,6 +6,7 @@ import { checkKernel } from '../../../src/admin/trace-kernel.ts';
 import { parseProtoPort, parseTraceRequest } from '../../../src/admin/trace-request.ts';
 import type { Route } from '../../../src/netlink/records.ts';
 import type { TraceInputs } from '../../../src/admin/trace.ts';
+import type { DataplanePlan, DataplaneResult } from '../../../src/egress/dataplane.ts';
 import { parseCIDR, parseIP } from '../../../src/ip/ip.ts';
 import type { Lease } from '../../../src/lease/lease.ts';
 import { allowed } from '../../../src/policy/evaluate.ts';
@@ -152,4 +153,27 @@ test('the request: PROTO/PORT and the socket\'s fields are checked, naming the f
     { src: 'x/a', dst: 'x/b', protocol: 'TCP', port: 80 });
   assert.throws(() => parseTraceRequest({ src: 'x/a', proto: 'TCP', port: 80 }), /dst: required/);
   assert.throws(() => parseTraceRequest({ src: 'x/a', dst: 'x/b', proto: 'TCP', port: 70_000 }), /port: must be 1-65535/);
+});
+
+test('egress: a steered pod goes to its gateway\'s table, the gateway SNATs, the cluster inside is never touched', () => {
+  const plan: DataplanePlan = {
+    families: [4], inside: { 4: ['10.244.0.0/16', '10.96.0.0/12'], 6: [] }, dnat: [], keepSource: [], connMarks: [],
+    policies: [
+      { index: 0, family: 4, dst: ['198.18.0.0/24'], steer: { local: ['10.244.1.11'], mark: 0x10000 } },
+      { index: 1, family: 4, dst: [], snat: { all: ['10.244.1.13', '10.244.3.9'], to: '198.51.100.50' } },
+    ],
+  };
+  const egress: DataplaneResult = {
+    nft: '', plan, eips: [], warnings: [],
+    rules: [{ family: 4, fwmark: '0x10000/0xff0000', table: 7700 }],
+    routes: [{ family: 4, table: 7700, hop: { gateway: '10.244.2.0', linkIndex: 7, onlink: true } }],
+  };
+  const steps = (src: string, dst: string) => trace(inputs({ egress }), src, dst, 'TCP', 443).choices[0]!.steps;
+  const steered = steps('x/a', '198.18.0.9');
+  assert.deepEqual(steered.at(-1)!.decision, 'steered to its gateway node');
+  assert.match(steered.at(-1)!.why, /mark 0x10000: table 7700 default via 10\.244\.2\.0 onlink; it keeps its source/);
+  assert.equal(steps('x/a', '198.18.1.9').find((s) => s.stage === 'egress')!.decision, 'not steered');
+  assert.equal(steps('x/a', '10.244.2.12').find((s) => s.stage === 'egress')!.decision, 'not steered');
+  assert.equal(steps('x/c', '198.18.1.9').find((s) => s.stage === 'egress')!.decision, 'SNAT to 198.51.100.50');
+  assert.equal(steps('x/b', '198.18.1.9').find((s) => s.stage === 'egress'), undefined, 'no egress policy concerns x/b here');
 });
