@@ -8,7 +8,7 @@
 import { contains, formatIP, parseCIDR, tryParseIP } from '../ip/ip.ts';
 import type { IP } from '../ip/ip.ts';
 import type { DataplaneResult, PolicyRules } from '../egress/dataplane.ts';
-import type { TraceStep } from './trace.ts';
+import type { TraceStep } from './trace-step.ts';
 
 const inAny = (cidrs: readonly string[], ip: IP) => cidrs.some((c) => contains(parseCIDR(c, 'cidr'), ip));
 const holds = (ips: readonly string[], ip: IP) => ips.some((a) => tryParseIP(a)?.value === ip.value);

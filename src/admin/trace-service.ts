@@ -8,7 +8,7 @@ import type { IP } from '../ip/ip.ts';
 import type { Protocol } from '../policy/model.ts';
 import { hostPort, targetsOf, usable } from '../services/endpoints.ts';
 import type { ServiceIndex } from '../services/render.ts';
-import type { TraceStep } from './trace.ts';
+import type { TraceStep } from './trace-step.ts';
 
 /** The Service step and the endpoints (address, target port, `host:port` text) it may choose. */
 export interface ServiceTrace {
