@@ -1,7 +1,8 @@
 /**
  * weftd's admin socket: a root-only unix socket beside subnet.env (src/local/server.ts) answering
  * `status` with what the agent holds (src/agent/view.ts) and the kernel's entries read on the
- * spot, and `log-level` by changing the level of every component's logger. Loaded by weftd
+ * spot, `log-level` by changing the level of every component's logger, and `trace` with the path
+ * of a connection (trace.ts). Loaded by weftd
  * only once it runs an agent (never for --version), so it costs start-up nothing.
  */
 import { formatCIDR, formatIP } from '../ip/ip.ts';
@@ -18,6 +19,11 @@ import { kernelDiff, peerRows } from './inspect.ts';
 import type { KernelState } from '../reconcile/state.ts';
 import { linkNamer, subnetEnvStatus } from './node.ts';
 import { ADMIN_PROTOCOL, adminSocketPath } from './status.ts';
+import { trace } from './trace.ts';
+import type { TraceResult } from './trace.ts';
+import { checkKernel } from './trace-kernel.ts';
+import { parseTraceRequest } from './trace-request.ts';
+import type { TraceRequest } from './trace-request.ts';
 import type { NodeStatus } from './status.ts';
 
 export interface AdminOptions {
@@ -116,6 +122,23 @@ export async function agentStatus(options: AdminOptions): Promise<NodeStatus> {
   };
 }
 
+/** `weftctl trace`: the path from weftd's desired state (trace.ts), checked against the kernel's routes. */
+export async function agentTrace(options: AdminOptions, request: TraceRequest): Promise<TraceResult> {
+  const v = options.view;
+  const dev = await linkNamer(options.handle);
+  const result = trace({
+    node: v.own?.peer ?? '',
+    ...(v.own ? { own: v.own } : {}),
+    leases: v.table?.leases() ?? [],
+    wanted: (peer) => v.network?.desired.of(peer),
+    ...(v.policy ? { policy: v.policy.model() ?? { policies: [], pods: [], namespaces: [] } } : {}),
+    ...(v.services ? { services: v.services.index } : {}),
+    ...(v.egress ? { egress: v.egress } : {}),
+    dev,
+  }, request.src, request.dst, request.protocol, request.port);
+  return checkKernel(result, options.handle, dev);
+}
+
 /** Starts serving the admin socket; close the returned server on shutdown. */
 export async function startAdminServer(options: AdminOptions): Promise<LocalServer> {
   const server = new LocalServer({
@@ -137,8 +160,10 @@ export async function startAdminServer(options: AdminOptions): Promise<LocalServ
           options.log.info('log level changed over the admin socket', { from: was, to: level });
           return { level, was };
         }
+        case 'trace':
+          return agentTrace(options, parseTraceRequest(req));
         default:
-          throw new WeftError('EBADREQUEST', `verb: must be status or log-level, got ${JSON.stringify(req['verb'])}`);
+          throw new WeftError('EBADREQUEST', `verb: must be status, log-level or trace, got ${JSON.stringify(req['verb'])}`);
       }
     },
   });

@@ -21,6 +21,7 @@ import type { Logger } from '../log.ts';
 import type { NetlinkHandle } from '../netlink/handle.ts';
 import { TrafficRules } from '../masq/manager.ts';
 import type { Metrics } from '../server/metrics.ts';
+import type { DataplaneResult } from '../egress/dataplane.ts';
 import { readSubnetEnv, writeSubnetEnv } from '../subnetenv/subnetenv.ts';
 import type { AgentView } from './view.ts';
 
@@ -198,6 +199,7 @@ async function run(d: AgentDeps, signal: AbortSignal, onReady?: () => void): Pro
           engine: rules.driver ?? 'nftables',
           log,
           ...(d.metrics ? { onPlaced: d.metrics.egressPlaced.bind(d.metrics) } : {}),
+          ...(view ? { onRendered: (r: DataplaneResult) => void (view.egress = r) } : {}),
         },
         running,
       );

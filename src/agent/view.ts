@@ -6,12 +6,15 @@
 import type { Backend } from '../backend/backend.ts';
 import type { Network } from '../backend/network.ts';
 import type { NetConfig } from '../config/netconf.ts';
+import type { DataplaneResult } from '../egress/dataplane.ts';
 import type { ExternalInterface } from '../iface/select.ts';
 import type { Lease } from '../lease/lease.ts';
 import type { LeaseSource } from '../lease/source.ts';
 import type { LeaseTable } from '../lease/table.ts';
 import type { TrafficRules } from '../masq/manager.ts';
+import type { PolicyModel } from '../policy/model.ts';
 import type { PassInfo } from '../reconcile/loop.ts';
+import type { ServiceIndex } from '../services/render.ts';
 
 export class AgentView {
   source?: LeaseSource;
@@ -23,6 +26,12 @@ export class AgentView {
   rules?: TrafficRules;
   ready = false;
   table?: LeaseTable;
+  /** The network policy model weftd enforces (--network-policy). */
+  policy?: { model(): PolicyModel | undefined };
+  /** This node's egress data plane as last rendered (--egress-gateways). */
+  egress?: DataplaneResult;
+  /** The Services weftd translates (--service-proxy). */
+  services?: { readonly index: ServiceIndex };
   /** When each peer's lease was last added or changed, in ms since the epoch. */
   readonly leaseSeen = new Map<string, number>();
   readonly counters = { fullPasses: 0, fastPasses: 0, operations: 0, failures: 0, lastFullPass: undefined as Date | undefined };

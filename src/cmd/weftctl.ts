@@ -1,6 +1,6 @@
 /**
  * weftctl entry point: asks this node's weftd over its admin socket (beside subnet.env) and
- * prints the node's status, peers, kernel diff or doctor's checks, as text or JSON (-o json).
+ * prints the node's status, peers, kernel diff, doctor's checks or a connection's path (trace), as text or JSON (-o json).
  * When weftd does not answer it says so and reads the kernel, subnet.env and, with
  * --etcd-endpoints, the registry itself. Exit status 0 when healthy, 1 when something is wrong.
  * No logic here; see src/admin/. Heavy parts (netlink, the etcd client) load only when a verb needs them.
@@ -15,6 +15,7 @@ import { kernelHealthy, renderDiff, renderDoctor, renderPeers, renderStatus } fr
 import { ADMIN_PROTOCOL, adminSocketPath } from '../admin/status.ts';
 import type { NodeStatus } from '../admin/status.ts';
 import type { RegistryOptions } from '../admin/offline.ts';
+import type { TraceResult } from '../admin/trace.ts';
 
 /** Where to read the leases from when weftd does not answer, as weftd's flags name it. */
 function registry(g: Globals): RegistryOptions | undefined {
@@ -169,6 +170,25 @@ async function main(argv: string[]): Promise<number> {
         { protocol: ADMIN_PROTOCOL, timeoutMs: g.timeout },
       )) as { level: string; was: string };
       print(g, r, `weftd's log level: ${r.was} → ${r.level}`);
+    });
+  program
+    .command('trace')
+    .description('the path of a new connection from this node: Service, policy, route; checked against the kernel')
+    .argument('<src>', 'a pod (namespace/name) or an address')
+    .argument('<dst>', 'a pod (namespace/name), a Service address or any address')
+    .argument('<proto/port>', 'e.g. tcp/80')
+    .action(async (src: string, dst: string, protoPort: string) => {
+      const g = globals();
+      const { parseProtoPort } = await import('../admin/trace-request.ts');
+      const { protocol: proto, port } = parseProtoPort(protoPort);
+      const { renderTrace } = await import('../admin/render-trace.ts');
+      const r = (await localRequest(
+        adminSocketPath(g.subnetFile),
+        { verb: 'trace', src, dst, proto, port },
+        { protocol: ADMIN_PROTOCOL, timeoutMs: g.timeout },
+      )) as TraceResult;
+      print(g, r, renderTrace(r));
+      code = (r.differences ?? []).length === 0 ? 0 : 1;
     });
   await program.parseAsync(argv, { from: 'user' });
   return code;

@@ -197,6 +197,8 @@ async function main(argv: string[]): Promise<number> {
   }
   const handle = NetlinkHandle.open();
   const view = new AgentView();
+  if (policy) view.policy = policy;
+  if (services) view.services = services;
   const cni = await startCni(flags, source, handle, log, policy, metrics, stop.signal);
   let health: HealthServer | undefined;
   let admin: { close(): Promise<void> } | undefined;

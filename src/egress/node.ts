@@ -62,6 +62,8 @@ export interface AgentParts {
   /** The traffic rules engine in use: the egress rules are applied with it. */
   engine: DriverName;
   log: Logger;
+  /** Told each rendered data plane (weftctl trace reads the last). */
+  onRendered?: (result: DataplaneResult) => void;
 }
 
 export interface EgressNodeOptions extends AgentParts {
@@ -196,6 +198,7 @@ export class EgressNode {
         ...(this.#options.ext.ifaceAddr6 ? { 6: this.#options.ext.ifaceAddr6 } : {}),
       },
     });
+    this.#options.onRendered?.(result);
     for (const w of result.warnings) this.#warnOnce(w);
     // An EIP another host still answers for is claimed by a pass soon after, not at the next resync.
     if (await this.#claims.reconcile(result.eips.map((e) => e.address))) setTimeout(() => this.#loop.poke(), CLAIM_RETRY_MS).unref();

@@ -126,6 +126,11 @@ export class PolicyEnforcer {
     });
   }
 
+  /** The model of the last render (weftctl trace reads it); undefined before the first. */
+  model(): PolicyModel | undefined {
+    return this.#rendered;
+  }
+
   /**
    * Checks what enforcement needs (nft, reading back the rules enforcement writes, see
    * nft/read-back.ts: a ConfigError naming it; br_netfilter: degraded without), then starts the

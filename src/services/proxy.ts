@@ -52,7 +52,7 @@ import { LiveServiceIndex } from './index.ts';
 import { isInvalid, parseEndpointSlice, parseService, PROXIED_SELECTOR } from './model.ts';
 import type { EndpointSlice, Invalid, Service } from './model.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from './render.ts';
-import type { HealthCheck, RenderOptions } from './render.ts';
+import type { HealthCheck, RenderOptions, ServiceIndex } from './render.ts';
 import { sampleRuleset } from './sample.ts';
 
 /** The whole table is compared with the kernel's this often, whatever the monitor said. */
@@ -172,6 +172,11 @@ export class ServiceProxy {
    * the background and resolves.
    * {@link synced} says when the first rules are in place. `signal` (or {@link stop}) ends it.
    */
+  /** The Services and slices the proxy renders from (weftctl trace reads them). */
+  get index(): ServiceIndex {
+    return this.#index;
+  }
+
   async start(signal: AbortSignal): Promise<void> {
     await requireNft(this.#run, '--service-proxy', 'the Service proxy');
     await requireReadBack({

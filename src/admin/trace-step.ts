@@ -1,0 +1,38 @@
+/**
+ * What `weftctl trace` answers (trace.ts computes it): the steps of a connection's path, each
+ * with what was decided and why. Pure types.
+ */
+import type { Protocol } from '../policy/model.ts';
+
+/** One decision on the path. `stage` orders them; `decision` is what happened, `why` the reason. */
+export interface TraceStep {
+  stage: 'source' | 'destination' | 'service' | 'policy-egress' | 'policy-ingress' | 'egress' | 'route';
+  decision: string;
+  why: string;
+  /** `route` only: the destination address looked up and the next hop Weft expects (`ip route get` terms). */
+  expect?: { dst: string; gateway?: string; device?: string; local?: boolean };
+  /** Set by the kernel check (trace-kernel.ts): the kernel's route (`ip route get`) and whether it is the one expected. */
+  kernel?: { route: string; agrees: boolean };
+}
+
+/** Where one choice of endpoint leads. */
+export interface TraceChoice {
+  /** The address (and port) the connection is sent to after any Service translation. */
+  target: string;
+  verdict: 'allowed' | 'denied';
+  steps: TraceStep[];
+}
+
+/** What trace answers. `verdict` is the choices' when they agree, else `depends on the endpoint`. */
+export interface TraceResult {
+  src: string;
+  dst: string;
+  protocol: Protocol;
+  port: number;
+  verdict: 'allowed' | 'denied' | 'rejected' | 'depends on the endpoint';
+  /** Steps before any choice (the ends, the Service translation). */
+  steps: TraceStep[];
+  choices: TraceChoice[];
+  /** Where the kernel does otherwise than weftd expects, set by the kernel check; printed first. */
+  differences?: string[];
+}

@@ -1,0 +1,191 @@
+/**
+ * `weftctl trace SRC DST [PROTO/PORT]`: the path a new connection takes from this node, worked
+ * out purely from what weftd holds (the policy model, the Service index, the leases and the
+ * backend's desired entries per peer). Each step says what was decided and why:
+ *
+ * 1. `source` / `destination`: who the ends are (a pod of the model, else an address).
+ * 2. `service`: the Service port the destination address and port belong to, and the endpoints a
+ *    new connection may be sent to (services/endpoints.ts: the ready ones, else the serving
+ *    terminating ones; this node's only for internalTrafficPolicy Local). Every endpoint is a
+ *    choice of its own, traced on.
+ * 3. `policy-egress` / `policy-ingress`: the source's egress and the destination's ingress, with
+ *    the policies that decided (policy/evaluate.ts, the reference evaluator, gives the verdict).
+ * 4. `egress`: steered to an egress gateway node, or SNATed here as its gateway (trace-egress.ts).
+ * 5. `route`: this node's subnet (delivered on the node), a peer's (the backend's entries for it,
+ *    and the node it leaves for), or no lease's (the node's own routing, not Weft's).
+ *
+ * Pure: the kernel check is trace-kernel.ts's.
+ */
+import { WeftError } from '../errors.ts';
+import { contains, equalIP, formatCIDR, formatIP, tryParseIP } from '../ip/ip.ts';
+import type { IP } from '../ip/ip.ts';
+import type { Lease } from '../lease/lease.ts';
+import { allowed, policiesAllowing, policiesSelecting } from '../policy/evaluate.ts';
+import type { Direction, Endpoint as PolicyEnd } from '../policy/evaluate.ts';
+import type { Pod, PolicyModel, Protocol } from '../policy/model.ts';
+import type { KernelState } from '../reconcile/state.ts';
+import type { DataplaneResult } from '../egress/dataplane.ts';
+import { egressStep } from './trace-egress.ts';
+import { traceService } from './trace-service.ts';
+import type { TraceChoice, TraceResult, TraceStep } from './trace-step.ts';
+import type { ServiceIndex } from '../services/render.ts';
+
+export type { TraceChoice, TraceResult, TraceStep } from './trace-step.ts';
+
+/** What a trace reads: weftd's desired state. */
+export interface TraceInputs {
+  /** This node's lease peer (its Node name in kube mode). */
+  node: string;
+  own?: Lease;
+  leases: readonly Lease[];
+  /** The backend's entries for a peer (its routes, FDB and neighbour entries). */
+  wanted(peer: string): KernelState | undefined;
+  /** Absent: weftd enforces no network policy, everything is allowed. */
+  policy?: PolicyModel;
+  /** Absent: weftd translates no Service. */
+  services?: ServiceIndex;
+  /** This node's egress data plane as last rendered; absent: no egress gateways. */
+  egress?: DataplaneResult;
+  /** Names a link by its index. */
+  dev?(index: number): string;
+}
+
+/** One end as given: `namespace/name` of a pod, or an address. */
+interface End {
+  pod?: Pod;
+  ip: IP;
+  text: string;
+}
+
+function bad(field: string, why: string): WeftError {
+  return new WeftError('EBADREQUEST', `${field}: ${why}`);
+}
+
+function resolveEnd(text: string, field: string, policy: PolicyModel | undefined, family?: 4 | 6): End {
+  const ip = tryParseIP(text);
+  if (ip) {
+    const pod = policy?.pods.find((p) => !p.hostNetwork && p.ips.some((a) => equalIP(a, ip)));
+    return { ip, text, ...(pod ? { pod } : {}) };
+  }
+  if (!/^[^/\s]+\/[^/\s]+$/.test(text)) throw bad(field, `neither an address nor a pod namespace/name: ${JSON.stringify(text)}`);
+  if (!policy) throw bad(field, `pods are known to weftd only with --network-policy; give ${text}'s address`);
+  const pod = policy.pods.find((p) => `${p.namespace}/${p.name}` === text);
+  if (!pod) throw bad(field, `no pod ${text}`);
+  const addr = pod.ips.find((a) => family === undefined || a.family === family);
+  if (!addr) throw bad(field, `pod ${text} has no IPv${family ?? ''} address`);
+  return { pod, ip: addr, text };
+}
+
+function endStep(stage: 'source' | 'destination', e: End, node: string): TraceStep {
+  if (!e.pod) return { stage, decision: formatIP(e.ip), why: 'no pod holds this address' };
+  const where = e.pod.node === node ? 'this node' : `node ${e.pod.node || '(unscheduled)'}`;
+  return { stage, decision: `pod ${e.pod.namespace}/${e.pod.name} ${formatIP(e.ip)}`, why: `runs on ${where}` };
+}
+
+function policyStep(model: PolicyModel, self: Pod | undefined, remote: End, dir: Direction, dst: Pod | undefined,
+  proto: Protocol, port: number): TraceStep {
+  const stage = dir === 'egress' ? 'policy-egress' : 'policy-ingress';
+  const who = self ? `${self.namespace}/${self.name}` : 'not a pod';
+  const selecting = self ? policiesSelecting(model, self, dir) : [];
+  if (selecting.length === 0) {
+    return { stage, decision: 'allow', why: self ? `no policy selects ${who} for ${dir}` : `${dir}: ${who}, no policy applies` };
+  }
+  const names = (ps: readonly { namespace: string; name: string }[]) => ps.map((p) => `${p.namespace}/${p.name}`).join(', ');
+  const allowing = policiesAllowing(model, selecting, dir, remote.pod ? { pod: remote.pod, ip: remote.ip } : { ip: remote.ip }, dst,
+    proto, port);
+  if (allowing.length > 0) return { stage, decision: 'allow', why: `allowed by ${names(allowing)}` };
+  return { stage, decision: 'deny', why: `no policy allows it (${who} is selected for ${dir} by ${names(selecting)})` };
+}
+
+/** The route step towards `ip`: this node's subnet, a peer's lease, or none of Weft's. */
+export function routeStep(inputs: TraceInputs, ip: IP): TraceStep {
+  const dev = inputs.dev ?? ((i: number) => `#${i}`);
+  const subnetOf = (l: Lease) => (ip.family === 4 ? l.subnet : l.ipv6Subnet);
+  const dst = formatIP(ip);
+  const ownSubnet = inputs.own && subnetOf(inputs.own);
+  if (ownSubnet && contains(ownSubnet, ip)) {
+    return { stage: 'route', decision: 'delivered on this node', why: `${dst} is in this node's subnet ${formatCIDR(ownSubnet)}`,
+      expect: { dst, local: true } };
+  }
+  const lease = inputs.leases.find((l) => l.peer !== inputs.node && subnetOf(l) && contains(subnetOf(l)!, ip));
+  if (!lease) {
+    return { stage: 'route', decision: 'leaves by the node\'s own routes', why: `${dst} is in no node's subnet (not Weft's route)`,
+      expect: { dst } };
+  }
+  const wanted = inputs.wanted(lease.peer);
+  const route = wanted?.routes.find((r) => {
+    const c = r.dst.split('/');
+    const net = tryParseIP(c[0]!);
+    return net !== undefined && net.family === ip.family && contains({ ip: net, prefix: Number(c[1]) }, ip);
+  });
+  const subnet = formatCIDR(subnetOf(lease)!);
+  if (!route) {
+    return { stage: 'route', decision: `no route to node ${lease.peer}`, why: `weftd plans no route for ${lease.peer}'s subnet ${subnet}`,
+      expect: { dst } };
+  }
+  const via = route.gateway ? ` via ${route.gateway}` : '';
+  const on = route.linkIndex ? ` dev ${dev(route.linkIndex)}` : '';
+  const parts = [`route ${route.dst}${via}${on}${route.onlink ? ' onlink' : ''}`];
+  if (route.gateway && wanted) {
+    const neigh = wanted.neighs.find((n) => n.ip === route.gateway);
+    if (neigh) parts.push(`neigh ${neigh.ip} lladdr ${neigh.mac}`);
+    const fdb = neigh && wanted.fdb.find((f) => f.mac === neigh.mac);
+    if (fdb) parts.push(`fdb ${fdb.mac} dst ${fdb.dst}`);
+  }
+  return {
+    stage: 'route',
+    decision: `leaves for node ${lease.peer}`,
+    why: `${dst} is in ${lease.peer}'s subnet ${subnet}: ${parts.join(', ')}`,
+    expect: { dst, ...(route.gateway ? { gateway: route.gateway } : {}), ...(route.linkIndex ? { device: dev(route.linkIndex) } : {}) },
+  };
+}
+
+function choice(inputs: TraceInputs, src: End, dst: End, target: string, proto: Protocol, port: number): TraceChoice {
+  const steps: TraceStep[] = [];
+  let verdict: TraceChoice['verdict'] = 'allowed';
+  const model = inputs.policy;
+  if (model) {
+    const asEnd = (e: End): PolicyEnd => (e.pod ? { pod: `${e.pod.namespace}/${e.pod.name}`, ip: formatIP(e.ip) } : { ip: formatIP(e.ip) });
+    const ok = allowed(model, asEnd(src), asEnd(dst), proto, port);
+    const dstPod = dst.pod && !dst.pod.hostNetwork ? dst.pod : undefined;
+    const egress = policyStep(model, src.pod, dst, 'egress', dstPod, proto, port);
+    const ingress = policyStep(model, dst.pod, src, 'ingress', dstPod, proto, port);
+    if (ok && (egress.decision === 'deny' || ingress.decision === 'deny')) {
+      // The evaluator's exceptions, which no policy overrides.
+      const why = 'always allowed: a pod to itself, or between a pod and its own node';
+      for (const s of [egress, ingress]) if (s.decision === 'deny') Object.assign(s, { decision: 'allow', why });
+    }
+    steps.push(egress, ingress);
+    if (!ok) verdict = 'denied';
+  } else {
+    steps.push({ stage: 'policy-egress', decision: 'allow', why: 'weftd enforces no network policy' });
+  }
+  if (verdict === 'allowed') {
+    const egress = egressStep(inputs.egress, src.ip, dst.ip);
+    if (egress) steps.push(egress);
+    if (egress?.decision !== 'steered to its gateway node') steps.push(routeStep(inputs, dst.ip));
+  }
+  return { target, verdict, steps };
+}
+
+/** Traces a new `proto` connection from `srcText` to `dstText`:`port` (see the module comment). */
+export function trace(inputs: TraceInputs, srcText: string, dstText: string, proto: Protocol, port: number): TraceResult {
+  const src = resolveEnd(srcText, 'src', inputs.policy);
+  const dst = resolveEnd(dstText, 'dst', inputs.policy, src.ip.family);
+  if (src.ip.family !== dst.ip.family) throw bad('dst', 'not of the source\'s address family');
+  const steps = [endStep('source', src, inputs.node), endStep('destination', dst, inputs.node)];
+  const head = { src: srcText, dst: dstText, protocol: proto, port };
+  const service = inputs.services && traceService(inputs.services, inputs.node, dst.ip, proto, port);
+  if (service) {
+    steps.push(service.step);
+    if (service.targets.length === 0) return { ...head, verdict: 'rejected', steps, choices: [] };
+    const choices = service.targets.map((t) => {
+      const pod = inputs.policy?.pods.find((p) => !p.hostNetwork && p.ips.some((a) => equalIP(a, t.ip)));
+      return choice(inputs, src, { ip: t.ip, text: formatIP(t.ip), ...(pod ? { pod } : {}) }, t.text, proto, t.port);
+    });
+    const verdicts = new Set(choices.map((c) => c.verdict));
+    return { ...head, verdict: verdicts.size === 1 ? choices[0]!.verdict : 'depends on the endpoint', steps, choices };
+  }
+  const only = choice(inputs, src, dst, `${formatIP(dst.ip)}:${port}`, proto, port);
+  return { ...head, verdict: only.verdict, steps, choices: [only] };
+}
