@@ -51,7 +51,7 @@ import { LiveServiceIndex } from './index.ts';
 import { isInvalid, parseEndpointSlice, parseService, PROXIED_SELECTOR } from './model.ts';
 import type { EndpointSlice, Invalid, Service } from './model.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from './render.ts';
-import type { HealthCheck } from './render.ts';
+import type { HealthCheck } from './render-types.ts';
 
 /** The whole table is compared with the kernel's this often, whatever the monitor said. */
 const FULL_CHECK_MS = 5 * 60_000;

@@ -4,7 +4,8 @@ import { parseCIDR } from '../../../src/ip/ip.ts';
 import { tableUpdate } from '../../../src/nft/ruleset.ts';
 import type { NftRuleset } from '../../../src/nft/ruleset.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../../src/services/render.ts';
-import type { RenderOptions, RenderedServices } from '../../../src/services/render.ts';
+import type { RenderedServices } from '../../../src/services/render.ts';
+import type { RenderOptions } from '../../../src/services/render-types.ts';
 import { endpoint, serviceModel, serviceObject, sliceObject } from '../../support/services.ts';
 
 type Obj = Record<string, unknown>;
