@@ -38,9 +38,6 @@ import type { Target, Via } from './endpoints.ts';
 import type { EndpointSlice, Service, ServicePort } from './model.ts';
 import type { HealthCheck, RenderOptions } from './render-types.ts';
 
-/** This node's endpoints of a key are numbered from here, all endpoints from 0. */
-const LOCAL_SLOTS = 0x8000;
-
 /** The verdict maps Services add elements to (per family). */
 export const CLAIM_MAPS = ['services', 'nodeports', 'no-endpoints', 'no-endpoint-nodeports', 'firewall'] as const;
 type ClaimMap = (typeof CLAIM_MAPS)[number];
@@ -166,17 +163,20 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
       const allTo = all.map(destination);
       const localTo = local.map(destination);
       type Uses = { all: boolean; local: boolean };
+      // Under one key, this node's endpoints are numbered after all endpoints (0 to N-1): both groups
+      // may share a map (as many of each), and a slot given twice would fail the whole transaction.
+      const localSlots = (uses: Uses) => (uses.all ? all.length : 0);
       const endpoints = (via: Via, uses: Uses, ip?: IP): [string, string[]][] => {
         const key = via === 'addr' ? `${formatIP(ip!)} . ${p.port}` : `${p.nodePort}`;
         const group = (targets: string[], from: number): [string, string[]] =>
           [endpointMap(via, f, proto, targets.length), targets.map((to, j) => flat(key, ' . ', from + j, ' : ', to))];
-        return [...(uses.all ? [group(allTo, 0)] : []), ...(uses.local && local.length > 0 ? [group(localTo, LOCAL_SLOTS)] : [])];
+        return [...(uses.all ? [group(allTo, 0)] : []), ...(uses.local && local.length > 0 ? [group(localTo, localSlots(uses))] : [])];
       };
       /** A shared chain choosing among all endpoints, this node's, or both, by `via`'s key. */
       const share = (name: string, via: Via, uses: Uses, rules: (toAll: string, toLocal: string | undefined) => string[]) => {
         part.shared.push(sharedChain(name, () => {
           const toAll = pick(via, f, proto, all.length, 0);
-          const toLocal = uses.local && local.length > 0 ? pick(via, f, proto, local.length, LOCAL_SLOTS) : undefined;
+          const toLocal = uses.local && local.length > 0 ? pick(via, f, proto, local.length, localSlots(uses)) : undefined;
           return { rules: rules(toAll.rule, toLocal?.rule), maps: [...(uses.all ? [toAll.map] : []), ...(toLocal ? [toLocal.map] : [])] };
         }));
         return `goto ${name}`;

@@ -363,3 +363,15 @@ test('each update loads into the table an earlier transaction left, chains and e
     }
   });
 });
+
+test('a Service of 32,769 endpoints, all on this node, loads into the kernel (#39)', { skip: needsRoot }, async () => {
+  await withNetns(['node'], async (node) => {
+    const many = Array.from({ length: 32_769 }, (_, i) => endpoint(`10.244.${1 + (i >> 8)}.${i & 255}`, 'n1'));
+    const svc = serviceObject('ns', 'big', { type: 'NodePort', clusterIP: '10.96.0.10', externalTrafficPolicy: 'Local',
+      ports: [{ port: 80, nodePort: 30080 }] });
+    const { ruleset } = new ServiceRenderer().render(serviceModel([svc], [sliceObject('ns', 'big-1', 'big', 'IPv4', [{ port: 8080 }], many)]),
+      { node: 'n1', clusterCIDRs: [parseCIDR('10.244.0.0/16', 'test')] });
+    const r = await execRunner(['ip', 'netns', 'exec', node.name])(['nft', '-f', '-'], tableScript(`inet ${NFT_SERVICES_TABLE}`, ruleset));
+    assert.equal(r.code, 0, r.stderr.slice(0, 2000));
+  });
+});

@@ -130,10 +130,10 @@ test('externalTrafficPolicy Local: outside clients keep their address, reach thi
     `ip saddr 10.244.0.0/16 ${pick} 2 map @nodeport-endpoints4-tcp-2`,
     'fib saddr type local jump mark-for-masquerade',
     `fib saddr type local ${pick} 2 map @nodeport-endpoints4-tcp-2`,
-    `${pick} 1 offset 32768 map @nodeport-endpoints4-tcp-1`,
+    `${pick} 1 offset 2 map @nodeport-endpoints4-tcp-1`,
   ]);
   assert.deepEqual(endpointSlots(ruleset, 4).filter((e) => e.startsWith('nodeport-')), [
-    'nodeport-endpoints4-tcp-1: 30080 . 32768 : 10.244.1.2 . 8080',
+    'nodeport-endpoints4-tcp-1: 30080 . 2 : 10.244.1.2 . 8080',
     'nodeport-endpoints4-tcp-2: 30080 . 0 : 10.244.1.2 . 8080',
     'nodeport-endpoints4-tcp-2: 30080 . 1 : 10.244.2.2 . 8080',
   ]);
@@ -156,7 +156,7 @@ test('the health check counts this node\'s ready endpoints only: a node left wit
   assert.deepEqual(draining.healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 0 }]);
   // The terminating endpoints still take what reaches this node, as kube-proxy's do.
   assert.deepEqual(draining.ruleset.chains.get('nodeport-local4-tcp-1-2')?.at(-1),
-    'dnat ip to tcp dport . numgen random mod 2 offset 32768 map @nodeport-endpoints4-tcp-2');
+    'dnat ip to tcp dport . numgen random mod 2 offset 1 map @nodeport-endpoints4-tcp-2');
   // kube-proxy counts each address and target port once: one pod serving two ports is two.
   const ready = sliceObject('ns', 'web-1', 'web', 'IPv4', ports, [endpoint('10.244.1.2', 'n1'), endpoint('10.244.1.3', 'n1', terminating)]);
   assert.deepEqual(render([lb], [ready]).healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 2 }]);
@@ -190,8 +190,8 @@ test('internalTrafficPolicy Local: cluster IP traffic reaches this node\'s endpo
   const svc = web({ internalTrafficPolicy: 'Local' });
   const here = render([svc], [webSlice(TWO)]).ruleset;
   assert.deepEqual(elements(here, 'services4'), ['10.96.0.10 . tcp . 80 : goto cluster-local4-tcp-1']);
-  assert.deepEqual(here.chains.get('cluster-local4-tcp-1'), ['dnat ip to ip daddr . tcp dport . numgen random mod 1 offset 32768 map @endpoints4-tcp-1']);
-  assert.deepEqual(endpointSlots(here, 4), ['endpoints4-tcp-1: 10.96.0.10 . 80 . 32768 : 10.244.1.2 . 8080']);
+  assert.deepEqual(here.chains.get('cluster-local4-tcp-1'), ['dnat ip to ip daddr . tcp dport . numgen random mod 1 map @endpoints4-tcp-1']);
+  assert.deepEqual(endpointSlots(here, 4), ['endpoints4-tcp-1: 10.96.0.10 . 80 . 0 : 10.244.1.2 . 8080']);
   const elsewhere = render([svc], [webSlice([endpoint('10.244.2.2', 'n2')])]).ruleset;
   assert.deepEqual(elements(elsewhere, 'no-endpoints4'), ['10.96.0.10 . tcp . 80 : drop']);
   assert.deepEqual(elements(elsewhere, 'services4'), []);
@@ -396,4 +396,17 @@ test('a render names what it changed: the update from the one before looks at th
   assert.ok(elements(second, 'services4').includes('10.96.1.49 . tcp . 80 : goto cluster4-tcp-2'));
   // Told nothing changed, the renderer looks at nothing: the same rules.
   assert.equal(tableUpdate(TABLE, third, renderer.render(model(7, 99, 49), OPTIONS, []).ruleset), '');
+});
+
+test('a Service of 32,769 endpoints, all on this node, keeps its local slots apart from the others (#39)', () => {
+  const many = Array.from({ length: 32_769 }, (_, i) => endpoint(`10.244.${1 + (i >> 8)}.${i & 255}`, 'n1'));
+  const lb = web({ type: 'NodePort', ports: [{ port: 80, nodePort: 30080 }], externalTrafficPolicy: 'Local' });
+  const { ruleset } = render([lb], [webSlice(many)]);
+  const map = ruleset.sets.find((s) => s.name === 'nodeport-endpoints4-tcp-32769')!;
+  // All endpoints and this node's both in this map (the same count), under one key: every slot once.
+  const slots = map.elements.map((e) => e.split(' : ')[0]);
+  assert.equal(new Set(slots).size, slots.length, 'a slot given twice fails the whole transaction');
+  assert.equal(slots.length, 2 * 32_769);
+  assert.equal(ruleset.chains.get('nodeport-local4-tcp-32769-32769')?.at(-1),
+    'dnat ip to tcp dport . numgen random mod 32769 offset 32769 map @nodeport-endpoints4-tcp-32769');
 });
