@@ -85,6 +85,31 @@ export function parsing<T>(o: unknown, f: () => T): T | Invalid {
   }
 }
 
+/**
+ * The items of a list `f` reads, leaving out each whose field is bad: its {@link Bad} message is
+ * added to `skipped`, so one bad item is reported and the rest are kept. `f` returns undefined
+ * for an item with nothing to keep.
+ */
+export function eachValid<T>(items: readonly unknown[], skipped: string[], f: (item: unknown, i: number) => T | undefined): T[] {
+  const out: T[] = [];
+  items.forEach((item, i) => {
+    const v = skipping(skipped, () => f(item, i));
+    if (v !== undefined) out.push(v);
+  });
+  return out;
+}
+
+/** `f()`, or undefined with its {@link Bad} message added to `skipped` when the field it reads is bad. */
+export function skipping<T>(skipped: string[], f: () => T): T | undefined {
+  try {
+    return f();
+  } catch (e) {
+    if (!(e instanceof Bad)) throw e;
+    skipped.push(e.message);
+    return undefined;
+  }
+}
+
 /** Whether a parse result is an {@link Invalid}. */
 export function isInvalid<T extends object>(v: T | Invalid): v is Invalid {
   return 'invalid' in v;

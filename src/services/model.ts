@@ -12,10 +12,15 @@
  *   nobody's), addressType (IPv4/IPv6; FQDN slices are not proxied, as kube-proxy does), ports
  *   and endpoints with their conditions (ready absent counts as ready, serving as ready,
  *   terminating as false) and nodeName.
+ *
+ * One bad item is left out, not the object, as kube-proxy skips it and serves the rest: a slice's
+ * endpoint or port, a Service's port, externalIP, load balancer IP, source range, node port or
+ * health check node port. What was left out is in `skipped`, each entry naming the field. A bad
+ * field of the object as a whole (its name, type, cluster IPs, policies, affinity) makes it Invalid.
  */
 import { tryParseIP } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
-import { Bad, cidr, isInvalid, labels, list, metadata, object, parsing, portNumber, protocol } from '../k8s/fields.ts';
+import { Bad, cidr, eachValid, isInvalid, labels, list, metadata, object, parsing, portNumber, protocol, skipping } from '../k8s/fields.ts';
 import type { Invalid, Protocol } from '../k8s/fields.ts';
 
 export { isInvalid };
@@ -71,6 +76,8 @@ export interface Service {
   /** The health check node port of an externalTrafficPolicy Local LoadBalancer. */
   healthCheckNodePort?: number;
   loadBalancerSourceRanges: CIDR[];
+  /** The items left out, each naming its field (absent when none was). */
+  skipped?: string[];
 }
 
 export interface Endpoint {
@@ -96,6 +103,8 @@ export interface EndpointSlice {
   family: Family;
   ports: SlicePort[];
   endpoints: Endpoint[];
+  /** The ports and endpoints left out, each naming its field (absent when none was). */
+  skipped?: string[];
 }
 
 function ip(v: unknown, field: string): IP {
@@ -121,6 +130,14 @@ function clusterIPs(spec: Record<string, unknown>): IP[] {
   return ips;
 }
 
+/** status.loadBalancer.ingress[].ip, the ingress points without one (a hostname) left out. */
+function loadBalancerIPs(ingress: unknown, skipped: string[]): IP[] {
+  return eachValid(list(ingress, 'status.loadBalancer.ingress'), skipped, (g, i) => {
+    const address = object(g, `status.loadBalancer.ingress[${i}]`).ip;
+    return address === undefined || address === null || address === '' ? undefined : ip(address, `status.loadBalancer.ingress[${i}].ip`);
+  });
+}
+
 /** Parses a Service object; defaults and checks as described in the module comment. */
 export function parseService(o: unknown): Service | Invalid {
   return parsing(o, () => {
@@ -129,7 +146,8 @@ export function parseService(o: unknown): Service | Invalid {
     const spec = object(body.spec, 'spec');
     const status = object(body.status, 'status');
     const type = oneOf(spec.type, 'spec.type', SERVICE_TYPES, 'ClusterIP');
-    const ports = list(spec.ports, 'spec.ports').map((p, i): ServicePort => {
+    const skipped: string[] = [];
+    const ports = eachValid(list(spec.ports, 'spec.ports'), skipped, (p, i): ServicePort => {
       const port = object(p, `spec.ports[${i}]`);
       const out: ServicePort = {
         name: typeof port.name === 'string' ? port.name : '',
@@ -137,7 +155,8 @@ export function parseService(o: unknown): Service | Invalid {
         port: portNumber(port.port, `spec.ports[${i}].port`),
       };
       if (port.nodePort !== undefined && port.nodePort !== null && port.nodePort !== 0) {
-        out.nodePort = portNumber(port.nodePort, `spec.ports[${i}].nodePort`);
+        const nodePort = skipping(skipped, () => portNumber(port.nodePort, `spec.ports[${i}].nodePort`));
+        if (nodePort !== undefined) out.nodePort = nodePort;
       }
       return out;
     });
@@ -145,17 +164,14 @@ export function parseService(o: unknown): Service | Invalid {
     const service: Service = {
       namespace, name, type,
       clusterIPs: type === 'ExternalName' ? [] : clusterIPs(spec),
-      externalIPs: list(spec.externalIPs, 'spec.externalIPs').map((t, i) => ip(t, `spec.externalIPs[${i}]`)),
-      loadBalancerIPs: list(object(status.loadBalancer, 'status.loadBalancer').ingress, 'status.loadBalancer.ingress')
-        .map((g, i) => object(g, `status.loadBalancer.ingress[${i}]`).ip)
-        .filter((t) => t !== undefined && t !== null && t !== '')
-        .map((t, i) => ip(t, `status.loadBalancer.ingress[${i}].ip`)),
+      externalIPs: eachValid(list(spec.externalIPs, 'spec.externalIPs'), skipped, (t, i) => ip(t, `spec.externalIPs[${i}]`)),
+      loadBalancerIPs: loadBalancerIPs(object(status.loadBalancer, 'status.loadBalancer').ingress, skipped),
       ports,
       internalLocal: oneOf(spec.internalTrafficPolicy, 'spec.internalTrafficPolicy', ['Cluster', 'Local'], 'Cluster') === 'Local',
       externalLocal: oneOf(spec.externalTrafficPolicy, 'spec.externalTrafficPolicy', ['Cluster', 'Local'], 'Cluster') === 'Local'
         && (type === 'NodePort' || type === 'LoadBalancer'),
-      loadBalancerSourceRanges: list(spec.loadBalancerSourceRanges, 'spec.loadBalancerSourceRanges')
-        .map((c, i) => cidr(typeof c === 'string' ? c.trim() : c, `spec.loadBalancerSourceRanges[${i}]`)),
+      loadBalancerSourceRanges: eachValid(list(spec.loadBalancerSourceRanges, 'spec.loadBalancerSourceRanges'), skipped,
+        (c, i) => cidr(typeof c === 'string' ? c.trim() : c, `spec.loadBalancerSourceRanges[${i}]`)),
     };
     if (affinity === 'ClientIP') {
       const affinityConfig = object(spec.sessionAffinityConfig, 'spec.sessionAffinityConfig');
@@ -167,8 +183,10 @@ export function parseService(o: unknown): Service | Invalid {
       service.affinitySeconds = (t as number | undefined) ?? DEFAULT_AFFINITY_SECONDS;
     }
     if (spec.healthCheckNodePort !== undefined && spec.healthCheckNodePort !== null && spec.healthCheckNodePort !== 0) {
-      service.healthCheckNodePort = portNumber(spec.healthCheckNodePort, 'spec.healthCheckNodePort');
+      const port = skipping(skipped, () => portNumber(spec.healthCheckNodePort, 'spec.healthCheckNodePort'));
+      if (port !== undefined) service.healthCheckNodePort = port;
     }
+    if (skipped.length > 0) service.skipped = skipped;
     return service;
   });
 }
@@ -192,7 +210,8 @@ export function parseEndpointSlice(o: unknown): EndpointSlice | Invalid {
       throw new Bad(`addressType: only IPv4 and IPv6 are proxied, not ${JSON.stringify(addressType)}`);
     }
     const family: Family = addressType === 'IPv4' ? 4 : 6;
-    const ports = list(body.ports, 'ports').map((p, i): SlicePort => {
+    const skipped: string[] = [];
+    const ports = eachValid(list(body.ports, 'ports'), skipped, (p, i): SlicePort => {
       const port = object(p, `ports[${i}]`);
       return {
         name: typeof port.name === 'string' ? port.name : '',
@@ -200,8 +219,7 @@ export function parseEndpointSlice(o: unknown): EndpointSlice | Invalid {
         port: portNumber(port.port, `ports[${i}].port`),
       };
     });
-    const endpoints: Endpoint[] = [];
-    list(body.endpoints, 'endpoints').forEach((e, i) => {
+    const endpoints = eachValid(list(body.endpoints, 'endpoints'), skipped, (e, i): Endpoint => {
       const ep = object(e, `endpoints[${i}]`);
       const conditions = object(ep.conditions, `endpoints[${i}].conditions`);
       const ready = condition(conditions.ready, true);
@@ -213,10 +231,12 @@ export function parseEndpointSlice(o: unknown): EndpointSlice | Invalid {
       const serving = condition(conditions.serving, ready);
       const terminating = condition(conditions.terminating, false);
       // Literals (a spread, or a property added later, would give each of 100,000 endpoints a property array of its own).
-      endpoints.push(typeof ep.nodeName === 'string' && ep.nodeName !== ''
+      return typeof ep.nodeName === 'string' && ep.nodeName !== ''
         ? { ip: address, ready, serving, terminating, nodeName: ep.nodeName }
-        : { ip: address, ready, serving, terminating });
+        : { ip: address, ready, serving, terminating };
     });
-    return { namespace, name, service, family, ports, endpoints };
+    return skipped.length > 0
+      ? { namespace, name, service, family, ports, endpoints, skipped }
+      : { namespace, name, service, family, ports, endpoints };
   });
 }

@@ -6,8 +6,9 @@
  *
  * - Inputs: two reflectors (k8s/reflector.ts) list and watch every Service and EndpointSlice of
  *   the cluster as model values into index.ts's LiveServiceIndex, which tells the renderer the
- *   Services each batch touched; an invalid object is left out with one warning per object and
- *   reason. Both watches leave out, as kube-proxy's do, the objects labelled
+ *   Services each batch touched; an invalid object is left out, or its last valid version kept,
+ *   and an object's bad items left out, with one warning per object and problem (warnings.ts).
+ *   Both watches leave out, as kube-proxy's do, the objects labelled
  *   service.kubernetes.io/service-proxy-name or service.kubernetes.io/headless (model.ts).
  * - Apply and repair: nft/kept-table.ts, as network policy's table: one render per batch of
  *   changes, one `nft -f` transaction with what differs, the table listed after each apply and
@@ -48,10 +49,11 @@ import { NetlinkHandle } from '../netlink/index.ts';
 import { DatagramPorts } from './conntrack.ts';
 import type { StaleFlows } from './conntrack.ts';
 import { LiveServiceIndex } from './index.ts';
-import { isInvalid, parseEndpointSlice, parseService, PROXIED_SELECTOR } from './model.ts';
+import { parseEndpointSlice, parseService, PROXIED_SELECTOR } from './model.ts';
 import type { EndpointSlice, Invalid, Service } from './model.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from './render.ts';
 import type { HealthCheck } from './render-types.ts';
+import { ObjectWarnings } from './warnings.ts';
 
 /** The whole table is compared with the kernel's this often, whatever the monitor said. */
 const FULL_CHECK_MS = 5 * 60_000;
@@ -145,8 +147,7 @@ export class ServiceProxy {
   readonly #bridgeNetfilter: BridgeNetfilter;
   readonly #index = new LiveServiceIndex();
   readonly #listed = new Set<string>();
-  /** `resource key` → the reason last warned about, so a bad object is reported once per problem. */
-  readonly #warned = new Map<string, string>();
+  readonly #warnings: ObjectWarnings;
   readonly #renderer = new ServiceRenderer();
   readonly #table: KeptTable;
   readonly #healthServers = new Map<number, { server: Server; check: HealthCheck }>();
@@ -164,6 +165,7 @@ export class ServiceProxy {
   constructor(options: ServiceProxyOptions) {
     this.#options = options;
     this.#log = options.log;
+    this.#warnings = new ObjectWarnings(options.log);
     this.#run = options.runner ?? execRunner();
     this.#bridgeNetfilter = new BridgeNetfilter({
       sysctl: options.sysctl ?? procSysctl, run: this.#run, log: this.#log, what: 'service proxy',
@@ -278,19 +280,10 @@ export class ServiceProxy {
   }
 
   #changed(resource: string, items: Map<string, object | null>, listed: boolean): void {
-    if (resource === 'services') this.#index.putServices(items as Map<string, Stored<Service> | null>, listed);
-    else this.#index.putSlices(items as Map<string, Stored<EndpointSlice> | null>, listed);
-    for (const [key, v] of items) {
-      const id = `${resource} ${key}`;
-      if (v !== null && isInvalid(v)) {
-        if (this.#warned.get(id) !== v.invalid) {
-          this.#log.warn(`service proxy: ignoring an object of ${resource}`, { object: key, reason: v.invalid });
-        }
-        this.#warned.set(id, v.invalid);
-      } else {
-        this.#warned.delete(id);
-      }
-    }
+    const kept = resource === 'services'
+      ? this.#index.putServices(items as Map<string, Stored<Service> | null>, listed)
+      : this.#index.putSlices(items as Map<string, Stored<EndpointSlice> | null>, listed);
+    this.#warnings.note(resource, items as Map<string, Stored<Service | EndpointSlice> | null>, kept);
     this.#generation = this.#table.bump();
     this.#table.kick();
   }
