@@ -11,7 +11,10 @@
  * - EndpointSlice: its Service (label `kubernetes.io/service-name`; a slice without one is
  *   nobody's), addressType (IPv4/IPv6; FQDN slices are not proxied, as kube-proxy does), ports
  *   and endpoints with their conditions (ready absent counts as ready, serving as ready,
- *   terminating as false) and nodeName.
+ *   terminating as false), nodeName and the zones it is hinted for (hints.forZones[].name).
+ * - Topology hints, as kube-proxy v1.28 reads them: a Service asks for them with annotation
+ *   service.kubernetes.io/topology-aware-hints (first) or service.kubernetes.io/topology-mode, any
+ *   value but '', 'disabled' and 'Disabled'; the node's zone is its label topology.kubernetes.io/zone.
  *
  * One bad item is left out, not the object, as kube-proxy skips it and serves the rest: a slice's
  * endpoint or port, a Service's port, externalIP, load balancer IP, source range, node port or
@@ -46,6 +49,12 @@ export const HEADLESS_LABEL = 'service.kubernetes.io/headless';
  */
 export const PROXIED_SELECTOR = `!${SERVICE_PROXY_NAME_LABEL},!${HEADLESS_LABEL}`;
 
+/** The annotations asking for topology hints, the first found deciding (kube-proxy v1.28's order). */
+export const TOPOLOGY_ANNOTATIONS = ['service.kubernetes.io/topology-aware-hints', 'service.kubernetes.io/topology-mode'] as const;
+
+/** The label of a Node naming its zone. */
+export const ZONE_LABEL = 'topology.kubernetes.io/zone';
+
 /** kube-proxy's default ClientIP affinity timeout (3 hours). */
 export const DEFAULT_AFFINITY_SECONDS = 10_800;
 
@@ -76,6 +85,8 @@ export interface Service {
   /** The health check node port of an externalTrafficPolicy Local LoadBalancer. */
   healthCheckNodePort?: number;
   loadBalancerSourceRanges: CIDR[];
+  /** Whether it asks for its endpoints' topology hints to be used (see the module comment). */
+  topologyAware: boolean;
   /** The items left out, each naming its field (absent when none was). */
   skipped?: string[];
 }
@@ -87,6 +98,15 @@ export interface Endpoint {
   terminating: boolean;
   /** The node it runs on, when the slice says. */
   nodeName?: string;
+  /** The zones it is hinted for, when the slice gives hints. */
+  zoneHints?: string[];
+}
+
+/** What the proxy reads of its own Node. */
+export interface NodeTopology {
+  name: string;
+  /** Its zone label; '' when it has none. */
+  zone: string;
 }
 
 export interface SlicePort {
@@ -141,12 +161,14 @@ function loadBalancerIPs(ingress: unknown, skipped: string[]): IP[] {
 /** Parses a Service object; defaults and checks as described in the module comment. */
 export function parseService(o: unknown): Service | Invalid {
   return parsing(o, () => {
-    const { namespace, name } = metadata(o, true);
+    const { namespace, name, meta } = metadata(o, true);
     const body = object(o, 'object');
     const spec = object(body.spec, 'spec');
+    const skipped: string[] = [];
+    const annotations = skipping(skipped, () => labels(meta.annotations, 'metadata.annotations')) ?? {};
+    const hints = TOPOLOGY_ANNOTATIONS.map((a) => annotations[a]).find((v) => v !== undefined) ?? '';
     const status = object(body.status, 'status');
     const type = oneOf(spec.type, 'spec.type', SERVICE_TYPES, 'ClusterIP');
-    const skipped: string[] = [];
     const ports = eachValid(list(spec.ports, 'spec.ports'), skipped, (p, i): ServicePort => {
       const port = object(p, `spec.ports[${i}]`);
       const out: ServicePort = {
@@ -172,6 +194,7 @@ export function parseService(o: unknown): Service | Invalid {
         && (type === 'NodePort' || type === 'LoadBalancer'),
       loadBalancerSourceRanges: eachValid(list(spec.loadBalancerSourceRanges, 'spec.loadBalancerSourceRanges'), skipped,
         (c, i) => cidr(typeof c === 'string' ? c.trim() : c, `spec.loadBalancerSourceRanges[${i}]`)),
+      topologyAware: hints !== '' && hints !== 'disabled' && hints !== 'Disabled',
     };
     if (affinity === 'ClientIP') {
       const affinityConfig = object(spec.sessionAffinityConfig, 'spec.sessionAffinityConfig');
@@ -230,13 +253,32 @@ export function parseEndpointSlice(o: unknown): EndpointSlice | Invalid {
       if (address.family !== family) throw new Bad(`endpoints[${i}].addresses[0]: not an ${addressType} address`);
       const serving = condition(conditions.serving, ready);
       const terminating = condition(conditions.terminating, false);
+      const nodeName = typeof ep.nodeName === 'string' && ep.nodeName !== '' ? ep.nodeName : undefined;
+      const zoneHints = list(object(ep.hints, `endpoints[${i}].hints`).forZones, `endpoints[${i}].hints.forZones`).map((z, j) => {
+        const zone = object(z, `endpoints[${i}].hints.forZones[${j}]`).name;
+        if (typeof zone !== 'string' || zone === '') throw new Bad(`endpoints[${i}].hints.forZones[${j}].name: required`);
+        return zone;
+      });
       // Literals (a spread, or a property added later, would give each of 100,000 endpoints a property array of its own).
-      return typeof ep.nodeName === 'string' && ep.nodeName !== ''
-        ? { ip: address, ready, serving, terminating, nodeName: ep.nodeName }
-        : { ip: address, ready, serving, terminating };
+      if (zoneHints.length === 0) {
+        return nodeName !== undefined
+          ? { ip: address, ready, serving, terminating, nodeName }
+          : { ip: address, ready, serving, terminating };
+      }
+      return nodeName !== undefined
+        ? { ip: address, ready, serving, terminating, nodeName, zoneHints }
+        : { ip: address, ready, serving, terminating, zoneHints };
     });
     return skipped.length > 0
       ? { namespace, name, service, family, ports, endpoints, skipped }
       : { namespace, name, service, family, ports, endpoints };
+  });
+}
+
+/** Reads the proxy's own Node: its name and zone label. */
+export function parseNodeTopology(o: unknown): NodeTopology | Invalid {
+  return parsing(o, () => {
+    const { name, meta } = metadata(o, false);
+    return { name, zone: labels(meta.labels, 'metadata.labels')[ZONE_LABEL] ?? '' };
   });
 }

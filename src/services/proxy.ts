@@ -17,6 +17,8 @@
  *   Services one costs nft a second of CPU, which must not follow every endpoint change. The
  *   clients recorded in the affinity sets are the kernel's, not drift, and are left out of the
  *   comparison. The table stays when weftd stops.
+ * - Topology hints: a third reflector watches this node's own Node for its zone label, as
+ *   kube-proxy does; a change of zone renders every Service again (render.ts's context).
  * - Health checks: each externalTrafficPolicy Local load balancer's healthCheckNodePort is served
  *   as kube-proxy serves it (200 with this node's count of ready endpoints when it has some, else
  *   503), so a cloud load balancer sends only to nodes with endpoints and drains a node whose
@@ -49,8 +51,8 @@ import { NetlinkHandle } from '../netlink/index.ts';
 import { DatagramPorts } from './conntrack.ts';
 import type { StaleFlows } from './conntrack.ts';
 import { LiveServiceIndex } from './index.ts';
-import { parseEndpointSlice, parseService, PROXIED_SELECTOR } from './model.ts';
-import type { EndpointSlice, Invalid, Service } from './model.ts';
+import { isInvalid, parseEndpointSlice, parseNodeTopology, parseService, PROXIED_SELECTOR } from './model.ts';
+import type { EndpointSlice, Invalid, NodeTopology, Service } from './model.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from './render.ts';
 import type { HealthCheck } from './render-types.ts';
 import { ObjectWarnings } from './warnings.ts';
@@ -161,6 +163,8 @@ export class ServiceProxy {
   #ownHandle: NetlinkHandle | undefined;
   /** The generation of the last change received. */
   #generation = 0;
+  /** This node's zone label ('' without one). */
+  #zone = '';
 
   constructor(options: ServiceProxyOptions) {
     this.#options = options;
@@ -174,7 +178,7 @@ export class ServiceProxy {
     this.#table = new KeptTable({
       table: `inet ${NFT_SERVICES_TABLE}`, what: 'service proxy', log: this.#log, run: this.#run,
       render: () => this.#render(),
-      ready: () => this.#listed.size === 2,
+      ready: () => this.#listed.size === 3,
       lineFilter: withoutClients,
       listDutyCycle: LIST_DUTY_CYCLE,
       applied: (before, now, timings) => {
@@ -204,9 +208,11 @@ export class ServiceProxy {
     await this.#bridgeNetfilter.ensure();
     if (!this.#options.conntrack && !this.#options.runner) this.#ownHandle = NetlinkHandle.open();
     const stop = AbortSignal.any([signal, this.#stop.signal]);
+    const proxied = { labelSelector: PROXIED_SELECTOR };
     const watches = [
-      this.#reflect('/api/v1/services', 'services', parseService, stop),
-      this.#reflect('/apis/discovery.k8s.io/v1/endpointslices', 'endpointslices', parseEndpointSlice, stop),
+      this.#reflect('/api/v1/services', 'services', parseService, proxied, stop),
+      this.#reflect('/apis/discovery.k8s.io/v1/endpointslices', 'endpointslices', parseEndpointSlice, proxied, stop),
+      this.#reflect('/api/v1/nodes', 'nodes', parseNodeTopology, { fieldSelector: `metadata.name=${this.#options.node}` }, stop),
     ].map((w) => w.catch((e: unknown) => {
       this.#log.error('service proxy: a watch stopped for good; the rules in place stay as they are', { err: e });
       this.#table.fail(e);
@@ -242,6 +248,7 @@ export class ServiceProxy {
       node: this.#options.node, clusterCIDRs: this.#options.clusterCIDRs,
       ...(this.#options.nodePortCIDRs ? { nodePortCIDRs: this.#options.nodePortCIDRs } : {}),
       ...(this.#options.serviceCIDRs ? { serviceCIDRs: this.#options.serviceCIDRs } : {}),
+      zone: this.#zone,
     }, changed);
     this.#stale.push(...this.#datagramPorts.update(this.#index, this.#options.node, changed));
     if (rendered.healthChecks !== this.#healthChecks) {
@@ -267,9 +274,11 @@ export class ServiceProxy {
     }
   }
 
-  #reflect<T extends object>(path: string, resource: string, parse: (o: unknown) => Stored<T>, signal: AbortSignal): Promise<void> {
+  #reflect<T extends object>(
+    path: string, resource: string, parse: (o: unknown) => Stored<T>, query: Record<string, string>, signal: AbortSignal,
+  ): Promise<void> {
     return new Reflector<Stored<T>>({
-      http: this.#options.http, path, resource, log: this.#log, parse, query: { labelSelector: PROXIED_SELECTOR },
+      http: this.#options.http, path, resource, log: this.#log, parse, query,
       ...(this.#options.watchSilenceMs ? { watchSilenceMs: this.#options.watchSilenceMs } : {}),
       onList: (items) => {
         this.#listed.add(resource);
@@ -280,12 +289,29 @@ export class ServiceProxy {
   }
 
   #changed(resource: string, items: Map<string, object | null>, listed: boolean): void {
-    const kept = resource === 'services'
-      ? this.#index.putServices(items as Map<string, Stored<Service> | null>, listed)
-      : this.#index.putSlices(items as Map<string, Stored<EndpointSlice> | null>, listed);
-    this.#warnings.note(resource, items as Map<string, Stored<Service | EndpointSlice> | null>, kept);
+    if (resource === 'nodes') this.#nodeChanged(items as Map<string, Stored<NodeTopology> | null>, listed);
+    else {
+      const kept = resource === 'services'
+        ? this.#index.putServices(items as Map<string, Stored<Service> | null>, listed)
+        : this.#index.putSlices(items as Map<string, Stored<EndpointSlice> | null>, listed);
+      this.#warnings.note(resource, items as Map<string, Stored<Service | EndpointSlice> | null>, kept);
+    }
     this.#generation = this.#table.bump();
     this.#table.kick();
+  }
+
+  /** This node's zone from its Node (the one object the watch gives); an invalid update keeps the last. */
+  #nodeChanged(items: Map<string, Stored<NodeTopology> | null>, listed: boolean): void {
+    let zone = this.#zone;
+    if (listed && items.size === 0) zone = '';
+    for (const v of items.values()) {
+      if (v === null) zone = '';
+      else if (isInvalid(v)) this.#log.warn('service proxy: ignoring an invalid update of this node\'s Node', { reason: v.invalid });
+      else zone = v.zone;
+    }
+    if (zone === this.#zone) return;
+    this.#log.info('service proxy: this node\'s zone, for topology hints', { zone, was: this.#zone });
+    this.#zone = zone;
   }
 
   async #repairLoop(signal: AbortSignal): Promise<void> {

@@ -14,6 +14,8 @@ export interface RenderOptions {
   nodePortCIDRs?: readonly CIDR[];
   /** --service-cluster-ip-range: new connections to its addresses no Service has are dropped. */
   serviceCIDRs?: readonly CIDR[];
+  /** This node's zone (label topology.kubernetes.io/zone), for topology hints; undefined or '': none. */
+  zone?: string;
 }
 
 /** An eTP Local load balancer's health check node port and what it answers. */

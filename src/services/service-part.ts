@@ -16,7 +16,9 @@
  *   set of its own (timeout = the Service's) and a chain per Service port checking those sets
  *   before choosing at random. Only Services asking for affinity pay for chains of their own.
  * - Endpoints used: the ready ones; when none is ready, the serving terminating ones (kube-proxy's
- *   rule, per set: all endpoints, and this node's for the Local policies).
+ *   rule, per set: all endpoints, and this node's for the Local policies). Cluster-wide traffic of
+ *   a Service asking for topology hints uses the ready endpoints hinted for this node's zone, when
+ *   every ready endpoint has hints and one names the zone (kube-proxy v1.28's CategorizeEndpoints).
  * - Masquerade where kube-proxy masquerades (mark 0x4000, masqueraded in postrouting): traffic to
  *   a cluster IP from outside the cluster network (the node itself included); every external
  *   connection (node port, externalIP, load balancer IP) of an externalTrafficPolicy Cluster
@@ -33,7 +35,7 @@
 import { contains, formatCIDR, formatIP } from '../ip/ip.ts';
 import type { Family, IP } from '../ip/ip.ts';
 import type { NftSet } from '../nft/ruleset.ts';
-import { addrType, endpointMap, endpointName, flat, hostPort, l3, pick, targetsOf, usable } from './endpoints.ts';
+import { addrType, clusterTargets, endpointMap, endpointName, flat, hostPort, l3, pick, targetsOf, usable } from './endpoints.ts';
 import type { Target, Via } from './endpoints.ts';
 import type { EndpointSlice, Service, ServicePort } from './model.ts';
 import type { HealthCheck, RenderOptions } from './render-types.ts';
@@ -100,7 +102,7 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
     for (const p of s.ports) {
       const proto = p.protocol.toLowerCase();
       const targets = targetsOf(p, f, slices, options.node);
-      const all = usable(targets);
+      const all = clusterTargets(targets, s.topologyAware ? options.zone : undefined);
       const local = usable(targets.filter((t) => t.local));
       for (const t of targets) if (t.local && t.endpoint.ready) readyHere.add(hostPort(t));
       // Hairpin: only endpoints on this node's bridge, in the cluster network, can reach

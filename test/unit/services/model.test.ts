@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { formatCIDR, formatIP } from '../../../src/ip/ip.ts';
-import { DEFAULT_AFFINITY_SECONDS, isInvalid, parseEndpointSlice, parseService } from '../../../src/services/model.ts';
-import type { EndpointSlice, Invalid, Service } from '../../../src/services/model.ts';
+import { DEFAULT_AFFINITY_SECONDS, isInvalid, parseEndpointSlice, parseNodeTopology, parseService } from '../../../src/services/model.ts';
+import type { EndpointSlice, Invalid, NodeTopology, Service } from '../../../src/services/model.ts';
 import { endpoint, serviceObject, sliceObject } from '../../support/services.ts';
 
 function valid<T extends object>(v: T | Invalid): T {
@@ -123,4 +123,17 @@ test('a bad endpoint or port of a slice is left out and named, the rest of the s
     'ports[0].port: must be a port number 1-65535, not undefined', 'ports[2].protocol: must be one of TCP, UDP, SCTP, not "ICMP"',
     'endpoints[0].addresses[0]: not an IPv4 address', 'endpoints[2].addresses: required', 'endpoints[3].conditions: must be an object',
   ]);
+});
+
+test('topology: an endpoint\'s zone hints, a bad hint leaving its endpoint out, and the Node\'s zone label (#39)', () => {
+  const s = valid<EndpointSlice>(parseEndpointSlice(sliceObject('ns', 'z', 'web', 'IPv4', [{ port: 80 }], [
+    { ...endpoint('10.244.1.2', 'n1'), hints: { forZones: [{ name: 'a' }, { name: 'b' }] } },
+    endpoint('10.244.1.3', 'n1'),
+    { ...endpoint('10.244.1.4', 'n1'), hints: { forZones: [{}] } },
+  ])));
+  assert.deepEqual(s.endpoints.map((e) => e.zoneHints), [['a', 'b'], undefined]);
+  assert.deepEqual(s.skipped, ['endpoints[2].hints.forZones[0].name: required']);
+  const node = (labels?: Record<string, string>) => valid<NodeTopology>(parseNodeTopology({ metadata: { name: 'n1', labels } }));
+  assert.deepEqual(node({ 'topology.kubernetes.io/zone': 'a' }), { name: 'n1', zone: 'a' });
+  assert.deepEqual(node(), { name: 'n1', zone: '' });
 });

@@ -410,3 +410,40 @@ test('a Service of 32,769 endpoints, all on this node, keeps its local slots apa
   assert.equal(ruleset.chains.get('nodeport-local4-tcp-32769-32769')?.at(-1),
     'dnat ip to tcp dport . numgen random mod 32769 offset 32769 map @nodeport-endpoints4-tcp-32769');
 });
+
+test('topology hints, as kube-proxy v1.28 reads them: this zone\'s endpoints when every ready one is hinted, else all (#39)', () => {
+  const hinted = (ip: string, node: string, zones: string[] | undefined, conditions: Obj = { ready: true }) =>
+    ({ ...endpoint(ip, node, conditions), ...(zones ? { hints: { forZones: zones.map((name) => ({ name })) } } : {}) });
+  const auto = web({}, {});
+  (auto.metadata as Obj).annotations = { 'service.kubernetes.io/topology-mode': 'Auto' };
+  const zoneA = { ...OPTIONS, zone: 'a' };
+  const served = (services: Obj[], endpoints: Obj[], options: RenderOptions = zoneA) =>
+    endpointSlots(render(services, [webSlice(endpoints)], options).ruleset, 4).map((e) => e.split(' : ')[1]);
+  const both = [hinted('10.244.1.2', 'n1', ['a']), hinted('10.244.2.2', 'n2', ['b']), hinted('10.244.3.2', 'n3', ['a', 'b'])];
+  assert.deepEqual(served([auto], both), ['10.244.1.2 . 8080', '10.244.3.2 . 8080']);
+  // A not-ready endpoint without hints does not matter; a ready one without hints turns them off.
+  assert.deepEqual(served([auto], [...both, hinted('10.244.4.2', 'n4', undefined, { ready: false })]),
+    ['10.244.1.2 . 8080', '10.244.3.2 . 8080']);
+  const all = ['10.244.1.2 . 8080', '10.244.2.2 . 8080', '10.244.3.2 . 8080', '10.244.4.2 . 8080'];
+  assert.deepEqual(served([auto], [...both, hinted('10.244.4.2', 'n4', undefined)]), all);
+  assert.deepEqual(served([auto], both.slice(0, 2), { ...OPTIONS, zone: 'c' }), all.slice(0, 2), 'no endpoint for this zone');
+  assert.deepEqual(served([auto], both.slice(0, 2), OPTIONS), all.slice(0, 2), 'a node without a zone');
+  assert.deepEqual(served([web()], both), all.slice(0, 3), 'a Service not asking for them');
+  for (const [annotation, value, used] of [['topology-aware-hints', 'Auto', true], ['topology-mode', 'disabled', false],
+    ['topology-mode', 'Disabled', false], ['topology-mode', 'anything', true]] as const) {
+    const svc = web();
+    (svc.metadata as Obj).annotations = { [`service.kubernetes.io/${annotation}`]: value };
+    assert.equal(served([svc], both).length, used ? 2 : 3, `${annotation}: ${value}`);
+  }
+  // The older annotation decides when both are there.
+  const older = web();
+  (older.metadata as Obj).annotations = {
+    'service.kubernetes.io/topology-aware-hints': 'disabled', 'service.kubernetes.io/topology-mode': 'Auto',
+  };
+  assert.equal(served([older], both).length, 3);
+  // A change of zone renders every Service again.
+  const renderer = new ServiceRenderer();
+  renderer.render(serviceModel([auto], [webSlice(both)]), zoneA);
+  const inB = renderer.render(serviceModel([auto], [webSlice(both)]), { ...OPTIONS, zone: 'b' }, []).ruleset;
+  assert.deepEqual(endpointSlots(inB, 4).map((e) => e.split(' : ')[1]), ['10.244.2.2 . 8080', '10.244.3.2 . 8080']);
+});
