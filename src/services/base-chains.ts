@@ -47,11 +47,10 @@ export function baseChains(options: RenderOptions): [string, string[]][] {
     ];
   });
   const dispatchRules = lookups('services', 'nodeports');
-  put('filter-prerouting', [
-    'type filter hook prerouting priority dstnat - 10; policy accept;',
-    'ct state new ip daddr . meta l4proto . th dport vmap @firewall4',
-    'ct state new ip6 daddr . meta l4proto . th dport vmap @firewall6',
-  ]);
+  const firewall = [4, 6].map((f) => `ct state new ${l3(f as Family)} daddr . meta l4proto . th dport vmap @firewall${f}`);
+  put('filter-prerouting', ['type filter hook prerouting priority dstnat - 10; policy accept;', ...firewall]);
+  // The node's own connections too, before nat-output's DNAT (-100) as the packets from outside.
+  put('filter-output-firewall', ['type filter hook output priority -110; policy accept;', ...firewall]);
   put('nat-prerouting', ['type nat hook prerouting priority dstnat; policy accept;', ...dispatchRules]);
   put('nat-output', ['type nat hook output priority -100; policy accept;', ...dispatchRules]);
   put('nat-postrouting', [

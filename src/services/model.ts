@@ -4,9 +4,13 @@
  *
  * What is kept, and the API's defaults where a field is absent:
  * - Service: type (ClusterIP), spec.clusterIPs (spec.clusterIP alone in older objects; `None`,
- *   headless, has none), externalIPs, status.loadBalancer.ingress[].ip, ports (protocol TCP),
+ *   headless, has none), externalIPs, status.loadBalancer.ingress[].ip (those of ipMode VIP or
+ *   none: an ipMode Proxy load balancer delivers to the node itself, so kube-proxy leaves its
+ *   address alone), ports (protocol TCP),
  *   sessionAffinity ClientIP and its timeout (10800 s), internalTrafficPolicy and
- *   externalTrafficPolicy (Cluster), healthCheckNodePort, loadBalancerSourceRanges. ExternalName
+ *   externalTrafficPolicy (Cluster; Local only counts where the API calls the Service externally
+ *   accessible: NodePort, LoadBalancer, or ClusterIP with externalIPs), healthCheckNodePort,
+ *   loadBalancerSourceRanges. ExternalName
  *   Services have nothing to proxy and are kept without addresses.
  * - EndpointSlice: its Service (label `kubernetes.io/service-name`; a slice without one is
  *   nobody's), addressType (IPv4/IPv6; FQDN slices are not proxied, as kube-proxy does), ports
@@ -80,7 +84,7 @@ export interface Service {
   affinitySeconds?: number;
   /** `internalTrafficPolicy: Local`. */
   internalLocal: boolean;
-  /** `externalTrafficPolicy: Local` (NodePort and LoadBalancer only). */
+  /** `externalTrafficPolicy: Local` (of an externally accessible Service only). */
   externalLocal: boolean;
   /** The health check node port of an externalTrafficPolicy Local LoadBalancer. */
   healthCheckNodePort?: number;
@@ -103,10 +107,15 @@ export interface Endpoint {
 }
 
 /** What the proxy reads of its own Node. */
-export interface NodeTopology {
+export interface OwnNode {
   name: string;
   /** Its zone label; '' when it has none. */
   zone: string;
+  /**
+   * Its address of each family, as kube-proxy picks its node IPs: the first InternalIP, else the
+   * first ExternalIP, of status.addresses.
+   */
+  ips: IP[];
 }
 
 export interface SlicePort {
@@ -153,8 +162,10 @@ function clusterIPs(spec: Record<string, unknown>): IP[] {
 /** status.loadBalancer.ingress[].ip, the ingress points without one (a hostname) left out. */
 function loadBalancerIPs(ingress: unknown, skipped: string[]): IP[] {
   return eachValid(list(ingress, 'status.loadBalancer.ingress'), skipped, (g, i) => {
-    const address = object(g, `status.loadBalancer.ingress[${i}]`).ip;
-    return address === undefined || address === null || address === '' ? undefined : ip(address, `status.loadBalancer.ingress[${i}].ip`);
+    const point = object(g, `status.loadBalancer.ingress[${i}]`);
+    const address = point.ip;
+    if (address === undefined || address === null || address === '' || point.ipMode === 'Proxy') return undefined;
+    return ip(address, `status.loadBalancer.ingress[${i}].ip`);
   });
 }
 
@@ -190,12 +201,13 @@ export function parseService(o: unknown): Service | Invalid {
       loadBalancerIPs: loadBalancerIPs(object(status.loadBalancer, 'status.loadBalancer').ingress, skipped),
       ports,
       internalLocal: oneOf(spec.internalTrafficPolicy, 'spec.internalTrafficPolicy', ['Cluster', 'Local'], 'Cluster') === 'Local',
-      externalLocal: oneOf(spec.externalTrafficPolicy, 'spec.externalTrafficPolicy', ['Cluster', 'Local'], 'Cluster') === 'Local'
-        && (type === 'NodePort' || type === 'LoadBalancer'),
+      externalLocal: oneOf(spec.externalTrafficPolicy, 'spec.externalTrafficPolicy', ['Cluster', 'Local'], 'Cluster') === 'Local',
       loadBalancerSourceRanges: eachValid(list(spec.loadBalancerSourceRanges, 'spec.loadBalancerSourceRanges'), skipped,
         (c, i) => cidr(typeof c === 'string' ? c.trim() : c, `spec.loadBalancerSourceRanges[${i}]`)),
       topologyAware: hints !== '' && hints !== 'disabled' && hints !== 'Disabled',
     };
+    // The API's ExternallyAccessible: eTP Local means nothing on a Service no outside client reaches.
+    service.externalLocal &&= type === 'NodePort' || type === 'LoadBalancer' || (type === 'ClusterIP' && service.externalIPs.length > 0);
     if (affinity === 'ClientIP') {
       const affinityConfig = object(spec.sessionAffinityConfig, 'spec.sessionAffinityConfig');
       const config = object(affinityConfig.clientIP, 'spec.sessionAffinityConfig.clientIP');
@@ -275,10 +287,19 @@ export function parseEndpointSlice(o: unknown): EndpointSlice | Invalid {
   });
 }
 
-/** Reads the proxy's own Node: its name and zone label. */
-export function parseNodeTopology(o: unknown): NodeTopology | Invalid {
+/** Reads the proxy's own Node: its name, zone label and addresses ({@link OwnNode}). */
+export function parseOwnNode(o: unknown): OwnNode | Invalid {
   return parsing(o, () => {
     const { name, meta } = metadata(o, false);
-    return { name, zone: labels(meta.labels, 'metadata.labels')[ZONE_LABEL] ?? '' };
+    const status = object(object(o, 'object').status, 'status');
+    const addresses = list(status.addresses, 'status.addresses').map((a, i) => object(a, `status.addresses[${i}]`));
+    const ips: IP[] = [];
+    for (const type of ['InternalIP', 'ExternalIP']) {
+      for (const a of addresses) {
+        const address = a.type === type && typeof a.address === 'string' ? tryParseIP(a.address) : undefined;
+        if (address && !ips.some((x) => x.family === address.family)) ips.push(address);
+      }
+    }
+    return { name, zone: labels(meta.labels, 'metadata.labels')[ZONE_LABEL] ?? '', ips };
   });
 }

@@ -17,8 +17,9 @@
  *   Services one costs nft a second of CPU, which must not follow every endpoint change. The
  *   clients recorded in the affinity sets are the kernel's, not drift, and are left out of the
  *   comparison. The table stays when weftd stops.
- * - Topology hints: a third reflector watches this node's own Node for its zone label, as
- *   kube-proxy does; a change of zone renders every Service again (render.ts's context).
+ * - The own Node: a third reflector watches it, as kube-proxy does, for its zone label (topology
+ *   hints) and its addresses (loadBalancerSourceRanges' allowance for the node); a change of
+ *   either renders every Service again (render.ts's context).
  * - Health checks: each externalTrafficPolicy Local load balancer's healthCheckNodePort is served
  *   as kube-proxy serves it (200 with this node's count of ready endpoints when it has some, else
  *   503), so a cloud load balancer sends only to nodes with endpoints and drains a node whose
@@ -39,7 +40,8 @@
 import { createServer } from 'node:http';
 import type { Server } from 'node:http';
 import { ConfigError, WeftError } from '../errors.ts';
-import type { CIDR } from '../ip/ip.ts';
+import { formatIP } from '../ip/ip.ts';
+import type { CIDR, IP } from '../ip/ip.ts';
 import { Reflector } from '../k8s/reflector.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
@@ -51,8 +53,8 @@ import { NetlinkHandle } from '../netlink/index.ts';
 import { DatagramPorts } from './conntrack.ts';
 import type { StaleFlows } from './conntrack.ts';
 import { LiveServiceIndex } from './index.ts';
-import { isInvalid, parseEndpointSlice, parseNodeTopology, parseService, PROXIED_SELECTOR } from './model.ts';
-import type { EndpointSlice, Invalid, NodeTopology, Service } from './model.ts';
+import { isInvalid, parseEndpointSlice, parseOwnNode, parseService, PROXIED_SELECTOR } from './model.ts';
+import type { EndpointSlice, Invalid, OwnNode, Service } from './model.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from './render.ts';
 import type { HealthCheck } from './render-types.ts';
 import { ObjectWarnings } from './warnings.ts';
@@ -163,8 +165,9 @@ export class ServiceProxy {
   #ownHandle: NetlinkHandle | undefined;
   /** The generation of the last change received. */
   #generation = 0;
-  /** This node's zone label ('' without one). */
+  /** This node's zone label ('' without one) and addresses, from its Node. */
   #zone = '';
+  #nodeIPs: IP[] = [];
 
   constructor(options: ServiceProxyOptions) {
     this.#options = options;
@@ -212,7 +215,7 @@ export class ServiceProxy {
     const watches = [
       this.#reflect('/api/v1/services', 'services', parseService, proxied, stop),
       this.#reflect('/apis/discovery.k8s.io/v1/endpointslices', 'endpointslices', parseEndpointSlice, proxied, stop),
-      this.#reflect('/api/v1/nodes', 'nodes', parseNodeTopology, { fieldSelector: `metadata.name=${this.#options.node}` }, stop),
+      this.#reflect('/api/v1/nodes', 'nodes', parseOwnNode, { fieldSelector: `metadata.name=${this.#options.node}` }, stop),
     ].map((w) => w.catch((e: unknown) => {
       this.#log.error('service proxy: a watch stopped for good; the rules in place stay as they are', { err: e });
       this.#table.fail(e);
@@ -248,7 +251,7 @@ export class ServiceProxy {
       node: this.#options.node, clusterCIDRs: this.#options.clusterCIDRs,
       ...(this.#options.nodePortCIDRs ? { nodePortCIDRs: this.#options.nodePortCIDRs } : {}),
       ...(this.#options.serviceCIDRs ? { serviceCIDRs: this.#options.serviceCIDRs } : {}),
-      zone: this.#zone,
+      zone: this.#zone, nodeIPs: this.#nodeIPs,
     }, changed);
     this.#stale.push(...this.#datagramPorts.update(this.#index, this.#options.node, changed));
     if (rendered.healthChecks !== this.#healthChecks) {
@@ -289,7 +292,7 @@ export class ServiceProxy {
   }
 
   #changed(resource: string, items: Map<string, object | null>, listed: boolean): void {
-    if (resource === 'nodes') this.#nodeChanged(items as Map<string, Stored<NodeTopology> | null>, listed);
+    if (resource === 'nodes') this.#nodeChanged(items as Map<string, Stored<OwnNode> | null>, listed);
     else {
       const kept = resource === 'services'
         ? this.#index.putServices(items as Map<string, Stored<Service> | null>, listed)
@@ -300,18 +303,20 @@ export class ServiceProxy {
     this.#table.kick();
   }
 
-  /** This node's zone from its Node (the one object the watch gives); an invalid update keeps the last. */
-  #nodeChanged(items: Map<string, Stored<NodeTopology> | null>, listed: boolean): void {
-    let zone = this.#zone;
-    if (listed && items.size === 0) zone = '';
+  /** This node's zone and addresses from its Node (the one object the watch gives); an invalid update keeps the last. */
+  #nodeChanged(items: Map<string, Stored<OwnNode> | null>, listed: boolean): void {
+    let node: Pick<OwnNode, 'zone' | 'ips'> = { zone: this.#zone, ips: this.#nodeIPs };
+    if (listed && items.size === 0) node = { zone: '', ips: [] };
     for (const v of items.values()) {
-      if (v === null) zone = '';
+      if (v === null) node = { zone: '', ips: [] };
       else if (isInvalid(v)) this.#log.warn('service proxy: ignoring an invalid update of this node\'s Node', { reason: v.invalid });
-      else zone = v.zone;
+      else node = v;
     }
-    if (zone === this.#zone) return;
-    this.#log.info('service proxy: this node\'s zone, for topology hints', { zone, was: this.#zone });
-    this.#zone = zone;
+    const ips = node.ips.map(formatIP).join();
+    if (node.zone === this.#zone && ips === this.#nodeIPs.map(formatIP).join()) return;
+    this.#log.info('service proxy: this node\'s zone (topology hints) and addresses (source ranges)', { zone: node.zone, ips });
+    this.#zone = node.zone;
+    this.#nodeIPs = node.ips;
   }
 
   async #repairLoop(signal: AbortSignal): Promise<void> {

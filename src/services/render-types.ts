@@ -2,7 +2,7 @@
  * What the Service proxy's renderer (render.ts) and its parts (service-part.ts, base-chains.ts)
  * are given besides the Services, and the health checks they give back.
  */
-import type { CIDR } from '../ip/ip.ts';
+import type { CIDR, IP } from '../ip/ip.ts';
 
 /** Where and for which node the rules are made. */
 export interface RenderOptions {
@@ -16,6 +16,8 @@ export interface RenderOptions {
   serviceCIDRs?: readonly CIDR[];
   /** This node's zone (label topology.kubernetes.io/zone), for topology hints; undefined or '': none. */
   zone?: string;
+  /** This node's address of each family (its Node's), for loadBalancerSourceRanges; undefined: none known. */
+  nodeIPs?: readonly IP[];
 }
 
 /** An eTP Local load balancer's health check node port and what it answers. */

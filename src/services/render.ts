@@ -19,7 +19,7 @@
  *   render-types.ts describes; this file keeps them from one render to the next and declares the
  *   sets and maps.
  */
-import { formatCIDR } from '../ip/ip.ts';
+import { formatCIDR, formatIP } from '../ip/ip.ts';
 import type { NftRuleset, NftSet } from '../nft/ruleset.ts';
 import { baseChains, helperChains } from './base-chains.ts';
 import { addrType, endpointKey, ENDPOINT_MAP, l3 } from './endpoints.ts';
@@ -62,7 +62,7 @@ interface Contents {
 export class ServiceRenderer {
   /** Each Service's part of the last render, by `namespace/name`. */
   readonly #parts = new Map<string, Part>();
-  /** The node, its zone and the cluster networks the parts were made for. */
+  /** The node, its zone and addresses, and the cluster networks the parts were made for. */
   #context: string | undefined;
   /** Claims of each key of each verdict map (`<map> <key>`): the first Service by name holds it. */
   readonly #claims = new Map<string, Claim[]>();
@@ -90,7 +90,9 @@ export class ServiceRenderer {
    * slices may differ from the last render's; undefined: any may.
    */
   render(index: ServiceIndex, options: RenderOptions, changed?: Iterable<string>): RenderedServices {
-    const context = `${options.node} ${options.clusterCIDRs.map(formatCIDR).join()} ${options.zone ?? ''}`;
+    const context = [
+      options.node, options.clusterCIDRs.map(formatCIDR).join(), options.zone ?? '', options.nodeIPs?.map(formatIP).join() ?? '',
+    ].join(' ');
     const first = this.#serial === 0;
     const newContext = context !== this.#context;
     this.#context = context;

@@ -29,8 +29,11 @@
  *   internalTrafficPolicy Local uses this node's endpoints for cluster IP traffic, dropping when
  *   there are none.
  * - A Service port without endpoints rejects new connections (TCP reset, ICMP port unreachable)
- *   in filter chains at input, forward and output; loadBalancerSourceRanges drop other sources
- *   to the load balancer IPs before NAT.
+ *   in filter chains at input, forward and output.
+ * - loadBalancerSourceRanges, as kube-proxy's nftables mode does them: per family, new connections
+ *   to the load balancer IPs from other sources are dropped before DNAT, arriving or made by the
+ *   node itself; a family without ranges is not filtered; when a range holds the node's address,
+ *   the load balancer IPs are allowed sources too (a node holding the VIP connects from it).
  */
 import { contains, formatCIDR, formatIP } from '../ip/ip.ts';
 import type { Family, IP } from '../ip/ip.ts';
@@ -120,6 +123,17 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
         part.claims.push({ owner, id: flat(map, f, ' ', key), map: `${map}${f}`, element: flat(key, ' : ', verdict), endpoints });
       const hasNodePort = p.nodePort !== undefined && (s.type === 'NodePort' || s.type === 'LoadBalancer');
       const nodePortKey = `${proto} . ${p.nodePort}`;
+      const lbIPs = s.loadBalancerIPs.filter((ip) => ip.family === f);
+      const ranges = s.loadBalancerSourceRanges.filter((c) => c.ip.family === f);
+      if (ranges.length > 0 && lbIPs.length > 0) {
+        // kube-proxy's allowance: where the load balancer IP is a local address of the node, the
+        // node's own connections come from it.
+        const nodeIP = options.nodeIPs?.find((ip) => ip.family === f);
+        const fromNode = nodeIP && ranges.some((c) => contains(c, nodeIP)) ? lbIPs.map(formatIP) : [];
+        const unit = unitName(s, p, f);
+        part.chains.push([`fw-${unit}`, [`${l3(f)} saddr != { ${[...ranges.map(formatCIDR), ...fromNode].join(', ')} } drop`]]);
+        for (const ip of lbIPs) claim('firewall', addrKey(ip), `goto fw-${unit}`);
+      }
       if (all.length === 0) {
         claim('no-endpoints', addrKey(clusterIP), 'goto reject-chain');
         for (const ip of ext) claim('no-endpoints', addrKey(ip), 'goto reject-chain');
@@ -135,13 +149,6 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
           toLocal,
         ]
         : ['jump mark-for-masquerade', toAll]);
-      const lbIPs = s.loadBalancerIPs.filter((ip) => ip.family === f);
-      if (s.loadBalancerSourceRanges.length > 0 && lbIPs.length > 0) {
-        const unit = unitName(s, p, f);
-        const ranges = s.loadBalancerSourceRanges.filter((c) => c.ip.family === f).map(formatCIDR);
-        part.chains.push([`fw-${unit}`, [ranges.length > 0 ? `${l3(f)} saddr != { ${ranges.join(', ')} } drop` : 'drop']]);
-        for (const ip of lbIPs) claim('firewall', addrKey(ip), `goto fw-${unit}`);
-      }
       if (s.internalLocal && local.length === 0) claim('no-endpoints', addrKey(clusterIP), 'drop');
       if (s.affinitySeconds !== undefined) {
         // Chains of its own: the clients it saw are its own.

@@ -293,6 +293,25 @@ test('the Service proxy translates every Service type and policy on a real kerne
           assert.deepEqual(byOf(await many(agents.pb, '10.96.0.70', 80, 24)), ['pa', 'pb', 'pc']);
         });
 
+        await t.test('loadBalancerSourceRanges check the node\'s own connections and let a node holding the VIP in (#39)', async () => {
+          // lb: load balancer IP 198.18.0.20, ranges 198.18.5.0/24 (set above), endpoint pa.
+          const outside = await agents.node.probe('198.18.0.20', 'TCP', 80, 500);
+          assert.deepEqual(outside, { error: 'timeout' }, 'the node is outside the ranges');
+          const addresses = [{ type: 'InternalIP', address: '198.51.100.1' }];
+          await core.patchNodeStatus({ name: 'n1', body: { status: { addresses } } }, MERGE);
+          const ranges = { spec: { loadBalancerSourceRanges: ['198.51.100.0/24'] } };
+          await core.patchNamespacedService({ name: 'lb', namespace: NS, body: ranges }, MERGE);
+          // The node holds the VIP: its connections to it come from the VIP, which a range holding the node's address lets in.
+          await node.ip('link', 'set', 'lo', 'up');
+          await node.ip('addr', 'add', '198.18.0.20/32', 'dev', 'lo');
+          try {
+            await eventually(agents.node, '198.18.0.20', 'TCP', 80, answered);
+            assert.equal(served(await agents.node.probe('198.18.0.20', 'TCP', 80)).by, 'pa');
+          } finally {
+            await node.ip('addr', 'del', '198.18.0.20/32', 'dev', 'lo');
+          }
+        });
+
         await t.test('the table is put back when something else deletes or changes it', async () => {
           const drift = () => log.records.filter((r) => /changed by something else/.test(r.msg)).length;
           assert.equal(drift(), 0, 'our own changes and the clients in the affinity sets are not drift');
@@ -389,7 +408,8 @@ test('a Service of 32,769 endpoints, all on this node, loads into the kernel (#3
     const svc = serviceObject('ns', 'big', { type: 'NodePort', clusterIP: '10.96.0.10', externalTrafficPolicy: 'Local',
       ports: [{ port: 80, nodePort: 30080 }] });
     const slice = sliceObject('ns', 'big-1', 'big', 'IPv4', [{ port: 8080 }], many);
-    const { ruleset } = new ServiceRenderer().render(serviceModel([svc], [slice]), { node: 'n1', clusterCIDRs: [parseCIDR('10.244.0.0/16', 'test')] });
+    const options = { node: 'n1', clusterCIDRs: [parseCIDR('10.244.0.0/16', 'test')] };
+    const { ruleset } = new ServiceRenderer().render(serviceModel([svc], [slice]), options);
     const r = await execRunner(['ip', 'netns', 'exec', node.name])(['nft', '-f', '-'], tableScript(`inet ${NFT_SERVICES_TABLE}`, ruleset));
     assert.equal(r.code, 0, r.stderr.slice(0, 2000));
   });

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { formatCIDR, formatIP } from '../../../src/ip/ip.ts';
-import { DEFAULT_AFFINITY_SECONDS, isInvalid, parseEndpointSlice, parseNodeTopology, parseService } from '../../../src/services/model.ts';
-import type { EndpointSlice, Invalid, NodeTopology, Service } from '../../../src/services/model.ts';
+import { DEFAULT_AFFINITY_SECONDS, isInvalid, parseEndpointSlice, parseOwnNode, parseService } from '../../../src/services/model.ts';
+import type { EndpointSlice, Invalid, OwnNode, Service } from '../../../src/services/model.ts';
 import { endpoint, serviceObject, sliceObject } from '../../support/services.ts';
 
 function valid<T extends object>(v: T | Invalid): T {
@@ -133,7 +133,7 @@ test('topology: an endpoint\'s zone hints, a bad hint leaving its endpoint out, 
   ])));
   assert.deepEqual(s.endpoints.map((e) => e.zoneHints), [['a', 'b'], undefined]);
   assert.deepEqual(s.skipped, ['endpoints[2].hints.forZones[0].name: required']);
-  const node = (labels?: Record<string, string>) => valid<NodeTopology>(parseNodeTopology({ metadata: { name: 'n1', labels } }));
-  assert.deepEqual(node({ 'topology.kubernetes.io/zone': 'a' }), { name: 'n1', zone: 'a' });
-  assert.deepEqual(node(), { name: 'n1', zone: '' });
+  const node = (labels?: Record<string, string>) => valid<OwnNode>(parseOwnNode({ metadata: { name: 'n1', labels } }));
+  assert.deepEqual(node({ 'topology.kubernetes.io/zone': 'a' }), { name: 'n1', zone: 'a', ips: [] });
+  assert.deepEqual(node(), { name: 'n1', zone: '', ips: [] });
 });

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseCIDR } from '../../../src/ip/ip.ts';
+import { parseCIDR, parseIP } from '../../../src/ip/ip.ts';
 import { tableUpdate } from '../../../src/nft/ruleset.ts';
 import type { NftRuleset } from '../../../src/nft/ruleset.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../../src/services/render.ts';
@@ -446,4 +446,44 @@ test('topology hints, as kube-proxy v1.28 reads them: this zone\'s endpoints whe
   renderer.render(serviceModel([auto], [webSlice(both)]), zoneA);
   const inB = renderer.render(serviceModel([auto], [webSlice(both)]), { ...OPTIONS, zone: 'b' }, []).ruleset;
   assert.deepEqual(endpointSlots(inB, 4).map((e) => e.split(' : ')[1]), ['10.244.2.2 . 8080', '10.244.3.2 . 8080']);
+});
+
+test('loadBalancerSourceRanges as kube-proxy\'s nftables mode: a family without ranges open, the node\'s VIPs, its own connections (#39)', () => {
+  const dual = web({ type: 'LoadBalancer', clusterIPs: ['10.96.0.10', 'fd00:10:96::10'], ipFamilyPolicy: 'RequireDualStack',
+    ports: [{ port: 80, nodePort: 30080 }], loadBalancerSourceRanges: ['198.51.100.0/24'] },
+  { loadBalancer: { ingress: [{ ip: '198.18.0.20' }, { ip: 'fd00:18::20' }] } });
+  const slice6 = sliceObject('ns', 'web-6', 'web', 'IPv6', [{ port: 8080 }], [endpoint('fd00:244::2', 'n2')]);
+  const { ruleset } = render([dual], [webSlice(TWO), slice6]);
+  assert.deepEqual(ruleset.chains.get('fw-ns/web/80/tcp/v4'), ['ip saddr != { 198.51.100.0/24 } drop']);
+  assert.deepEqual(elements(ruleset, 'firewall6'), [], 'no IPv6 range: IPv6 is not filtered (was: all dropped)');
+  assert.equal(ruleset.chains.get('fw-ns/web/80/tcp/v6'), undefined);
+  // A range holding the node's address: the load balancer IPs are sources too.
+  const nodeIPs = [parseIP('198.51.100.1', 'test')];
+  const here = render([dual], [webSlice(TWO)], { ...OPTIONS, nodeIPs }).ruleset;
+  assert.deepEqual(here.chains.get('fw-ns/web/80/tcp/v4'), ['ip saddr != { 198.51.100.0/24, 198.18.0.20 } drop']);
+  const elsewhere = render([dual], [webSlice(TWO)], { ...OPTIONS, nodeIPs: [parseIP('198.18.5.1', 'test')] }).ruleset;
+  assert.deepEqual(elsewhere.chains.get('fw-ns/web/80/tcp/v4'), ['ip saddr != { 198.51.100.0/24 } drop']);
+  // The node's own connections are checked too, before nat-output's DNAT; a port without endpoints as well.
+  assert.deepEqual(ruleset.chains.get('filter-output-firewall'), ['type filter hook output priority -110; policy accept;',
+    'ct state new ip daddr . meta l4proto . th dport vmap @firewall4', 'ct state new ip6 daddr . meta l4proto . th dport vmap @firewall6']);
+  assert.deepEqual(elements(render([dual], []).ruleset, 'firewall4'), ['198.18.0.20 . tcp . 80 : goto fw-ns/web/80/tcp/v4']);
+});
+
+test('a load balancer ingress of ipMode Proxy is not translated on the node; VIP or none is (#39)', () => {
+  const lb = web({ type: 'LoadBalancer', ports: [{ port: 80, nodePort: 30080 }] }, { loadBalancer: { ingress: [
+    { ip: '198.18.0.20', ipMode: 'Proxy' }, { ip: '198.18.0.21', ipMode: 'VIP' }, { ip: '198.18.0.22' },
+  ] } });
+  assert.deepEqual(elements(render([lb], [webSlice(TWO)]).ruleset, 'services4').map((e) => e.split(' : ')[0]),
+    ['10.96.0.10 . tcp . 80', '198.18.0.21 . tcp . 80', '198.18.0.22 . tcp . 80']);
+});
+
+test('externalTrafficPolicy Local on a ClusterIP Service with externalIPs keeps the client and this node\'s endpoints (#39)', () => {
+  const svc = web({ externalIPs: ['198.18.0.10'], externalTrafficPolicy: 'Local' });
+  const { ruleset } = render([svc], [webSlice(TWO)]);
+  assert.deepEqual(elements(ruleset, 'services4'),
+    ['10.96.0.10 . tcp . 80 : goto cluster4-tcp-2', '198.18.0.10 . tcp . 80 : goto ext-local4-tcp-2-1']);
+  assert.equal(ruleset.chains.get('ext-local4-tcp-2-1')?.at(-1), 'dnat ip to ip daddr . tcp dport . numgen random mod 1 offset 2 map @endpoints4-tcp-1');
+  // Without externalIPs nothing outside reaches it: the policy means nothing, as the API says.
+  const plain = render([web({ externalTrafficPolicy: 'Local' })], [webSlice(TWO)]).ruleset;
+  assert.deepEqual(elements(plain, 'services4'), ['10.96.0.10 . tcp . 80 : goto cluster4-tcp-2']);
 });
