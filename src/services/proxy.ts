@@ -292,8 +292,10 @@ export class ServiceProxy {
   }
 
   #changed(resource: string, items: Map<string, object | null>, listed: boolean): void {
-    if (resource === 'nodes') this.#nodeChanged(items as Map<string, Stored<OwnNode> | null>, listed);
-    else {
+    if (resource === 'nodes') {
+      // The kubelet updates its Node often: only a new zone or address, or the first list, is news.
+      if (!this.#nodeChanged(items as Map<string, Stored<OwnNode> | null>, listed) && !listed) return;
+    } else {
       const kept = resource === 'services'
         ? this.#index.putServices(items as Map<string, Stored<Service> | null>, listed)
         : this.#index.putSlices(items as Map<string, Stored<EndpointSlice> | null>, listed);
@@ -303,8 +305,11 @@ export class ServiceProxy {
     this.#table.kick();
   }
 
-  /** This node's zone and addresses from its Node (the one object the watch gives); an invalid update keeps the last. */
-  #nodeChanged(items: Map<string, Stored<OwnNode> | null>, listed: boolean): void {
+  /**
+   * This node's zone and addresses from its Node (the one object the watch gives); an invalid
+   * update keeps the last. Whether either changed.
+   */
+  #nodeChanged(items: Map<string, Stored<OwnNode> | null>, listed: boolean): boolean {
     let node: Pick<OwnNode, 'zone' | 'ips'> = { zone: this.#zone, ips: this.#nodeIPs };
     if (listed && items.size === 0) node = { zone: '', ips: [] };
     for (const v of items.values()) {
@@ -313,10 +318,11 @@ export class ServiceProxy {
       else node = v;
     }
     const ips = node.ips.map(formatIP).join();
-    if (node.zone === this.#zone && ips === this.#nodeIPs.map(formatIP).join()) return;
+    if (node.zone === this.#zone && ips === this.#nodeIPs.map(formatIP).join()) return false;
     this.#log.info('service proxy: this node\'s zone (topology hints) and addresses (source ranges)', { zone: node.zone, ips });
     this.#zone = node.zone;
     this.#nodeIPs = node.ips;
+    return true;
   }
 
   async #repairLoop(signal: AbortSignal): Promise<void> {
