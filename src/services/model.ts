@@ -226,6 +226,15 @@ export function parseService(o: unknown): Service | Invalid {
   });
 }
 
+/** An endpoint's hints.forZones[].name. */
+function zonesOf(hints: unknown, i: number): string[] {
+  return list(object(hints, `endpoints[${i}].hints`).forZones, `endpoints[${i}].hints.forZones`).map((z, j) => {
+    const zone = object(z, `endpoints[${i}].hints.forZones[${j}]`).name;
+    if (typeof zone !== 'string' || zone === '') throw new Bad(`endpoints[${i}].hints.forZones[${j}].name: required`);
+    return zone;
+  });
+}
+
 function condition(v: unknown, dflt: boolean): boolean {
   return typeof v === 'boolean' ? v : dflt;
 }
@@ -266,11 +275,7 @@ export function parseEndpointSlice(o: unknown): EndpointSlice | Invalid {
       const serving = condition(conditions.serving, ready);
       const terminating = condition(conditions.terminating, false);
       const nodeName = typeof ep.nodeName === 'string' && ep.nodeName !== '' ? ep.nodeName : undefined;
-      const zoneHints = list(object(ep.hints, `endpoints[${i}].hints`).forZones, `endpoints[${i}].hints.forZones`).map((z, j) => {
-        const zone = object(z, `endpoints[${i}].hints.forZones[${j}]`).name;
-        if (typeof zone !== 'string' || zone === '') throw new Bad(`endpoints[${i}].hints.forZones[${j}].name: required`);
-        return zone;
-      });
+      const zoneHints = ep.hints === undefined || ep.hints === null ? [] : zonesOf(ep.hints, i);
       // Literals (a spread, or a property added later, would give each of 100,000 endpoints a property array of its own).
       if (zoneHints.length === 0) {
         return nodeName !== undefined
