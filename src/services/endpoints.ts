@@ -31,6 +31,27 @@ export function usable<T extends { endpoint: Pick<Endpoint, 'ready' | 'serving' 
 }
 
 /**
+ * The endpoints cluster-wide traffic uses, as kube-proxy v1.28 chooses them: when `zone` is given
+ * (the Service asks for topology hints and the node has a zone), every ready endpoint has hints and
+ * one is hinted for `zone`, the ready ones hinted for it; else the hints are ignored ({@link usable}).
+ */
+export function clusterTargets<T extends { endpoint: Pick<Endpoint, 'ready' | 'serving' | 'terminating' | 'zoneHints'> }>(
+  candidates: readonly T[], zone: string | undefined,
+): T[] {
+  if (zone) {
+    let hinted = true;
+    let forZone = false;
+    for (const { endpoint } of candidates) {
+      if (!endpoint.ready) continue;
+      if (!endpoint.zoneHints) hinted = false;
+      else if (endpoint.zoneHints.includes(zone)) forZone = true;
+    }
+    if (hinted && forZone) return candidates.filter((c) => c.endpoint.ready && c.endpoint.zoneHints!.includes(zone));
+  }
+  return usable(candidates);
+}
+
+/**
  * The targets of one Service port in one family, from the Service's slices, sorted and unique.
  * Called for each of 100,000 endpoints at a first render: it copies no endpoint it can keep.
  */

@@ -2,6 +2,10 @@
  * The renderer's view of the Services and EndpointSlices the proxy's reflectors keep, kept by
  * difference: each batch of changes touches the Services it names (and those whose slices it
  * names), and the renderer is told which. Pure.
+ *
+ * An invalid update of an object leaves its last valid version in place (kube-proxy never drops a
+ * working Service for a change it cannot read); one that was never valid is left out. A deletion
+ * removes either.
  */
 import { isInvalid } from './model.ts';
 import type { EndpointSlice, Invalid, Service } from './model.ts';
@@ -26,36 +30,66 @@ export class LiveServiceIndex implements ServiceIndex {
     return this.#owner.size;
   }
 
-  /** Services changed (`listed`: `items` is every Service there is). */
-  putServices(items: Changes<Service>, listed: boolean): void {
+  /**
+   * Services changed (`listed`: `items` is every Service there is). Returns the keys of the
+   * invalid ones whose last valid version stays.
+   */
+  putServices(items: Changes<Service>, listed: boolean): string[] {
+    const kept: string[] = [];
     if (listed) {
+      const had = new Map(this.services);
       this.services.clear();
       this.#changed = undefined;
+      for (const [key, v] of items) {
+        const last = v && isInvalid(v) ? had.get(key) : undefined;
+        if (last) kept.push(key);
+        if (v && !isInvalid(v)) this.services.set(key, v);
+        else if (last) this.services.set(key, last);
+      }
+      return kept;
     }
     for (const [key, v] of items) {
-      if (v && !isInvalid(v)) this.services.set(key, v);
+      if (v && isInvalid(v)) {
+        if (this.services.has(key)) kept.push(key);
+        continue;
+      }
+      if (v) this.services.set(key, v);
       else this.services.delete(key);
       this.#changed?.add(key);
     }
+    return kept;
   }
 
-  /** Slices changed (`listed`: `items` is every slice there is). */
-  putSlices(items: Changes<EndpointSlice>, listed: boolean): void {
+  /**
+   * Slices changed (`listed`: `items` is every slice there is). Returns the keys of the invalid
+   * ones whose last valid version stays.
+   */
+  putSlices(items: Changes<EndpointSlice>, listed: boolean): string[] {
     const owners = new Set<string>();
+    const kept: string[] = [];
+    let had: ReadonlyMap<string, EndpointSlice> | undefined;
     if (listed) {
+      had = new Map([...this.#slicesOf.values()].flatMap((slices) => [...slices]));
       for (const key of this.#slicesOf.keys()) owners.add(key);
       this.#slicesOf.clear();
       this.#owner.clear();
       this.#changed = undefined;
     }
-    for (const [key, v] of items) {
+    for (const [key, change] of items) {
+      let v = change;
+      if (v && isInvalid(v)) {
+        const last = had ? had.get(key) : this.#owner.has(key) ? this.#slicesOf.get(this.#owner.get(key)!)!.get(key) : undefined;
+        if (last) kept.push(key);
+        if (!had) continue;
+        v = last ?? null;
+      }
       const owner = this.#owner.get(key);
       if (owner !== undefined) {
         this.#slicesOf.get(owner)!.delete(key);
         this.#owner.delete(key);
         owners.add(owner);
       }
-      if (!v || isInvalid(v)) continue;
+      if (!v) continue;
       const service = `${v.namespace}/${v.service}`;
       let slices = this.#slicesOf.get(service);
       if (!slices) this.#slicesOf.set(service, (slices = new Map()));
@@ -72,6 +106,7 @@ export class LiveServiceIndex implements ServiceIndex {
       }
       this.#changed?.add(owner);
     }
+    return kept;
   }
 
   /** The Services changed since the last call (undefined: any may have), and starts counting anew. */

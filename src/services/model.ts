@@ -4,18 +4,30 @@
  *
  * What is kept, and the API's defaults where a field is absent:
  * - Service: type (ClusterIP), spec.clusterIPs (spec.clusterIP alone in older objects; `None`,
- *   headless, has none), externalIPs, status.loadBalancer.ingress[].ip, ports (protocol TCP),
+ *   headless, has none), externalIPs, status.loadBalancer.ingress[].ip (those of ipMode VIP or
+ *   none: an ipMode Proxy load balancer delivers to the node itself, so kube-proxy leaves its
+ *   address alone), ports (protocol TCP),
  *   sessionAffinity ClientIP and its timeout (10800 s), internalTrafficPolicy and
- *   externalTrafficPolicy (Cluster), healthCheckNodePort, loadBalancerSourceRanges. ExternalName
+ *   externalTrafficPolicy (Cluster; Local only counts where the API calls the Service externally
+ *   accessible: NodePort, LoadBalancer, or ClusterIP with externalIPs), healthCheckNodePort,
+ *   loadBalancerSourceRanges. ExternalName
  *   Services have nothing to proxy and are kept without addresses.
  * - EndpointSlice: its Service (label `kubernetes.io/service-name`; a slice without one is
  *   nobody's), addressType (IPv4/IPv6; FQDN slices are not proxied, as kube-proxy does), ports
  *   and endpoints with their conditions (ready absent counts as ready, serving as ready,
- *   terminating as false) and nodeName.
+ *   terminating as false), nodeName and the zones it is hinted for (hints.forZones[].name).
+ * - Topology hints, as kube-proxy v1.28 reads them: a Service asks for them with annotation
+ *   service.kubernetes.io/topology-aware-hints (first) or service.kubernetes.io/topology-mode, any
+ *   value but '', 'disabled' and 'Disabled'; the node's zone is its label topology.kubernetes.io/zone.
+ *
+ * One bad item is left out, not the object, as kube-proxy skips it and serves the rest: a slice's
+ * endpoint or port, a Service's port, externalIP, load balancer IP, source range, node port or
+ * health check node port. What was left out is in `skipped`, each entry naming the field. A bad
+ * field of the object as a whole (its name, type, cluster IPs, policies, affinity) makes it Invalid.
  */
 import { tryParseIP } from '../ip/ip.ts';
 import type { CIDR, Family, IP } from '../ip/ip.ts';
-import { Bad, cidr, isInvalid, labels, list, metadata, object, parsing, portNumber, protocol } from '../k8s/fields.ts';
+import { Bad, cidr, eachValid, isInvalid, labels, list, metadata, object, parsing, portNumber, protocol, skipping } from '../k8s/fields.ts';
 import type { Invalid, Protocol } from '../k8s/fields.ts';
 
 export { isInvalid };
@@ -40,6 +52,12 @@ export const HEADLESS_LABEL = 'service.kubernetes.io/headless';
  * from the watch, and one losing it added.
  */
 export const PROXIED_SELECTOR = `!${SERVICE_PROXY_NAME_LABEL},!${HEADLESS_LABEL}`;
+
+/** The annotations asking for topology hints, the first found deciding (kube-proxy v1.28's order). */
+export const TOPOLOGY_ANNOTATIONS = ['service.kubernetes.io/topology-aware-hints', 'service.kubernetes.io/topology-mode'] as const;
+
+/** The label of a Node naming its zone. */
+export const ZONE_LABEL = 'topology.kubernetes.io/zone';
 
 /** kube-proxy's default ClientIP affinity timeout (3 hours). */
 export const DEFAULT_AFFINITY_SECONDS = 10_800;
@@ -66,11 +84,15 @@ export interface Service {
   affinitySeconds?: number;
   /** `internalTrafficPolicy: Local`. */
   internalLocal: boolean;
-  /** `externalTrafficPolicy: Local` (NodePort and LoadBalancer only). */
+  /** `externalTrafficPolicy: Local` (of an externally accessible Service only). */
   externalLocal: boolean;
   /** The health check node port of an externalTrafficPolicy Local LoadBalancer. */
   healthCheckNodePort?: number;
   loadBalancerSourceRanges: CIDR[];
+  /** Whether it asks for its endpoints' topology hints to be used (see the module comment). */
+  topologyAware: boolean;
+  /** The items left out, each naming its field (absent when none was). */
+  skipped?: string[];
 }
 
 export interface Endpoint {
@@ -80,6 +102,20 @@ export interface Endpoint {
   terminating: boolean;
   /** The node it runs on, when the slice says. */
   nodeName?: string;
+  /** The zones it is hinted for, when the slice gives hints. */
+  zoneHints?: string[];
+}
+
+/** What the proxy reads of its own Node. */
+export interface OwnNode {
+  name: string;
+  /** Its zone label; '' when it has none. */
+  zone: string;
+  /**
+   * Its address of each family, as kube-proxy picks its node IPs: the first InternalIP, else the
+   * first ExternalIP, of status.addresses.
+   */
+  ips: IP[];
 }
 
 export interface SlicePort {
@@ -96,6 +132,8 @@ export interface EndpointSlice {
   family: Family;
   ports: SlicePort[];
   endpoints: Endpoint[];
+  /** The ports and endpoints left out, each naming its field (absent when none was). */
+  skipped?: string[];
 }
 
 function ip(v: unknown, field: string): IP {
@@ -121,15 +159,28 @@ function clusterIPs(spec: Record<string, unknown>): IP[] {
   return ips;
 }
 
+/** status.loadBalancer.ingress[].ip, the ingress points without one (a hostname) left out. */
+function loadBalancerIPs(ingress: unknown, skipped: string[]): IP[] {
+  return eachValid(list(ingress, 'status.loadBalancer.ingress'), skipped, (g, i) => {
+    const point = object(g, `status.loadBalancer.ingress[${i}]`);
+    const address = point.ip;
+    if (address === undefined || address === null || address === '' || point.ipMode === 'Proxy') return undefined;
+    return ip(address, `status.loadBalancer.ingress[${i}].ip`);
+  });
+}
+
 /** Parses a Service object; defaults and checks as described in the module comment. */
 export function parseService(o: unknown): Service | Invalid {
   return parsing(o, () => {
-    const { namespace, name } = metadata(o, true);
+    const { namespace, name, meta } = metadata(o, true);
     const body = object(o, 'object');
     const spec = object(body.spec, 'spec');
+    const skipped: string[] = [];
+    const annotations = skipping(skipped, () => labels(meta.annotations, 'metadata.annotations')) ?? {};
+    const hints = TOPOLOGY_ANNOTATIONS.map((a) => annotations[a]).find((v) => v !== undefined) ?? '';
     const status = object(body.status, 'status');
     const type = oneOf(spec.type, 'spec.type', SERVICE_TYPES, 'ClusterIP');
-    const ports = list(spec.ports, 'spec.ports').map((p, i): ServicePort => {
+    const ports = eachValid(list(spec.ports, 'spec.ports'), skipped, (p, i): ServicePort => {
       const port = object(p, `spec.ports[${i}]`);
       const out: ServicePort = {
         name: typeof port.name === 'string' ? port.name : '',
@@ -137,7 +188,8 @@ export function parseService(o: unknown): Service | Invalid {
         port: portNumber(port.port, `spec.ports[${i}].port`),
       };
       if (port.nodePort !== undefined && port.nodePort !== null && port.nodePort !== 0) {
-        out.nodePort = portNumber(port.nodePort, `spec.ports[${i}].nodePort`);
+        const nodePort = skipping(skipped, () => portNumber(port.nodePort, `spec.ports[${i}].nodePort`));
+        if (nodePort !== undefined) out.nodePort = nodePort;
       }
       return out;
     });
@@ -145,18 +197,17 @@ export function parseService(o: unknown): Service | Invalid {
     const service: Service = {
       namespace, name, type,
       clusterIPs: type === 'ExternalName' ? [] : clusterIPs(spec),
-      externalIPs: list(spec.externalIPs, 'spec.externalIPs').map((t, i) => ip(t, `spec.externalIPs[${i}]`)),
-      loadBalancerIPs: list(object(status.loadBalancer, 'status.loadBalancer').ingress, 'status.loadBalancer.ingress')
-        .map((g, i) => object(g, `status.loadBalancer.ingress[${i}]`).ip)
-        .filter((t) => t !== undefined && t !== null && t !== '')
-        .map((t, i) => ip(t, `status.loadBalancer.ingress[${i}].ip`)),
+      externalIPs: eachValid(list(spec.externalIPs, 'spec.externalIPs'), skipped, (t, i) => ip(t, `spec.externalIPs[${i}]`)),
+      loadBalancerIPs: loadBalancerIPs(object(status.loadBalancer, 'status.loadBalancer').ingress, skipped),
       ports,
       internalLocal: oneOf(spec.internalTrafficPolicy, 'spec.internalTrafficPolicy', ['Cluster', 'Local'], 'Cluster') === 'Local',
-      externalLocal: oneOf(spec.externalTrafficPolicy, 'spec.externalTrafficPolicy', ['Cluster', 'Local'], 'Cluster') === 'Local'
-        && (type === 'NodePort' || type === 'LoadBalancer'),
-      loadBalancerSourceRanges: list(spec.loadBalancerSourceRanges, 'spec.loadBalancerSourceRanges')
-        .map((c, i) => cidr(typeof c === 'string' ? c.trim() : c, `spec.loadBalancerSourceRanges[${i}]`)),
+      externalLocal: oneOf(spec.externalTrafficPolicy, 'spec.externalTrafficPolicy', ['Cluster', 'Local'], 'Cluster') === 'Local',
+      loadBalancerSourceRanges: eachValid(list(spec.loadBalancerSourceRanges, 'spec.loadBalancerSourceRanges'), skipped,
+        (c, i) => cidr(typeof c === 'string' ? c.trim() : c, `spec.loadBalancerSourceRanges[${i}]`)),
+      topologyAware: hints !== '' && hints !== 'disabled' && hints !== 'Disabled',
     };
+    // The API's ExternallyAccessible: eTP Local means nothing on a Service no outside client reaches.
+    service.externalLocal &&= type === 'NodePort' || type === 'LoadBalancer' || (type === 'ClusterIP' && service.externalIPs.length > 0);
     if (affinity === 'ClientIP') {
       const affinityConfig = object(spec.sessionAffinityConfig, 'spec.sessionAffinityConfig');
       const config = object(affinityConfig.clientIP, 'spec.sessionAffinityConfig.clientIP');
@@ -167,9 +218,20 @@ export function parseService(o: unknown): Service | Invalid {
       service.affinitySeconds = (t as number | undefined) ?? DEFAULT_AFFINITY_SECONDS;
     }
     if (spec.healthCheckNodePort !== undefined && spec.healthCheckNodePort !== null && spec.healthCheckNodePort !== 0) {
-      service.healthCheckNodePort = portNumber(spec.healthCheckNodePort, 'spec.healthCheckNodePort');
+      const port = skipping(skipped, () => portNumber(spec.healthCheckNodePort, 'spec.healthCheckNodePort'));
+      if (port !== undefined) service.healthCheckNodePort = port;
     }
+    if (skipped.length > 0) service.skipped = skipped;
     return service;
+  });
+}
+
+/** An endpoint's hints.forZones[].name. */
+function zonesOf(hints: unknown, i: number): string[] {
+  return list(object(hints, `endpoints[${i}].hints`).forZones, `endpoints[${i}].hints.forZones`).map((z, j) => {
+    const zone = object(z, `endpoints[${i}].hints.forZones[${j}]`).name;
+    if (typeof zone !== 'string' || zone === '') throw new Bad(`endpoints[${i}].hints.forZones[${j}].name: required`);
+    return zone;
   });
 }
 
@@ -192,7 +254,8 @@ export function parseEndpointSlice(o: unknown): EndpointSlice | Invalid {
       throw new Bad(`addressType: only IPv4 and IPv6 are proxied, not ${JSON.stringify(addressType)}`);
     }
     const family: Family = addressType === 'IPv4' ? 4 : 6;
-    const ports = list(body.ports, 'ports').map((p, i): SlicePort => {
+    const skipped: string[] = [];
+    const ports = eachValid(list(body.ports, 'ports'), skipped, (p, i): SlicePort => {
       const port = object(p, `ports[${i}]`);
       return {
         name: typeof port.name === 'string' ? port.name : '',
@@ -200,8 +263,7 @@ export function parseEndpointSlice(o: unknown): EndpointSlice | Invalid {
         port: portNumber(port.port, `ports[${i}].port`),
       };
     });
-    const endpoints: Endpoint[] = [];
-    list(body.endpoints, 'endpoints').forEach((e, i) => {
+    const endpoints = eachValid(list(body.endpoints, 'endpoints'), skipped, (e, i): Endpoint => {
       const ep = object(e, `endpoints[${i}]`);
       const conditions = object(ep.conditions, `endpoints[${i}].conditions`);
       const ready = condition(conditions.ready, true);
@@ -212,11 +274,37 @@ export function parseEndpointSlice(o: unknown): EndpointSlice | Invalid {
       if (address.family !== family) throw new Bad(`endpoints[${i}].addresses[0]: not an ${addressType} address`);
       const serving = condition(conditions.serving, ready);
       const terminating = condition(conditions.terminating, false);
+      const nodeName = typeof ep.nodeName === 'string' && ep.nodeName !== '' ? ep.nodeName : undefined;
+      const zoneHints = ep.hints === undefined || ep.hints === null ? [] : zonesOf(ep.hints, i);
       // Literals (a spread, or a property added later, would give each of 100,000 endpoints a property array of its own).
-      endpoints.push(typeof ep.nodeName === 'string' && ep.nodeName !== ''
-        ? { ip: address, ready, serving, terminating, nodeName: ep.nodeName }
-        : { ip: address, ready, serving, terminating });
+      if (zoneHints.length === 0) {
+        return nodeName !== undefined
+          ? { ip: address, ready, serving, terminating, nodeName }
+          : { ip: address, ready, serving, terminating };
+      }
+      return nodeName !== undefined
+        ? { ip: address, ready, serving, terminating, nodeName, zoneHints }
+        : { ip: address, ready, serving, terminating, zoneHints };
     });
-    return { namespace, name, service, family, ports, endpoints };
+    return skipped.length > 0
+      ? { namespace, name, service, family, ports, endpoints, skipped }
+      : { namespace, name, service, family, ports, endpoints };
+  });
+}
+
+/** Reads the proxy's own Node: its name, zone label and addresses ({@link OwnNode}). */
+export function parseOwnNode(o: unknown): OwnNode | Invalid {
+  return parsing(o, () => {
+    const { name, meta } = metadata(o, false);
+    const status = object(object(o, 'object').status, 'status');
+    const addresses = list(status.addresses, 'status.addresses').map((a, i) => object(a, `status.addresses[${i}]`));
+    const ips: IP[] = [];
+    for (const type of ['InternalIP', 'ExternalIP']) {
+      for (const a of addresses) {
+        const address = a.type === type && typeof a.address === 'string' ? tryParseIP(a.address) : undefined;
+        if (address && !ips.some((x) => x.family === address.family)) ips.push(address);
+      }
+    }
+    return { name, zone: labels(meta.labels, 'metadata.labels')[ZONE_LABEL] ?? '', ips };
   });
 }

@@ -6,8 +6,9 @@
  *
  * - Inputs: two reflectors (k8s/reflector.ts) list and watch every Service and EndpointSlice of
  *   the cluster as model values into index.ts's LiveServiceIndex, which tells the renderer the
- *   Services each batch touched; an invalid object is left out with one warning per object and
- *   reason. Both watches leave out, as kube-proxy's do, the objects labelled
+ *   Services each batch touched; an invalid object is left out, or its last valid version kept,
+ *   and an object's bad items left out, with one warning per object and problem (warnings.ts).
+ *   Both watches leave out, as kube-proxy's do, the objects labelled
  *   service.kubernetes.io/service-proxy-name or service.kubernetes.io/headless (model.ts).
  * - Apply and repair: nft/kept-table.ts, as network policy's table: one render per batch of
  *   changes, one `nft -f` transaction with what differs, the table listed after each apply and
@@ -16,6 +17,9 @@
  *   Services one costs nft a second of CPU, which must not follow every endpoint change. The
  *   clients recorded in the affinity sets are the kernel's, not drift: they are left out of the
  *   comparison, and a repair keeps them. The table stays when weftd stops.
+ * - The own Node: a third reflector watches it, as kube-proxy does, for its zone label (topology
+ *   hints) and its addresses (loadBalancerSourceRanges' allowance for the node); a change of
+ *   either renders every Service again (render.ts's context).
  * - Health checks: each externalTrafficPolicy Local load balancer's healthCheckNodePort is served
  *   as kube-proxy serves it (200 with this node's count of ready endpoints when it has some, else
  *   503), so a cloud load balancer sends only to nodes with endpoints and drains a node whose
@@ -36,7 +40,8 @@
 import { createServer } from 'node:http';
 import type { Server } from 'node:http';
 import { ConfigError, WeftError } from '../errors.ts';
-import type { CIDR } from '../ip/ip.ts';
+import { formatIP } from '../ip/ip.ts';
+import type { CIDR, IP } from '../ip/ip.ts';
 import { Reflector } from '../k8s/reflector.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
@@ -49,11 +54,13 @@ import { NetlinkHandle } from '../netlink/index.ts';
 import { DatagramPorts } from './conntrack.ts';
 import type { StaleFlows } from './conntrack.ts';
 import { LiveServiceIndex } from './index.ts';
-import { isInvalid, parseEndpointSlice, parseService, PROXIED_SELECTOR } from './model.ts';
-import type { EndpointSlice, Invalid, Service } from './model.ts';
+import { isInvalid, parseEndpointSlice, parseOwnNode, parseService, PROXIED_SELECTOR } from './model.ts';
+import type { EndpointSlice, Invalid, OwnNode, Service } from './model.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from './render.ts';
-import type { HealthCheck, RenderOptions, ServiceIndex } from './render.ts';
+import type { ServiceIndex } from './render.ts';
+import type { HealthCheck, RenderOptions } from './render-types.ts';
 import { sampleRuleset } from './sample.ts';
+import { ObjectWarnings } from './warnings.ts';
 
 /** The whole table is compared with the kernel's this often, whatever the monitor said. */
 const FULL_CHECK_MS = 5 * 60_000;
@@ -125,8 +132,7 @@ export class ServiceProxy {
   readonly #bridgeNetfilter: BridgeNetfilter;
   readonly #index = new LiveServiceIndex();
   readonly #listed = new Set<string>();
-  /** `resource key` → the reason last warned about, so a bad object is reported once per problem. */
-  readonly #warned = new Map<string, string>();
+  readonly #warnings: ObjectWarnings;
   readonly #renderer = new ServiceRenderer();
   readonly #table: KeptTable;
   readonly #healthServers = new Map<number, { server: Server; check: HealthCheck }>();
@@ -140,10 +146,14 @@ export class ServiceProxy {
   #ownHandle: NetlinkHandle | undefined;
   /** The generation of the last change received. */
   #generation = 0;
+  /** This node's zone label ('' without one) and addresses, from its Node. */
+  #zone = '';
+  #nodeIPs: IP[] = [];
 
   constructor(options: ServiceProxyOptions) {
     this.#options = options;
     this.#log = options.log;
+    this.#warnings = new ObjectWarnings(options.log);
     this.#run = options.runner ?? execRunner();
     this.#bridgeNetfilter = new BridgeNetfilter({
       sysctl: options.sysctl ?? procSysctl, run: this.#run, log: this.#log, what: 'service proxy',
@@ -152,7 +162,7 @@ export class ServiceProxy {
     this.#table = new KeptTable({
       table: `inet ${NFT_SERVICES_TABLE}`, what: 'service proxy', log: this.#log, run: this.#run,
       render: () => this.#render(),
-      ready: () => this.#listed.size === 2,
+      ready: () => this.#listed.size === 3,
       listDutyCycle: LIST_DUTY_CYCLE,
       applied: (before, now, timings) => {
         if (!before && now) this.#log.info(`service proxy: translating Services in table inet ${NFT_SERVICES_TABLE}`, {
@@ -191,9 +201,11 @@ export class ServiceProxy {
     await this.#bridgeNetfilter.ensure();
     if (!this.#options.conntrack && !this.#options.runner) this.#ownHandle = NetlinkHandle.open();
     const stop = AbortSignal.any([signal, this.#stop.signal]);
+    const proxied = { labelSelector: PROXIED_SELECTOR };
     const watches = [
-      this.#reflect('/api/v1/services', 'services', parseService, stop),
-      this.#reflect('/apis/discovery.k8s.io/v1/endpointslices', 'endpointslices', parseEndpointSlice, stop),
+      this.#reflect('/api/v1/services', 'services', parseService, proxied, stop),
+      this.#reflect('/apis/discovery.k8s.io/v1/endpointslices', 'endpointslices', parseEndpointSlice, proxied, stop),
+      this.#reflect('/api/v1/nodes', 'nodes', parseOwnNode, { fieldSelector: `metadata.name=${this.#options.node}` }, stop),
     ].map((w) => w.catch((e: unknown) => {
       this.#log.error('service proxy: a watch stopped for good; the rules in place stay as they are', { err: e });
       this.#table.fail(e);
@@ -225,7 +237,7 @@ export class ServiceProxy {
 
   #render() {
     const changed = this.#index.takeChanged();
-    const rendered = this.#renderer.render(this.#index, this.#renderOptions(), changed);
+    const rendered = this.#renderer.render(this.#index, { ...this.#renderOptions(), zone: this.#zone, nodeIPs: this.#nodeIPs }, changed);
     this.#stale.push(...this.#datagramPorts.update(this.#index, this.#options.node, changed));
     if (rendered.healthChecks !== this.#healthChecks) {
       this.#healthChecks = rendered.healthChecks;
@@ -258,9 +270,11 @@ export class ServiceProxy {
     }
   }
 
-  #reflect<T extends object>(path: string, resource: string, parse: (o: unknown) => Stored<T>, signal: AbortSignal): Promise<void> {
+  #reflect<T extends object>(
+    path: string, resource: string, parse: (o: unknown) => Stored<T>, query: Record<string, string>, signal: AbortSignal,
+  ): Promise<void> {
     return new Reflector<Stored<T>>({
-      http: this.#options.http, path, resource, log: this.#log, parse, query: { labelSelector: PROXIED_SELECTOR },
+      http: this.#options.http, path, resource, log: this.#log, parse, query,
       ...(this.#options.watchSilenceMs ? { watchSilenceMs: this.#options.watchSilenceMs } : {}),
       onList: (items) => {
         this.#listed.add(resource);
@@ -271,21 +285,37 @@ export class ServiceProxy {
   }
 
   #changed(resource: string, items: Map<string, object | null>, listed: boolean): void {
-    if (resource === 'services') this.#index.putServices(items as Map<string, Stored<Service> | null>, listed);
-    else this.#index.putSlices(items as Map<string, Stored<EndpointSlice> | null>, listed);
-    for (const [key, v] of items) {
-      const id = `${resource} ${key}`;
-      if (v !== null && isInvalid(v)) {
-        if (this.#warned.get(id) !== v.invalid) {
-          this.#log.warn(`service proxy: ignoring an object of ${resource}`, { object: key, reason: v.invalid });
-        }
-        this.#warned.set(id, v.invalid);
-      } else {
-        this.#warned.delete(id);
-      }
+    if (resource === 'nodes') {
+      // The kubelet updates its Node often: only a new zone or address, or the first list, is news.
+      if (!this.#nodeChanged(items as Map<string, Stored<OwnNode> | null>, listed) && !listed) return;
+    } else {
+      const kept = resource === 'services'
+        ? this.#index.putServices(items as Map<string, Stored<Service> | null>, listed)
+        : this.#index.putSlices(items as Map<string, Stored<EndpointSlice> | null>, listed);
+      this.#warnings.note(resource, items as Map<string, Stored<Service | EndpointSlice> | null>, kept);
     }
     this.#generation = this.#table.bump();
     this.#table.kick();
+  }
+
+  /**
+   * This node's zone and addresses from its Node (the one object the watch gives); an invalid
+   * update keeps the last. Whether either changed.
+   */
+  #nodeChanged(items: Map<string, Stored<OwnNode> | null>, listed: boolean): boolean {
+    let node: Pick<OwnNode, 'zone' | 'ips'> = { zone: this.#zone, ips: this.#nodeIPs };
+    if (listed && items.size === 0) node = { zone: '', ips: [] };
+    for (const v of items.values()) {
+      if (v === null) node = { zone: '', ips: [] };
+      else if (isInvalid(v)) this.#log.warn('service proxy: ignoring an invalid update of this node\'s Node', { reason: v.invalid });
+      else node = v;
+    }
+    const ips = node.ips.map(formatIP).join();
+    if (node.zone === this.#zone && ips === this.#nodeIPs.map(formatIP).join()) return false;
+    this.#log.info('service proxy: this node\'s zone (topology hints) and addresses (source ranges)', { zone: node.zone, ips });
+    this.#zone = node.zone;
+    this.#nodeIPs = node.ips;
+    return true;
   }
 
   async #repairLoop(signal: AbortSignal): Promise<void> {

@@ -7,7 +7,7 @@ import type { NftRuleset } from '../nft/ruleset.ts';
 import { isInvalid, parseEndpointSlice, parseService, SERVICE_NAME_LABEL } from './model.ts';
 import type { EndpointSlice, Service } from './model.ts';
 import { ServiceRenderer } from './render.ts';
-import type { RenderOptions } from './render.ts';
+import type { RenderOptions } from './render-types.ts';
 
 const SERVICES: Record<string, Record<string, unknown>> = {
   sticky: {

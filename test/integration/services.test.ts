@@ -17,7 +17,7 @@ import { BRIDGE_NF_SYSCTLS } from '../../src/masq/bridge-netfilter.ts';
 import { execRunner, nftMonitor, runnerSysctl } from '../../src/masq/runner.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../src/services/render.ts';
 import { tableScript, tableUpdate } from '../../src/nft/ruleset.ts';
-import { HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL } from '../../src/services/model.ts';
+import { HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, ZONE_LABEL } from '../../src/services/model.ts';
 import { removeServiceRules, ServiceProxy } from '../../src/services/proxy.ts';
 import { KubeControlPlane, SERVICE_CIDR } from '../support/control-plane.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
@@ -274,6 +274,44 @@ test('the Service proxy translates every Service type and policy on a real kerne
           }
         });
 
+        await t.test('topology hints: this node\'s zone, from its Node, picks the endpoints hinted for it (#39)', async () => {
+          const zoned = (p: PodName, zone: string) => ({ ...ep4(p), hints: { forZones: [{ name: zone }] } });
+          await core.createNode({ body: { metadata: { name: 'n1', labels: { [ZONE_LABEL]: 'a' } } } });
+          await core.createNamespacedService({ namespace: NS, body: {
+            ...serviceObject(NS, 'zoned', { clusterIP: '10.96.0.70', ports: [{ port: 80, targetPort: POD_PORT }] }),
+            metadata: { namespace: NS, name: 'zoned', annotations: { 'service.kubernetes.io/topology-mode': 'Auto' } },
+          } as V1Service });
+          await putSlice('zoned-4', 'zoned', 'IPv4', [zoned('pa', 'a'), zoned('pb', 'b')]);
+          await eventually(agents.pc, '10.96.0.70', 'TCP', 80, answered);
+          assert.deepEqual(byOf(await many(agents.pc, '10.96.0.70', 80, 12)), ['pa']);
+          await core.patchNode({ name: 'n1', body: { metadata: { labels: { [ZONE_LABEL]: 'b' } } } }, MERGE);
+          await eventually(agents.pc, '10.96.0.70', 'TCP', 80, (r) => 'reply' in r && r.reply.startsWith('pb '));
+          assert.deepEqual(byOf(await many(agents.pc, '10.96.0.70', 80, 12)), ['pb']);
+          // An endpoint without hints: kube-proxy ignores them all.
+          await putSlice('zoned-4', 'zoned', 'IPv4', [zoned('pa', 'a'), zoned('pb', 'b'), ep4('pc')]);
+          await eventually(agents.pb, '10.96.0.70', 'TCP', 80, (r) => 'reply' in r && r.reply.startsWith('pc '));
+          assert.deepEqual(byOf(await many(agents.pb, '10.96.0.70', 80, 24)), ['pa', 'pb', 'pc']);
+        });
+
+        await t.test('loadBalancerSourceRanges check the node\'s own connections and let a node holding the VIP in (#39)', async () => {
+          // lb: load balancer IP 198.18.0.20, ranges 198.18.5.0/24 (set above), endpoint pa.
+          const outside = await agents.node.probe('198.18.0.20', 'TCP', 80, 500);
+          assert.deepEqual(outside, { error: 'timeout' }, 'the node is outside the ranges');
+          const addresses = [{ type: 'InternalIP', address: '198.51.100.1' }];
+          await core.patchNodeStatus({ name: 'n1', body: { status: { addresses } } }, MERGE);
+          const ranges = { spec: { loadBalancerSourceRanges: ['198.51.100.0/24'] } };
+          await core.patchNamespacedService({ name: 'lb', namespace: NS, body: ranges }, MERGE);
+          // The node holds the VIP: its connections to it come from the VIP, which a range holding the node's address lets in.
+          await node.ip('link', 'set', 'lo', 'up');
+          await node.ip('addr', 'add', '198.18.0.20/32', 'dev', 'lo');
+          try {
+            await eventually(agents.node, '198.18.0.20', 'TCP', 80, answered);
+            assert.equal(served(await agents.node.probe('198.18.0.20', 'TCP', 80)).by, 'pa');
+          } finally {
+            await node.ip('addr', 'del', '198.18.0.20/32', 'dev', 'lo');
+          }
+        });
+
         await t.test('the table is put back when something else deletes or changes it', async () => {
           const drift = () => log.records.filter((r) => /changed by something else/.test(r.msg)).length;
           assert.equal(drift(), 0, 'our own changes and the clients in the affinity sets are not drift');
@@ -385,5 +423,18 @@ test('each update loads into the table an earlier transaction left, chains and e
       const updated = (await run(['nft', 'list', 'table', 'inet', NFT_SERVICES_TABLE])).stdout;
       assert.equal(normalized(updated), normalized(fresh.stdout), 'the update leaves what a fresh load would');
     }
+  });
+});
+
+test('a Service of 32,769 endpoints, all on this node, loads into the kernel (#39)', { skip: needsRoot }, async () => {
+  await withNetns(['node'], async (node) => {
+    const many = Array.from({ length: 32_769 }, (_, i) => endpoint(`10.244.${1 + (i >> 8)}.${i & 255}`, 'n1'));
+    const svc = serviceObject('ns', 'big', { type: 'NodePort', clusterIP: '10.96.0.10', externalTrafficPolicy: 'Local',
+      ports: [{ port: 80, nodePort: 30080 }] });
+    const slice = sliceObject('ns', 'big-1', 'big', 'IPv4', [{ port: 8080 }], many);
+    const options = { node: 'n1', clusterCIDRs: [parseCIDR('10.244.0.0/16', 'test')] };
+    const { ruleset } = new ServiceRenderer().render(serviceModel([svc], [slice]), options);
+    const r = await execRunner(['ip', 'netns', 'exec', node.name])(['nft', '-f', '-'], tableScript(`inet ${NFT_SERVICES_TABLE}`, ruleset));
+    assert.equal(r.code, 0, r.stderr.slice(0, 2000));
   });
 });

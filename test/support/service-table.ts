@@ -24,7 +24,7 @@ import { BridgeNetfilter } from '../../src/masq/bridge-netfilter.ts';
 import { execRunner, runnerSysctl } from '../../src/masq/runner.ts';
 import { tableScript } from '../../src/nft/ruleset.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../src/services/render.ts';
-import type { RenderOptions } from '../../src/services/render.ts';
+import type { RenderOptions } from '../../src/services/render-types.ts';
 import type { Netns } from './netns.ts';
 import { ServiceAgent } from './service-agent.ts';
 import type { ProbeResult } from './service-agent.ts';

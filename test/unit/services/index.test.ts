@@ -44,8 +44,13 @@ test('kept by difference, the index equals one made afresh from what is there, a
         : slice(key.slice(3), names[next(4)]!, `10.244.0.${next(9)}`) as EndpointSlice);
     }
     const relist = next(25) === 0;
-    for (const [k, v] of serviceChanges) if (v) services.set(k, v); else services.delete(k);
-    for (const [k, v] of sliceChanges) if (v) slices.set(k, v); else slices.delete(k);
+    // An invalid update leaves the last valid version.
+    const put = <T extends object>(m: Map<string, T | Invalid>, k: string, v: T | Invalid | null) => {
+      if (!v) m.delete(k);
+      else if (!('invalid' in v) || !m.has(k) || 'invalid' in m.get(k)!) m.set(k, v);
+    };
+    for (const [k, v] of serviceChanges) put(services, k, v);
+    for (const [k, v] of sliceChanges) put(slices, k, v);
     index.putServices(relist ? services : serviceChanges, relist);
     index.putSlices(relist ? slices : sliceChanges, relist);
     const fresh = indexOf(valid(services), valid(slices));
@@ -74,4 +79,27 @@ test('a Service\'s slices are the same array while none of them changes', () => 
   index.putSlices(new Map([['ns/y', slice('y', 'b', '10.244.0.3')]]), false);
   assert.equal(index.slices.get('ns/a'), a);
   assert.deepEqual([...index.takeChanged()!], ['ns/b']);
+});
+
+test('an invalid update leaves the last valid version serving, named; a deletion removes it (#39)', () => {
+  const index = new LiveServiceIndex();
+  const a = service('a', 80) as Service;
+  const sa = slice('sa', 'a', '10.244.0.1') as EndpointSlice;
+  index.putServices(new Map([['ns/a', a]]), true);
+  index.putSlices(new Map([['ns/sa', sa]]), true);
+  index.takeChanged();
+  assert.deepEqual(index.putServices(new Map([['ns/a', invalid()], ['ns/b', invalid()]]), false), ['ns/a']);
+  assert.deepEqual(index.putSlices(new Map([['ns/sa', invalid()]]), false), ['ns/sa']);
+  assert.equal(index.services.get('ns/a'), a);
+  assert.deepEqual(index.slices.get('ns/a'), [sa]);
+  assert.deepEqual([...index.takeChanged()!], [], 'nothing to render again');
+  // A relist finding it still invalid keeps it too.
+  assert.deepEqual(index.putServices(new Map([['ns/a', invalid()]]), true), ['ns/a']);
+  assert.deepEqual(index.putSlices(new Map([['ns/sa', invalid()]]), true), ['ns/sa']);
+  assert.equal(index.services.get('ns/a'), a);
+  assert.deepEqual(index.slices.get('ns/a'), [sa]);
+  index.putServices(new Map([['ns/a', null]]), false);
+  index.putSlices(new Map([['ns/sa', null]]), false);
+  assert.equal(index.services.size, 0);
+  assert.equal(index.sliceCount, 0);
 });

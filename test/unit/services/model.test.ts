@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { formatCIDR, formatIP } from '../../../src/ip/ip.ts';
-import { DEFAULT_AFFINITY_SECONDS, isInvalid, parseEndpointSlice, parseService } from '../../../src/services/model.ts';
-import type { EndpointSlice, Invalid, Service } from '../../../src/services/model.ts';
+import { DEFAULT_AFFINITY_SECONDS, isInvalid, parseEndpointSlice, parseOwnNode, parseService } from '../../../src/services/model.ts';
+import type { EndpointSlice, Invalid, OwnNode, Service } from '../../../src/services/model.ts';
 import { endpoint, serviceObject, sliceObject } from '../../support/services.ts';
 
 function valid<T extends object>(v: T | Invalid): T {
@@ -55,16 +55,13 @@ test('externalTrafficPolicy Local counts only for NodePort and LoadBalancer Serv
   assert.equal(s.externalLocal, false);
 });
 
-test('a bad field makes the Service invalid, naming the field and the object', () => {
+test('a bad field of the Service as a whole makes it invalid, naming the field and the object', () => {
   const cases: [object, RegExp][] = [
     [{ clusterIP: 'ten', ports: [{ port: 80 }] }, /^spec\.clusterIPs\[0\]: not an IP address/],
     [{ clusterIPs: ['10.96.0.1', '10.96.0.2'], ports: [{ port: 80 }] }, /^spec\.clusterIPs: at most one address of each family/],
-    [{ clusterIP: '10.96.0.1', ports: [{ port: 0 }] }, /^spec\.ports\[0\]\.port: must be a port number/],
-    [{ clusterIP: '10.96.0.1', ports: [{ port: 80, protocol: 'ICMP' }] }, /^spec\.ports\[0\]\.protocol: must be one of TCP, UDP, SCTP/],
     [{ clusterIP: '10.96.0.1', type: 'Bogus' }, /^spec\.type: must be one of/],
     [{ clusterIP: '10.96.0.1', sessionAffinity: 'ClientIP', sessionAffinityConfig: { clientIP: { timeoutSeconds: 0 } } },
       /^spec\.sessionAffinityConfig\.clientIP\.timeoutSeconds: must be 1-86400/],
-    [{ clusterIP: '10.96.0.1', loadBalancerSourceRanges: ['10.0.0.0/33'] }, /^spec\.loadBalancerSourceRanges\[0\]: not a CIDR/],
     [{ clusterIP: '10.96.0.1', internalTrafficPolicy: 'Nearby' }, /^spec\.internalTrafficPolicy: must be one of Cluster, Local/],
   ];
   for (const [spec, why] of cases) {
@@ -73,6 +70,26 @@ test('a bad field makes the Service invalid, naming the field and the object', (
     assert.equal(v.id, 'ns/bad');
     assert.match(v.invalid, why);
   }
+});
+
+test('a bad item of a Service is left out and named, the rest kept, as kube-proxy serves the rest (#39)', () => {
+  const s = valid<Service>(parseService(serviceObject('ns', 'web', {
+    type: 'LoadBalancer', clusterIP: '10.96.0.1', healthCheckNodePort: 70_000,
+    ports: [{ name: 'zero', port: 0 }, { name: 'icmp', port: 80, protocol: 'ICMP' }, { name: 'ok', port: 81, nodePort: -1 },
+      { name: 'np', port: 82, nodePort: 30082 }],
+    externalIPs: ['198.18.0.1', 'ten'], loadBalancerSourceRanges: ['10.0.0.0/33', '198.51.100.0/24'],
+  }, { loadBalancer: { ingress: [{ ip: 'x' }, { ip: '198.18.0.2' }, 'y'] } })));
+  assert.deepEqual(s.ports, [{ name: 'ok', protocol: 'TCP', port: 81 }, { name: 'np', protocol: 'TCP', port: 82, nodePort: 30082 }]);
+  assert.deepEqual(s.externalIPs.map(formatIP), ['198.18.0.1']);
+  assert.deepEqual(s.loadBalancerIPs.map(formatIP), ['198.18.0.2']);
+  assert.deepEqual(s.loadBalancerSourceRanges.map(formatCIDR), ['198.51.100.0/24']);
+  assert.equal(s.healthCheckNodePort, undefined);
+  assert.deepEqual(s.skipped?.map((m) => m.split(':')[0]), [
+    'spec.ports[0].port', 'spec.ports[1].protocol', 'spec.ports[2].nodePort', 'spec.externalIPs[1]', 'status.loadBalancer.ingress[0].ip',
+    'status.loadBalancer.ingress[2]', 'spec.loadBalancerSourceRanges[0]', 'spec.healthCheckNodePort',
+  ]);
+  const ok = valid<Service>(parseService(serviceObject('ns', 'ok', { clusterIP: '10.96.0.1', ports: [{ port: 80 }] })));
+  assert.equal(ok.skipped, undefined);
 });
 
 test('an EndpointSlice: its Service, family, ports and endpoint conditions with the API\'s defaults', () => {
@@ -94,6 +111,29 @@ test('an EndpointSlice the proxy cannot use is invalid with the reason', () => {
   assert.ok(isInvalid(fqdn) && /addressType: only IPv4 and IPv6/.test(fqdn.invalid));
   const orphan = parseEndpointSlice({ metadata: { namespace: 'ns', name: 'o' }, addressType: 'IPv4', endpoints: [] });
   assert.ok(isInvalid(orphan) && /no kubernetes\.io\/service-name label/.test(orphan.invalid));
-  const mixed = parseEndpointSlice(sliceObject('ns', 'm', 'web', 'IPv4', [{ port: 80 }], [{ addresses: ['fd00::1'] }]));
-  assert.ok(isInvalid(mixed) && /endpoints\[0\]\.addresses\[0\]: not an IPv4 address/.test(mixed.invalid));
+});
+
+test('a bad endpoint or port of a slice is left out and named, the rest of the slice kept, as kube-proxy does (#39)', () => {
+  const s = valid<EndpointSlice>(parseEndpointSlice(sliceObject('ns', 'm', 'web', 'IPv4', [{ name: 'a' }, { name: 'b', port: 80 },
+    { name: 'c', port: 81, protocol: 'ICMP' }], [{ addresses: ['fd00::1'] }, endpoint('10.244.1.2', 'n1'), { addresses: [] },
+    { addresses: ['10.244.1.3'], conditions: 'yes' }])));
+  assert.deepEqual(s.ports, [{ name: 'b', protocol: 'TCP', port: 80 }]);
+  assert.deepEqual(s.endpoints.map((e) => formatIP(e.ip)), ['10.244.1.2']);
+  assert.deepEqual(s.skipped, [
+    'ports[0].port: must be a port number 1-65535, not undefined', 'ports[2].protocol: must be one of TCP, UDP, SCTP, not "ICMP"',
+    'endpoints[0].addresses[0]: not an IPv4 address', 'endpoints[2].addresses: required', 'endpoints[3].conditions: must be an object',
+  ]);
+});
+
+test('topology: an endpoint\'s zone hints, a bad hint leaving its endpoint out, and the Node\'s zone label (#39)', () => {
+  const s = valid<EndpointSlice>(parseEndpointSlice(sliceObject('ns', 'z', 'web', 'IPv4', [{ port: 80 }], [
+    { ...endpoint('10.244.1.2', 'n1'), hints: { forZones: [{ name: 'a' }, { name: 'b' }] } },
+    endpoint('10.244.1.3', 'n1'),
+    { ...endpoint('10.244.1.4', 'n1'), hints: { forZones: [{}] } },
+  ])));
+  assert.deepEqual(s.endpoints.map((e) => e.zoneHints), [['a', 'b'], undefined]);
+  assert.deepEqual(s.skipped, ['endpoints[2].hints.forZones[0].name: required']);
+  const node = (labels?: Record<string, string>) => valid<OwnNode>(parseOwnNode({ metadata: { name: 'n1', labels } }));
+  assert.deepEqual(node({ 'topology.kubernetes.io/zone': 'a' }), { name: 'n1', zone: 'a', ips: [] });
+  assert.deepEqual(node(), { name: 'n1', zone: '', ips: [] });
 });

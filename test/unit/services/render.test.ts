@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseCIDR } from '../../../src/ip/ip.ts';
+import { parseCIDR, parseIP } from '../../../src/ip/ip.ts';
 import { tableUpdate } from '../../../src/nft/ruleset.ts';
 import type { NftRuleset } from '../../../src/nft/ruleset.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../../src/services/render.ts';
-import type { RenderOptions, RenderedServices } from '../../../src/services/render.ts';
+import type { RenderedServices } from '../../../src/services/render.ts';
+import type { RenderOptions } from '../../../src/services/render-types.ts';
 import { endpoint, serviceModel, serviceObject, sliceObject } from '../../support/services.ts';
 
 type Obj = Record<string, unknown>;
@@ -129,10 +130,10 @@ test('externalTrafficPolicy Local: outside clients keep their address, reach thi
     `ip saddr 10.244.0.0/16 ${pick} 2 map @nodeport-endpoints4-tcp-2`,
     'fib saddr type local jump mark-for-masquerade',
     `fib saddr type local ${pick} 2 map @nodeport-endpoints4-tcp-2`,
-    `${pick} 1 offset 32768 map @nodeport-endpoints4-tcp-1`,
+    `${pick} 1 offset 2 map @nodeport-endpoints4-tcp-1`,
   ]);
   assert.deepEqual(endpointSlots(ruleset, 4).filter((e) => e.startsWith('nodeport-')), [
-    'nodeport-endpoints4-tcp-1: 30080 . 32768 : 10.244.1.2 . 8080',
+    'nodeport-endpoints4-tcp-1: 30080 . 2 : 10.244.1.2 . 8080',
     'nodeport-endpoints4-tcp-2: 30080 . 0 : 10.244.1.2 . 8080',
     'nodeport-endpoints4-tcp-2: 30080 . 1 : 10.244.2.2 . 8080',
   ]);
@@ -155,7 +156,7 @@ test('the health check counts this node\'s ready endpoints only: a node left wit
   assert.deepEqual(draining.healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 0 }]);
   // The terminating endpoints still take what reaches this node, as kube-proxy's do.
   assert.deepEqual(draining.ruleset.chains.get('nodeport-local4-tcp-1-2')?.at(-1),
-    'dnat ip to tcp dport . numgen random mod 2 offset 32768 map @nodeport-endpoints4-tcp-2');
+    'dnat ip to tcp dport . numgen random mod 2 offset 1 map @nodeport-endpoints4-tcp-2');
   // kube-proxy counts each address and target port once: one pod serving two ports is two.
   const ready = sliceObject('ns', 'web-1', 'web', 'IPv4', ports, [endpoint('10.244.1.2', 'n1'), endpoint('10.244.1.3', 'n1', terminating)]);
   assert.deepEqual(render([lb], [ready]).healthChecks, [{ port: 32000, namespace: 'ns', name: 'web', localEndpoints: 2 }]);
@@ -189,8 +190,8 @@ test('internalTrafficPolicy Local: cluster IP traffic reaches this node\'s endpo
   const svc = web({ internalTrafficPolicy: 'Local' });
   const here = render([svc], [webSlice(TWO)]).ruleset;
   assert.deepEqual(elements(here, 'services4'), ['10.96.0.10 . tcp . 80 : goto cluster-local4-tcp-1']);
-  assert.deepEqual(here.chains.get('cluster-local4-tcp-1'), ['dnat ip to ip daddr . tcp dport . numgen random mod 1 offset 32768 map @endpoints4-tcp-1']);
-  assert.deepEqual(endpointSlots(here, 4), ['endpoints4-tcp-1: 10.96.0.10 . 80 . 32768 : 10.244.1.2 . 8080']);
+  assert.deepEqual(here.chains.get('cluster-local4-tcp-1'), ['dnat ip to ip daddr . tcp dport . numgen random mod 1 map @endpoints4-tcp-1']);
+  assert.deepEqual(endpointSlots(here, 4), ['endpoints4-tcp-1: 10.96.0.10 . 80 . 0 : 10.244.1.2 . 8080']);
   const elsewhere = render([svc], [webSlice([endpoint('10.244.2.2', 'n2')])]).ruleset;
   assert.deepEqual(elements(elsewhere, 'no-endpoints4'), ['10.96.0.10 . tcp . 80 : drop']);
   assert.deepEqual(elements(elsewhere, 'services4'), []);
@@ -395,4 +396,94 @@ test('a render names what it changed: the update from the one before looks at th
   assert.ok(elements(second, 'services4').includes('10.96.1.49 . tcp . 80 : goto cluster4-tcp-2'));
   // Told nothing changed, the renderer looks at nothing: the same rules.
   assert.equal(tableUpdate(TABLE, third, renderer.render(model(7, 99, 49), OPTIONS, []).ruleset), '');
+});
+
+test('a Service of 32,769 endpoints, all on this node, keeps its local slots apart from the others (#39)', () => {
+  const many = Array.from({ length: 32_769 }, (_, i) => endpoint(`10.244.${1 + (i >> 8)}.${i & 255}`, 'n1'));
+  const lb = web({ type: 'NodePort', ports: [{ port: 80, nodePort: 30080 }], externalTrafficPolicy: 'Local' });
+  const { ruleset } = render([lb], [webSlice(many)]);
+  const map = ruleset.sets.find((s) => s.name === 'nodeport-endpoints4-tcp-32769')!;
+  // All endpoints and this node's both in this map (the same count), under one key: every slot once.
+  const slots = map.elements.map((e) => e.split(' : ')[0]);
+  assert.equal(new Set(slots).size, slots.length, 'a slot given twice fails the whole transaction');
+  assert.equal(slots.length, 2 * 32_769);
+  assert.equal(ruleset.chains.get('nodeport-local4-tcp-32769-32769')?.at(-1),
+    'dnat ip to tcp dport . numgen random mod 32769 offset 32769 map @nodeport-endpoints4-tcp-32769');
+});
+
+test('topology hints, as kube-proxy v1.28 reads them: this zone\'s endpoints when every ready one is hinted, else all (#39)', () => {
+  const hinted = (ip: string, node: string, zones: string[] | undefined, conditions: Obj = { ready: true }) =>
+    ({ ...endpoint(ip, node, conditions), ...(zones ? { hints: { forZones: zones.map((name) => ({ name })) } } : {}) });
+  const auto = web({}, {});
+  (auto.metadata as Obj).annotations = { 'service.kubernetes.io/topology-mode': 'Auto' };
+  const zoneA = { ...OPTIONS, zone: 'a' };
+  const served = (services: Obj[], endpoints: Obj[], options: RenderOptions = zoneA) =>
+    endpointSlots(render(services, [webSlice(endpoints)], options).ruleset, 4).map((e) => e.split(' : ')[1]);
+  const both = [hinted('10.244.1.2', 'n1', ['a']), hinted('10.244.2.2', 'n2', ['b']), hinted('10.244.3.2', 'n3', ['a', 'b'])];
+  assert.deepEqual(served([auto], both), ['10.244.1.2 . 8080', '10.244.3.2 . 8080']);
+  // A not-ready endpoint without hints does not matter; a ready one without hints turns them off.
+  assert.deepEqual(served([auto], [...both, hinted('10.244.4.2', 'n4', undefined, { ready: false })]),
+    ['10.244.1.2 . 8080', '10.244.3.2 . 8080']);
+  const all = ['10.244.1.2 . 8080', '10.244.2.2 . 8080', '10.244.3.2 . 8080', '10.244.4.2 . 8080'];
+  assert.deepEqual(served([auto], [...both, hinted('10.244.4.2', 'n4', undefined)]), all);
+  assert.deepEqual(served([auto], both.slice(0, 2), { ...OPTIONS, zone: 'c' }), all.slice(0, 2), 'no endpoint for this zone');
+  assert.deepEqual(served([auto], both.slice(0, 2), OPTIONS), all.slice(0, 2), 'a node without a zone');
+  assert.deepEqual(served([web()], both), all.slice(0, 3), 'a Service not asking for them');
+  for (const [annotation, value, used] of [['topology-aware-hints', 'Auto', true], ['topology-mode', 'disabled', false],
+    ['topology-mode', 'Disabled', false], ['topology-mode', 'anything', true]] as const) {
+    const svc = web();
+    (svc.metadata as Obj).annotations = { [`service.kubernetes.io/${annotation}`]: value };
+    assert.equal(served([svc], both).length, used ? 2 : 3, `${annotation}: ${value}`);
+  }
+  // The older annotation decides when both are there.
+  const older = web();
+  (older.metadata as Obj).annotations = {
+    'service.kubernetes.io/topology-aware-hints': 'disabled', 'service.kubernetes.io/topology-mode': 'Auto',
+  };
+  assert.equal(served([older], both).length, 3);
+  // A change of zone renders every Service again.
+  const renderer = new ServiceRenderer();
+  renderer.render(serviceModel([auto], [webSlice(both)]), zoneA);
+  const inB = renderer.render(serviceModel([auto], [webSlice(both)]), { ...OPTIONS, zone: 'b' }, []).ruleset;
+  assert.deepEqual(endpointSlots(inB, 4).map((e) => e.split(' : ')[1]), ['10.244.2.2 . 8080', '10.244.3.2 . 8080']);
+});
+
+test('loadBalancerSourceRanges as kube-proxy\'s nftables mode: a family without ranges open, the node\'s VIPs, its own connections (#39)', () => {
+  const dual = web({ type: 'LoadBalancer', clusterIPs: ['10.96.0.10', 'fd00:10:96::10'], ipFamilyPolicy: 'RequireDualStack',
+    ports: [{ port: 80, nodePort: 30080 }], loadBalancerSourceRanges: ['198.51.100.0/24'] },
+  { loadBalancer: { ingress: [{ ip: '198.18.0.20' }, { ip: 'fd00:18::20' }] } });
+  const slice6 = sliceObject('ns', 'web-6', 'web', 'IPv6', [{ port: 8080 }], [endpoint('fd00:244::2', 'n2')]);
+  const { ruleset } = render([dual], [webSlice(TWO), slice6]);
+  assert.deepEqual(ruleset.chains.get('fw-ns/web/80/tcp/v4'), ['ip saddr != { 198.51.100.0/24 } drop']);
+  assert.deepEqual(elements(ruleset, 'firewall6'), [], 'no IPv6 range: IPv6 is not filtered (was: all dropped)');
+  assert.equal(ruleset.chains.get('fw-ns/web/80/tcp/v6'), undefined);
+  // A range holding the node's address: the load balancer IPs are sources too.
+  const nodeIPs = [parseIP('198.51.100.1', 'test')];
+  const here = render([dual], [webSlice(TWO)], { ...OPTIONS, nodeIPs }).ruleset;
+  assert.deepEqual(here.chains.get('fw-ns/web/80/tcp/v4'), ['ip saddr != { 198.51.100.0/24, 198.18.0.20 } drop']);
+  const elsewhere = render([dual], [webSlice(TWO)], { ...OPTIONS, nodeIPs: [parseIP('198.18.5.1', 'test')] }).ruleset;
+  assert.deepEqual(elsewhere.chains.get('fw-ns/web/80/tcp/v4'), ['ip saddr != { 198.51.100.0/24 } drop']);
+  // The node's own connections are checked too, before nat-output's DNAT; a port without endpoints as well.
+  assert.deepEqual(ruleset.chains.get('filter-output-firewall'), ['type filter hook output priority -110; policy accept;',
+    'ct state new ip daddr . meta l4proto . th dport vmap @firewall4', 'ct state new ip6 daddr . meta l4proto . th dport vmap @firewall6']);
+  assert.deepEqual(elements(render([dual], []).ruleset, 'firewall4'), ['198.18.0.20 . tcp . 80 : goto fw-ns/web/80/tcp/v4']);
+});
+
+test('a load balancer ingress of ipMode Proxy is not translated on the node; VIP or none is (#39)', () => {
+  const lb = web({ type: 'LoadBalancer', ports: [{ port: 80, nodePort: 30080 }] }, { loadBalancer: { ingress: [
+    { ip: '198.18.0.20', ipMode: 'Proxy' }, { ip: '198.18.0.21', ipMode: 'VIP' }, { ip: '198.18.0.22' },
+  ] } });
+  assert.deepEqual(elements(render([lb], [webSlice(TWO)]).ruleset, 'services4').map((e) => e.split(' : ')[0]),
+    ['10.96.0.10 . tcp . 80', '198.18.0.21 . tcp . 80', '198.18.0.22 . tcp . 80']);
+});
+
+test('externalTrafficPolicy Local on a ClusterIP Service with externalIPs keeps the client and this node\'s endpoints (#39)', () => {
+  const svc = web({ externalIPs: ['198.18.0.10'], externalTrafficPolicy: 'Local' });
+  const { ruleset } = render([svc], [webSlice(TWO)]);
+  assert.deepEqual(elements(ruleset, 'services4'),
+    ['10.96.0.10 . tcp . 80 : goto cluster4-tcp-2', '198.18.0.10 . tcp . 80 : goto ext-local4-tcp-2-1']);
+  assert.equal(ruleset.chains.get('ext-local4-tcp-2-1')?.at(-1), 'dnat ip to ip daddr . tcp dport . numgen random mod 1 offset 2 map @endpoints4-tcp-1');
+  // Without externalIPs nothing outside reaches it: the policy means nothing, as the API says.
+  const plain = render([web({ externalTrafficPolicy: 'Local' })], [webSlice(TWO)]).ruleset;
+  assert.deepEqual(elements(plain, 'services4'), ['10.96.0.10 . tcp . 80 : goto cluster4-tcp-2']);
 });
