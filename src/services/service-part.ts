@@ -157,7 +157,7 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
         const toAll = choose(all, 'all');
         const toLocal = local.length === 0 ? 'drop' : choose(local, 'local');
         if (!(s.internalLocal && local.length === 0)) {
-          part.chains.push([`svc-${unit}`, [...(s.internalLocal ? [] : masqueradeOffCluster), s.internalLocal ? toLocal : toAll]]);
+          part.chains.push([`svc-${unit}`, [...masqueradeOffCluster, s.internalLocal ? toLocal : toAll]]);
           claim('services', addrKey(clusterIP), `goto svc-${unit}`);
         }
         if (!hasNodePort && ext.length === 0) continue;
@@ -193,7 +193,7 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
       if (!(s.internalLocal && local.length === 0)) {
         const uses = { all: !s.internalLocal, local: s.internalLocal };
         const verdict = s.internalLocal
-          ? share(`cluster-local${f}-${proto}-${local.length}`, 'addr', uses, (_, toLocal) => [toLocal!])
+          ? share(`cluster-local${f}-${proto}-${local.length}`, 'addr', uses, (_, toLocal) => [...masqueradeOffCluster, toLocal!])
           : share(`cluster${f}-${proto}-${all.length}`, 'addr', uses, (toAll) => [...masqueradeOffCluster, toAll]);
         claim('services', addrKey(clusterIP), verdict, endpoints('addr', uses, clusterIP));
       }

@@ -87,7 +87,6 @@ slices.push(sliceObject(NS, 'web6-6', 'web6', 'IPv6', [{ port: POD_PORT }], [ep6
 service('empty6', { clusterIP: 'fd00:10:96::52', clusterIPs: ['fd00:10:96::52'], ipFamilies: ['IPv6'] }, undefined);
 
 const out = 'out';
-const ITL_MASQ = 'Weft\'s internalTrafficPolicy Local chain does not masquerade sources outside the cluster network';
 const ROWS: Row[] = [
   row('simple clusterIP', 'pd', '10.96.0.11', 80, to(['pa'], false)),
   row('hairpin to cluster IP', 'pa', '10.96.0.11', 80, to(['pa'], true)),
@@ -127,13 +126,12 @@ const ROWS: Row[] = [
   row('eTP Local, no endpoint on this node: external to NodePort', out, NODE_IP, 30005, 'DROP'),
   row('eTP Local, no endpoint on this node: pod to cluster IP', 'pd', '10.96.0.5', 80, to(['pc'], false)),
   row('eTP Local on a ClusterIP Service\'s external IP: external hits only local endpoint, unmasqueraded', out, '198.18.0.141', 80,
-    to(['pa'], false), { todo: 'Weft reads externalTrafficPolicy on NodePort and LoadBalancer Services only (issue #39 item 5)' }),
-  row('eTP Local on a ClusterIP Service\'s external IP: pod hits both endpoints', 'pd', '198.18.0.141', 80, to(['pa', 'pc'], false),
-    { todo: 'Weft reads externalTrafficPolicy on NodePort and LoadBalancer Services only (issue #39 item 5)' }),
+    to(['pa'], false)),
+  row('eTP Local on a ClusterIP Service\'s external IP: pod hits both endpoints', 'pd', '198.18.0.141', 80, to(['pa', 'pc'], false)),
 
   row('pod to ClusterIP with iTP:Local hits only local endpoint', 'pd', '10.96.0.6', 80, to(['pa'], false)),
-  row('node to ClusterIP with iTP:Local: local endpoint, masqueraded', 'node', '10.96.0.6', 80, to(['pa'], true), { todo: ITL_MASQ }),
-  row('external to ClusterIP with iTP:Local: local endpoint, masqueraded', out, '10.96.0.6', 80, to(['pa'], true), { todo: ITL_MASQ }),
+  row('node to ClusterIP with iTP:Local: local endpoint, masqueraded', 'node', '10.96.0.6', 80, to(['pa'], true)),
+  row('external to ClusterIP with iTP:Local: local endpoint, masqueraded', out, '10.96.0.6', 80, to(['pa'], true)),
   row('pod to NodePort with iTP:Local: every endpoint', 'pd', NODE_IP, 30006, to(['pa', 'pc'], true)),
   row('external to LB with iTP:Local: every endpoint', out, '198.18.0.6', 80, to(['pa', 'pc'], true)),
   row('internalTrafficPolicy is local and there are no local endpoints', 'pd', '10.96.0.7', 80, 'DROP'),
@@ -174,8 +172,7 @@ const ROWS: Row[] = [
   row('node to LB (allowed by LoadBalancerSourceRanges)', 'node', '198.18.0.31', 80, to(['pa'], true)),
   row('nodePort bypasses LoadBalancerSourceRanges', 'far', NODE_IP_ALT, 30031, to(['pa'], true)),
   row('accepted external to LB, the other range', 'far', '198.18.0.32', 80, to(['pa'], true)),
-  row('node to LB (not in LoadBalancerSourceRanges)', 'node', '198.18.0.32', 80, 'DROP',
-    { todo: 'Weft does not check the node\'s own connections against loadBalancerSourceRanges (issue #39 item 5)' }),
+  row('node to LB (not in LoadBalancerSourceRanges)', 'node', '198.18.0.32', 80, 'DROP',),
 
   row('NodePort on every node address: external to nodePort', out, NODE_IP, NODE_PORT, to(['pa', 'pc'], true)),
   row('NodePort on every node address: external to nodePort on secondary IP', 'far', NODE_IP_ALT, NODE_PORT, to(['pa', 'pc'], true)),

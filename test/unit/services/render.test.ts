@@ -186,11 +186,13 @@ test('a cluster IP on a port no Service defines rejects; unallocated addresses o
   assert.deepEqual(tableUpdate(TABLE, ruleset, gone).includes('delete element inet weft-services cluster-ips4 { 10.96.0.10 }'), true);
 });
 
-test('internalTrafficPolicy Local: cluster IP traffic reaches this node\'s endpoints, unmasqueraded; dropped when there are none', () => {
+test('internalTrafficPolicy Local: cluster IP traffic reaches this node\'s endpoints, masqueraded only from outside the cluster '
+  + '(as kube-proxy marks it before the policy\'s chain); dropped when there are none', () => {
   const svc = web({ internalTrafficPolicy: 'Local' });
   const here = render([svc], [webSlice(TWO)]).ruleset;
   assert.deepEqual(elements(here, 'services4'), ['10.96.0.10 . tcp . 80 : goto cluster-local4-tcp-1']);
-  assert.deepEqual(here.chains.get('cluster-local4-tcp-1'), ['dnat ip to ip daddr . tcp dport . numgen random mod 1 map @endpoints4-tcp-1']);
+  assert.deepEqual(here.chains.get('cluster-local4-tcp-1'), ['ip saddr != 10.244.0.0/16 jump mark-for-masquerade',
+    'dnat ip to ip daddr . tcp dport . numgen random mod 1 map @endpoints4-tcp-1']);
   assert.deepEqual(endpointSlots(here, 4), ['endpoints4-tcp-1: 10.96.0.10 . 80 . 0 : 10.244.1.2 . 8080']);
   const elsewhere = render([svc], [webSlice([endpoint('10.244.2.2', 'n2')])]).ruleset;
   assert.deepEqual(elements(elsewhere, 'no-endpoints4'), ['10.96.0.10 . tcp . 80 : drop']);
