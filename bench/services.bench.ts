@@ -33,8 +33,13 @@
  * - svc_hwm_mb: VmHWM of node-2's weftd, started at 10,000 Services, once it has applied the
  *   table and listed it for the repair (after the cold sync measurement), the largest of the 3.
  *
+ * - svc_cold_100_ms, svc_hwm_100_mb: at 100 Services (before the filling goes on), node-2's weftd
+ *   stopped, its table deleted and started again: from its start to the last Service's element in
+ *   the kernel and the bench Service answering (median of 3), and its VmHWM once ready and listed
+ *   for the repair (the largest of the 3).
+ *
  * Last line: svc_sync_10000_ms=<> svc_update_p99_ms=<> connect_100_us=<> connect_10000_us=<>
- * connect_flat_ratio=<> svc_conn_rate_ratio=<> svc_throughput_ratio=<> svc_hwm_mb=<>
+ * connect_flat_ratio=<> svc_conn_rate_ratio=<> svc_throughput_ratio=<> svc_hwm_mb=<> svc_cold_100_ms=<> svc_hwm_100_mb=<>
  *
  * Medians and percentiles as bench/support/stats.ts defines them.
  */
@@ -136,6 +141,29 @@ try {
   const connect100 = await connectMedianUs(client.ns, BENCH_IP);
   const direct100 = await connectMedianUs(client.ns, server.ip);
 
+  // Cold start at 100 Services: node-2's weftd stopped, its table deleted, started again; from its
+  // start until the last Service's element is in the kernel (the table asked every 20 ms: cheap at
+  // 100 Services) and the bench Service answers; VmHWM once it is ready and has listed for the repair.
+  const cold100: number[] = [];
+  const hwm100: number[] = [];
+  for (let s = 0; s < 3; s++) {
+    await c.stopWeftd(node2);
+    await node2.ns.exec('nft', 'delete', 'table', ...TABLE);
+    const before = node2.daemon.log().length;
+    const t0 = performance.now();
+    const ready = c.restartWeftd(node2);
+    while (!(await hasElement(node2, 'services4', `${clusterIP(98)} . tcp . 80`).catch(() => false))) await sleep(20);
+    await waitFor('the bench Service answering after a restart', async () => (await connRates(client.ns, [BENCH_IP], 1))[0]! > 0);
+    cold100.push(performance.now() - t0);
+    await ready;
+    const listed = async () => /listed the applied rules for the repair/.test(node2.daemon.log().slice(before));
+    await waitFor('the listing for the repair', listed);
+    await sleep(1000);
+    hwm100.push((await procStatus(node2.daemon.proc.pid!)).hwmMb);
+  }
+  console.log(`start to the last of 100 Services answering: ${cold100.map((x) => x.toFixed(0)).join(' ')} ms; VmHWM `
+    + `${hwm100.map((x) => x.toFixed(1)).join(' ')} MB (load ${await loadavg()})`);
+
   await filler(99, SERVICES - 1);
   await waitFor('10,000 Services in the table', () => hasElement(node2, 'services4', `${clusterIP(SERVICES - 2)} . tcp . 80`));
   await sleep(3000);
@@ -223,7 +251,8 @@ try {
   console.log(`svc_sync_10000_ms=${median(syncs).toFixed(0)} svc_update_p99_ms=${p99.toFixed(0)} connect_100_us=${connect100.toFixed(0)} `
     + `connect_10000_us=${connect10000.toFixed(0)} connect_flat_ratio=${(connect10000 / connect100).toFixed(2)} `
     + `svc_conn_rate_ratio=${rateRatio.toFixed(2)} svc_throughput_ratio=${tputRatio.toFixed(2)} `
-    + `svc_hwm_mb=${Math.max(...hwms).toFixed(0)}`);
+    + `svc_hwm_mb=${Math.max(...hwms).toFixed(0)} svc_cold_100_ms=${median(cold100).toFixed(0)} `
+    + `svc_hwm_100_mb=${Math.max(...hwm100).toFixed(0)}`);
 } finally {
   await Promise.all(agents.map((a) => a.stop()));
   await c.stop();
