@@ -58,7 +58,7 @@ function canonical(value: Json, key = ''): string {
 
 const digest = (text: string) => createHash('sha1').update(text).digest('base64');
 
-/** The sets a rule writes from the packet path (`update @s { … }`, `add @s { … }`), into `into`. */
+/** The sets and maps a rule writes from the packet path (`update @s { … }`, `add @s { … }`, a meter), into `into`. */
 function writtenSets(value: Json, into: Set<string>): void {
   if (value === null || typeof value !== 'object') return;
   if (Array.isArray(value)) {
@@ -66,8 +66,11 @@ function writtenSets(value: Json, into: Set<string>): void {
     return;
   }
   for (const [k, v] of Object.entries(value)) {
-    if ((k === 'set' || k === 'map') && v !== null && typeof v === 'object' && !Array.isArray(v)) {
-      if ((v['op'] === 'update' || v['op'] === 'add') && typeof v['set'] === 'string') into.add(v['set'].replace(/^@/, ''));
+    if ((k === 'set' || k === 'map' || k === 'meter') && v !== null && typeof v === 'object' && !Array.isArray(v)) {
+      // `update @s { … }` is {"set": {"op", "set": "@s"}}, on a map {"map": {"op", "map": "@m"}}; older nft
+      // print a set updated with a statement as {"meter": {"name": "s"}}.
+      const target = k === 'meter' ? v['name'] : (v['op'] === 'update' || v['op'] === 'add') ? v[k] : undefined;
+      if (typeof target === 'string') into.add(target.replace(/^@/, ''));
     }
     writtenSets(v, into);
   }
