@@ -42,6 +42,27 @@ function fileOrData(file: string | undefined, data: string | undefined): Buffer 
   return data ? Buffer.from(data, 'base64') : undefined;
 }
 
+/**
+ * The kubeconfig's user `name` as client-node parses it, but for a token file (client-go's
+ * `tokenFile`, client-node's `token-file`): read again as it rotates, relative to the kubeconfig's
+ * directory, where client-node reads it once at parse time, relative to the working directory.
+ */
+function userOf(users: unknown, name: string, dir: string | undefined): User {
+  const entries = Array.isArray(users) ? (users as { name?: unknown; user?: Record<string, unknown> }[]) : [];
+  let tokenFile: unknown;
+  const rest = entries.map((u) => {
+    if (u?.name !== name || !u.user) return u;
+    const { tokenFile: camel, 'token-file': kebab, ...user } = u.user;
+    tokenFile = camel ?? kebab;
+    return { ...u, user };
+  });
+  const parsed = newUsers(rest).find((u) => u.name === name) ?? { name };
+  // As client-go: a token file wins over a token.
+  if (typeof tokenFile !== 'string' || !tokenFile || parsed.exec || parsed.authProvider) return parsed;
+  const file = dir && !isAbsolute(tokenFile) ? join(dir, tokenFile) : tokenFile;
+  return { ...parsed, token: undefined, authProvider: { name: 'tokenFile', config: { tokenFile: file } } } as User;
+}
+
 export class Kubeconfig implements ApiAccess {
   readonly #cluster: Cluster;
   readonly #user: User;
@@ -53,7 +74,7 @@ export class Kubeconfig implements ApiAccess {
   private constructor(cluster: Cluster, user: User) {
     this.#cluster = cluster;
     this.#user = user;
-    this.#agent = cluster.server.startsWith('http:') ? new HttpAgent() : new HttpsAgent();
+    this.#agent = new URL(cluster.server).protocol === 'http:' ? new HttpAgent() : new HttpsAgent();
   }
 
   /**
@@ -70,7 +91,7 @@ export class Kubeconfig implements ApiAccess {
     const cluster = newClusters(doc['clusters']).find((c) => c.name === context.cluster);
     if (!cluster) throw new Error(`context ${JSON.stringify(current)} names cluster ${JSON.stringify(context.cluster)}, which it lacks`);
     if (cluster.proxyUrl) throw new Error(`cluster ${JSON.stringify(cluster.name)}: proxy-url is not supported`);
-    const user = newUsers(doc['users']).find((u) => u.name === context.user) ?? { name: context.user };
+    const user = userOf(doc['users'], context.user, dir);
     if (user.authProvider && !new ExecAuth().isAuthProvider(user) && !new FileAuth().isAuthProvider(user)) {
       throw new Error(`user ${JSON.stringify(user.name)}: auth-provider ${JSON.stringify(user.authProvider.name)} is not supported `
         + '(use an exec plugin, a token, a token file or a client certificate)');

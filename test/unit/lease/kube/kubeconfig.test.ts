@@ -86,6 +86,17 @@ test('an exec plugin\'s token; the in-cluster service account\'s token file and 
   });
 });
 
+test('a user\'s token file (client-go\'s tokenFile, or token-file) is read relative to the kubeconfig, over a token', async () => {
+  await withDir(async (dir) => {
+    await writeFile(join(dir, 'token'), 'from-file');
+    for (const key of ['tokenFile', 'token-file']) {
+      await writeFile(join(dir, 'kubeconfig'), doc({ [key]: 'token', token: 'inline' }));
+      const kc = Kubeconfig.fromFile(join(dir, 'kubeconfig'));
+      assert.equal((await options(kc)).headers?.['Authorization'], 'Bearer from-file', key);
+    }
+  });
+});
+
 test('what is missing or unsupported is named', () => {
   for (const text of ['plain', '- a']) assert.throws(() => Kubeconfig.parse(text), /not a kubeconfig/);
   assert.throws(() => Kubeconfig.parse(doc({}).replace('"current-context":"b"', '"current-context":"c"')), /"c" is not among its contexts/);
