@@ -175,6 +175,11 @@ export class ServiceProxy {
     });
   }
 
+  /** The Services and slices the proxy renders from (weftctl trace reads them). */
+  get index(): ServiceIndex {
+    return this.#index;
+  }
+
   /**
    * Checks that nft works and reads back the rules the proxy writes (nft/read-back.ts) and that
    * kube-proxy is not running here, and sets the br_netfilter sysctls (ConfigErrors naming what
@@ -182,11 +187,6 @@ export class ServiceProxy {
    * the background and resolves.
    * {@link synced} says when the first rules are in place. `signal` (or {@link stop}) ends it.
    */
-  /** The Services and slices the proxy renders from (weftctl trace reads them). */
-  get index(): ServiceIndex {
-    return this.#index;
-  }
-
   async start(signal: AbortSignal): Promise<void> {
     await requireNft(this.#run, '--service-proxy', 'the Service proxy');
     await requireReadBack({
