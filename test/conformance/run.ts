@@ -54,11 +54,18 @@ async function manifests(server: URL): Promise<string> {
 interface SpecReport {
   ContainerHierarchyTexts?: string[];
   LeafNodeText: string;
+  LeafNodeType?: string;
   State: string;
   Failure?: { Message?: string; Location?: { FileName?: string; LineNumber?: number } };
 }
 
-async function ginkgo(kubeconfig: string, procs: number): Promise<SpecReport[]> {
+interface SuiteReport {
+  SuiteSucceeded?: boolean;
+  SpecReports?: SpecReport[];
+}
+
+/** ginkgo's exit code and its reports (a failed suite-level node, or a process that died, fails the suite). */
+async function ginkgo(kubeconfig: string, procs: number): Promise<{ code: number | null; suites: SuiteReport[] }> {
   await rm(REPORTS, { recursive: true, force: true });
   await mkdir(REPORTS, { recursive: true });
   // ginkgo puts the report (a name, not a path) in --output-dir.
@@ -67,9 +74,9 @@ async function ginkgo(kubeconfig: string, procs: number): Promise<SpecReport[]> 
     `--kubeconfig=${kubeconfig}`, '--provider=local', '--num-nodes=2', `--kubectl-path=${peer('kubectl')}`,
     `--report-dir=${REPORTS}`, `--e2e-output-dir=${REPORTS}`];
   const proc = spawn(peer('ginkgo'), args, { stdio: ['ignore', 'inherit', 'inherit'], cwd: REPORTS });
-  await once(proc, 'close');
-  const suites = JSON.parse(await readFile(join(REPORTS, 'report.json'), 'utf8')) as { SpecReports?: SpecReport[] }[];
-  return suites.flatMap((s) => s.SpecReports ?? []).filter((r) => r.LeafNodeText !== '');
+  const [code] = await once(proc, 'close') as [number | null];
+  const suites = JSON.parse(await readFile(join(REPORTS, 'report.json'), 'utf8')) as SuiteReport[];
+  return { code, suites };
 }
 
 async function main(): Promise<number> {
@@ -82,17 +89,22 @@ async function main(): Promise<number> {
     await c.kubectl('rollout', 'status', '-n', NS, 'ds/kube-weft-ds', '--timeout=300s');
     await c.kubectl('wait', '--for=condition=Ready', 'nodes', '--all', '--timeout=120s');
     await startClusterDns(c, c.nodes[0]!);
-    const specs = await ginkgo(c.kubeconfig, Number(process.env['WEFT_CONFORMANCE_PROCS'] ?? 2));
-    const ran = specs.filter((s) => s.State !== 'skipped' && s.State !== 'pending');
-    const failed = ran.filter((s) => s.State !== 'passed');
+    const { code, suites } = await ginkgo(c.kubeconfig, Number(process.env['WEFT_CONFORMANCE_PROCS'] ?? 2));
+    // Suite-level nodes (before/after the suite, reports) have no leaf text; one that failed fails the run.
+    const reports = suites.flatMap((s) => s.SpecReports ?? []);
+    const ran = reports.filter((s) => s.LeafNodeText !== '' && s.State !== 'skipped' && s.State !== 'pending');
+    const failed = reports.filter((s) => s.State !== 'passed' && s.State !== 'skipped' && s.State !== 'pending');
     for (const s of SKIPPED) console.log(`skipped /${s.pattern}/: ${s.reason}`);
     for (const f of failed) {
       const where = f.Failure?.Location ? ` (${f.Failure.Location.FileName}:${f.Failure.Location.LineNumber})` : '';
-      console.log(`FAILED: ${[...(f.ContainerHierarchyTexts ?? []), f.LeafNodeText].join(' ')}${where}: `
+      console.log(`FAILED: ${[...(f.ContainerHierarchyTexts ?? []), f.LeafNodeText || f.LeafNodeType].join(' ')}${where}: `
         + `${f.State} ${(f.Failure?.Message ?? '').split('\n')[0]}`);
     }
-    console.log(`conformance_run=${ran.length} conformance_passed=${ran.length - failed.length} conformance_failed=${failed.length}`);
-    return ran.length > 0 && failed.length === 0 ? 0 : 1;
+    const passed = ran.filter((s) => s.State === 'passed').length;
+    console.log(`conformance_run=${ran.length} conformance_passed=${passed} conformance_failed=${failed.length}`);
+    const suiteFailed = suites.some((s) => s.SuiteSucceeded === false);
+    if (code !== 0) console.log(`ginkgo exited ${code}${suiteFailed ? ', the suite failed' : ''}`);
+    return ran.length > 0 && failed.length === 0 && !suiteFailed && code === 0 ? 0 : 1;
   } finally {
     await c.stop();
   }

@@ -37,23 +37,31 @@ for (const inf of [services, slices]) {
   });
 }
 
-/** The response to one query message. */
+const RCODE = { FORMERR: 1, SERVFAIL: 2, NXDOMAIN: 3 };
+
+/** The response to one query message: FORMERR when it cannot be read, SERVFAIL when its answer cannot be written. */
 function respond(msg: Buffer): Buffer {
-  const q = packet.decode(msg);
+  let q: packet.Packet;
+  try {
+    q = packet.decode(msg);
+  } catch (e) {
+    process.stderr.write(`cluster-dns: unreadable query: ${String(e)}\n`);
+    return packet.encode({ type: 'response', id: msg.length >= 2 ? msg.readUInt16BE(0) : 0, flags: RCODE.FORMERR });
+  }
   const question = q.questions?.[0];
   const { rcode, answers } = question ? zone.lookup(question.name, question.type) : { rcode: 'NXDOMAIN' as const, answers: [] };
-  const flags = packet.AUTHORITATIVE_ANSWER | packet.RECURSION_DESIRED | (rcode === 'NXDOMAIN' ? 3 : 0);
-  return packet.encode({ type: 'response', id: q.id ?? 0, flags, questions: q.questions ?? [], answers: answers as packet.Answer[] });
+  const flags = packet.AUTHORITATIVE_ANSWER | ((q.flags ?? 0) & packet.RECURSION_DESIRED);
+  const base = { type: 'response' as const, id: q.id ?? 0, questions: q.questions ?? [] };
+  try {
+    return packet.encode({ ...base, flags: flags | (rcode === 'NXDOMAIN' ? RCODE.NXDOMAIN : 0), answers: answers as packet.Answer[] });
+  } catch (e) {
+    process.stderr.write(`cluster-dns: cannot answer ${question?.name}: ${String(e)}\n`);
+    return packet.encode({ ...base, flags: flags | RCODE.SERVFAIL });
+  }
 }
 
 const udp = createSocket('udp4');
-udp.on('message', (msg, from) => {
-  try {
-    udp.send(respond(msg), from.port, from.address);
-  } catch (e) {
-    process.stderr.write(`cluster-dns: bad query from ${from.address}: ${String(e)}\n`);
-  }
-});
+udp.on('message', (msg, from) => udp.send(respond(msg), from.port, from.address));
 const tcp = createServer((conn) => {
   let buf = Buffer.alloc(0);
   conn.on('error', () => conn.destroy());

@@ -64,9 +64,9 @@ export class ClusterZone {
   #records(fqdn: string, labels: string[]): Rr[] | undefined {
     const rr = (data: string): Rr => ({ type: family(data), name: fqdn, ttl: TTL, data });
     if (labels.length === 3 && labels[2] === 'pod') {
-      const ip = labels[0]!.includes('-') && !labels[0]!.includes('--') && labels[0]!.split('-').length === 4
-        ? labels[0]!.replaceAll('-', '.') : undefined;
-      return ip ? [rr(ip)] : undefined;
+      const octets = labels[0]!.split('-');
+      const valid = octets.length === 4 && octets.every((o) => /^\d{1,3}$/.test(o) && Number(o) <= 255);
+      return valid ? [rr(octets.join('.'))] : undefined;
     }
     if (labels.at(-1) !== 'svc' || labels.length < 3) return undefined;
     const [ns, svcName] = [labels.at(-2)!, labels.at(-3)!];

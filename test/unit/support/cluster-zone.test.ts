@@ -49,7 +49,9 @@ test('ExternalName is a CNAME, a named port an SRV, a pod\'s dashed address its 
 
 test('names outside the zone, unknown Services and deleted ones are NXDOMAIN', () => {
   const z = zone();
-  for (const n of ['example.org', 'nope.ns.svc.cluster.local', 'web.other.svc.cluster.local', 'ns.svc.cluster.local']) {
+  const names = ['example.org', 'nope.ns.svc.cluster.local', 'web.other.svc.cluster.local', 'ns.svc.cluster.local',
+    'x-y-z-w.ns.pod.cluster.local', '10-244-1-256.ns.pod.cluster.local'];
+  for (const n of names) {
     assert.equal(z.lookup(n, 'A').rcode, 'NXDOMAIN', n);
   }
   z.deleteService(svc('web', {}));
