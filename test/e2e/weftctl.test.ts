@@ -57,7 +57,7 @@ test('weftctl: status, peers, diff and doctor of a healthy node; the problems do
     assert.match((await weftctl(c, n1, 'status')).stdout, /^reconcile\s+\d+ full and \d+ fast passes, 1 repairs, /m);
 
     // The log level, changed at run time: a refused request is logged at debug only after it.
-    assert.match((await ask(n1, '{"protocol":1,"verb":"reboot"}')).stdout, /"code":"EBADREQUEST","message":"verb: must be status or log-level/);
+    assert.match((await ask(n1, '{"protocol":1,"verb":"reboot"}')).stdout, /"code":"EBADREQUEST","message":"verb: must be status, log-level or trace/);
     const level = await weftctl(c, n1, 'log-level', 'debug');
     assert.equal(level.code, 0, level.stderr);
     assert.match(level.stdout, /info → debug/);
