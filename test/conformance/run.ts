@@ -90,9 +90,9 @@ async function main(): Promise<number> {
     await c.kubectl('wait', '--for=condition=Ready', 'nodes', '--all', '--timeout=120s');
     await startClusterDns(c, c.nodes[0]!);
     const { code, suites } = await ginkgo(c.kubeconfig, Number(process.env['WEFT_CONFORMANCE_PROCS'] ?? 2));
-    // Suite-level nodes (before/after the suite, reports) have no leaf text; one that failed fails the run.
+    // The tests are the `It` nodes; a suite-level node (before/after the suite, a report) that failed fails the run too.
     const reports = suites.flatMap((s) => s.SpecReports ?? []);
-    const ran = reports.filter((s) => s.LeafNodeText !== '' && s.State !== 'skipped' && s.State !== 'pending');
+    const ran = reports.filter((s) => s.LeafNodeType === 'It' && s.State !== 'skipped' && s.State !== 'pending');
     const failed = reports.filter((s) => s.State !== 'passed' && s.State !== 'skipped' && s.State !== 'pending');
     for (const s of SKIPPED) console.log(`skipped /${s.pattern}/: ${s.reason}`);
     for (const f of failed) {
