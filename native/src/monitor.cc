@@ -82,45 +82,7 @@ bool isFdbAdd(const struct nlmsghdr* hdr) {
 }  // namespace
 
 Monitor::Monitor(Napi::Env env, struct nl_sock* sk, uint32_t ownPort, bool fdbAdds, Napi::Function callback)
-    : env_(env), sk_(sk), ownPort_(ownPort), fdbAdds_(fdbAdds), callback_(Napi::Persistent(callback)) {
-  uv_loop_t* loop = nullptr;
-  if (napi_get_uv_event_loop(env, &loop) != napi_ok) return;
-  poll_ = new uv_poll_t;
-  if (uv_poll_init_socket(loop, poll_, nl_socket_get_fd(sk_)) != 0) {
-    delete poll_;
-    poll_ = nullptr;
-    return;
-  }
-  poll_->data = this;
-  started_ = uv_poll_start(poll_, UV_READABLE, &Monitor::onReadable) == 0;
-}
-
-void Monitor::close() {
-  if (closed_) return;
-  closed_ = true;
-  callback_.Reset();
-  if (poll_) {
-    uv_close(reinterpret_cast<uv_handle_t*>(poll_), &Monitor::onClosed);
-  } else {
-    nl_socket_free(sk_);
-    delete this;
-  }
-}
-
-void Monitor::onClosed(uv_handle_t* handle) {
-  auto* self = static_cast<Monitor*>(handle->data);
-  delete reinterpret_cast<uv_poll_t*>(handle);
-  nl_socket_free(self->sk_);
-  delete self;
-}
-
-void Monitor::onReadable(uv_poll_t* handle, int status, int events) {
-  auto* self = static_cast<Monitor*>(handle->data);
-  self->drain();
-  // An overrun sets the socket's error (POLLERR), on which libuv stops the poll handle. The drain
-  // has read the error; poll again, or no event would ever arrive after the first overrun.
-  if (status < 0 && !self->closed_) uv_poll_start(handle, UV_READABLE, &Monitor::onReadable);
-}
+    : PolledSocket(env, sk, callback), ownPort_(ownPort), fdbAdds_(fdbAdds) {}
 
 void Monitor::drain() {
   static thread_local std::vector<unsigned char> buf(kBufSize);

@@ -1,13 +1,11 @@
 // Kernel notifications: a non-blocking multicast socket polled by libuv on the JS thread.
 #pragma once
 
-#include "common.h"
-
-#include <uv.h>
+#include "polled-socket.h"
 
 namespace weft {
 
-class Monitor {
+class Monitor : public PolledSocket {
  public:
   // Takes ownership of `sk` and starts polling; `callback` receives arrays of events. Route and
   // neighbour notifications stamped with `ownPort` (the handle's request socket) echo the handle's
@@ -15,25 +13,13 @@ class Monitor {
   // would otherwise come back as thousands of events. Without `fdbAdds`, FDB entries added or
   // changed are not reported either (only deleted ones).
   Monitor(Napi::Env env, struct nl_sock* sk, uint32_t ownPort, bool fdbAdds, Napi::Function callback);
-  // Stops polling; the socket and this object are freed once libuv lets go of the poll handle,
-  // so close() is safe from inside the callback. Do not touch the object afterwards.
-  void close();
-  bool ok() const { return started_; }
 
  private:
-  ~Monitor() = default;
-  static void onReadable(uv_poll_t* handle, int status, int events);
-  static void onClosed(uv_handle_t* handle);
-  void drain();
+  ~Monitor() override = default;
+  void drain() override;
 
-  Napi::Env env_;
-  struct nl_sock* sk_;
   uint32_t ownPort_;
   bool fdbAdds_;
-  Napi::FunctionReference callback_;
-  uv_poll_t* poll_ = nullptr;
-  bool started_ = false;
-  bool closed_ = false;
 };
 
 }  // namespace weft

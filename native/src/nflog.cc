@@ -117,51 +117,17 @@ Failure nflogOpen(uint16_t group, uint32_t copyRange, uint32_t queueThreshold, u
 }
 
 NflogReader::NflogReader(Napi::Env env, struct nl_sock* sk, uint16_t group, Napi::Function callback)
-    : env_(env), sk_(sk), group_(group), callback_(Napi::Persistent(callback)) {
-  uv_loop_t* loop = nullptr;
-  if (napi_get_uv_event_loop(env, &loop) != napi_ok) return;
-  poll_ = new uv_poll_t;
-  if (uv_poll_init_socket(loop, poll_, nl_socket_get_fd(sk_)) != 0) {
-    delete poll_;
-    poll_ = nullptr;
-    return;
-  }
-  poll_->data = this;
-  started_ = uv_poll_start(poll_, UV_READABLE, &NflogReader::onReadable) == 0;
-}
+    : PolledSocket(env, sk, callback), group_(group) {}
 
-void NflogReader::close() {
-  if (closed_) return;
-  closed_ = true;
-  callback_.Reset();
-  // The kernel unbinds a closed socket's groups too; the explicit unbind frees the group at once.
-  // No wait for the ack: the socket is non-blocking and about to close.
+// The kernel unbinds a closed socket's groups too; the explicit unbind frees the group at once. No
+// wait for the ack: the socket is non-blocking and about to close.
+void NflogReader::beforeClose() {
   LogPtr log = groupConfig(group_);
   struct nl_msg* msg = nullptr;
   if (log && nfnl_log_build_delete_request(log.get(), &msg) == 0) {
     nl_send_auto(sk_, msg);
     nlmsg_free(msg);
   }
-  if (poll_) {
-    uv_close(reinterpret_cast<uv_handle_t*>(poll_), &NflogReader::onClosed);
-  } else {
-    nl_socket_free(sk_);
-    delete this;
-  }
-}
-
-void NflogReader::onClosed(uv_handle_t* handle) {
-  auto* self = static_cast<NflogReader*>(handle->data);
-  delete reinterpret_cast<uv_poll_t*>(handle);
-  nl_socket_free(self->sk_);
-  delete self;
-}
-
-void NflogReader::onReadable(uv_poll_t* handle, int status, int events) {
-  auto* self = static_cast<NflogReader*>(handle->data);
-  self->drain();
-  // An overrun sets the socket's error (POLLERR), on which libuv stops the poll handle: poll again.
-  if (status < 0 && !self->closed_) uv_poll_start(handle, UV_READABLE, &NflogReader::onReadable);
 }
 
 void NflogReader::drain() {

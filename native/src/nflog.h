@@ -3,9 +3,7 @@
 // on the JS thread and delivered in batches, as the monitor's notifications are.
 #pragma once
 
-#include "common.h"
-
-#include <uv.h>
+#include "polled-socket.h"
 
 namespace weft {
 
@@ -27,29 +25,19 @@ struct LoggedPacket {
 Failure nflogOpen(uint16_t group, uint32_t copyRange, uint32_t queueThreshold, uint32_t flushMs, int rcvbuf,
                   struct nl_sock** out);
 
-class NflogReader {
+class NflogReader : public PolledSocket {
  public:
   // Takes ownership of `sk` (bound to `group`) and starts polling; `callback` receives arrays of
   // packets, and `{lost: true}` where the kernel dropped some because the socket was full.
   NflogReader(Napi::Env env, struct nl_sock* sk, uint16_t group, Napi::Function callback);
-  // Unbinds the group, stops polling; freed once libuv lets go of the poll handle (safe from the
-  // callback). Do not touch the object afterwards.
-  void close();
-  bool ok() const { return started_; }
+  // close() unbinds the group first.
 
  private:
-  ~NflogReader() = default;
-  static void onReadable(uv_poll_t* handle, int status, int events);
-  static void onClosed(uv_handle_t* handle);
-  void drain();
+  ~NflogReader() override = default;
+  void drain() override;
+  void beforeClose() override;
 
-  Napi::Env env_;
-  struct nl_sock* sk_;
   uint16_t group_;
-  Napi::FunctionReference callback_;
-  uv_poll_t* poll_ = nullptr;
-  bool started_ = false;
-  bool closed_ = false;
 };
 
 }  // namespace weft

@@ -1,0 +1,48 @@
+#include "polled-socket.h"
+
+namespace weft {
+
+PolledSocket::PolledSocket(Napi::Env env, struct nl_sock* sk, Napi::Function callback)
+    : env_(env), sk_(sk), callback_(Napi::Persistent(callback)) {
+  uv_loop_t* loop = nullptr;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok) return;
+  poll_ = new uv_poll_t;
+  if (uv_poll_init_socket(loop, poll_, nl_socket_get_fd(sk_)) != 0) {
+    delete poll_;
+    poll_ = nullptr;
+    return;
+  }
+  poll_->data = this;
+  // drain() is virtual: it first runs from the loop, once the subclass is constructed.
+  started_ = uv_poll_start(poll_, UV_READABLE, &PolledSocket::onReadable) == 0;
+}
+
+void PolledSocket::close() {
+  if (closed_) return;
+  closed_ = true;
+  callback_.Reset();
+  beforeClose();
+  if (poll_) {
+    uv_close(reinterpret_cast<uv_handle_t*>(poll_), &PolledSocket::onClosed);
+  } else {
+    nl_socket_free(sk_);
+    delete this;
+  }
+}
+
+void PolledSocket::onClosed(uv_handle_t* handle) {
+  auto* self = static_cast<PolledSocket*>(handle->data);
+  delete reinterpret_cast<uv_poll_t*>(handle);
+  nl_socket_free(self->sk_);
+  delete self;
+}
+
+void PolledSocket::onReadable(uv_poll_t* handle, int status, int events) {
+  auto* self = static_cast<PolledSocket*>(handle->data);
+  self->drain();
+  // An overrun sets the socket's error (POLLERR), on which libuv stops the poll handle. The drain
+  // has read the error; poll again, or nothing would ever arrive after the first overrun.
+  if (status < 0 && !self->closed_) uv_poll_start(handle, UV_READABLE, &PolledSocket::onReadable);
+}
+
+}  // namespace weft
