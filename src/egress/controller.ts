@@ -22,7 +22,9 @@
  * disruption mode; such a gateway is not failed for its Node's Ready condition.
  *
  * Writes are fenced by the leadership (leases.ts): none starts after the renew deadline, each
- * must end by it, and each carries the resourceVersion it was computed from.
+ * must end by it, and each carries the resourceVersion it was computed from. A pass's writes run
+ * {@link WRITES_IN_FLIGHT} at a time (the EgressEndpoints first, then the statuses): a failover of
+ * 40 EIPs costs a few API round trips, not 40 of them one after another.
  */
 import { isDeepStrictEqual } from 'node:util';
 import { isJson } from '../json.ts';
@@ -61,6 +63,28 @@ export interface ControllerOptions {
 }
 
 const GROUP_PATH = `/apis/${EGRESS_GROUP}/${EGRESS_VERSION}`;
+
+/**
+ * How many of a pass's writes are in flight at once: enough that a gateway's 40 EIPs move in a few
+ * round trips, few enough not to crowd the API server (kube-controller-manager's clients default to
+ * 20 requests a second, bursts of 30).
+ */
+export const WRITES_IN_FLIGHT = 10;
+
+/** Runs `fn` on every item, at most `limit` at once; the first rejection rejects, and no item starts after it. */
+async function eachBounded<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  let failed = false;
+  const worker = async () => {
+    while (!failed && next < items.length) {
+      await fn(items[next++]!).catch((e: unknown) => {
+        failed = true;
+        throw e;
+      });
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+}
 
 function condition(ready: boolean, reason: string, message: string, previous: unknown): Json {
   const old = Array.isArray(previous) ? (previous as Json[]).find((c) => c.type === 'Ready') : undefined;
@@ -285,9 +309,12 @@ export class EgressController {
     const built = buildInbound(placeable, new Map(result.policies.filter((s) => inboundIds.has(s.id)).map((s) => [s.id, s])), named);
     // Endpoints first: a node moves its traffic when they change, and the status only reports it.
     await this.#publish(new Map([...buildEndpoints(valid, result.policies, pods, namespaces), ...built.endpoints]), signal);
-    for (const s of result.policies) if (!inboundIds.has(s.id)) await this.#policyStatus(s, objectsById.get(s.id)!, signal);
-    for (const [id, s] of [...built.statuses, ...refused]) await this.#inboundStatus(id, s, objectsById.get(id)!, signal);
-    for (const g of result.gateways) await this.#gatewayStatus(g, signal);
+    const statuses: (() => Promise<void>)[] = [
+      ...result.policies.filter((s) => !inboundIds.has(s.id)).map((s) => () => this.#policyStatus(s, objectsById.get(s.id)!, signal)),
+      ...[...built.statuses, ...refused].map(([id, s]) => () => this.#inboundStatus(id, s, objectsById.get(id)!, signal)),
+      ...result.gateways.map((g) => () => this.#gatewayStatus(g, signal)),
+    ];
+    await eachBounded(statuses, WRITES_IN_FLIGHT, (write) => write());
   }
 
   /**
@@ -310,31 +337,31 @@ export class EgressController {
 
   async #publish(wanted: ReadonlyMap<string, EndpointsSpec>, signal: AbortSignal): Promise<void> {
     const path = `${GROUP_PATH}/egressendpoints`;
-    for (const [name, spec] of wanted) {
+    const changed = [...wanted].filter(([name, spec]) => !isDeepStrictEqual(this.#endpoints.objects.get(name)?.spec, spec));
+    await eachBounded(changed, WRITES_IN_FLIGHT, ([name, spec]) => {
       const have = this.#endpoints.objects.get(name);
-      if (have && isDeepStrictEqual(have.spec, spec)) continue;
       const body = {
         apiVersion: `${EGRESS_GROUP}/${EGRESS_VERSION}`,
         kind: 'EgressEndpoints',
         metadata: { name, ...(have ? { resourceVersion: have.metadata?.resourceVersion } : {}) },
         spec,
       };
-      await this.#write(`EgressEndpoints ${name}`, async (timeoutMs) => {
+      return this.#write(`EgressEndpoints ${name}`, async (timeoutMs) => {
         const stored = await (have
           ? this.#options.http.update<KubeObject>(`${path}/${name}`, body, { signal, timeoutMs })
           : this.#options.http.create<KubeObject>(path, body, { signal, timeoutMs }));
         this.#endpoints.objects.set(name, stored);
       });
-    }
-    for (const name of [...this.#endpoints.objects.keys()]) {
-      if (wanted.has(name)) continue;
+    });
+    const unwanted = [...this.#endpoints.objects.keys()].filter((name) => !wanted.has(name));
+    await eachBounded(unwanted, WRITES_IN_FLIGHT, (name) => {
       const resourceVersion = this.#endpoints.objects.get(name)?.metadata?.resourceVersion;
-      await this.#write(`EgressEndpoints ${name}`, async (timeoutMs) => {
+      return this.#write(`EgressEndpoints ${name}`, async (timeoutMs) => {
         const preconditions = resourceVersion ? { preconditions: { resourceVersion } } : {};
         await this.#options.http.delete(`${path}/${name}`, { signal, timeoutMs, ...preconditions });
         this.#endpoints.objects.delete(name);
       });
-    }
+    });
   }
 
   async #policyStatus(s: PolicyStatus, o: KubeObject, signal: AbortSignal): Promise<void> {

@@ -3,12 +3,12 @@
  * heartbeats written by the test: a stall of every heartbeat at once freezes placement
  * (disruption mode); when one comes back, the others get a full liveness timeout before they are
  * judged, and one that stays quiet then fails over; a policy that could not be placed for a while
- * gets its EIP back. The tests share one control plane; each removes what it made.
+ * gets its EIP back; a pass writes side by side. The tests share one control plane; each removes what it made.
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { EGRESS_GROUP, EGRESS_VERSION } from '../../src/egress/api.ts';
-import { EgressController } from '../../src/egress/controller.ts';
+import { EgressController, WRITES_IN_FLIGHT } from '../../src/egress/controller.ts';
 import { HEARTBEAT_LABEL, heartbeatName, microTime } from '../../src/egress/leases.ts';
 import { memoryLogger } from '../../src/log.ts';
 import { sleep } from '../../src/retry.ts';
@@ -158,6 +158,49 @@ test('egress controller: a policy that could not be placed for a while gets its 
     stop.abort();
     await running;
     assert.equal(unplaced, undefined, 'a controller that stopped reports nothing');
+  } finally {
+    stop.abort();
+    await stopCluster();
+  }
+});
+
+test('egress controller: a pass writes many EgressEndpoints and statuses side by side, '
+  + `at most ${WRITES_IN_FLIGHT} at once, the statuses after the EgressEndpoints`, async () => {
+  const pool = Array.from({ length: 20 }, (_, i) => `198.51.100.${110 + i}`);
+  const { stop: stopCluster } = await cluster(pool);
+  const stop = new AbortController();
+  try {
+    for (let i = 0; i < pool.length; i++) await policy(`p${i}`);
+    const http = await weftClient(cp);
+    let inFlight = 0;
+    let most = 0;
+    const order: string[] = [];
+    const counted = <A extends unknown[], R>(kind: string, call: (...args: A) => Promise<R>) => async (...args: A): Promise<R> => {
+      most = Math.max(most, ++inFlight);
+      order.push(kind);
+      try {
+        return await call(...args);
+      } finally {
+        inFlight--;
+      }
+    };
+    http.create = counted('endpoints', http.create.bind(http)) as typeof http.create;
+    http.mergePatch = counted('status', http.mergePatch.bind(http));
+    const controller = new EgressController({
+      http, namespace: 'kube-flannel', livenessTimeoutMs: LIVENESS_MS, passMs: 100, log: memoryLogger(),
+    });
+    const running = controller.run({ signal: stop.signal, remainingMs: () => 60_000 });
+    await until('every policy placed', async () => {
+      const placed = await Promise.all(pool.map((_, i) => statusOf(`p${i}`)));
+      return placed.every((s) => s.eip?.ipv4 !== undefined);
+    }, 20_000);
+    stop.abort();
+    await running;
+    assert.ok(most > 1, 'the writes overlap');
+    assert.ok(most <= WRITES_IN_FLIGHT, `${most} writes at once`);
+    const created = order.filter((k) => k === 'endpoints').length;
+    assert.equal(created, pool.length, 'one EgressEndpoints per policy');
+    assert.deepEqual(order.slice(0, created), Array(created).fill('endpoints'), 'the EgressEndpoints are written before any status');
   } finally {
     stop.abort();
     await stopCluster();
