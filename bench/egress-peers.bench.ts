@@ -7,12 +7,15 @@
  * - api_outage30s_lost_pct: every node cut from the API server for 30 s (links up, kube-apiserver
  *   running); the outside host pings each EIP every 50 ms meanwhile: the percentage not answered
  *   (pings allowed 2 s for their answers);
+ * - api_latency1s_lost_pct: every node's API requests made 1 s slower (500 ms each way) for 60 s;
+ *   the outside host probes each EIP every 50 ms (ARP): the per cent of probes nobody answered
+ *   (bench-egress measures the same without the key: api_latency1s_nokey_lost_pct);
  * - partitioned_gateway_withdraw_ms: median of 3: a gateway holding an EIP cut from the API and
  *   from its peers (its pings dropped), until the outside host's ARP probes (100 ms each, back to
  *   back) no longer get its answer; it is put back after, and the next round cuts whichever holds
  *   the EIP then.
  *
- * Needs root. Last line: api_outage30s_lost_pct=<> partitioned_gateway_withdraw_ms=<>
+ * Needs root. Last line: api_outage30s_lost_pct=<> api_latency1s_lost_pct=<> partitioned_gateway_withdraw_ms=<>
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -23,6 +26,7 @@ import type { ClusterNode } from '../test/support/cluster.ts';
 import { EgressCluster } from '../test/support/egress-cluster.ts';
 import { apiOutage, cutFromPeers, peerKeyArgs, pingLossPct, rejoinPeers, waitVouchedFor } from '../test/support/egress-peers.ts';
 import { until } from '../test/support/until.ts';
+import { slowApiLostPct } from './support/egress.ts';
 import { median } from './support/stats.ts';
 
 const EIPS = ['198.51.100.100', '198.51.100.101'];
@@ -45,7 +49,7 @@ async function timeUntilSilent(e: EgressCluster, n: ClusterNode, eip: string, t0
 }
 
 const dir = await mkdtemp(join(tmpdir(), 'weft-bench-egress-peers-'));
-const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan', weftdArgs: await peerKeyArgs(dir) });
+const e = await EgressCluster.start({ nodes: 4, backend: 'vxlan', weftdArgs: await peerKeyArgs(dir), apiDelay: true });
 try {
   const [leader, client, g1, g2] = e.c.nodes as [ClusterNode, ClusterNode, ClusterNode, ClusterNode];
   await e.electOn(leader);
@@ -68,6 +72,10 @@ try {
   });
   console.log(`API outage of ${OUTAGE_MS / 1000} s: ${lost.map((l, i) => `${EIPS[i]} ${l.toFixed(1)} % lost`).join(', ')}`);
 
+  for (const g of gateways) await waitVouchedFor(e, g, [leader, ...gateways.filter((x) => x !== g)]);
+  const slowLost = await slowApiLostPct(e, EIPS, 1000, 60_000);
+  console.log(`every API request 1 s slower for 60 s: ${slowLost.toFixed(2)} % of the EIP probes unanswered`);
+
   const withdraw: number[] = [];
   for (let i = 0; i < 3; i++) {
     const placed = (await e.policyStatus('a')).node;
@@ -86,7 +94,7 @@ try {
   }
 
   console.log(`api_outage30s_lost_pct=${(lost.reduce((a, b) => a + b, 0) / lost.length).toFixed(1)} `
-    + `partitioned_gateway_withdraw_ms=${Math.round(median(withdraw))}`);
+    + `api_latency1s_lost_pct=${slowLost.toFixed(2)} partitioned_gateway_withdraw_ms=${Math.round(median(withdraw))}`);
 } finally {
   await e.stop();
   await rm(dir, { recursive: true, force: true });
