@@ -12,11 +12,11 @@
  * policy that cannot be placed keeps its last placement in memory, so it gets its EIP back.
  * A failed write is logged and retried by the next pass.
  *
- * Disruption mode (as Kubernetes' node lifecycle controller stops evicting when a zone's nodes
- * all go unready): when most gateway heartbeats this controller saw renewing went quiet together
- * (placement.ts's `disruption`), the API server or etcd stalled, not the nodes, and placement is frozen
- * (heartbeats are not judged) instead of withdrawn; when that ends, every heartbeat counts as
- * renewed then, so the ones not yet back get a full liveness timeout. A quiet gateway that runs
+ * Disruption mode (disruption.ts): when most gateway heartbeats this controller saw renewing went
+ * quiet together, the API server or etcd stalled, not the nodes: the quiet nodes' lapsed EIPs still
+ * move to gateway nodes that serve, but a gateway with none keeps its placement instead of
+ * withdrawing it; when that ends, every heartbeat counts as renewed then, so the ones not yet back
+ * get a full liveness timeout. A quiet gateway that runs
  * the liveness over the underlay is judged by its peers' word instead (vouch.ts's `judgeQuiet`):
  * one they may still vouch for keeps its EIPs, one they provably do not is failed, even in
  * disruption mode; such a gateway is not failed for its Node's Ready condition.
@@ -42,7 +42,8 @@ import type { Inbound, InboundStatus, PortForward } from './inbound.ts';
 import { HEARTBEAT_LABEL } from './leases.ts';
 import type { Leadership } from './leases.ts';
 import { PassLoop } from './pass-loop.ts';
-import { disruption, place, unplacedByReason } from './placement.ts';
+import { disruption, placeDisrupted } from './disruption.ts';
+import { place, unplacedByReason } from './placement.ts';
 import type { GatewayNode, GatewayStatus, Placement, PolicyStatus } from './placement.ts';
 import { SEES_ANNOTATION, judgeQuiet, parseSees } from './vouch.ts';
 import type { MemberReport } from './vouch.ts';
@@ -263,7 +264,10 @@ export class EgressController {
     const disrupted = disruption(gateways, nodes.filter((n) => this.#seen.get(n.name)?.renewing), now, this.#options.livenessTimeoutMs);
     if (disrupted !== this.#disrupted) {
       this.#disrupted = disrupted;
-      if (disrupted) this.#options.log.warn('most gateway heartbeats went quiet together: disruption mode, placement frozen');
+      if (disrupted) {
+        this.#options.log.warn('most gateway heartbeats went quiet together: disruption mode, '
+          + 'gateways without a serving node keep their placement');
+      }
       else {
         this.#options.log.info('gateway heartbeats are back: disruption mode ends');
         for (const seen of this.#seen.values()) seen.at = now;
@@ -279,13 +283,13 @@ export class EgressController {
       if ('invalid' in x) refused.set(x.id, { ready: false, reason: 'Invalid', message: x.invalid, podIPs: [] });
     }
     const placeable = inbound.filter((x) => !refused.has(x.id));
-    const result = place({
+    const result = (disrupted ? placeDisrupted : place)({
       gateways,
       policies: [...policies, ...placeable.map(inboundPolicy)],
       nodes,
       previous: this.#previous,
       now,
-      livenessTimeoutMs: disrupted ? Infinity : this.#options.livenessTimeoutMs,
+      livenessTimeoutMs: this.#options.livenessTimeoutMs,
       random: Math.random,
     });
     this.#options.onPlaced?.(unplacedByReason(result.policies));

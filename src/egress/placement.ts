@@ -26,9 +26,8 @@
  * - A floating IP's policy (`exclusive`, inbound.ts) takes an EIP no one else uses and keeps it
  *   alone; whoever else asks for it fails with EIPTaken, and allocation passes it over.
  * - Nothing here throws on bad input: a problem is a policy's or gateway's reason and message.
- * - When most gateway heartbeats go quiet at once ({@link disruption}), the API server or etcd
- *   stalled rather than the nodes; the controller then places with heartbeats not judged, so a
- *   stall freezes placement instead of withdrawing it.
+ * - When most gateway heartbeats go quiet at once, the API server or etcd stalled rather than the
+ *   nodes: disruption.ts keeps a gateway's placement instead of withdrawing it.
  */
 import type { Gateway, InvalidGateway, InvalidPolicy, Policy } from './api.ts';
 import { matchesLabels } from '../k8s/label-selector.ts';
@@ -411,22 +410,4 @@ class GatewayRound {
     }
     return { ...base, ready: true, reason: 'Ready', message: `${serving} of ${this.#nodes.length} nodes serve` };
   }
-}
-
-/** Disruption mode needs at least this many quiet gateway heartbeats... */
-export const DISRUPTION_MIN = 2;
-/** ...making at least this fraction of the gateway nodes' heartbeats (Kubernetes' unhealthy-zone-threshold). */
-export const DISRUPTION_FRACTION = 0.55;
-
-/**
- * Whether the gateway nodes' heartbeats went quiet together (the controller's disruption mode): at least
- * {@link DISRUPTION_MIN} of the Ready gateway nodes that have a heartbeat, and at least
- * {@link DISRUPTION_FRACTION} of them, last renewed longer than `livenessTimeoutMs` before `now`.
- */
-export function disruption(gateways: readonly (Gateway | InvalidGateway)[], nodes: readonly GatewayNode[], now: number,
-  livenessTimeoutMs: number): boolean {
-  const selectors = gateways.filter((g): g is Gateway => !('invalid' in g)).map((g) => g.nodeSelector);
-  const candidates = nodes.filter((n) => n.ready && n.renewedAt !== undefined && selectors.some((sel) => matchesLabels(sel, n.labels)));
-  const quiet = candidates.filter((n) => now - n.renewedAt! > livenessTimeoutMs).length;
-  return quiet >= DISRUPTION_MIN && quiet >= DISRUPTION_FRACTION * candidates.length;
 }

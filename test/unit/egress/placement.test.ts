@@ -3,7 +3,8 @@ import { test } from 'node:test';
 import fc from 'fast-check';
 import { parseGateway } from '../../../src/egress/api.ts';
 import type { Gateway, InvalidGateway, InvalidPolicy, Policy } from '../../../src/egress/api.ts';
-import { disruption, place, unplacedByReason } from '../../../src/egress/placement.ts';
+import { disruption, placeDisrupted } from '../../../src/egress/disruption.ts';
+import { place, unplacedByReason } from '../../../src/egress/placement.ts';
 import type { GatewayNode, Placement, PlacementInput, PlacementResult } from '../../../src/egress/placement.ts';
 
 const NOW = 1_000_000;
@@ -343,9 +344,30 @@ test('disruption: most gateway heartbeats quiet together, at least two; nodes of
   assert.equal(judge([node('a', { renewedAt: quiet }), node('b', { renewedAt: quiet }), node('c', { labels: {} }), node('d', { ready: false })]), true);
   assert.equal(judge([node('a', { renewedAt: quiet }), node('b', { renewedAt: quiet, labels: {} })]), false, 'b is no gateway node');
   assert.equal(judge([node('a', { renewedAt: quiet }), node('b', { renewedAt: undefined }), node('c', { renewedAt: quiet })]), true);
-  // Placement with heartbeats not judged keeps the quiet nodes' policies where they are.
-  const before = run({ nodes: [node('a'), node('b')], policies: ids(2).map((id) => policy(id)) });
-  const frozen = run({ nodes: [node('a', { renewedAt: quiet }), node('b', { renewedAt: quiet })], policies: ids(2).map((id) => policy(id)),
-    previous: previousOf(before), livenessTimeoutMs: Infinity });
-  assert.deepEqual(where(frozen), where(before));
+});
+
+test('disruption mode: a gateway with no serving node keeps its placement; the lapsed EIPs of quiet nodes move to a node that serves', () => {
+  const quiet = NOW - 10_000;
+  const policies = [...ids(3).map((id) => policy(id)), policy('default/q1', { gateway: 'other' })];
+  const gateways = [gateway(), gateway({ name: 'other', nodeSelector: { matchLabels: { egress: 'other' }, matchExpressions: [] },
+    eipPool: { ipv4: ['198.51.100.20-198.51.100.21'], ipv6: [] } })];
+  const all = [node('a'), node('b'), node('c'), node('o1', { labels: { egress: 'other' } })];
+  const before = run({ gateways, nodes: all, policies, livenessTimeoutMs: 3000 });
+  assert.deepEqual(where(before), {
+    'default/p1': 'a 198.51.100.10', 'default/p2': 'b 198.51.100.11', 'default/p3': 'c 198.51.100.12', 'default/q1': 'o1 198.51.100.20',
+  });
+  // a, b and o1 quiet (3 of 4 gateway heartbeats): gw still has c, other has no node that serves.
+  const stalled = [node('a', { renewedAt: quiet }), node('b', { renewedAt: quiet }), node('c'),
+    node('o1', { labels: { egress: 'other' }, renewedAt: quiet })];
+  assert.equal(disruption(gateways, stalled, NOW, 3000), true);
+  const input = { gateways, policies, nodes: stalled, previous: previousOf(before), now: NOW, livenessTimeoutMs: 3000, random: () => 0 };
+  const r = placeDisrupted(input);
+  assert.deepEqual(where(r), {
+    'default/p1': 'c 198.51.100.10', 'default/p2': 'c 198.51.100.11', 'default/p3': 'c 198.51.100.12', 'default/q1': 'o1 198.51.100.20',
+  }, 'gw\'s EIPs, lapsed on a and b, move to c with their addresses; other keeps q1 on o1');
+  assert.deepEqual(r.gateways.map((g) => [g.name, g.ready]), [['gw', true], ['other', true]]);
+  assert.equal(where(place(input))['default/q1'], 'NoReadyGatewayNode', 'outside disruption mode q1 is withdrawn');
+  // Every gateway without a serving node: nothing moves, nothing is withdrawn.
+  const none = placeDisrupted({ ...input, nodes: stalled.map((n) => ({ ...n, renewedAt: quiet })) });
+  assert.deepEqual(where(none), where(before));
 });
