@@ -7,7 +7,10 @@
  *   the node's address (bench/support/readyz-poller.ts in the node's namespace);
  * - waiting_pods_after_ready_ms: five pods created on the node before the apply, waiting for its
  *   network: from weftd ready to the last of them Running with its address (the API asked every
- *   20 ms), 0 when all were running before;
+ *   20 ms), 0 when all were running before; the line before the last also gives
+ *   waiting_pods_after_network_ready_ms, from the later of weftd ready and the Node turning Ready
+ *   (the kubelet starts a network-waiting pod only once its runtime status poll, every 5 s, has
+ *   seen the conflist);
  * - doctor_warnings_fresh: `weftctl doctor` in weftd's container on that fresh node: its warnings;
  * - finished_pods_ips_held: fixed addresses turned on in the ConfigMap's conflist, a Job of 200
  *   pods run to completion on the node (10 at a time): addresses still parked a minute after the
@@ -72,6 +75,19 @@ async function runningTimes(c: KubeCluster, count: number): Promise<number[]> {
     return seen.size === count;
   }, 300_000);
   return [...seen.values()];
+}
+
+/**
+ * When the Node `name` was first seen Ready (epoch ms; the API asked every 20 ms): the kubelet
+ * posts it as soon as its runtime status poll (every 5 s) has found the network ready, and only
+ * then starts the sandboxes of pods waiting for the network.
+ */
+async function nodeReadyTime(c: KubeCluster, name: string): Promise<number> {
+  await until(`node ${name} Ready`, async () => {
+    const node = await c.cp.request('GET', `/api/v1/nodes/${name}`) as { status?: { conditions?: { type: string; status: string }[] } };
+    return node.status?.conditions?.some((x) => x.type === 'Ready' && x.status === 'True') ?? false;
+  }, 300_000);
+  return Date.now();
 }
 
 /** `weftctl doctor` in weftd's container on `n`: its warning lines. */
@@ -139,15 +155,21 @@ async function main(): Promise<void> {
     for (let i = 0; i < WAITING; i++) await createTestPod(c, `waiting-${i}`, n.name, { labels: { bench: 'waiting' } });
     const { ready } = await readyPoller(n);
     const t0 = Date.now();
+    const nodeReady = nodeReadyTime(c, n.name);
     await c.kubectl('apply', '-f', DAEMONSET);
     const readyAt = await ready;
     const running = await runningTimes(c, WAITING);
+    const nodeReadyAt = await nodeReady;
     const applyToReady = readyAt - t0;
     const afterReady = Math.max(0, Math.max(...running) - readyAt);
     console.log(`waiting pods running at ${running.map((t) => t - readyAt).join(', ')} ms from weftd ready`);
     // The kubelet starts them once it has seen the conflist (its runtime status poll, every 5 s).
     const conflistAt = (await stat(join(n.hostPath('/etc/cni/net.d'), '10-weft.conflist'))).mtimeMs;
-    console.log(`install-cni wrote the conflist ${Math.round(readyAt - conflistAt)} ms before weftd was ready`);
+    console.log(`install-cni wrote the conflist ${Math.round(readyAt - conflistAt)} ms before weftd was ready; the kubelet `
+      + `turned the node Ready ${Math.round(nodeReadyAt - conflistAt)} ms after the conflist, ${Math.round(nodeReadyAt - readyAt)} ms `
+      + 'from weftd ready');
+    console.log(`waiting_pods_after_network_ready_ms=${Math.max(0, Math.max(...running) - Math.max(readyAt, nodeReadyAt))} (from the `
+      + 'later of weftd ready and the kubelet\'s node Ready)');
     const warnings = await doctorWarnings(c, n);
     for (const w of warnings) console.log(`doctor: ${w}`);
 

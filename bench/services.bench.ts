@@ -157,7 +157,9 @@ try {
     cold100.push(performance.now() - t0);
     await ready;
     const listed = async () => /listed the applied rules for the repair/.test(node2.daemon.log().slice(before));
-    await waitFor('the listing for the repair', listed);
+    await waitFor('the listing for the repair', listed).catch((e: unknown) => {
+      throw new Error(`${(e as Error).message}; node-2's weftd since its restart:\n${node2.daemon.log().slice(before).slice(-6000)}`);
+    });
     await sleep(1000);
     hwm100.push((await procStatus(node2.daemon.proc.pid!)).hwmMb);
   }
