@@ -102,18 +102,15 @@ type Stored<T> = T | Invalid;
  * (through iptables-nft, seen by nft, or iptables-legacy), its IPVS device.
  */
 export async function kubeProxyTrace(run: Runner): Promise<string | undefined> {
-  const tables = await run(NFT_LIST_TABLES);
-  const found = /^table (ip6?) kube-proxy\b/m.exec(tables.stdout);
-  if (found) return `nftables table ${found[1]} kube-proxy`;
-  for (const family of ['ip', 'ip6']) {
-    const chain = await run(['nft', 'list', 'chain', family, 'nat', 'KUBE-SERVICES']);
-    if (chain.code === 0) return `iptables chain KUBE-SERVICES (${family} nat)`;
-  }
-  for (const iptables of ['iptables-legacy', 'ip6tables-legacy']) {
-    if ((await run([iptables, '-w', '-t', 'nat', '-S', 'KUBE-SERVICES'])).code === 0) return `${iptables} chain KUBE-SERVICES (nat)`;
-  }
-  if ((await run(['ip', 'link', 'show', 'kube-ipvs0'])).code === 0) return 'the IPVS device kube-ipvs0';
-  return undefined;
+  const found = await Promise.all([
+    run(NFT_LIST_TABLES).then((r) => /^table (ip6?) kube-proxy\b/m.exec(r.stdout)?.[1]).then((f) => f && `nftables table ${f} kube-proxy`),
+    ...['ip', 'ip6'].map((family) => run(['nft', 'list', 'chain', family, 'nat', 'KUBE-SERVICES'])
+      .then((r) => (r.code === 0 ? `iptables chain KUBE-SERVICES (${family} nat)` : undefined))),
+    ...['iptables-legacy', 'ip6tables-legacy'].map((iptables) => run([iptables, '-w', '-t', 'nat', '-S', 'KUBE-SERVICES'])
+      .then((r) => (r.code === 0 ? `${iptables} chain KUBE-SERVICES (nat)` : undefined))),
+    run(['ip', 'link', 'show', 'kube-ipvs0']).then((r) => (r.code === 0 ? 'the IPVS device kube-ipvs0' : undefined)),
+  ]);
+  return found.find((f) => f !== undefined);
 }
 
 /** Removes table inet weft-services (--cleanup-traffic-rules); nothing when it is not there. */
@@ -149,6 +146,8 @@ export class ServiceProxy {
   /** This node's zone label ('' without one) and addresses, from its Node. */
   #zone = '';
   #nodeIPs: IP[] = [];
+  /** start()'s checks of the host passed: the rules may be applied. */
+  #hostChecked = false;
 
   constructor(options: ServiceProxyOptions) {
     this.#options = options;
@@ -162,7 +161,7 @@ export class ServiceProxy {
     this.#table = new KeptTable({
       table: `inet ${NFT_SERVICES_TABLE}`, what: 'service proxy', log: this.#log, run: this.#run,
       render: () => this.#render(),
-      ready: () => this.#listed.size === 3,
+      ready: () => this.#hostChecked && this.#listed.size === 3,
       listDutyCycle: LIST_DUTY_CYCLE,
       applied: (before, now, timings) => {
         if (!before && now) this.#log.info(`service proxy: translating Services in table inet ${NFT_SERVICES_TABLE}`, {
@@ -181,26 +180,17 @@ export class ServiceProxy {
   }
 
   /**
-   * Checks that nft works and reads back the rules the proxy writes (nft/read-back.ts) and that
-   * kube-proxy is not running here, and sets the br_netfilter sysctls (ConfigErrors naming what
-   * was found; degraded without br_netfilter), then starts the watches and the repair loop in
-   * the background and resolves.
-   * {@link synced} says when the first rules are in place. `signal` (or {@link stop}) ends it.
+   * Starts the watches and, meanwhile, checks that nft works and reads back the rules the proxy
+   * writes (nft/read-back.ts) and that kube-proxy is not running here, and sets the br_netfilter
+   * sysctls (ConfigErrors naming what was found, the watches then ended; degraded without
+   * br_netfilter); then starts the repair loop in the background and resolves. No rule is
+   * applied before the checks pass. {@link synced} says when the first rules are in place.
+   * `signal` (or {@link stop}) ends it.
    */
   async start(signal: AbortSignal): Promise<void> {
-    await requireNft(this.#run, '--service-proxy', 'the Service proxy');
-    await requireReadBack({
-      run: this.#run, flag: '--service-proxy', what: 'the Service proxy', table: `inet ${NFT_SERVICES_TABLE}`,
-      sample: sampleRuleset(this.#renderOptions()),
-    });
-    const trace = await kubeProxyTrace(this.#run);
-    if (trace) {
-      throw new ConfigError('--service-proxy', `kube-proxy runs on this node (${trace}): two Service proxies would translate the same `
-        + 'connections; remove kube-proxy from this node (see service-proxy.yaml) or run weftd without --service-proxy');
-    }
-    await this.#bridgeNetfilter.ensure();
     if (!this.#options.conntrack && !this.#options.runner) this.#ownHandle = NetlinkHandle.open();
     const stop = AbortSignal.any([signal, this.#stop.signal]);
+    // The watches list while the host is checked (a dozen nft runs): the first rules wait for both.
     const proxied = { labelSelector: PROXIED_SELECTOR };
     const watches = [
       this.#reflect('/api/v1/services', 'services', parseService, proxied, stop),
@@ -210,8 +200,40 @@ export class ServiceProxy {
       this.#log.error('service proxy: a watch stopped for good; the rules in place stay as they are', { err: e });
       this.#table.fail(e);
     }));
+    try {
+      await this.#checkHost();
+    } catch (e) {
+      this.#stop.abort();
+      await Promise.all(watches);
+      this.#ownHandle?.close();
+      throw e;
+    }
+    this.#hostChecked = true;
+    this.#table.kick();
     this.#tasks = [...watches, this.#repairLoop(stop)];
     stop.addEventListener('abort', () => this.#table.fail(new WeftError('ESTOPPED', 'service proxy stopped')), { once: true });
+  }
+
+  /**
+   * What start() checks before the first rules, the checks side by side; the first failure in
+   * this order is thrown once every check has ended (none leaves a scratch table behind).
+   */
+  async #checkHost(): Promise<void> {
+    const [nft, readBack, trace] = await Promise.allSettled([
+      requireNft(this.#run, '--service-proxy', 'the Service proxy'),
+      requireReadBack({
+        run: this.#run, flag: '--service-proxy', what: 'the Service proxy', table: `inet ${NFT_SERVICES_TABLE}`,
+        sample: sampleRuleset(this.#renderOptions()),
+      }),
+      kubeProxyTrace(this.#run),
+    ]);
+    for (const r of [nft, readBack, trace]) if (r.status === 'rejected') throw r.reason;
+    const found = (trace as PromiseFulfilledResult<string | undefined>).value;
+    if (found) {
+      throw new ConfigError('--service-proxy', `kube-proxy runs on this node (${found}): two Service proxies would translate the same `
+        + 'connections; remove kube-proxy from this node (see service-proxy.yaml) or run weftd without --service-proxy');
+    }
+    await this.#bridgeNetfilter.ensure();
   }
 
   /** Resolves once the first rules for every listed object are applied. */

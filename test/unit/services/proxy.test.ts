@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
 import { ConfigError } from '../../../src/errors.ts';
@@ -95,4 +97,46 @@ test('start sets the br_netfilter sysctls, and where it cannot starts degraded, 
   const said = log.records.find((r) => r.msg === 'service proxy: degraded, the rest goes on');
   assert.match(String((said?.fields?.['err'] as Error | undefined)?.message),
     /net\.bridge\.bridge-nf-call-iptables cannot be read \(ENOENT\) and br_netfilter could not be loaded/);
+});
+
+test('the watches list while the host is checked, and no rule is applied before the checks pass', { timeout: 30_000 }, async () => {
+  const listed = new Set<string>();
+  let seen: () => void = () => {};
+  const allListed = new Promise<void>((resolve) => (seen = resolve));
+  const api = createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://x');
+    if (url.searchParams.get('watch')) return; // held open until the server closes
+    listed.add(url.pathname);
+    if (listed.size === 3) seen();
+    res.setHeader('content-type', 'application/json');
+    res.end(JSON.stringify({ kind: 'List', apiVersion: 'v1', metadata: { resourceVersion: '1' }, items: [] }));
+  });
+  await new Promise<void>((resolve) => api.listen(0, '127.0.0.1', resolve));
+  const kc = new KubeConfig();
+  kc.loadFromClusterAndUser({ name: 'c', server: `http://127.0.0.1:${(api.address() as AddressInfo).port}`, skipTLSVerify: true }, { name: 'u' });
+  const calls: string[] = [];
+  const host = node({});
+  const runner: Runner = async (argv, stdin) => {
+    const line = argv.join(' ');
+    // The host's checks answer only once the three lists were asked for: start() would never end if they came first.
+    if (line === 'nft --version') await allListed;
+    calls.push(line === 'nft -f -' && stdinText(stdin).includes('table inet weft-services {') ? 'apply' : line);
+    return host(argv, stdin);
+  };
+  const proxy = new ServiceProxy({ http: new KubeHttp(kc), node: 'n1', log: silentLogger, clusterCIDRs: [], runner });
+  const stop = new AbortController();
+  try {
+    await proxy.start(stop.signal);
+    await proxy.synced();
+    assert.deepEqual([...listed].sort(), ['/api/v1/nodes', '/api/v1/services', '/apis/discovery.k8s.io/v1/endpointslices']);
+    const firstApply = calls.indexOf('apply');
+    assert.ok(firstApply > 0, 'the rules are applied');
+    const checks = ['nft --version', 'nft list table inet weft-services-check', 'ip link show kube-ipvs0'];
+    for (const c of checks) assert.ok(calls.indexOf(c) >= 0 && calls.indexOf(c) < firstApply, `${c} before the first rules`);
+  } finally {
+    stop.abort();
+    await proxy.stop();
+    api.closeAllConnections();
+    await new Promise((resolve) => api.close(resolve));
+  }
 });
