@@ -9,11 +9,11 @@
  * - Read when scraped, not on a timer, so an idle weftd spends nothing on it: one
  *   `nft -j list counters table inet weft-policy` (two small objects), shared by the scrapes of
  *   {@link READ_CACHE_MS} (two Prometheus replicas scraping together spawn one nft).
- * - The kernel's counters start again at 0 when the table is loaded whole (after a drift or a
- *   failed apply) or removed (no policy selects a local pod); weftd's totals only grow: a reading
- *   below the last one is taken as a new start and added whole. What was dropped between the
- *   last reading and such a reload is not counted, nor is a restart noticed when the new
- *   counter has already passed the old value by the next reading.
+ * - The kernel's counters start again at 0 when the table is loaded whole (at start, after a
+ *   drift or a failed apply) or removed (no policy selects a local pod); weftd's totals only grow:
+ *   the enforcer says when it loaded the table whole ({@link PolicyDrops.restarted}), and a
+ *   reading below the last one (a table deleted by someone else) is taken as a new start too.
+ *   What was dropped between the last reading and such a reload is not counted.
  */
 import type { Logger } from '../log.ts';
 import { TrafficRulesError } from '../masq/runner.ts';
@@ -41,6 +41,8 @@ export class PolicyDrops {
   #last: DropCounts = { ingress: 0, egress: 0 };
   readonly #before: DropCounts = { ingress: 0, egress: 0 };
   #readAt = -Infinity;
+  /** Counts the restarts: a reading begun before one is of the counters gone, already added. */
+  #restarts = 0;
   #reading: Promise<DropCounts> | undefined;
   #failure = '';
 
@@ -63,18 +65,28 @@ export class PolicyDrops {
     return this.#reading;
   }
 
+  /** The table was loaded whole or removed: its counters start again at 0, what they had counted is kept. */
+  restarted(): void {
+    for (const dir of ['ingress', 'egress'] as const) this.#before[dir] += this.#last[dir];
+    this.#last = { ingress: 0, egress: 0 };
+    this.#restarts++;
+    this.#readAt = -Infinity;
+  }
+
   #totals(): DropCounts {
     return { ingress: this.#before.ingress + this.#last.ingress, egress: this.#before.egress + this.#last.egress };
   }
 
   async #read(): Promise<DropCounts> {
     const argv = ['nft', '-j', 'list', 'counters', 'table', 'inet', NFT_POLICY_TABLE];
+    const restarts = this.#restarts;
     try {
       const r = await this.#options.run(argv);
       const gone = r.code !== 0 && /No such file or directory/i.test(r.stderr);
       if (r.code !== 0 && !gone) throw new TrafficRulesError('list the policy drop counters', argv, r);
       // No table (no policy selects a pod of this node): the counters start again when it comes.
       const now = gone ? { ingress: 0, egress: 0 } : parseDropCounters(r.stdout);
+      if (restarts !== this.#restarts) return this.#totals();
       for (const dir of ['ingress', 'egress'] as const) {
         if (now[dir] < this.#last[dir]) this.#before[dir] += this.#last[dir];
       }

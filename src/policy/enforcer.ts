@@ -118,7 +118,8 @@ export class PolicyEnforcer {
       table: `inet ${NFT_POLICY_TABLE}`, what: 'network policy', log: this.#log, run: this.#run,
       render: () => this.#renderer.render((this.#rendered = this.#inputs.model()), this.#options.node),
       ready: () => this.#inputs.complete,
-      applied: (before, now) => {
+      applied: (before, now, { whole }) => {
+        if (whole) this.#drops.restarted();
         if (!now && before) this.#log.info(`network policy: no policy selects a pod of this node; table inet ${NFT_POLICY_TABLE} removed`);
         else if (now && !before) {
           this.#log.info(`network policy: enforcing in table inet ${NFT_POLICY_TABLE}`, { policies: this.#inputs.policyCount });

@@ -77,3 +77,18 @@ test('scrapes within the cache share one nft; a failure keeps the totals and war
   tick();
   assert.deepEqual(await drops.totals(), { ingress: 9, egress: 9 });
 });
+
+test('a whole load the enforcer reports keeps what was counted, even when the new counter has passed the old by the next reading', async () => {
+  const slow = Promise.withResolvers<RunResult>();
+  const { drops, tick } = reader([ok(10, 4), ok(12, 4), slow.promise, ok(1, 0)]);
+  assert.deepEqual(await drops.totals(), { ingress: 10, egress: 4 });
+  drops.restarted();
+  assert.deepEqual(await drops.totals(), { ingress: 22, egress: 8 }, 'read at once after the restart: 10 + 12 and 4 + 4');
+  tick();
+  const before = drops.totals();
+  drops.restarted();
+  slow.resolve(ok(30, 30));
+  assert.deepEqual(await before, { ingress: 22, egress: 8 }, 'a reading begun before a restart is of the counters gone: not taken');
+  tick();
+  assert.deepEqual(await drops.totals(), { ingress: 23, egress: 8 });
+});
