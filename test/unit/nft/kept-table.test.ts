@@ -269,7 +269,7 @@ test('a chain left unused is flushed with the element pointing at it, and delete
   }
 });
 
-test('applied says when an apply loaded the table whole (its counters start again): the first, to no table and back; not a delta', async () => {
+test('applied says when an apply loaded the table whole (its counters start again): the first, to none and back; no delta', async () => {
   const k = scripted(() => jsonListing([]));
   const wholes: boolean[] = [];
   let rules: NftRuleset | undefined = { sets: [], chains: new Map([['a', ['accept']]]) };
