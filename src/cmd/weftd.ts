@@ -74,6 +74,7 @@ async function startPolicy(
     ...(metrics ? { verdictCounted: metrics.policyVerdict.bind(metrics) } : {}),
   });
   await enforcer.start(signal);
+  if (metrics) metrics.policyDrops = () => enforcer.drops();
   return enforcer;
 }
 

@@ -48,11 +48,12 @@ export interface KeptTableOptions {
   /** How long a chain left unused stays, flushed, before its deletion; default kube-proxy's 1 s. */
   staleChainMs?: number;
   /**
-   * Called after each apply that sent something, with what was applied before and now; the apply
+   * Called after each apply that sent something, with what was applied before and now, how long it
+   * took and whether it loaded the table whole (its counters then start again at 0); the apply
    * (and {@link KeptTable.appliedThrough}) ends when what it returns settles. It must not reject.
    */
   applied?: (
-    before: NftRuleset | undefined, now: NftRuleset | undefined, timings: { renderMs: number; nftMs: number },
+    before: NftRuleset | undefined, now: NftRuleset | undefined, timings: { renderMs: number; nftMs: number; whole: boolean },
   ) => void | Promise<void>;
   /**
    * The largest share of the time the table's listings may take (0.1: a listing of 2 s is
@@ -313,7 +314,9 @@ export class KeptTable {
     });
     this.#applied = next;
     this.#appliedKnown = true;
-    await this.#options.applied?.(before, next, { renderMs: rendered - started, nftMs });
+    // A whole script (tableUpdate's too, to or from no table) deletes the table first: its counters start again.
+    const whole = update === undefined || !before || !next;
+    await this.#options.applied?.(before, next, { renderMs: rendered - started, nftMs, whole });
     return true;
   }
 

@@ -3,8 +3,9 @@
  * digest per object, so what differs can be named and put back alone.
  *
  * - Structure, not text: each object is written canonically (keys sorted; handles, the table's
- *   name and family, counters' packets and bytes and elements' `expires` left out), a named
- *   set's elements and an anonymous set's (a `vmap { … }`) sorted, a chain's rules kept in order.
+ *   name and family, counters' packets and bytes, a rule's or a named counter's, and elements'
+ *   `expires` left out), a named set's elements and an anonymous set's (a `vmap { … }`) sorted, a
+ *   chain's rules kept in order.
  *   A change of nft's text layout or of a hash set's element order is no drift. The table's own
  *   name does not count (the start-up check compares two tables, read-back.ts).
  * - Written by the packet path: the elements of a set flagged `dynamic`, or named by a rule's
@@ -124,7 +125,7 @@ class ShapeBuilder {
       if (chain !== this.#chain) this.#endRules(chain);
       writtenSets(body['expr'] ?? null, this.#written);
       this.#rules.update(canonical(body['expr'] ?? null)).update('\n');
-    } else this.#objects.set(`${kind} ${String(body['name'])}`, digest(canonical(body)));
+    } else this.#objects.set(`${kind} ${String(body['name'])}`, digest(canonical(body, kind)));
   }
 
   /** Adds the rules read for the last chain to its digest, and starts on `next`'s. */

@@ -29,6 +29,8 @@ export interface NftRuleset {
   sets: NftSet[];
   /** Chains in script order. */
   chains: Map<string, string[]>;
+  /** Named counters (`counter name <name>` in a rule counts there), declared before the chains. */
+  counters?: readonly string[];
   /** Set by a renderer keeping its rules from one render to the next: what it changed since its previous ruleset. */
   delta?: NftRulesetDelta;
 }
@@ -98,7 +100,7 @@ const ELEMENTS_PER_LINE = 1000;
  * with `ruleset`, or only removes it when there is none, a few lines at a time: a table of
  * 10,000 Services is a 7 MB script, made as nft reads it rather than held whole. Equal inputs
  * give byte-equal scripts. Data sets and maps come first, then the regular chains, then the
- * verdict maps jumping to them, then the base chains.
+ * verdict maps jumping to them, then the base chains; named counters before all of them.
  */
 export function* tableScriptPieces(table: string, ruleset: NftRuleset | undefined): Generator<string> {
   yield `table ${table} {}\ndelete table ${table}\n`;
@@ -118,6 +120,7 @@ export function* tableScriptPieces(table: string, ruleset: NftRuleset | undefine
     yield '\t}\n';
   }
   const chain = (name: string, rules: readonly string[]) => `\tchain ${name} {\n${rules.map((l) => `\t\t${l}\n`).join('')}\t}\n`;
+  for (const name of ruleset.counters ?? []) yield `\tcounter ${name} {\n\t}\n`;
   for (const s of ruleset.sets) if (!isVerdictMap(s)) yield* declare(s);
   for (const [name, rules] of ruleset.chains) if (!isBase(rules)) yield chain(name, rules);
   for (const s of ruleset.sets) if (isVerdictMap(s)) yield* declare(s);
@@ -156,10 +159,10 @@ export interface TableUpdateOptions {
  * what differs: changed elements of a few sets and maps (see {@link elementChanges}), changed
  * chains rewritten, and the rest of the table, with its thousands of elements, not sent again.
  * When `to` carries the delta from `from` (see {@link NftRulesetDelta}), only what it names is compared.
- * In order: new chains are added (so map elements can jump to them), changed and gone chains
+ * In order: new counters and chains are added (so rules can count in them, map elements jump to them), changed and gone chains
  * flushed (so nothing refers to what is deleted next), sets and maps that go (or change type)
  * deleted, new ones added, changed ones refilled, gone chains deleted (no map jumps to them any
- * more; unless deferred), and the changed chains' rules added. The whole script when either side
+ * more; unless deferred), gone counters deleted, and the changed chains' rules added. The whole script when either side
  * has no table. Empty when nothing differs.
  */
 export function tableUpdate(
@@ -184,6 +187,9 @@ export function tableUpdate(
   const changedChains = [...candidates].filter(([name, rules]) => !sameRules(from.chains.get(name), rules));
   const gone = goneChains(from, to);
   const lines: string[] = [];
+  const oldCounters = new Set(from.counters);
+  const newCounters = new Set(to.counters);
+  for (const name of newCounters) if (!oldCounters.has(name)) lines.push(`add counter ${table} ${name}`);
   for (const [name, rules] of changedChains) {
     if (from.chains.has(name)) continue;
     lines.push(isBase(rules) ? `add chain ${table} ${name} { ${rules[0]} }` : `add chain ${table} ${name}`);
@@ -206,6 +212,8 @@ export function tableUpdate(
     }
   }
   if (!options.deferChainDeletion) for (const name of gone) lines.push(`delete chain ${table} ${name}`);
+  // The rules counting in them are flushed above (a counter in use cannot be deleted).
+  for (const name of oldCounters) if (!newCounters.has(name)) lines.push(`delete counter ${table} ${name}`);
   for (const [name, rules] of changedChains) {
     // A base chain's first line is its declaration: kept by the flush, never a rule.
     for (const rule of isBase(rules) ? rules.slice(1) : rules) lines.push(`add rule ${table} ${name} ${rule}`);

@@ -30,6 +30,8 @@
  * - Verdict logs (verdict-log.ts): with `nflog`, the NFLOG group of the logging rules is bound at
  *   start; where it cannot be (another reader holds it), enforcement goes on without them, with a
  *   warning. The meters' elements the kernel adds are no drift.
+ * - Drops: every group chain's drop is counted per direction in a named counter of the table,
+ *   read when weftd is scraped (drops.ts).
  */
 import { WeftError } from '../errors.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
@@ -41,6 +43,8 @@ import { KeptTable } from '../nft/kept-table.ts';
 import { requireReadBack } from '../nft/read-back.ts';
 import type { PolicyModel } from './model.ts';
 import { NFT_POLICY_TABLE } from './nft-script.ts';
+import type { DropCounts } from './drop-counters.ts';
+import { PolicyDrops } from './drops.ts';
 import { PolicyRenderer } from './render.ts';
 import { sampleRuleset } from './sample.ts';
 import { VerdictLog } from './verdict-log.ts';
@@ -91,6 +95,7 @@ export class PolicyEnforcer {
   /** The model of the last render: verdict logs name its pods and policies. */
   #rendered: PolicyModel | undefined;
   readonly #verdictLog: VerdictLog | undefined;
+  readonly #drops: PolicyDrops;
 
   constructor(options: PolicyEnforcerOptions) {
     this.#options = options;
@@ -113,17 +118,24 @@ export class PolicyEnforcer {
       table: `inet ${NFT_POLICY_TABLE}`, what: 'network policy', log: this.#log, run: this.#run,
       render: () => this.#renderer.render((this.#rendered = this.#inputs.model()), this.#options.node),
       ready: () => this.#inputs.complete,
-      applied: (before, now) => {
+      applied: (before, now, { whole }) => {
+        if (whole) this.#drops.restarted();
         if (!now && before) this.#log.info(`network policy: no policy selects a pod of this node; table inet ${NFT_POLICY_TABLE} removed`);
         else if (now && !before) {
           this.#log.info(`network policy: enforcing in table inet ${NFT_POLICY_TABLE}`, { policies: this.#inputs.policyCount });
         }
       },
     });
+    this.#drops = new PolicyDrops({ run: this.#run, log: this.#log });
     this.#verdictLog = options.nflog && new VerdictLog({
       log: this.#log, bind: options.nflog, target: (prefix) => this.#renderer.verdictTarget(prefix), model: () => this.#rendered,
       ...(options.verdictCounted ? { counted: options.verdictCounted } : {}),
     });
+  }
+
+  /** Packets dropped by the rules since weftd started, by direction (weft_policy_drops_total); never rejects. */
+  drops(): Promise<DropCounts> {
+    return this.#drops.totals();
   }
 
   /** The model of the last render (weftctl trace reads it); undefined before the first. */

@@ -48,7 +48,7 @@
  * `_ports` (remote address . protocol . port, numeric ports, and egress named ports resolved on
  * each peer pod), `_named` (local address . remote address . protocol . port, ingress named
  * ports resolved on each local pod); a rule with neither peers nor ports makes the chain a bare
- * `return`; the chain ends with `drop`. Sets are intervals of concatenations, whose elements
+ * `return`; the chain ends with `drop`, counted per direction (drop-counters.ts). Sets are intervals of concatenations, whose elements
  * must not overlap: ipBlock excepts are subtracted, and the union of the boxes of all rules is
  * cut into disjoint address ranges, each with its merged ports (ranges.ts, disjointBoxes). So the rule
  * count grows with the groups (at most the local pods, in practice the distinct combinations of
@@ -70,6 +70,7 @@ import { matchesLabels } from '../k8s/label-selector.ts';
 import { byNamespace, podsMatching, resolvePort } from './evaluate.ts';
 import type { Direction } from './evaluate.ts';
 import type { AclLogging } from './acl-logging.ts';
+import { DROP_COUNTERS, dropStatement } from './drop-counters.ts';
 import type { Namespace, NetworkPolicy, Pod, PolicyModel, PolicyPort, PolicyRule, Protocol } from './model.ts';
 import { policyScript } from './nft-script.ts';
 import type { NftSet, PolicyRuleset } from './nft-script.ts';
@@ -276,7 +277,7 @@ function groupChain(
     namedElements,
     `${ip} daddr . ${ip} saddr . meta l4proto . th dport`,
   );
-  return [...rules, ...(logs.deny ? [logs.deny] : []), 'drop'];
+  return [...rules, ...(logs.deny ? [logs.deny] : []), dropStatement(dir)];
 }
 
 /** Whether two lists hold the same objects in the same order. */
@@ -420,7 +421,7 @@ export class PolicyRenderer {
       ...loops,
       ...dispatch,
     ]);
-    return { sets: [...loopSets, ...meterSets(chains), ...sets, ...maps], chains };
+    return { sets: [...loopSets, ...meterSets(chains), ...sets, ...maps], chains, counters: Object.values(DROP_COUNTERS) };
   }
 
   /** What a log prefix of the last render (or the one before, for packets logged meanwhile) stands for. */

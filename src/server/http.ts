@@ -34,7 +34,7 @@ export async function startHealthServer(options: HealthServerOptions): Promise<H
     if (req.method !== 'GET' && req.method !== 'HEAD') return reply(405, 'method not allowed\n');
     if (path === '/healthz') return reply(200, 'weftd is running\n');
     if (path === '/readyz') return options.ready() ? reply(200, 'weftd is ready\n') : reply(503, 'weftd is not ready yet\n');
-    if (path === '/metrics') return reply(200, options.metrics.text(), options.metrics.contentType);
+    if (path === '/metrics') return void options.metrics.scrape().then((text) => reply(200, text, options.metrics.contentType));
     reply(404, 'not found\n');
   });
   server.listen(options.port, options.host);

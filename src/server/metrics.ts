@@ -23,6 +23,8 @@
  *   reason their status gives; served only by the weftd leading the egress controller
  * - weft_policy_verdicts_total{verdict,policy,namespace}: network policy verdicts logged
  *   (policy/verdict-log.ts), as many as the kernel let through its per-pod rate limit
+ * - weft_policy_drops_total{direction}: packets network policy dropped on this node, all of them,
+ *   read from the kernel's counters when scraped (policy/drops.ts); 0 where policy is not enforced
  *
  * weft-alerts.yaml and weft-dashboard.json beside daemonset.yaml are written against these names.
  */
@@ -145,6 +147,8 @@ export class Metrics {
   ready: () => boolean = () => false;
   /** Reads when our own lease expires when scraped; undefined where leases do not expire (kube). */
   leaseExpiry: () => Date | undefined = () => undefined;
+  /** Reads the packets network policy dropped when scraped (it never rejects); unset without --network-policy. */
+  policyDrops: (() => Promise<Readonly<Record<string, number>>>) | undefined;
   readonly #ready = new Family('weft_ready', 'gauge', 'Whether weftd is ready: its first full reconcile is done');
   readonly #leaseExpiry = new Family('weft_lease_expiry_timestamp_seconds', 'gauge', 'When our own lease expires unless renewed');
   readonly #leases = new Family('weft_leases', 'gauge', 'Remote leases known');
@@ -163,7 +167,15 @@ export class Metrics {
   readonly #cniErrors = new Family('weft_cni_errors_total', 'counter', 'CNI requests answered with an error, by verb', 'verb');
   readonly #unplaced = new Family('weft_egress_unplaced', 'gauge', 'Egress policies and inbound EIPs placed on no gateway', 'reason');
   readonly #verdicts = new CounterVec('weft_policy_verdicts_total', 'Network policy verdicts logged', ['verdict', 'policy', 'namespace']);
+  readonly #drops = new Family(
+    'weft_policy_drops_total', 'counter', 'Packets dropped by network policy on this node, by direction', 'direction',
+  );
   readonly #errors = new Family('weft_errors_total', 'counter', 'Warnings and errors logged with an error, by its code', 'kind');
+
+  constructor() {
+    // Both directions exist from the start, so a rate over them draws before the first drop (and where nothing is enforced).
+    for (const direction of ['ingress', 'egress']) this.#drops.set(direction, 0);
+  }
 
   /** The reconciler's onPass. */
   pass(p: PassInfo): void {
@@ -220,7 +232,13 @@ export class Metrics {
     this.#errors.inc(kind);
   }
 
-  /** The text exposition format. */
+  /** The text exposition format, with what is read from the kernel when scraped read first. */
+  async scrape(): Promise<string> {
+    for (const [direction, n] of Object.entries((await this.policyDrops?.()) ?? {})) this.#drops.set(direction, n);
+    return this.text();
+  }
+
+  /** The text exposition format, of what was last read from the kernel (see {@link scrape}). */
   text(): string {
     this.#leases.set('', this.leaseCount());
     this.#ready.set('', this.ready() ? 1 : 0);
@@ -228,7 +246,8 @@ export class Metrics {
     if (expiry !== undefined) this.#leaseExpiry.set('', expiry.getTime() / 1000);
     return [
       this.#leases, this.#ready, ...(expiry !== undefined ? [this.#leaseExpiry] : []), this.#kernelEntries, this.#runs, this.#duration,
-      this.#repairs, this.#failures, this.#watchRestarts, this.#renewals, this.#cniErrors, this.#unplaced, this.#verdicts, this.#errors,
+      this.#repairs, this.#failures, this.#watchRestarts, this.#renewals, this.#cniErrors, this.#unplaced, this.#verdicts, this.#drops,
+      this.#errors,
     ]
       .map((f) => f.render())
       .join('\n');

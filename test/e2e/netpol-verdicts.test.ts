@@ -4,8 +4,8 @@
  * kube-apiserver): a server pod on node-1 in namespace `srv`, a client pod on node-2 in `cli`, and
  * srv/allow-client letting the client reach the server on TCP 80 only. With `srv` annotated
  * weft.dev/acl-logging, node-1's weftd writes a line for the denied connection and the allowed one
- * and counts them on /metrics; with the annotation gone, it writes none; one it cannot read turns
- * nothing on and is warned about once.
+ * and counts them on /metrics, beside every drop (weft_policy_drops_total); with the annotation
+ * gone, it writes none; one it cannot read turns nothing on and is warned about once.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -86,6 +86,9 @@ test('weftd logs and counts the verdicts of a namespace asking for them, and sto
     const metrics = await node1.ns.exec('curl', '-s', 'http://127.0.0.1:8081/metrics');
     assert.match(metrics, /^weft_policy_verdicts_total\{verdict="deny",policy="allow-client",namespace="srv"\} [1-9]/m);
     assert.match(metrics, /^weft_policy_verdicts_total\{verdict="allow",policy="allow-client",namespace="srv"\} [1-9]/m);
+    // Every drop, logged or not (those before the annotation too), read from the table's counters.
+    assert.match(metrics, /^weft_policy_drops_total\{direction="ingress"\} [1-9]/m);
+    assert.match(metrics, /^weft_policy_drops_total\{direction="egress"\} 0$/m, 'nothing is isolated for egress');
 
     // The annotation gone, the rules log no more: once the table has no log rule, nothing is written.
     await logging(null);

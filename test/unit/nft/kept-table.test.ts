@@ -268,3 +268,23 @@ test('a chain left unused is flushed with the element pointing at it, and delete
     await table.stop();
   }
 });
+
+test('applied says when an apply loaded the table whole (its counters start again): the first, to none and back; no delta', async () => {
+  const k = scripted(() => jsonListing([]));
+  const wholes: boolean[] = [];
+  let rules: NftRuleset | undefined = { sets: [], chains: new Map([['a', ['accept']]]) };
+  const table = new KeptTable({ table: 'inet t', what: 'test', log: memoryLogger(), run: k.run, render: () => rules, ready: () => true,
+    applied: (_before, _now, { whole }) => void wholes.push(whole) });
+  try {
+    await table.appliedThrough(table.bump());
+    rules = { sets: [], chains: new Map([['a', ['drop']]]) };
+    await table.appliedThrough(table.bump());
+    rules = undefined;
+    await table.appliedThrough(table.bump());
+    rules = { sets: [], chains: new Map([['a', ['drop']]]) };
+    await table.appliedThrough(table.bump());
+    assert.deepEqual(wholes, [true, false, true, true]);
+  } finally {
+    await table.stop();
+  }
+});

@@ -84,3 +84,13 @@ test('a set written by a meter statement (older nft) or a map update is the kern
     assert.deepEqual(shapeDrift(tableShape(listing({ rules: [rules] })), clients), none, JSON.stringify(rules));
   }
 });
+
+test('a named counter\'s packets and bytes are no drift; the counter gone or a foreign one is', () => {
+  const counter = (name: string, packets: number) =>
+    ({ counter: { family: 'inet', table: 't', name, handle: 30, packets, bytes: packets * 60 } });
+  const want = tableShape(listing({ extra: [counter('drops_ingress', 0)] }));
+  assert.deepEqual(shapeDrift(want, tableShape(listing({ extra: [counter('drops_ingress', 12)] }))), none);
+  assert.deepEqual(shapeDrift(want, tableShape(listing())), { changed: ['counter drops_ingress'], extra: [] });
+  const foreign = listing({ extra: [counter('drops_ingress', 3), counter('sneaky', 0)] });
+  assert.deepEqual(shapeDrift(want, tableShape(foreign)), { changed: [], extra: ['counter sneaky'] });
+});

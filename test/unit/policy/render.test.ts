@@ -34,6 +34,10 @@ test('the script of a small policy set, line by line', () => {
   assert.equal(renderPolicyRules(model, 'node-1'), `table inet weft-policy {}
 delete table inet weft-policy
 table inet weft-policy {
+	counter drops_ingress {
+	}
+	counter drops_egress {
+	}
 	set self4 {
 		type ipv4_addr . ipv4_addr
 		elements = { 10.244.1.11 . 10.244.1.11, 10.244.1.13 . 10.244.1.13, 10.244.1.33 . 10.244.1.33 }
@@ -55,15 +59,15 @@ table inet weft-policy {
 	}
 	chain eg4_z_out {
 		ip daddr . meta l4proto . th dport @eg4_z_out_ports return
-		drop
+		counter name drops_egress drop
 	}
 	chain in4_g99d9ce8c656d05eb {
 		ip saddr . meta l4proto . th dport @in4_g99d9ce8c656d05eb_ports return
 		ip daddr . ip saddr . meta l4proto . th dport @in4_g99d9ce8c656d05eb_named return
-		drop
+		counter name drops_ingress drop
 	}
 	chain in4_x_deny {
-		drop
+		counter name drops_ingress drop
 	}
 	map egress4 {
 		type ipv4_addr : verdict
@@ -97,7 +101,7 @@ test('pods selected by no policy of a direction are in none of its sets', () => 
   assert.deepEqual(sets.get('ingress4'), ['10.244.1.11 : jump in4_x_deny']);
   assert.deepEqual(sets.get('self4'), ['10.244.1.11 . 10.244.1.11']);
   assert.equal(sets.has('egress4'), false);
-  assert.deepEqual(chains.get('in4_x_deny'), ['drop']);
+  assert.deepEqual(chains.get('in4_x_deny'), ['counter name drops_ingress drop']);
   for (const other of ['10.244.1.13', '10.244.1.22', '10.244.1.31', '10.244.1.33']) assert.ok(!script.includes(other), other);
 });
 
@@ -147,7 +151,7 @@ test('SCTP, IPv6 ranges and excepts, and ports of every protocol are rendered', 
     'fd00:10:244:1::10-fd00:10:244:1:ffff:ffff:ffff:ffff . udp . 80-81',
     'fd00:10:244:3::-fd00:10:244:ffff:ffff:ffff:ffff:ffff . udp . 80-81',
   ]);
-  assert.deepEqual(chains.get('eg6_y_p'), ['ip6 daddr . meta l4proto . th dport @eg6_y_p_ports return', 'drop']);
+  assert.deepEqual(chains.get('eg6_y_p'), ['ip6 daddr . meta l4proto . th dport @eg6_y_p_ports return', 'counter name drops_egress drop']);
 });
 
 test('a chain name too long for the kernel is cut and made unique by a hash', () => {
@@ -197,7 +201,8 @@ test('an update between two rulesets touches only what differs', () => {
   const update = policyUpdate(before, both);
   assert.match(update, /^add chain inet weft-policy eg4_x_out\nflush chain inet weft-policy forward\n/);
   assert.match(update, /\nadd map inet weft-policy egress4 \{ type ipv4_addr : verdict; elements = \{ 10\.244\.1\.11 : jump eg4_x_out \}; \}\n/);
-  assert.match(update, /\nadd rule inet weft-policy eg4_x_out drop\n/);
+  assert.match(update, /\nadd rule inet weft-policy eg4_x_out counter name drops_egress drop\n/);
+  assert.ok(!update.includes('counter drops'), 'the counters, there already, are left alone');
   assert.match(update, /\nadd rule inet weft-policy forward ct state established,related accept\n/);
   assert.ok(!update.includes('in4_x_deny'), 'the ingress chain and its set are left alone');
   assert.ok(!update.includes('type filter hook'), 'the base chain keeps its declaration');

@@ -58,11 +58,11 @@ test('a namespace asking for verdicts gets log rules before its chains\' verdict
     `ip saddr . meta l4proto . th dport @${chain}_ports ${log('allow')}`,
     `ip saddr . meta l4proto . th dport @${chain}_ports return`,
     log('deny'),
-    'drop',
+    'counter name drops_ingress drop',
   ]);
   assert.match(verdictPrefix('deny', chain), /^weft-D-[0-9a-f]{12}$/);
   const z = [...ruleset.chains.entries()].filter(([n]) => n.startsWith('in4_z_'));
-  assert.deepEqual(z.map(([, rules]) => rules), [['drop']], 'z asks for nothing: its chain logs nothing');
+  assert.deepEqual(z.map(([, rules]) => rules), [['counter name drops_ingress drop']], 'z asks for nothing: its chain logs nothing');
   assert.deepEqual(ruleset.sets.filter((s) => s.name.startsWith('vlog')).map((s) => [s.name, s.type, s.flags, s.timeoutSeconds]), [
     ['vlog4', 'ipv4_addr', ['dynamic', 'timeout'], 60],
   ]);

@@ -37,6 +37,7 @@ test('/healthz always, /readyz only once ready, /metrics with what the parts rep
     metrics.pass({ ...pass, kind: 'fast', reasons: ['lease node-3 added'], ops: [{ op: 'routeReplace' }] as never[] });
     metrics.pass({ ...pass, kind: 'fast', reasons: ['route 10.244.3.0/24 deleted'], ops: [{ op: 'routeReplace' }] as never[] });
     metrics.pass({ ...pass, kind: 'fast', reasons: ['route 10.244.4.0/24 deleted'], ops: [{ op: 'routeReplace' }] as never[], failures: [{}] as never[] });
+    metrics.policyDrops = async () => ({ ingress: 5, egress: 2 });
     metrics.sourceObserver('etcd').watchRestarted?.();
     metrics.sourceObserver('etcd').leaseRenewed?.();
     const { log } = createLogger({ write: () => {}, onRecord: (l, m, f) => metrics.record(l, m, f) });
@@ -67,6 +68,8 @@ test('/healthz always, /readyz only once ready, /metrics with what the parts rep
       'weft_egress_unplaced{reason="GatewayFull"} 1',
       'weft_watch_restarts_total{source="etcd"} 1',
       'weft_lease_renewals_total{source="etcd"} 1',
+      'weft_policy_drops_total{direction="ingress"} 5',
+      'weft_policy_drops_total{direction="egress"} 2',
       `weft_errors_total{kind="${new DatastoreUnavailableError('x').code}"} 2`,
     ]) assert.ok(text.split('\n').includes(line), `${line} in\n${text}`);
     assert.doesNotMatch(text, /kind="Error"/, 'info records and warnings without an error are not counted');

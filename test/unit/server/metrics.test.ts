@@ -14,3 +14,16 @@ test('weft_policy_verdicts_total counts logged verdicts by verdict, policy and n
     'weft_policy_verdicts_total{verdict="allow",policy="we\\"b",namespace="x"} 1',
   ]);
 });
+
+test('weft_policy_drops_total: both directions at 0 before anything is read, then what the reader gives at each scrape', async () => {
+  const metrics = new Metrics();
+  const series = (text: string) => text.split('\n').filter((l) => l.startsWith('weft_policy_drops_total{'));
+  const drops = (ingress: number, egress: number) =>
+    [`weft_policy_drops_total{direction="ingress"} ${ingress}`, `weft_policy_drops_total{direction="egress"} ${egress}`];
+  assert.deepEqual(series(await metrics.scrape()), drops(0, 0));
+  let reads = 0;
+  metrics.policyDrops = async () => ({ ingress: 40 + ++reads, egress: 7 });
+  assert.deepEqual(series(await metrics.scrape()), drops(41, 7));
+  assert.deepEqual(series(metrics.text()), drops(41, 7), 'text() alone reads nothing');
+  assert.equal(reads, 1);
+});
