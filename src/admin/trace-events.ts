@@ -97,7 +97,8 @@ function hostPort(address: string, port: number | undefined): string {
 }
 
 /**
- * Follows the trace of the first packet that meets the probe table's `probeChain`: fed
+ * Follows the trace of the first packet that meets the probe table's marking chain (and its
+ * later trace ids, see {@link TracePath.constructor}): fed
  * `nft monitor` lines, it knows when that packet's fate is final, i.e. a rule or a policy
  * dropped it, or the probe table's last chains (`deliveredChain` at input, `leavingChain` at
  * postrouting, both at the last priority) saw it accepted by every other chain of that hook.
@@ -105,7 +106,12 @@ function hostPort(address: string, port: number | undefined): string {
 export class TracePath {
   readonly #table: string;
   readonly #chains: { probe: string; delivered: string; leaving: string };
+  readonly #sport: number;
   #id: string | undefined;
+  /** Later trace ids of the same packet: a packet bridged with br_netfilter is traced anew after prerouting. */
+  readonly #more = new Set<string>();
+  /** Every id met: only an id's first event tells whether it is the probe packet's. */
+  readonly #seen = new Set<string>();
   readonly #events: TraceEvent[] = [];
   #first: TracedPacket | undefined;
   #last: TracedPacket | undefined;
@@ -113,9 +119,11 @@ export class TracePath {
   #droppedBy: TraceEvent | undefined;
   #leftBy: string | undefined;
 
-  constructor(table: string, chains: { probe: string; delivered: string; leaving: string }) {
+  /** `sport`: the probe packet's source port, which tells its later trace ids. */
+  constructor(table: string, chains: { probe: string; delivered: string; leaving: string }, sport: number) {
     this.#table = table;
     this.#chains = chains;
+    this.#sport = sport;
   }
 
   /** Whether the packet's fate is known. */
@@ -129,11 +137,15 @@ export class TracePath {
     const event = parseTraceLine(line);
     if (!event) return false;
     const ours = event.family === 'inet' && event.table === this.#table;
-    if (this.#id === undefined) {
-      if (!ours || event.chain !== this.#chains.probe) return false;
-      this.#id = event.id;
+    const marking = ours && event.chain === this.#chains.probe;
+    const first = !this.#seen.has(event.id);
+    this.#seen.add(event.id);
+    if (first && this.#id === undefined && marking) this.#id = event.id;
+    // A new id entering a chain other than the marking one, with the probe's source port, is the same packet.
+    else if (first && this.#id !== undefined && !marking && event.kind === 'packet' && event.packet?.sport === this.#sport) {
+      this.#more.add(event.id);
     }
-    if (event.id !== this.#id) return false;
+    if (event.id !== this.#id && !this.#more.has(event.id)) return false;
     if (event.packet) {
       this.#first ??= event.packet;
       this.#last = event.packet;

@@ -121,7 +121,7 @@ export async function probe(spec: ProbeSpec, options: ProbeOptions): Promise<Ker
   const run: Runner = execRunner(prefix);
   const table = `weft-trace-${process.pid}-${randomBytes(4).toString('hex')}`;
   const sport = randomInt(61_000, 65_536);
-  const path = new TracePath(table, CHAINS);
+  const path = new TracePath(table, CHAINS, sport);
   const children: ChildProcess[] = [];
   const start = (argv: readonly string[]) => {
     const full = [...prefix, ...argv];

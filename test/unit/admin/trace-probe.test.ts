@@ -3,8 +3,9 @@
  * fixtures/nft-monitor-trace.txt is a pod namespace's packets through a node namespace holding
  * Weft-like tables and the probe table of trace-probe.ts (allowed and forwarded, the same
  * connection's later packets, dropped by a policy chain, DNATed by a Service map, a UDP datagram
- * delivered to the node); fixtures/nft-monitor-trace-local.txt adds jump/return, reject and an
- * unknown-table packet.
+ * delivered to the node); fixtures/nft-monitor-trace-local.txt adds jump/return, reject and a
+ * policy line with a mark; fixtures/nft-monitor-trace-bridge.txt is a pod's packet through a
+ * bridge with bridge-nf-call-iptables=1, which the kernel traces under a new id after prerouting.
  */
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -24,7 +25,7 @@ const CHAINS = { probe: 'probe', delivered: 'delivered', leaving: 'leaving' };
 /** The path of the first packet traced after the `skip` first traced packets. */
 function pathOf(lines: readonly string[], skip = 0): KernelPath {
   const ids = [...new Set(lines.map(parseTraceLine).filter((e) => e !== undefined).map((e) => e.id))];
-  const path = new TracePath(TABLE, CHAINS);
+  const path = new TracePath(TABLE, CHAINS, 61234);
   for (const line of lines) {
     const e = parseTraceLine(line);
     if (e && ids.indexOf(e.id) < skip) continue;
@@ -82,10 +83,21 @@ test('a Service\'s DNAT: the endpoint the kernel chose; a datagram to the node: 
   assert.equal(udp.leftBy, undefined);
 });
 
+test('a packet bridged with br_netfilter (traced anew after prerouting, under another id) is followed to its end', () => {
+  const bridged = fixture('nft-monitor-trace-bridge.txt');
+  const path = pathOf(bridged);
+  assert.equal(path.outcome, 'accepted', JSON.stringify(path));
+  assert.equal(path.leftBy, 'veth-c');
+  // Without the source port, the second id is someone else's.
+  const other = new TracePath(TABLE, CHAINS, 61235);
+  for (const line of bridged) other.push(line);
+  assert.equal(other.path().outcome, 'incomplete');
+});
+
 test('a trace cut short (no final event) is incomplete; another probe table\'s packets are not ours', () => {
   const cut = LINES.filter((l) => !l.includes(' leaving '));
   assert.equal(pathOf(cut).outcome, 'incomplete');
-  const other = new TracePath('weft-trace-1-ffffffff', CHAINS);
+  const other = new TracePath('weft-trace-1-ffffffff', CHAINS, 61234);
   for (const line of LINES) assert.equal(other.push(line), false);
   assert.equal(other.path().id, '');
 });
