@@ -14,7 +14,7 @@
  * 5. `route`: this node's subnet (delivered on the node), a peer's (the backend's entries for it,
  *    and the node it leaves for), or no lease's (the node's own routing, not Weft's).
  *
- * Pure: the kernel check is trace-kernel.ts's.
+ * Pure: the kernel check is trace-kernel.ts's, the probe with a real packet (--probe) trace-probe.ts's.
  */
 import { WeftError } from '../errors.ts';
 import { contains, equalIP, formatCIDR, formatIP, tryParseIP } from '../ip/ip.ts';
