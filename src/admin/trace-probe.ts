@@ -26,7 +26,7 @@ import type { ChildProcess } from 'node:child_process';
 import { randomBytes, randomInt } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { WeftError } from '../errors.ts';
-import { execRunner, mustRun } from '../masq/runner.ts';
+import { execRunner, mustRun, TrafficRulesError } from '../masq/runner.ts';
 import type { Runner } from '../masq/runner.ts';
 import { TracePath } from './trace-events.ts';
 import type { KernelPath } from './trace-events.ts';
@@ -180,7 +180,11 @@ export async function probe(spec: ProbeSpec, options: ProbeOptions): Promise<Ker
     for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill();
     // A table still being made when the probe gave up is deleted once made.
     if (creating && (await creating.then(() => true, () => false))) {
-      await mustRun(run, `delete the probe table ${table}`, ['nft', 'delete', 'table', 'inet', table]);
+      const argv = ['nft', 'delete', 'table', 'inet', table];
+      const r = await run(argv);
+      // Gone already (someone flushed the ruleset) is as good as deleted.
+      const gone = r.stderr.includes('No such file or directory');
+      if (r.code !== 0 && !gone) throw new TrafficRulesError(`delete the probe table ${table}`, argv, r);
     }
   }
 }

@@ -74,7 +74,7 @@ async function tables(node: Netns): Promise<string[]> {
   return (await node.exec('nft', 'list', 'tables')).split('\n').filter(Boolean).map((l) => l.split(' ').at(-1)!);
 }
 
-test('probe: a pod\'s packet traced through the node\'s real rules, allowed, dropped and DNATed; the table always removed', {
+test('probe: a pod\'s and the node\'s packets traced through the node\'s real rules, allowed, dropped, DNATed; the table always removed', {
   skip: needsRoot, timeout: 120_000,
 }, async () => {
   await withNetns(['node', 'client', 'server'], async (node, client, server) => {
@@ -98,6 +98,15 @@ test('probe: a pod\'s packet traced through the node\'s real rules, allowed, dro
 
     const udp = await probe({ ...spec(SERVER, 53), protocol: 'UDP' }, options);
     assert.equal(udp.outcome, 'accepted', JSON.stringify(udp));
+
+    // From the node itself (marked at output): out to the server; and to its own address, out by lo and delivered.
+    const fromNode = await probe({ src: '10.244.2.1', dst: SERVER, family: 4, protocol: 'TCP', port: 80 }, options);
+    assert.equal(fromNode.outcome, 'accepted', JSON.stringify(fromNode));
+    assert.equal(fromNode.leftBy, 'vs');
+    const toItself = await probe({ dst: '10.244.2.1', family: 4, protocol: 'UDP', port: 53 }, options);
+    assert.equal(toItself.outcome, 'accepted', JSON.stringify(toItself));
+    // Ended by the input chain, not by postrouting's on the way out by lo.
+    assert.equal(toItself.leftBy, undefined);
 
     assert.deepEqual((await tables(node!)).filter((t) => t.startsWith('weft-trace-')), []);
   });
