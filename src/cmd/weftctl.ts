@@ -189,6 +189,7 @@ async function main(argv: string[]): Promise<number> {
         { verb: 'trace', src, dst, proto, port, ...(probe ? { probe } : {}) },
         { protocol: ADMIN_PROTOCOL, timeoutMs: g.timeout + (probe ? PROBE_TIMEOUT_MS : 0) },
       )) as TraceResult;
+      if (probe && !r.probe) r.probe = { ran: false, note: 'weftd did not probe: it is older than this weftctl', path: [] };
       print(g, r, renderTrace(r));
       // A probe asked for that reached no verdict fails too: the path is unchecked.
       const unprobed = probe && r.probe?.outcome !== 'accepted' && r.probe?.outcome !== 'dropped';
