@@ -22,7 +22,7 @@ import { ADMIN_PROTOCOL, adminSocketPath } from './status.ts';
 import { trace } from './trace.ts';
 import type { TraceResult } from './trace.ts';
 import { checkKernel } from './trace-kernel.ts';
-import { parseTraceRequest } from './trace-request.ts';
+import { PROBE_TIMEOUT_MS, parseTraceRequest } from './trace-request.ts';
 import type { TraceRequest } from './trace-request.ts';
 import type { NodeStatus } from './status.ts';
 
@@ -122,7 +122,10 @@ export async function agentStatus(options: AdminOptions): Promise<NodeStatus> {
   };
 }
 
-/** `weftctl trace`: the path from weftd's desired state (trace.ts), checked against the kernel's routes. */
+/**
+ * `weftctl trace`: the path from weftd's desired state (trace.ts), checked against the kernel's
+ * routes, and with `probe` against a real packet's trace through nftables (trace-probe.ts).
+ */
 export async function agentTrace(options: AdminOptions, request: TraceRequest): Promise<TraceResult> {
   const v = options.view;
   const dev = await linkNamer(options.handle);
@@ -136,7 +139,17 @@ export async function agentTrace(options: AdminOptions, request: TraceRequest): 
     ...(v.egress ? { egress: v.egress } : {}),
     dev,
   }, request.src, request.dst, request.protocol, request.port);
-  return checkKernel(result, options.handle, dev);
+  const checked = await checkKernel(result, options.handle, dev);
+  if (!request.probe) return checked;
+  const { probeTrace } = await import('./trace-probe.ts');
+  const local = async (address: string) => (await options.handle.addrList()).some((a) => a.address === address);
+  const sources = { node: v.own?.peer ?? '', netnsOf: (address: string) => v.pods?.netnsOf(address), local };
+  const probed = await probeTrace(checked, sources, { timeoutMs: PROBE_TIMEOUT_MS });
+  const { ran, outcome, note } = probed.probe!;
+  options.log.info('probed a connection with a traced packet', {
+    src: request.src, dst: request.dst, protocol: request.protocol, port: request.port, ran, outcome, note, differences: probed.differences,
+  });
+  return probed;
 }
 
 /** Starts serving the admin socket; close the returned server on shutdown. */

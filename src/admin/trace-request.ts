@@ -1,5 +1,5 @@
 /**
- * The admin socket's `trace` request: `{"verb":"trace","src","dst","proto","port"}` (`proto`, as
+ * The admin socket's `trace` request: `{"verb":"trace","src","dst","proto","port","probe"?}` (`proto`, as
  * every message's `protocol` is the socket's version), and weftctl's `PROTO/PORT` argument that
  * fills the last two. Pure.
  */
@@ -11,7 +11,12 @@ export interface TraceRequest {
   dst: string;
   protocol: Protocol;
   port: number;
+  /** Send a real packet and trace it through nftables (`--probe`). */
+  probe?: boolean;
 }
+
+/** How long weftd waits for a probe packet's final verdict; weftctl waits this much longer for the answer. */
+export const PROBE_TIMEOUT_MS = 10_000;
 
 const PROTOCOLS: readonly Protocol[] = ['TCP', 'UDP', 'SCTP'];
 
@@ -40,5 +45,8 @@ export function parseTraceRequest(req: Record<string, unknown>): TraceRequest {
   if (!Number.isInteger(port) || (port as number) < 1 || (port as number) > 65_535) {
     throw bad('port', `must be 1-65535, got ${JSON.stringify(port)}`);
   }
-  return { src: req['src'] as string, dst: req['dst'] as string, protocol: protocol as Protocol, port: port as number };
+  const probe = req['probe'];
+  if (probe !== undefined && typeof probe !== 'boolean') throw bad('probe', `must be true or false, got ${JSON.stringify(probe)}`);
+  return { src: req['src'] as string, dst: req['dst'] as string, protocol: protocol as Protocol, port: port as number,
+    ...(probe ? { probe } : {}) };
 }

@@ -20,6 +20,8 @@ export interface TraceChoice {
   /** The address (and port) the connection is sent to after any Service translation. */
   target: string;
   verdict: 'allowed' | 'denied';
+  /** Denied only: whether this node's rules drop it (else another node's, the destination's ingress). */
+  deniedHere?: boolean;
   steps: TraceStep[];
 }
 
@@ -29,10 +31,30 @@ export interface TraceResult {
   dst: string;
   protocol: Protocol;
   port: number;
+  /** The source as resolved: its address, and its pod (`namespace/name`) and that pod's node. */
+  source: { address: string; pod?: string; node?: string };
+  /** The destination's address as resolved (a Service's, before translation). */
+  destination: string;
   verdict: 'allowed' | 'denied' | 'rejected' | 'depends on the endpoint';
   /** Steps before any choice (the ends, the Service translation). */
   steps: TraceStep[];
   choices: TraceChoice[];
-  /** Where the kernel does otherwise than weftd expects, set by the kernel check; printed first. */
+  /** Where the kernel does otherwise than weftd expects, set by the kernel check and the probe; printed first. */
   differences?: string[];
+  /** With `--probe`: what a real packet met in this node's nftables (trace-probe.ts). */
+  probe?: ProbeReport;
+}
+
+/** A probe's report: the rules the packet met, or why there was no probe or no final verdict. */
+export interface ProbeReport {
+  /** False: no packet was traced to its end; `note` says why. */
+  ran: boolean;
+  note?: string;
+  /** What the kernel did: `accepted` (delivered here or left the node), `dropped`, or `incomplete`. */
+  outcome?: 'accepted' | 'dropped' | 'incomplete';
+  /** Where the packet went after a translation (`address:port`). */
+  translatedTo?: string;
+  leftBy?: string;
+  /** The rules and policies it met, one line each, in order. */
+  path: string[];
 }

@@ -14,7 +14,7 @@
  * 5. `route`: this node's subnet (delivered on the node), a peer's (the backend's entries for it,
  *    and the node it leaves for), or no lease's (the node's own routing, not Weft's).
  *
- * Pure: the kernel check is trace-kernel.ts's.
+ * Pure: the kernel check is trace-kernel.ts's, the probe with a real packet (--probe) trace-probe.ts's.
  */
 import { WeftError } from '../errors.ts';
 import { contains, equalIP, formatCIDR, formatIP, tryParseIP } from '../ip/ip.ts';
@@ -30,7 +30,7 @@ import { traceService } from './trace-service.ts';
 import type { TraceChoice, TraceResult, TraceStep } from './trace-step.ts';
 import type { ServiceIndex } from '../services/render.ts';
 
-export type { TraceChoice, TraceResult, TraceStep } from './trace-step.ts';
+export type { ProbeReport, TraceChoice, TraceResult, TraceStep } from './trace-step.ts';
 
 /** What a trace reads: weftd's desired state. */
 export interface TraceInputs {
@@ -142,7 +142,6 @@ export function routeStep(inputs: TraceInputs, ip: IP): TraceStep {
 
 function choice(inputs: TraceInputs, src: End, dst: End, target: string, proto: Protocol, port: number): TraceChoice {
   const steps: TraceStep[] = [];
-  let verdict: TraceChoice['verdict'] = 'allowed';
   const model = inputs.policy;
   if (model) {
     const asEnd = (e: End): PolicyEnd => (e.pod ? { pod: `${e.pod.namespace}/${e.pod.name}`, ip: formatIP(e.ip) } : { ip: formatIP(e.ip) });
@@ -156,16 +155,18 @@ function choice(inputs: TraceInputs, src: End, dst: End, target: string, proto: 
       for (const s of [egress, ingress]) if (s.decision === 'deny') Object.assign(s, { decision: 'allow', why });
     }
     steps.push(egress, ingress);
-    if (!ok) verdict = 'denied';
+    if (!ok) {
+      // Each node enforces its own pods' policies: egress at the source's, ingress at the destination's.
+      const here = (e: End, s: TraceStep) => s.decision === 'deny' && e.pod?.node === inputs.node;
+      return { target, verdict: 'denied', deniedHere: here(src, egress) || here(dst, ingress), steps };
+    }
   } else {
     steps.push({ stage: 'policy-egress', decision: 'allow', why: 'weftd enforces no network policy' });
   }
-  if (verdict === 'allowed') {
-    const egress = egressStep(inputs.egress, src.ip, dst.ip);
-    if (egress) steps.push(egress);
-    if (egress?.decision !== 'steered to its gateway node') steps.push(routeStep(inputs, dst.ip));
-  }
-  return { target, verdict, steps };
+  const egress = egressStep(inputs.egress, src.ip, dst.ip);
+  if (egress) steps.push(egress);
+  if (egress?.decision !== 'steered to its gateway node') steps.push(routeStep(inputs, dst.ip));
+  return { target, verdict: 'allowed', steps };
 }
 
 /** Traces a new `proto` connection from `srcText` to `dstText`:`port` (see the module comment). */
@@ -174,7 +175,9 @@ export function trace(inputs: TraceInputs, srcText: string, dstText: string, pro
   const dst = resolveEnd(dstText, 'dst', inputs.policy, src.ip.family);
   if (src.ip.family !== dst.ip.family) throw bad('dst', 'not of the source\'s address family');
   const steps = [endStep('source', src, inputs.node), endStep('destination', dst, inputs.node)];
-  const head = { src: srcText, dst: dstText, protocol: proto, port };
+  const srcPod = src.pod && { pod: `${src.pod.namespace}/${src.pod.name}`, node: src.pod.node };
+  const head = { src: srcText, dst: dstText, protocol: proto, port, source: { address: formatIP(src.ip), ...srcPod },
+    destination: formatIP(dst.ip) };
   const service = inputs.services && traceService(inputs.services, inputs.node, dst.ip, proto, port);
   if (service) {
     steps.push(service.step);

@@ -30,6 +30,8 @@ export class AgentView {
   policy?: { model(): PolicyModel | undefined };
   /** This node's egress data plane as last rendered (--egress-gateways). */
   egress?: DataplaneResult;
+  /** The pods weftd's CNI server wired since it started (cni/wired-pods.ts). */
+  pods?: { netnsOf(address: string): string | undefined };
   /** The Services weftd translates (--service-proxy). */
   services?: { readonly index: ServiceIndex };
   /** When each peer's lease was last added or changed, in ms since the epoch. */

@@ -177,18 +177,23 @@ async function main(argv: string[]): Promise<number> {
     .argument('<src>', 'a pod (namespace/name) or an address')
     .argument('<dst>', 'a pod (namespace/name), a Service address or any address')
     .argument('<proto/port>', 'e.g. tcp/80')
-    .action(async (src: string, dst: string, protoPort: string) => {
+    .option('--probe', 'also send a real packet from the source and show the nftables rules it met (nft monitor trace)')
+    .action(async (src: string, dst: string, protoPort: string, opts: { probe?: boolean }) => {
       const g = globals();
-      const { parseProtoPort } = await import('../admin/trace-request.ts');
+      const { parseProtoPort, PROBE_TIMEOUT_MS } = await import('../admin/trace-request.ts');
       const { protocol: proto, port } = parseProtoPort(protoPort);
       const { renderTrace } = await import('../admin/render-trace.ts');
+      const probe = opts.probe === true;
       const r = (await localRequest(
         adminSocketPath(g.subnetFile),
-        { verb: 'trace', src, dst, proto, port },
-        { protocol: ADMIN_PROTOCOL, timeoutMs: g.timeout },
+        { verb: 'trace', src, dst, proto, port, ...(probe ? { probe } : {}) },
+        { protocol: ADMIN_PROTOCOL, timeoutMs: g.timeout + (probe ? PROBE_TIMEOUT_MS : 0) },
       )) as TraceResult;
+      if (probe && !r.probe) r.probe = { ran: false, note: 'weftd did not probe: it is older than this weftctl', path: [] };
       print(g, r, renderTrace(r));
-      code = (r.differences ?? []).length === 0 ? 0 : 1;
+      // A probe asked for that reached no verdict fails too: the path is unchecked.
+      const unprobed = probe && r.probe?.outcome !== 'accepted' && r.probe?.outcome !== 'dropped';
+      code = (r.differences ?? []).length === 0 && !unprobed ? 0 : 1;
     });
   await program.parseAsync(argv, { from: 'user' });
   return code;

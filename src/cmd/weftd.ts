@@ -12,6 +12,7 @@
  */
 import { runCommand } from '../cli.ts';
 import { parseFlags, VERSION } from '../config/flags.ts';
+import type { AgentView } from '../agent/view.ts';
 import type { Flags } from '../config/flags.ts';
 import { WeftError } from '../errors.ts';
 import type { KubeLeaseSource } from '../lease/kube/source.ts';
@@ -126,17 +127,30 @@ async function startCni(
   log: Logger,
   policy: PolicyEnforcer | undefined,
   metrics: Metrics | undefined,
+  view: AgentView,
   signal: AbortSignal,
 ): Promise<{ close(): Promise<void> } | undefined> {
   try {
-    const { startCniServer } = await import('../cni/server.ts');
-    const pods = policy && { wired: policy.podWired.bind(policy), unwired: policy.podUnwired.bind(policy) };
+    const [{ startCniServer }, { WiredPods }] = await Promise.all([import('../cni/server.ts'), import('../cni/wired-pods.ts')]);
+    const wiredPods = new WiredPods();
+    view.pods = wiredPods;
+    // Network policy learns of each pod wired; trace --probe finds the pod's namespace.
+    const pods = {
+      wired: async (pod: Parameters<PolicyEnforcer['podWired']>[0] & { netns: string }) => {
+        wiredPods.wired(pod);
+        await policy?.podWired(pod);
+      },
+      unwired: (containerId: string) => {
+        wiredPods.unwired(containerId);
+        policy?.podUnwired(containerId);
+      },
+    };
     const cniLog = log.child({ component: 'cni' });
     return await startCniServer({
       subnetFile: flags.subnetFile,
       host: handle,
       log: cniLog,
-      ...(pods ? { pods } : {}),
+      pods,
       ...(metrics ? { observer: metrics.cniObserver() } : {}),
       ...(flags.kubeSubnetMgr ? { directory: await podDirectory(flags, source, cniLog, signal) } : {}),
     });
@@ -200,7 +214,7 @@ async function main(argv: string[]): Promise<number> {
   const view = new AgentView();
   if (policy) view.policy = policy;
   if (services) view.services = services;
-  const cni = await startCni(flags, source, handle, log, policy, metrics, stop.signal);
+  const cni = await startCni(flags, source, handle, log, policy, metrics, view, stop.signal);
   let health: HealthServer | undefined;
   let admin: { close(): Promise<void> } | undefined;
   try {

@@ -82,7 +82,7 @@ function readRequest(request: Json): { env: Env; stdin: string } {
 /** Told of the pods the server wires and unwires (weftd's network policy). */
 export interface PodObserver {
   /** A pod got `ips`; the ADD answers once this resolves, and fails (rolled back) if it rejects. */
-  wired(pod: { namespace: string; name: string; containerId: string; ips: readonly IP[] }): Promise<void>;
+  wired(pod: { namespace: string; name: string; containerId: string; netns: string; ips: readonly IP[] }): Promise<void>;
   unwired(containerId: string): void;
 }
 
@@ -252,7 +252,8 @@ export class CniServer {
         this.#options.log.warn(why, { pod: lost.pod, addresses: lost.ips });
       }
       await durable;
-      if (pod && this.#options.pods) await this.#options.pods.wired({ ...pod, containerId: id, ips: allocations.map((a) => a.address) });
+      const ips = allocations.map((a) => a.address);
+      if (pod && this.#options.pods) await this.#options.pods.wired({ ...pod, containerId: id, netns, ips });
       void wired.announced?.then((err) => {
         if (err) this.#options.log.warn('wired a pod whose addresses could not be announced', { container: id, err });
       });
