@@ -158,7 +158,13 @@ export class Reflector<T> {
     let rv = '';
     let pages = 0;
     const started = performance.now();
-    type Page = { items?: Meta[]; metadata?: { resourceVersion?: string; continue?: string } };
+    type Page = { metadata?: { resourceVersion?: string; continue?: string } };
+    // Each object is parsed as it arrives (the raw list is never held whole): 10,000 Services and their
+    // slices are 20 MB of JSON, and a tree of them several times that.
+    const add = (o: unknown) => {
+      const key = keyOf(o as Meta);
+      if (key !== undefined) items.set(key, parse(o));
+    };
     const fetch = (cont: string | undefined): Promise<Page> => {
       const query: Record<string, string> = { ...this.#options.query, limit };
       if (cont !== undefined) query.continue = cont;
@@ -167,18 +173,14 @@ export class Reflector<T> {
         if (from !== '0') query.resourceVersionMatch = 'NotOlderThan';
       }
       const timeout = this.#options.listTimeoutMs ? { timeoutMs: this.#options.listTimeoutMs } : {};
-      const asked = http.get<Page>(path, { query, signal, ...timeout });
-      // Asked ahead: when the list fails before it is awaited, its own failure is nobody's.
-      asked.catch(() => {});
-      return asked;
+      return http.list<Page>(path, add, { query, signal, ...timeout });
     };
     let cont: string | undefined;
-    let next = fetch(undefined);
     for (;;) {
       signal.throwIfAborted();
       let page: Page;
       try {
-        page = await next;
+        page = await fetch(cont);
       } catch (e) {
         const err = kubeError('list', resource, undefined, e);
         if (err instanceof KubeApiError && err.status === 410 && (cont !== undefined || from !== '')) {
@@ -192,7 +194,6 @@ export class Reflector<T> {
           items = new Map();
           cont = undefined;
           from = '';
-          next = fetch(undefined);
           continue;
         }
         throw err;
@@ -200,11 +201,6 @@ export class Reflector<T> {
       pages++;
       rv = page.metadata?.resourceVersion ?? '';
       cont = page.metadata?.continue || undefined;
-      if (cont !== undefined) next = fetch(cont);
-      for (const o of page.items ?? []) {
-        const key = keyOf(o);
-        if (key !== undefined) items.set(key, parse(o));
-      }
       if (cont === undefined) break;
     }
     this.#seen = rv;

@@ -11,6 +11,7 @@
 import { request as httpRequest } from 'node:http';
 import type { IncomingMessage, RequestOptions } from 'node:http';
 import { request as httpsRequest } from 'node:https';
+import { ListReader } from '../../k8s/list-reader.ts';
 import type { ApiAccess } from './kubeconfig.ts';
 import { ConfigError } from '../../errors.ts';
 
@@ -99,6 +100,47 @@ export class KubeHttp {
     });
     if (status < 200 || status > 299) throw new ApiHttpError(status, text);
     return JSON.parse(text) as unknown;
+  }
+
+  /**
+   * `GET <path>` of a list, read as it arrives (k8s/list-reader.ts): `onItem` gets each element of
+   * its `items` as soon as it is whole; resolves with the rest of the list (kind, metadata).
+   */
+  async list<T>(path: string, onItem: (item: unknown) => void, options: CallOptions = {}): Promise<T> {
+    const { url, opts } = await this.#open('GET', path, options.query, {});
+    const timeoutMs = options.timeoutMs ?? 60_000;
+    return new Promise<T>((resolve, reject) => {
+      const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(
+        url,
+        { ...opts, timeout: timeoutMs, ...(options.signal ? { signal: options.signal } : {}) },
+        (res) => {
+          const status = res.statusCode ?? 0;
+          if (status < 200 || status > 299) {
+            readBody(res).then((text) => reject(new ApiHttpError(status, text)), reject);
+            return;
+          }
+          const reader = new ListReader(onItem);
+          res.on('data', (c: Buffer) => {
+            try {
+              reader.take(c);
+            } catch (e) {
+              req.destroy(e as Error);
+            }
+          });
+          res.on('end', () => {
+            try {
+              resolve(reader.end() as T);
+            } catch (e) {
+              reject(e as Error);
+            }
+          });
+          res.on('error', reject);
+        },
+      );
+      req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+      req.on('error', reject);
+      req.end();
+    });
   }
 
   /** `GET <path>`, the answer parsed. */

@@ -1,0 +1,48 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ListReader } from '../../../src/k8s/list-reader.ts';
+
+const LIST = {
+  kind: 'ServiceList', apiVersion: 'v1',
+  metadata: { resourceVersion: '42', continue: 'x', annotations: { items: '[{"not": "an item"}]' } },
+  items: [
+    { metadata: { name: 'a', labels: { 'we"ird}': 'va\\lue]{' } }, spec: { ports: [{ port: 80 }, { port: 443 }] } },
+    { metadata: { name: 'ünïcødé-b', annotations: { note: '日本語 🚀' } }, spec: { selector: {} } },
+    { metadata: { name: 'c' }, spec: { nested: [[{ deep: [1, { x: '}' }] }]] } },
+  ],
+};
+
+/** Reads `text` in pieces of `size` bytes; the items handed on, and the rest. */
+function read(text: string, size: number): { items: unknown[]; rest: unknown } {
+  const bytes = Buffer.from(text);
+  const items: unknown[] = [];
+  const reader = new ListReader((item) => items.push(item));
+  for (let i = 0; i < bytes.length; i += size) reader.take(bytes.subarray(i, i + size));
+  return { items, rest: reader.end() };
+}
+
+test('a list read in pieces of any size: each item as JSON.parse gives it, and the rest with items emptied', () => {
+  for (const text of [JSON.stringify(LIST), JSON.stringify(LIST, null, 2)]) {
+    for (const size of [1, 2, 3, 7, 64, text.length]) {
+      const { items, rest } = read(text, size);
+      assert.deepEqual(items, LIST.items, `pieces of ${size}`);
+      assert.deepEqual(rest, { ...LIST, items: [] }, `pieces of ${size}`);
+    }
+  }
+});
+
+test('an empty list, a list without items, and items after the metadata or before it', () => {
+  assert.deepEqual(read('{"kind":"List","metadata":{"resourceVersion":"1"},"items":[]}', 5), {
+    items: [], rest: { kind: 'List', metadata: { resourceVersion: '1' }, items: [] },
+  });
+  assert.deepEqual(read('{"kind":"List","items":null}', 3), { items: [], rest: { kind: 'List', items: null } });
+  assert.deepEqual(read('{"items":[{"a":1}],"metadata":{"resourceVersion":"7"}}', 4), {
+    items: [{ a: 1 }], rest: { items: [], metadata: { resourceVersion: '7' } },
+  });
+});
+
+test('a list cut short, or an item that is not JSON, is a SyntaxError', () => {
+  const text = JSON.stringify(LIST);
+  assert.throws(() => read(text.slice(0, text.length - 5), 16), SyntaxError);
+  assert.throws(() => read('{"items":[{"a":tru}]}', 4), SyntaxError);
+});
