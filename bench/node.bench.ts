@@ -147,6 +147,9 @@ async function main(): Promise<void> {
   if (missing) throw new Error(`bench-node ${missing}`);
   const hookOverrun = await hookOverrunMs();
   const c = await KubeCluster.start({ nodes: 1, images: [WEFT_IMAGE_ARCHIVE, PEER_IMAGES.agnhost.archive] });
+  // The kubelet polls its runtime's network status every 100 ms (fastStatusUpdateOnce) only in the
+  // 120 s after it starts; later, every 5 s.
+  const kubeletUp = Date.now();
   try {
     const n = c.nodes[0]!;
     // Pods are admitted once the controller-manager has made the namespace's service account.
@@ -155,6 +158,7 @@ async function main(): Promise<void> {
     for (let i = 0; i < WAITING; i++) await createTestPod(c, `waiting-${i}`, n.name, { labels: { bench: 'waiting' } });
     const { ready } = await readyPoller(n);
     const t0 = Date.now();
+    console.log(`the kubelet started more than ${Math.round((t0 - kubeletUp) / 1000)} s before the apply`);
     const nodeReady = nodeReadyTime(c, n.name);
     await c.kubectl('apply', '-f', DAEMONSET);
     const readyAt = await ready;
