@@ -6,7 +6,7 @@ import type { Protocol } from '../policy/model.ts';
 
 /** One decision on the path. `stage` orders them; `decision` is what happened, `why` the reason. */
 export interface TraceStep {
-  stage: 'source' | 'destination' | 'service' | 'policy-egress' | 'policy-ingress' | 'egress' | 'route';
+  stage: 'source' | 'destination' | 'service' | 'masquerade' | 'policy-egress' | 'policy-ingress' | 'egress' | 'route';
   decision: string;
   why: string;
   /** `route` only: the destination address looked up and the next hop Weft expects (`ip route get` terms). */
@@ -20,16 +20,21 @@ export interface TraceChoice {
   /** The address (and port) the connection is sent to after any Service translation. */
   target: string;
   verdict: 'allowed' | 'denied';
+  /** Whether the Service proxy SNATs the connection to the node's address (the `masquerade` step). */
+  masquerade?: boolean;
   steps: TraceStep[];
 }
 
-/** What trace answers. `verdict` is the choices' when they agree, else `depends on the endpoint`. */
+/**
+ * What trace answers. `verdict` is the choices' when they agree, else `depends on the endpoint`;
+ * `rejected` and `dropped`: the Service has no endpoint for the connection.
+ */
 export interface TraceResult {
   src: string;
   dst: string;
   protocol: Protocol;
   port: number;
-  verdict: 'allowed' | 'denied' | 'rejected' | 'depends on the endpoint';
+  verdict: 'allowed' | 'denied' | 'rejected' | 'dropped' | 'depends on the endpoint';
   /** Steps before any choice (the ends, the Service translation). */
   steps: TraceStep[];
   choices: TraceChoice[];
