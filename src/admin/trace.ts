@@ -70,15 +70,19 @@ function bad(field: string, why: string): WeftError {
   return new WeftError('EBADREQUEST', `${field}: ${why}`);
 }
 
+/** Every node's lease: the table's, and this node's own (which the table may not hold). */
+const nodeLeases = (inputs: TraceInputs): readonly Lease[] =>
+  (inputs.own && !inputs.leases.some((l) => l.peer === inputs.own!.peer) ? [inputs.own, ...inputs.leases] : inputs.leases);
+
 function resolveEnd(text: string, field: string, inputs: TraceInputs, family?: 4 | 6): End {
   const policy = inputs.policy;
   const ip = tryParseIP(text);
   if (ip) {
     const pod = policy?.pods.find((p) => !p.hostNetwork && p.ips.some((a) => equalIP(a, ip)));
-    const node = pod ? undefined : nodeOfAddress(inputs.leases, ip);
+    const node = pod ? undefined : nodeOfAddress(nodeLeases(inputs), ip);
     return { ip, text, ...(pod ? { pod } : {}), ...(node !== undefined ? { node } : {}) };
   }
-  const named = nodeByName(inputs.leases, text, family);
+  const named = nodeByName(nodeLeases(inputs), text, family);
   if (named) {
     if (!named.ip) throw bad(field, `node ${text} has no IPv${family ?? ''} address in its lease`);
     return { node: named.node, ip: named.ip, text };
@@ -187,7 +191,7 @@ function choice(inputs: TraceInputs, src: End, dst: End, target: string, proto: 
     });
     steps.push(step);
     masquerade = snat;
-    const lease = inputs.leases.find((l) => l.peer === translated.translator);
+    const lease = nodeLeases(inputs).find((l) => l.peer === translated.translator);
     const ip = snat && !translated.local && lease ? masqueradeAddress(lease, dst.ip.family) : undefined;
     if (ip) seen = { node: translated.translator, ip, text: formatIP(ip) };
   }

@@ -36,7 +36,7 @@ function services(spec: Record<string, unknown> = {}) {
 
 function inputs(over: Partial<TraceInputs> = {}): TraceInputs {
   return {
-    node: 'node-1', own: LEASES[0]!, leases: LEASES, wanted: () => undefined, policy: clusterModel([]), services: services(),
+    node: 'node-1', own: LEASES[0]!, leases: LEASES.slice(1), wanted: () => undefined, policy: clusterModel([]), services: services(),
     clusterCIDRs: [parseCIDR('10.244.0.0/16', 'network')], ...over,
   };
 }
