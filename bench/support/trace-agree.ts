@@ -9,7 +9,7 @@
  *   trace's verdict is the probe's, and an allowed connection's route is the one it takes (this
  *   node, or the destination pod's node) with no difference from the kernel.
  * - The cases of test/e2e/services.test.ts: a ClusterIP from a pod on each node, a port the
- *   Service does not define, a ClusterIP from the node itself, a NodePort from an outside host at
+ *   Service does not define, an endpoint reaching itself through its Service (hairpin), a ClusterIP from the node itself, a NodePort from an outside host at
  *   each node, an externalTrafficPolicy Local node port from outside at the node with its endpoint
  *   and at the node without. Each probed several times: agree when the outcome (answered,
  *   refused, nothing) is trace's, every endpoint that answered is one trace lists, and where the
@@ -160,7 +160,7 @@ export async function servicesAgreement(c: Cluster, tally: Agreement): Promise<v
       agents.push(a);
       return a;
     };
-    const [, , a1, a2, node1, out] = [agent(s1.ns, 's1'), agent(s2.ns, 's2'), agent(c1.ns, 'c1'), agent(c2.ns, 'c2'),
+    const [e1, , a1, a2, node1, out] = [agent(s1.ns, 's1'), agent(s2.ns, 's2'), agent(c1.ns, 'c1'), agent(c2.ns, 'c2'),
       agent(n1.ns, n1.name), agent(outside, 'out')];
     await Promise.all(agents.map((a) => a.started()));
     const addressOf: Record<string, string> = { s1: s1.ip, s2: s2.ip };
@@ -182,6 +182,7 @@ export async function servicesAgreement(c: Cluster, tally: Agreement): Promise<v
       ['ClusterIP from a pod on node-1', a1, c1.ip, c1.ip, n1, '10.96.0.10', 80],
       ['ClusterIP from a pod on node-2', a2, c2.ip, c2.ip, n2, '10.96.0.10', 80],
       ['a cluster IP on a port no Service defines', a1, c1.ip, c1.ip, n1, '10.96.0.10', PORT],
+      ['hairpin: an endpoint reaching its own Service', e1, s1.ip, s1.ip, n1, '10.96.0.10', 80],
       ['ClusterIP from node-1 itself', node1, n1.name, undefined, n1, '10.96.0.10', 80],
       ['NodePort from an outside host at node-1', out, outsideIP, outsideIP, n1, n1.address, 30080],
       ['NodePort from an outside host at node-2', out, outsideIP, outsideIP, n2, n2.address, 30080],

@@ -42,15 +42,15 @@ function inputs(over: Partial<TraceInputs> = {}): TraceInputs {
 }
 
 const masq = (r: TraceResult) => r.choices.map((c) => [c.target, c.masquerade]);
-const step = (r: TraceResult, stage: string) => r.steps.find((s) => s.stage === stage)!;
+const stageOf = (r: TraceResult, stage: string) => r.steps.find((s) => s.stage === stage)!;
 
 test('a node as the source, by name or address: its own connection, no pod egress policy; the policy verdicts of the truth tables', () => {
   const byName = trace(inputs(), 'node-2', 'x/a', 'TCP', 80);
-  assert.equal(step(byName, 'source').decision, 'node node-2 198.51.100.2');
-  assert.match(step(byName, 'source').why, /node node-2's own connection: it starts in the output hook/);
+  assert.equal(stageOf(byName, 'source').decision, 'node node-2 198.51.100.2');
+  assert.match(stageOf(byName, 'source').why, /node node-2's own connection: it starts in the output hook/);
   assert.match(byName.choices[0]!.steps.find((s) => s.stage === 'policy-egress')!.why,
     /node node-2's own connection: no pod's egress policy/);
-  assert.equal(step(trace(inputs(), '198.51.100.1', 'x/a', 'TCP', 80), 'source').decision, 'node node-1 198.51.100.1');
+  assert.equal(stageOf(trace(inputs(), '198.51.100.1', 'x/a', 'TCP', 80), 'source').decision, 'node node-1 198.51.100.1');
   let singles = 0;
   for (const c of CASES) {
     for (const state of c.states) {
@@ -85,11 +85,11 @@ test('node ports on a node\'s address (by address or name), external and load ba
     ['198.18.0.60', 'load balancer IP']] as const) {
     const port = way === 'node port' ? 30080 : 80;
     const got = trace(inputs(), '198.18.0.9', dst, 'TCP', port);
-    assert.equal(step(got, 'service').decision, 'DNAT to one of 10.244.1.11:8080, 10.244.2.12:8080', dst);
-    assert.match(step(got, 'service').why, new RegExp(`Service x/web's ${way}`), dst);
+    assert.equal(stageOf(got, 'service').decision, 'DNAT to one of 10.244.1.11:8080, 10.244.2.12:8080', dst);
+    assert.match(stageOf(got, 'service').why, new RegExp(`Service x/web's ${way}`), dst);
     assert.deepEqual(masq(got).map(([, m]) => m), [true, true], `${dst}: externalTrafficPolicy Cluster masquerades`);
   }
-  assert.equal(step(trace(inputs(), 'x/c', 'node-2', 'TCP', 30080), 'destination').decision, 'node node-2 198.51.100.2');
+  assert.equal(stageOf(trace(inputs(), 'x/c', 'node-2', 'TCP', 30080), 'destination').decision, 'node node-2 198.51.100.2');
   assert.equal(trace(inputs(), '198.18.0.9', '198.51.100.1', 'TCP', 30081).steps.some((s) => s.stage === 'service'), false,
     'no Service has node port 30081');
   assert.equal(trace(inputs({ services: services({ type: 'ClusterIP', externalIPs: [] }) }), '198.18.0.9', '198.51.100.1', 'TCP', 30080)
@@ -100,8 +100,8 @@ test('externalTrafficPolicy Local: a client from outside keeps its address and g
   + 'the node itself is masqueraded to every endpoint', () => {
   const local = inputs({ services: services({ externalTrafficPolicy: 'Local', healthCheckNodePort: 32100 }) });
   const outside = trace(local, '198.18.0.9', '198.51.100.2', 'TCP', 30080);
-  assert.equal(step(outside, 'service').decision, 'DNAT to one of 10.244.2.12:8080');
-  assert.match(step(outside, 'service').why, /node node-2's only \(externalTrafficPolicy Local\)/);
+  assert.equal(stageOf(outside, 'service').decision, 'DNAT to one of 10.244.2.12:8080');
+  assert.match(stageOf(outside, 'service').why, /node node-2's only \(externalTrafficPolicy Local\)/);
   assert.deepEqual(masq(outside), [['10.244.2.12:8080', false]]);
   const fromNode = trace(local, 'node-2', '198.51.100.2', 'TCP', 30080);
   assert.deepEqual(masq(fromNode), [['10.244.1.11:8080', true], ['10.244.2.12:8080', true]]);
@@ -115,7 +115,7 @@ test('externalTrafficPolicy Local: a client from outside keeps its address and g
   ) });
   const dropped = trace(none, '198.18.0.9', '198.51.100.1', 'TCP', 30080);
   assert.equal(dropped.verdict, 'dropped');
-  assert.equal(step(dropped, 'service').decision, 'drop');
+  assert.equal(stageOf(dropped, 'service').decision, 'drop');
 });
 
 test('internalTrafficPolicy Local without an endpoint on the node drops (the rules\' verdict), where no endpoint at all rejects', () => {
