@@ -236,7 +236,8 @@ export function trace(inputs: TraceInputs, srcText: string, dstText: string, pro
   const service = inputs.services
     && traceService(inputs.services, dst.ip, proto, port, { node: translator, nodeAddress: dst.node !== undefined, outside });
   if (service) {
-    steps.push(service.step);
+    const elsewhere = translator !== inputs.node ? `; translated on node ${translator}, which the connection reaches first` : '';
+    steps.push({ ...service.step, why: `${service.step.why}${elsewhere}` });
     if (service.targets.length === 0) return { ...head, verdict: service.dropped ? 'dropped' : 'rejected', steps, choices: [] };
     const choices = service.targets.map((t) => {
       const pod = inputs.policy?.pods.find((p) => !p.hostNetwork && p.ips.some((a) => equalIP(a, t.ip)));

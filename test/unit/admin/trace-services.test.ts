@@ -102,6 +102,8 @@ test('externalTrafficPolicy Local: a client from outside keeps its address and g
   const outside = trace(local, '198.18.0.9', '198.51.100.2', 'TCP', 30080);
   assert.equal(stageOf(outside, 'service').decision, 'DNAT to one of 10.244.2.12:8080');
   assert.match(stageOf(outside, 'service').why, /node node-2's only \(externalTrafficPolicy Local\)/);
+  assert.match(stageOf(outside, 'service').why, /translated on node node-2, which the connection reaches first$/);
+  assert.doesNotMatch(stageOf(trace(local, '198.18.0.9', '198.51.100.1', 'TCP', 30080), 'service').why, /translated on/);
   assert.deepEqual(masq(outside), [['10.244.2.12:8080', false]]);
   const fromNode = trace(local, 'node-2', '198.51.100.2', 'TCP', 30080);
   assert.deepEqual(masq(fromNode), [['10.244.1.11:8080', true], ['10.244.2.12:8080', true]]);
