@@ -9,9 +9,10 @@
  *   trace's verdict is the probe's, and an allowed connection's route is the one it takes (this
  *   node, or the destination pod's node) with no difference from the kernel.
  * - The cases of test/e2e/services.test.ts: a ClusterIP from a pod on each node, a port the
- *   Service does not define, an endpoint reaching itself through its Service (hairpin), a ClusterIP from the node itself, a NodePort from an outside host at
- *   each node, an externalTrafficPolicy Local node port from outside at the node with its endpoint
- *   and at the node without. Each probed several times: agree when the outcome (answered,
+ *   Service does not define, an endpoint reaching itself through its Service (hairpin), a
+ *   ClusterIP from the node itself, a NodePort from an outside host at each node, an
+ *   externalTrafficPolicy Local node port from outside at the node with its endpoint and at the
+ *   node without. Each probed several times: agree when the outcome (answered,
  *   refused, nothing) is trace's, every endpoint that answered is one trace lists, and where the
  *   client's address tells (not the node's own connections) the endpoint saw it masqueraded
  *   exactly when trace says so.

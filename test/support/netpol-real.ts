@@ -156,12 +156,17 @@ export class PolicyCluster {
       if (Date.now() > deadline) break;
       await new Promise((r) => setTimeout(r, 200));
     }
-    for (const [k, [probe, family, want]] of runs.entries()) assert.deepEqual(got[k], want, `${what}: ${probe} over IPv${family}\n${this.c.nodes.map((n) => `--- ${n.name}\n${n.daemon.log().slice(-3000)}`).join('\n')}`);
+    const logs = this.c.nodes.map((n) => `--- ${n.name}\n${n.daemon.log().slice(-3000)}`).join('\n');
+    for (const [k, [probe, family, want]] of runs.entries()) assert.deepEqual(got[k], want, `${what}: ${probe} over IPv${family}\n${logs}`);
   }
 }
 
-/** The runs of a state: every probe over IPv4; with dual stack, TCP/80 and UDP/81 over IPv6 too unless an (IPv4) ipBlock is involved. */
+/**
+ * The runs of a state: every probe over IPv4; with dual stack, TCP/80 and UDP/81 over IPv6 too
+ * unless an (IPv4) ipBlock is involved.
+ */
 export function runsOf(state: State, dualStack: boolean): [Probe, 4 | 6, readonly string[]][] {
   const v6 = dualStack && !JSON.stringify(state.policies).includes('ipBlock');
-  return PROBES.flatMap((probe) => [4, ...(v6 && (probe === 'TCP/80' || probe === 'UDP/81') ? [6] : [])].map((f): [Probe, 4 | 6, readonly string[]] => [probe, f as 4 | 6, expected(state, probe)]));
+  return PROBES.flatMap((probe) => [4, ...(v6 && (probe === 'TCP/80' || probe === 'UDP/81') ? [6] : [])]
+    .map((f): [Probe, 4 | 6, readonly string[]] => [probe, f as 4 | 6, expected(state, probe)]));
 }
