@@ -248,8 +248,10 @@ bench-fixed-release: deps build
 bench-dashboard: deps build
 	$(NODE) bench/visibility-dashboard.bench.ts
 
-# Network policy verdict logs on a two-node cluster of real weftds (kube mode): denied connections
-# logged and how late, and weftd's CPU while 1,000 denied connections a second arrive; ~1 minute.
+# Issue #42's figures on a two-node cluster of real weftds (kube mode): denied connections logged
+# and how late, weftd's CPU while 1,000 denied connections a second arrive, trace against real
+# connections for every truth-table cell and Services case; then the dashboard's empty queries
+# against a real Prometheus on a cluster of its own.
 bench-visibility: deps build
 	$(NODE) bench/visibility.bench.ts
 

@@ -1,8 +1,9 @@
 /**
- * make bench-visibility: network policy verdict logs (issue #42 item 1) on a two-node cluster of
- * the e2e harness (test/support/cluster.ts: real weftds in kube mode with --network-policy,
- * --ip-masq as daemonset.yaml has it (without it the bridge masquerades pod to pod, and the server
- * sees node-2's address), --log-format=json, host-gw, the real kube-apiserver). A server pod on
+ * make bench-visibility: issue #42's figures. Network policy verdict logs (item 1) and `weftctl
+ * trace` (item 2) on one two-node cluster of the e2e harness (test/support/cluster.ts: real weftds
+ * in kube mode with --network-policy, --service-proxy, --ip-masq as daemonset.yaml has it (without
+ * it the bridge masquerades pod to pod, and the server sees node-2's address), --log-format=json,
+ * host-gw, the real kube-apiserver); then the dashboard (item 3) on a cluster of its own. A server pod on
  * node-1 in namespace `srv`, annotated weft.dev/acl-logging {"deny": "alert"} and isolated by a
  * policy allowing nothing; a client pod on node-2.
  *
@@ -16,15 +17,23 @@
  *   for, and its live children, `nft monitor`), in % of one core. Beside it, the same measured
  *   while nothing arrives, and the lines the flood gave (the kernel lets LOG_RATE a second through
  *   per pod).
+ * - trace_agree_pct: then, on the same cluster, trace against real connections for every case of
+ *   the network policy truth tables and the Services e2e cases (support/trace-agree.ts); the
+ *   disagreeing cases are printed by name.
+ * - dashboard_queries_empty: weft-dashboard.json's queries that a real Prometheus scraping a
+ *   cluster's weftds answers with no series (support/dashboard.ts), each printed.
  *
- * Last line: denied_logged_pct=<> log_latency_p99_ms=<> deny_flood_cpu_pct=<>
+ * Last line: trace_agree_pct=<> denied_logged_pct=<> log_latency_p99_ms=<> deny_flood_cpu_pct=<> dashboard_queries_empty=<>
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { ACL_LOGGING_ANNOTATION } from '../src/policy/acl-logging.ts';
 import { Cluster } from '../test/support/cluster.ts';
 import type { Netns } from '../test/support/netns.ts';
 import { Agent } from '../test/support/netpol-agent.ts';
+import { SERVICE_CIDR } from '../test/support/control-plane.ts';
+import { dashboardEmptyQueries } from './support/dashboard.ts';
 import { median, percentile } from './support/stats.ts';
+import { Agreement, policyTablesAgreement, servicesAgreement } from './support/trace-agree.ts';
 import { cpuMs } from './support/weftd.ts';
 
 const SAMPLES = Number(process.env.WEFT_BENCH_SAMPLES ?? 100);
@@ -86,9 +95,12 @@ interface Line {
 }
 
 const c = await Cluster.start({
-  nodes: 2, backend: 'host-gw', mode: 'kube', weftdArgs: ['--network-policy', '--ip-masq', '--log-format=json'],
+  nodes: 2, backend: 'host-gw', mode: 'kube', rbac: ['service-proxy.yaml'],
+  weftdArgs: ['--network-policy', '--service-proxy', '--ip-masq', '--log-format=json', `--service-cluster-ip-range=${SERVICE_CIDR}`],
 });
 const agents: Agent[] = [];
+const agreement = new Agreement();
+let figures: string;
 try {
   const api = c.api!;
   const [node1, node2] = c.nodes as [typeof c.nodes[0], typeof c.nodes[0]];
@@ -154,8 +166,18 @@ try {
   const rate = floodSent.length / ((floodSent.at(-1)! - floodSent[0]!) / 1000);
   console.log(`flood: ${floodSent.length} connections at ${rate.toFixed(0)}/s; ${lines(from).filter((l) => l.dport === 81).length} lines; `
     + `weftd's CPU ${floodPct.toFixed(2)} % of a core (at rest ${restPct.toFixed(2)} %)`);
-  console.log(`denied_logged_pct=${loggedPct.toFixed(0)} log_latency_p99_ms=${p99} deny_flood_cpu_pct=${floodPct.toFixed(2)}`);
+  figures = `denied_logged_pct=${loggedPct.toFixed(0)} log_latency_p99_ms=${p99} deny_flood_cpu_pct=${floodPct.toFixed(2)}`;
+
+  const traceStart = performance.now();
+  await policyTablesAgreement(c, agreement);
+  await servicesAgreement(c, agreement);
+  for (const d of agreement.disagreements) console.log(`trace disagrees: ${d}`);
+  console.log(`trace: ${agreement.total - agreement.disagreements.length} of ${agreement.total} cases agree, ${agreement.late} `
+    + `of them only once the asked weftd caught up (${((performance.now() - traceStart) / 1000).toFixed(0)} s)`);
 } finally {
   await Promise.all(agents.map((a) => a.stop()));
   await c.stop();
 }
+const dashboard = await dashboardEmptyQueries();
+for (const q of dashboard.empty) console.log(`empty dashboard query: ${q}`);
+console.log(`trace_agree_pct=${agreement.pct} ${figures} dashboard_queries_empty=${dashboard.empty.length}`);

@@ -6,6 +6,7 @@
  * only once it runs an agent (never for --version), so it costs start-up nothing.
  */
 import { formatCIDR, formatIP } from '../ip/ip.ts';
+import type { CIDR } from '../ip/ip.ts';
 import type { AgentView } from '../agent/view.ts';
 import type { LogLevel } from '../config/flags.ts';
 import { WeftError } from '../errors.ts';
@@ -136,6 +137,7 @@ export async function agentTrace(options: AdminOptions, request: TraceRequest): 
     wanted: (peer) => v.network?.desired.of(peer),
     ...(v.policy ? { policy: v.policy.model() ?? { policies: [], pods: [], namespaces: [] } } : {}),
     ...(v.services ? { services: v.services.index } : {}),
+    clusterCIDRs: [v.config?.network, v.config?.ipv6Network].filter((c): c is CIDR => c !== undefined),
     ...(v.egress ? { egress: v.egress } : {}),
     dev,
   }, request.src, request.dst, request.protocol, request.port);

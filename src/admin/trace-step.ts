@@ -6,7 +6,7 @@ import type { Protocol } from '../policy/model.ts';
 
 /** One decision on the path. `stage` orders them; `decision` is what happened, `why` the reason. */
 export interface TraceStep {
-  stage: 'source' | 'destination' | 'service' | 'policy-egress' | 'policy-ingress' | 'egress' | 'route';
+  stage: 'source' | 'destination' | 'service' | 'masquerade' | 'policy-egress' | 'policy-ingress' | 'egress' | 'route';
   decision: string;
   why: string;
   /** `route` only: the destination address looked up and the next hop Weft expects (`ip route get` terms). */
@@ -22,10 +22,15 @@ export interface TraceChoice {
   verdict: 'allowed' | 'denied';
   /** Denied only: whether this node's rules drop it (else another node's, the destination's ingress). */
   deniedHere?: boolean;
+  /** Whether the Service proxy SNATs the connection to the node's address (the `masquerade` step). */
+  masquerade?: boolean;
   steps: TraceStep[];
 }
 
-/** What trace answers. `verdict` is the choices' when they agree, else `depends on the endpoint`. */
+/**
+ * What trace answers. `verdict` is the choices' when they agree, else `depends on the endpoint`;
+ * `rejected` and `dropped`: the Service has no endpoint for the connection.
+ */
 export interface TraceResult {
   src: string;
   dst: string;
@@ -35,7 +40,7 @@ export interface TraceResult {
   source: { address: string; pod?: string; node?: string };
   /** The destination's address as resolved (a Service's, before translation). */
   destination: string;
-  verdict: 'allowed' | 'denied' | 'rejected' | 'depends on the endpoint';
+  verdict: 'allowed' | 'denied' | 'rejected' | 'dropped' | 'depends on the endpoint';
   /** Steps before any choice (the ends, the Service translation). */
   steps: TraceStep[];
   choices: TraceChoice[];

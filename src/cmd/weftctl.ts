@@ -174,8 +174,8 @@ async function main(argv: string[]): Promise<number> {
   program
     .command('trace')
     .description('the path of a new connection from this node: Service, policy, route; checked against the kernel')
-    .argument('<src>', 'a pod (namespace/name) or an address')
-    .argument('<dst>', 'a pod (namespace/name), a Service address or any address')
+    .argument('<src>', 'a pod (namespace/name), a node (its name: its own connection) or an address')
+    .argument('<dst>', 'a pod (namespace/name), a Service address, a node (name or address, for node ports) or any address')
     .argument('<proto/port>', 'e.g. tcp/80')
     .option('--probe', 'also send a real packet from the source and show the nftables rules it met (nft monitor trace)')
     .action(async (src: string, dst: string, protoPort: string, opts: { probe?: boolean }) => {

@@ -106,8 +106,10 @@ export async function kubeProxyTrace(run: Runner): Promise<string | undefined> {
     run(NFT_LIST_TABLES).then((r) => /^table (ip6?) kube-proxy\b/m.exec(r.stdout)?.[1]).then((f) => f && `nftables table ${f} kube-proxy`),
     ...['ip', 'ip6'].map((family) => run(['nft', 'list', 'chain', family, 'nat', 'KUBE-SERVICES'])
       .then((r) => (r.code === 0 ? `iptables chain KUBE-SERVICES (${family} nat)` : undefined))),
-    ...['iptables-legacy', 'ip6tables-legacy'].map((iptables) => run([iptables, '-w', '-t', 'nat', '-S', 'KUBE-SERVICES'])
-      .then((r) => (r.code === 0 ? `${iptables} chain KUBE-SERVICES (nat)` : undefined))),
+    run(['iptables-legacy', '-w', '-t', 'nat', '-S', 'KUBE-SERVICES'])
+      .then((r) => (r.code === 0 ? 'iptables-legacy chain KUBE-SERVICES (nat)' : undefined)),
+    run(['ip6tables-legacy', '-w', '-t', 'nat', '-S', 'KUBE-SERVICES'])
+      .then((r) => (r.code === 0 ? 'ip6tables-legacy chain KUBE-SERVICES (nat)' : undefined)),
     run(['ip', 'link', 'show', 'kube-ipvs0']).then((r) => (r.code === 0 ? 'the IPVS device kube-ipvs0' : undefined)),
   ]);
   return found.find((f) => f !== undefined);

@@ -119,7 +119,7 @@ test('a ClusterIP: DNAT to each usable endpoint, each traced through policy and 
 
 test('bad ends are refused naming the field', () => {
   assert.throws(() => trace(inputs(), 'x/nope', 'x/a', 'TCP', 80), /src: no pod x\/nope/);
-  assert.throws(() => trace(inputs(), 'x/a', 'not an address', 'TCP', 80), /dst: neither an address nor a pod/);
+  assert.throws(() => trace(inputs(), 'x/a', 'not an address', 'TCP', 80), /dst: neither an address, a node nor a pod/);
   assert.throws(() => trace(inputs({ policy: undefined }), 'x/a', '10.244.1.12', 'TCP', 80),
     /src: pods are known to weftd only with --network-policy/);
 });
