@@ -268,6 +268,11 @@ try {
     const translating = () => firstApply.exec(node2.daemon.log());
     await waitFor('the first apply after a restart', async () => translating() !== null, 120_000);
     syncs.push(stampMs(translating()!) - t0);
+    const log = node2.daemon.log();
+    const listed = (what: string) => new RegExp(`^I\\d{4} (\\S+) listed ${what} .*ms=(\\d+)$`, 'm').exec(log)?.slice(1, 3).join(' took ');
+    const applied = /^I\d{4} (\S+) service proxy: translating Services .*render_ms=(\d+) nft_ms=(\d+)/m.exec(log);
+    console.log(`restart ${s + 1} at ${new Date(t0).toISOString().slice(11, 23)}: services listed ${listed('services')} ms, slices `
+      + `${listed('endpointslices')} ms, applied ${applied?.[1]} (render ${applied?.[2]} ms, nft -f ${applied?.[3]} ms)`);
     const last = `${clusterIP(SERVICES - 2)} . tcp . 80`;
     if (!(await hasElement(node2, 'services4', last))) throw new Error('the table misses the last Service');
     await ready;
