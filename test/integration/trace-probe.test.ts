@@ -12,7 +12,7 @@ import { probe, probeTrace } from '../../src/admin/trace-probe.ts';
 import type { ProbeSpec } from '../../src/admin/trace-probe.ts';
 import type { TraceResult } from '../../src/admin/trace.ts';
 import { renderTrace } from '../../src/admin/render-trace.ts';
-import { needsRoot, setNodeSysctls, withNetns } from '../support/netns.ts';
+import { needsRoot, setNodeSysctls, vethHost, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 
 const CLIENT = '10.244.1.2';
@@ -48,12 +48,7 @@ table inet weft-services {
 async function wire(node: Netns, client: Netns, server: Netns): Promise<void> {
   await setNodeSysctls(node);
   for (const [pod, name, addr, gw] of [[client, 'vc', CLIENT, '10.244.1.1'], [server, 'vs', SERVER, '10.244.2.1']] as const) {
-    await node.ip('link', 'add', name, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod.name);
-    await node.ip('addr', 'add', `${gw}/24`, 'dev', name);
-    await node.ip('link', 'set', name, 'up');
-    await pod.ip('addr', 'add', `${addr}/24`, 'dev', 'eth0');
-    await pod.ip('link', 'set', 'eth0', 'up');
-    await pod.ip('route', 'add', 'default', 'via', gw);
+    await vethHost(node, pod, name, `${gw}/24`, `${addr}/24`);
   }
   await nft(node, TABLES);
 }

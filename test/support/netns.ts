@@ -149,6 +149,19 @@ export async function attachToUnderlay(ul: Netns, ns: Netns, n: number, opts: { 
   await ns.ip('link', 'set', 'lo', 'up');
 }
 
+/**
+ * A host `host` hung off `node`: a veth `dev` in `node` with `nodeAddr` (with its prefix), its peer
+ * `eth0` in `host` with `hostAddr`, both up, and `host`'s default route through the node's address.
+ */
+export async function vethHost(node: Netns, host: Netns, dev: string, nodeAddr: string, hostAddr: string): Promise<void> {
+  await node.ip('link', 'add', dev, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', host.name);
+  await node.ip('addr', 'add', nodeAddr, 'dev', dev);
+  await node.ip('link', 'set', dev, 'up');
+  await host.ip('addr', 'add', hostAddr, 'dev', 'eth0');
+  await host.ip('link', 'set', 'eth0', 'up');
+  await host.ip('route', 'add', 'default', 'via', nodeAddr.replace(/\/\d+$/, ''));
+}
+
 /** The Node of this checkout, which runs the forwarder below. */
 const NODE = new URL('../../node_modules/.bin/node', import.meta.url).pathname;
 

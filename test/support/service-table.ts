@@ -25,6 +25,7 @@ import { execRunner, runnerSysctl } from '../../src/masq/runner.ts';
 import { tableScript } from '../../src/nft/ruleset.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../src/services/render.ts';
 import type { RenderOptions } from '../../src/services/render-types.ts';
+import { vethHost } from './netns.ts';
 import type { Netns } from './netns.ts';
 import { ServiceAgent } from './service-agent.ts';
 import type { ProbeResult } from './service-agent.ts';
@@ -131,12 +132,7 @@ export class ServiceTable {
       await pod.ip('-6', 'route', 'add', 'default', 'via', 'fd00:244:1::1');
     }
     for (const [dev, host, nodeIP, hostIP] of [['eth1', out, NODE_IP, OUT_IP], ['eth2', far, NODE_IP_ALT, FAR_IP]] as const) {
-      await node.ip('link', 'add', dev, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', host.name);
-      await node.ip('addr', 'add', `${nodeIP}/25`, 'dev', dev);
-      await node.ip('link', 'set', dev, 'up');
-      await host.ip('addr', 'add', `${hostIP}/25`, 'dev', 'eth0');
-      await host.ip('link', 'set', 'eth0', 'up');
-      await host.ip('route', 'add', 'default', 'via', nodeIP);
+      await vethHost(node, host, dev, `${nodeIP}/25`, `${hostIP}/25`);
     }
     await node.ip('route', 'add', 'default', 'via', OUT_IP);
     await node.ip('addr', 'add', `${NODE_IP6}/64`, 'dev', 'eth1', 'nodad');
