@@ -9,7 +9,7 @@
  * everything else the source holds (bench-kube). weftd reads a handful of fields of Nodes.
  */
 import { request as httpRequest } from 'node:http';
-import type { IncomingMessage, RequestOptions } from 'node:http';
+import type { ClientRequest, IncomingMessage, RequestOptions } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { ListReader } from '../../k8s/list-reader.ts';
 import type { ApiAccess } from './kubeconfig.ts';
@@ -83,64 +83,62 @@ export class KubeHttp {
     };
   }
 
-  async #call(method: string, path: string, options: CallOptions, body?: { type: string; text: string }): Promise<unknown> {
+  /** Sends one request; `read` takes its answer (it may destroy the request) and gives the result. */
+  async #send<R>(
+    method: string, path: string, options: CallOptions, body: { type: string; text: string } | undefined,
+    read: (res: IncomingMessage, req: ClientRequest) => Promise<R>,
+  ): Promise<R> {
     const { url, opts } = await this.#open(method, path, options.query, body ? { 'Content-Type': body.type } : {});
     const timeoutMs = options.timeoutMs ?? 60_000;
-    const { status, text } = await new Promise<{ status: number; text: string }>((resolve, reject) => {
-      const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(
+    return new Promise<R>((resolve, reject) => {
+      const req: ClientRequest = (url.protocol === 'https:' ? httpsRequest : httpRequest)(
         url,
         { ...opts, timeout: timeoutMs, ...(options.signal ? { signal: options.signal } : {}) },
-        (res) => {
-          readBody(res).then((t) => resolve({ status: res.statusCode ?? 0, text: t }), reject);
-        },
+        (res) => void read(res, req).then(resolve, reject),
       );
       req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
       req.on('error', reject);
       req.end(body?.text);
     });
-    if (status < 200 || status > 299) throw new ApiHttpError(status, text);
-    return JSON.parse(text) as unknown;
+  }
+
+  #call(method: string, path: string, options: CallOptions, body?: { type: string; text: string }): Promise<unknown> {
+    return this.#send(method, path, options, body, async (res) => {
+      const text = await readBody(res);
+      const status = res.statusCode ?? 0;
+      if (status < 200 || status > 299) throw new ApiHttpError(status, text);
+      return JSON.parse(text) as unknown;
+    });
   }
 
   /**
    * `GET <path>` of a list, read as it arrives (k8s/list-reader.ts): `onItem` gets each element of
    * its `items` as soon as it is whole; resolves with the rest of the list (kind, metadata).
    */
-  async list<T>(path: string, onItem: (item: unknown) => void, options: CallOptions = {}): Promise<T> {
-    const { url, opts } = await this.#open('GET', path, options.query, {});
-    const timeoutMs = options.timeoutMs ?? 60_000;
-    return new Promise<T>((resolve, reject) => {
-      const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(
-        url,
-        { ...opts, timeout: timeoutMs, ...(options.signal ? { signal: options.signal } : {}) },
-        (res) => {
-          const status = res.statusCode ?? 0;
-          if (status < 200 || status > 299) {
-            readBody(res).then((text) => reject(new ApiHttpError(status, text)), reject);
-            return;
-          }
-          const reader = new ListReader(onItem);
-          res.on('data', (c: Buffer) => {
-            try {
-              reader.take(c);
-            } catch (e) {
-              req.destroy(e as Error);
-            }
-          });
-          res.on('end', () => {
-            try {
-              resolve(reader.end() as T);
-            } catch (e) {
-              reject(e as Error);
-            }
-          });
-          res.on('error', reject);
-        },
-      );
-      req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
-      req.on('error', reject);
-      req.end();
-    });
+  list<T>(path: string, onItem: (item: unknown) => void, options: CallOptions = {}): Promise<T> {
+    return this.#send('GET', path, options, undefined, (res, req) => new Promise<T>((resolve, reject) => {
+      const status = res.statusCode ?? 0;
+      if (status < 200 || status > 299) {
+        readBody(res).then((text) => reject(new ApiHttpError(status, text)), reject);
+        return;
+      }
+      const reader = new ListReader(onItem);
+      res.on('data', (c: Buffer) => {
+        try {
+          reader.take(c);
+        } catch (e) {
+          req.destroy(e as Error);
+        }
+      });
+      res.on('end', () => {
+        try {
+          resolve(reader.end() as T);
+        } catch (e) {
+          reject(e as Error);
+        }
+      });
+      res.on('error', reject);
+    }));
   }
 
   /** `GET <path>`, the answer parsed. */
