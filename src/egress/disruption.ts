@@ -45,7 +45,7 @@ export function placeDisrupted(input: PlacementInput): PlacementResult {
   const unserved = new Set(judged.gateways.filter((g) => !g.nodes.some((n) => n.ready)).map((g) => g.name));
   if (unserved.size === 0) return judged;
   const frozen = place({ ...input, livenessTimeoutMs: Infinity });
-  const pick = <T extends { name?: string; gateway?: string }>(j: T, f: T | undefined, key: string) => (unserved.has(key) && f ? f : j);
+  const pick = <T>(judgedOne: T, frozenOne: T | undefined, gateway: string) => (unserved.has(gateway) && frozenOne ? frozenOne : judgedOne);
   const frozenGateways = new Map(frozen.gateways.map((g) => [g.name, g]));
   const frozenPolicies = new Map(frozen.policies.map((s) => [s.id, s]));
   return {
