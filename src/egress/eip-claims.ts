@@ -63,6 +63,11 @@ export interface EipClaimsOptions {
   stateFile: string;
   /** Asks for a claim pass soon. */
   poke: () => void;
+  /**
+   * Reads the EIPs' placement afresh: resolves once what the next pass is given is no older than
+   * this call (node.ts: the EgressEndpoints listed again from etcd).
+   */
+  confirm: () => Promise<void>;
 }
 
 export class EipClaims {
@@ -70,6 +75,9 @@ export class EipClaims {
   readonly #held: HeldEips;
   /** A pass wanted EIPs while the heartbeat allowed none: the next renewal asks for a pass. */
   #starved = false;
+  /** The heartbeat term ({@link Claim.term}) whose placement was read afresh: new EIPs are claimed only in it. */
+  #confirmedTerm = 0;
+  #confirming = false;
 
   constructor(options: EipClaimsOptions) {
     this.#options = options;
@@ -106,7 +114,13 @@ export class EipClaims {
     }
     // One on the interface already (weftd restarted within its lifetime) is kept without a probe.
     for (const a of keep) if (on.has(a)) this.#held.add(a);
-    const fresh = keep.filter((a) => !this.#held.has(a));
+    // A node that could not hold EIPs (cut from the API server, stalled, starting) may still see a
+    // placement the controller changed meanwhile: new ones wait until it was read afresh in this term.
+    let fresh = keep.filter((a) => !this.#held.has(a));
+    if (fresh.length > 0 && this.#confirmedTerm !== claim.term) {
+      this.#confirm(claim.term);
+      fresh = [];
+    }
     const answers = fresh.length > 0 ? await kernel.probe(fresh) : [];
     for (const [i, a] of fresh.entries()) {
       const macs = answers[i] ?? [];
@@ -139,6 +153,19 @@ export class EipClaims {
       this.#options.poke();
     }
     return this.#held.schedule();
+  }
+
+  /** Reads the placement afresh for heartbeat term `term`, then asks for a pass. */
+  #confirm(term: number): void {
+    if (this.#confirming) return;
+    this.#confirming = true;
+    const { log, poke, confirm } = this.#options;
+    log.info('reading the EIPs\' placement afresh before claiming any in this heartbeat term', { term });
+    void confirm().then(() => {
+      this.#confirming = false;
+      this.#confirmedTerm = term;
+      poke();
+    });
   }
 
   /** Gives up every EIP held (a graceful stop), so the controller may move them at once. */

@@ -31,6 +31,7 @@ export class Claim {
   readonly #now: () => number;
   /** When (on {@link Claim.now}'s clock) the last heartbeat renewal that succeeded was sent. */
   #sentAt: number | undefined;
+  #term = 0;
 
   constructor(livenessTimeoutMs: number, now: () => number = () => performance.now()) {
     this.#livenessTimeoutMs = livenessTimeoutMs;
@@ -43,7 +44,19 @@ export class Claim {
 
   /** A heartbeat renewal sent at `sentAt` (on {@link Claim.now}'s clock) was stored. */
   renewed(sentAt: number): void {
-    if (this.#sentAt === undefined || sentAt > this.#sentAt) this.#sentAt = sentAt;
+    if (this.#sentAt !== undefined && sentAt <= this.#sentAt) return;
+    if (!this.holding()) this.#term++;
+    this.#sentAt = sentAt;
+  }
+
+  /**
+   * Counts the unbroken spans in which this node could hold EIPs: a renewal that comes after the
+   * claim lapsed (or the first one) starts a new term. The controller may have moved this node's
+   * EIPs while it could not hold them, so what it knows of their placement from before a term
+   * began is not enough to claim one in it (eip-claims.ts).
+   */
+  get term(): number {
+    return this.#term;
   }
 
   /** The heartbeat was given up (a graceful stop): nothing may be held any more. */

@@ -17,11 +17,13 @@
  * An EIP is held only while the heartbeat says this node may hold it (fence.ts): each is put on the
  * interface with a valid lifetime that ends before the controller could give it to another node,
  * renewed after every heartbeat renewal (eip-holder.ts), so the kernel removes it by itself when
- * weftd dies, is paused, or cannot reach the API server. Before new EIPs are claimed, the node
- * makes sure no one else answers for them, all probed in one window (eip-claims.ts), and once
- * claimed each is announced with a gratuitous ARP or an unsolicited neighbour advertisement, sent
- * as packets (nothing else on the interface changes). On a graceful stop the EIPs are removed, so
- * they can move at once.
+ * weftd dies, is paused, or cannot reach the API server. New EIPs are claimed only from a placement
+ * read in the heartbeat's current term (fence.ts, Claim.term): a node back from a lapse lists the
+ * EgressEndpoints again from etcd first, so it does not act on a placement the controller changed
+ * while its watch was cut or stalled. Before new EIPs are claimed, the node makes sure no one else
+ * answers for them, all probed in one window (eip-claims.ts), and once claimed each is announced
+ * with a gratuitous ARP or an unsolicited neighbour advertisement, sent as packets (nothing else on
+ * the interface changes). On a graceful stop the EIPs are removed, so they can move at once.
  */
 import { dirname, join } from 'node:path';
 import type { Backend } from '../backend/backend.ts';
@@ -105,6 +107,7 @@ export class EgressNode {
     this.#claims = new EipClaims({
       kernel: this.#kernel, claim: options.claim, log: options.log, iface: options.ext.link.name,
       stateFile: join(dirname(options.subnetFile), 'weft-egress.json'), poke: () => this.#loop.poke(),
+      confirm: () => this.#endpoints.refresh(),
     });
     this.#endpoints = new Informer({
       http: options.http,

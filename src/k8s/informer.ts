@@ -77,6 +77,11 @@ export class Informer {
     return this.#synced;
   }
 
+  /** Lists again from etcd: resolves once {@link objects} is no older than this call (Reflector.refresh). */
+  refresh(): Promise<void> {
+    return this.#reflector.refresh();
+  }
+
   /** Lists and watches until `signal` aborts; never rejects otherwise. */
   async run(signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {

@@ -5,7 +5,8 @@
  * egress's resources (k8s/informer.ts). It does as client-go's reflector:
  * - paged lists (`limit`/`continue`); the first asks for resourceVersion=0 (the apiserver's watch
  *   cache), a relist for no older than the version last seen, and only a 410 falls back to a
- *   consistent list (from etcd), as client-go's reflector does;
+ *   consistent list (from etcd), as client-go's reflector does; a caller that must not act on a
+ *   view older than now asks for one with refresh() (the egress node back from a heartbeat lapse);
  * - a watch from the list's resourceVersion with bookmarks and a server-side timeout, resumed from
  *   the last resourceVersion seen when it ends or stays silent for `watchSilenceMs`, relisted on
  *   410 Gone (an ERROR event or an HTTP status);
@@ -91,12 +92,28 @@ export class Reflector<T> {
   readonly #now: () => number;
   readonly #name: string;
   #seen: string | undefined;
+  /** Callers of {@link refresh} waiting for the next list from etcd. */
+  #refreshes: (() => void)[] = [];
+  /** Ends the watch in progress to list again; undefined while none runs. */
+  #endWatch: (() => void) | undefined;
 
   constructor(options: ReflectorOptions<T>) {
     this.#options = options;
     this.#delay = options.delay ?? sleep;
     this.#now = options.now ?? Date.now;
     this.#name = options.name ?? options.resource;
+  }
+
+  /**
+   * Lists again from etcd (no resourceVersion: a consistent read, where the watch cache or a
+   * lagging watch may show less), ending the watch in progress; resolves once that list was handed
+   * to onList. For a caller that must not act on a view older than this call.
+   */
+  refresh(): Promise<void> {
+    return new Promise((resolve) => {
+      this.#refreshes.push(resolve);
+      this.#endWatch?.();
+    });
   }
 
   /**
@@ -112,7 +129,7 @@ export class Reflector<T> {
     while (!signal.aborted) {
       let backoff = watchBackoff;
       try {
-        if (rv === undefined) {
+        if (rv === undefined || this.#refreshes.length > 0) {
           backoff = listBackoff;
           rv = await this.#relist(signal);
           listBackoff.reset();
@@ -125,10 +142,8 @@ export class Reflector<T> {
           log.info(`${rv === undefined ? 'relisting' : 'resuming the watch of'} ${name}: ${end.why}`);
           this.#options.onRestart?.();
         }
-        if (end.progressed) {
-          watchBackoff.reset();
-          continue;
-        }
+        if (end.progressed) watchBackoff.reset();
+        if (end.progressed || this.#refreshes.length > 0) continue;
       } catch (e) {
         if (signal.aborted) break;
         if (e instanceof KubeApiError && e.status === 410) {
@@ -154,7 +169,8 @@ export class Reflector<T> {
     const { http, path, resource, parse, log } = this.#options;
     const limit = String(this.#options.listPageSize ?? 500);
     let items = new Map<string, T>();
-    let from = this.#seen ?? '0';
+    const refreshes = this.#refreshes.splice(0);
+    let from = refreshes.length > 0 ? '' : (this.#seen ?? '0');
     let rv = '';
     let pages = 0;
     const started = performance.now();
@@ -196,6 +212,7 @@ export class Reflector<T> {
           from = '';
           continue;
         }
+        this.#refreshes.unshift(...refreshes);
         throw err;
       }
       pages++;
@@ -206,6 +223,7 @@ export class Reflector<T> {
     this.#seen = rv;
     log.info(`listed ${this.#name}`, { count: items.size, pages, resourceVersion: rv, ms: Math.round(performance.now() - started) });
     this.#options.onList(items);
+    for (const done of refreshes) done();
     return rv;
   }
 
@@ -233,6 +251,7 @@ export class Reflector<T> {
         if (ended.signal.aborted) return;
         flush();
         ended.abort();
+        this.#endWatch = undefined;
         cancel?.();
         stop.removeEventListener('abort', onStop);
         this.#seen = last;
@@ -244,11 +263,16 @@ export class Reflector<T> {
         });
       };
       const onStop = () => finish({});
+      this.#endWatch = () => finish({ relist: true, why: 'a list from etcd was asked for' });
       if (stop.aborted) {
         finish({});
         return;
       }
       stop.addEventListener('abort', onStop, { once: true });
+      if (this.#refreshes.length > 0) {
+        this.#endWatch();
+        return;
+      }
       const onEvent = ({ type, object }: WatchEvent) => {
         if (ended.signal.aborted) return;
         const obj = object as Meta & { code?: number; message?: string };

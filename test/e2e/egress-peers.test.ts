@@ -80,7 +80,7 @@ test('egress underlay liveness: a 30 s API outage withdraws no EIP; a gateway cu
     } finally {
       answers = await watch.stop();
     }
-    assert.equal(answers.dualMs, 0, `two MACs answered for the EIP: ${[...answers.macs].join(', ')}`);
+    assert.equal(answers.dualMs, 0, `two MACs answered for the EIP:\n${answers.dual.join('\n')}`);
     assert.equal(answers.macs.size, 2, `the outside host saw ${[...answers.macs].join(', ')} in ${answers.probes} probes`);
   } finally {
     await e.stop();

@@ -163,19 +163,23 @@ test('egress fencing: a gateway\'s weftd SIGKILLed with its link up, one cut fro
     try {
       // weftd SIGKILLed, link up: the kernel drops the EIP when its lifetime runs out, before the controller moves it.
       const [from, to] = (await e.policyStatus('a')).node === g1.name ? [g1, g2] : [g2, g1];
+      watch.mark('SIGKILL');
       await e.c.stopWeftd(from, 'SIGKILL');
       await until(`the EIP gone from ${from.name} by itself`, async () => !(await e.holds(from, EIP)), 5000);
       await until(`policy a moved to ${to.name}`, async () => (await e.policyStatus('a')).node === to.name, 30_000);
       // (Until then the killed node's kernel may still carry connections outside hosts resolved to it before.)
       await until(`${to.name} holding the EIP`, () => e.holds(to, EIP), 10_000, () => to.daemon.log().slice(-6000));
       await e.waitSeenAs(pod, EIP);
+      watch.mark('restart');
       await e.c.restartWeftd(from);
 
       // Cut from the API server only: the gateway cannot renew its heartbeat, so it drops the EIP itself.
+      watch.mark('cut from API');
       await e.c.cutFromApi(to);
       await until(`${to.name} drops the EIP`, async () => !(await e.holds(to, EIP)), 5000);
       await until(`policy a moved back to ${from.name}`, async () => (await e.policyStatus('a')).node === from.name, 30_000);
       await e.waitSeenAs(pod, EIP);
+      watch.mark('rejoin');
       await e.c.rejoinApi(to);
 
       // A 10 s stall of the API server (kube-apiserver frozen: every call hangs): placement stays,
@@ -184,12 +188,14 @@ test('egress fencing: a gateway\'s weftd SIGKILLed with its link up, one cut fro
       // timeout after it (the last moment the controller could still judge a heartbeat quiet) is read back.
       const policies = `${GROUP_PATH}/namespaces/default/egresspolicies`;
       const before = (await e.c.api!.request('GET', `${policies}/a`))!;
+      watch.mark('stall');
       e.c.api!.pause();
       try {
         await new Promise((r) => setTimeout(r, 10_000));
       } finally {
         e.c.api!.resume();
       }
+      watch.mark('after stall');
       const settled = Date.now() + LIVENESS_MS;
       await e.waitSeenAs(pod, EIP);
       for (const lease of ['weft-egress-controller', ...[from, to].map((g) => `weft-egress-node-${g.name}`)]) {
@@ -206,6 +212,7 @@ test('egress fencing: a gateway\'s weftd SIGKILLed with its link up, one cut fro
       assert.ok(await e.holds(from, EIP));
 
       // A graceful stop hands the EIP over: gone before weftd exits, and the heartbeat deleted so the controller moves it at once.
+      watch.mark('graceful stop');
       assert.equal(await e.c.stopWeftd(from), 0);
       assert.equal(await e.holds(from, EIP), false, 'the EIP outlived its weftd');
       assert.equal(await e.lease(`weft-egress-node-${from.name}`), undefined,
@@ -216,7 +223,9 @@ test('egress fencing: a gateway\'s weftd SIGKILLed with its link up, one cut fro
     } finally {
       answers = await watch.stop();
     }
-    assert.equal(answers.dualMs, 0, `two MACs answered for the EIP: ${[...answers.macs].join(', ')}`);
+    const claims = (n: ClusterNode) => n.daemon.log().split('\n').filter((l) => /EIP|egress IP|heartbeat|placed|moved/.test(l)).slice(-60);
+    assert.equal(answers.dualMs, 0, `two MACs answered for the EIP:\n${answers.dual.join('\n')}\n`
+      + e.c.nodes.map((n) => `--- ${n.name}\n${claims(n).join('\n')}`).join('\n'));
     assert.ok(answers.probes > 50 && answers.macs.size === 2, `the outside host saw ${[...answers.macs].join(', ')} in ${answers.probes} probes`);
   } finally {
     await e.stop();

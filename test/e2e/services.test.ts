@@ -186,6 +186,8 @@ for (const [backend, dualStack] of [['vxlan', false], ['host-gw', true]] as cons
         await put(SLICES, slice('local-4', 'local', [ep(s2)]));
         await eventually(out, n2.address, 30081, answered);
         assert.deepEqual(await many(out, n2.address, 30081, 6), Array(6).fill({ by: 's2', client: `198.51.100.${OUTSIDE}` }));
+        // Until node-1 has the slice too, the Service has no endpoint there at all, which refuses; with it, none of node-1's: dropped.
+        await eventually(out, n1.address, 30081, (r) => 'error' in r && r.error !== 'ECONNREFUSED');
         assert.deepEqual(await out.probe(n1.address, 'TCP', 30081, 500), { error: 'timeout' }, 'node-1 has no endpoint: dropped');
         const ok = await httpGet(outside!, `http://${n2.address}:32100/`);
         assert.equal(ok.status, 200);

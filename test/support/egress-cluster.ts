@@ -85,6 +85,14 @@ export async function iperf3(server: Netns, client: Netns, to: string): Promise<
   }
 }
 
+/** What {@link EgressCluster.watchAnswers} saw: see there. */
+export interface Answers {
+  dualMs: number;
+  macs: Set<string>;
+  probes: number;
+  dual: string[];
+}
+
 /** One probe window of {@link EgressCluster.watchEips}: when (performance.now()) it began and ended, and per EIP the MACs that answered. */
 export interface EipWindow {
   start: number;
@@ -223,26 +231,32 @@ export class EgressCluster {
 
   /**
    * Watches who answers for `eip` as the outside host sees it: ARP probes of 100 ms back to back
-   * from its eth0. `stop()` ends it and returns the MACs each probe saw and the ms (whole probes)
-   * in which two or more MACs answered.
+   * from its eth0. `mark(step)` names what the test does from then on; `stop()` ends the watch and
+   * returns the MACs each probe saw, the ms (whole probes) in which two or more MACs answered, and
+   * when (wall clock, to line up with the daemons' logs) and in which step each such probe ran.
    */
-  watchAnswers(eip: string): { stop: () => Promise<{ dualMs: number; macs: Set<string>; probes: number }> } {
+  watchAnswers(eip: string): { mark: (step: string) => void; stop: () => Promise<Answers> } {
     const handle = NetlinkHandle.open(this.outside.path);
     let stopping = false;
-    const macs = new Set<string>();
-    let dualMs = 0;
-    let probes = 0;
+    let step = 'start';
+    const answers: Answers = { dualMs: 0, macs: new Set(), probes: 0, dual: [] };
     const running = (async () => {
       const eth0 = await handle.linkByName('eth0');
       while (!stopping) {
         const t = performance.now();
+        const at = new Date().toISOString();
         const [seen = []] = await handle.addressProbe(eth0.index, [eip], 100, 2);
-        probes++;
-        for (const m of seen) macs.add(m);
-        if (seen.length > 1) dualMs += performance.now() - t;
+        answers.probes++;
+        for (const m of seen) answers.macs.add(m);
+        if (seen.length < 2) continue;
+        answers.dualMs += performance.now() - t;
+        answers.dual.push(`${at} (${step}): ${seen.join(', ')}`);
       }
     })();
     return {
+      mark: (s) => {
+        step = s;
+      },
       stop: async () => {
         stopping = true;
         try {
@@ -250,7 +264,7 @@ export class EgressCluster {
         } finally {
           handle.close();
         }
-        return { dualMs: Math.round(dualMs), macs, probes };
+        return { ...answers, dualMs: Math.round(answers.dualMs) };
       },
     };
   }

@@ -69,6 +69,48 @@ test('a reflector lists in pages, follows the watch, and relists after 410 Gone'
   }
 });
 
+test('refresh() lists again from etcd past a watch that lags, and the watch goes on after it', async () => {
+  const api = await KubeApiServer.start();
+  const stop = new AbortController();
+  try {
+    api.seed('namespaces', ns('ns-0', 'a'));
+    const http = new KubeHttp(kubeConfigFromFlags({ kubeconfigFile: await api.kubeconfig() }));
+    const held = new Map<string, string>();
+    let lists = 0;
+    const r = new Reflector<string>({
+      http, path: '/api/v1/namespaces', resource: 'namespaces', log: memoryLogger(),
+      parse: (o) => (o as { metadata: { labels?: { team?: string } } }).metadata.labels?.team ?? '',
+      onList: (items) => {
+        lists++;
+        held.clear();
+        for (const [k, v] of items) held.set(k, v);
+      },
+      onChanges: (changes) => {
+        for (const [k, v] of changes) if (v !== null) held.set(k, v);
+      },
+    });
+    const running = r.run(stop.signal);
+    await until('the first list', () => lists === 1);
+    // The watch stays open but delivers nothing: what the reflector holds falls behind.
+    api.silenceWatches();
+    api.modify('namespaces', 'ns-0', (o) => void ((o.metadata as { labels: object }).labels = { team: 'b' }));
+    const listsBefore = api.requests.filter((q) => q.verb === 'list').length;
+    await r.refresh();
+    assert.equal(held.get('ns-0'), 'b', 'what refresh() resolves after includes the change the watch did not deliver');
+    const list = api.requests.filter((q) => q.verb === 'list').slice(listsBefore);
+    assert.equal(list.length, 1);
+    assert.doesNotMatch(list[0]!.path, /resourceVersion=/, 'a consistent list, not one from the watch cache');
+    api.modify('namespaces', 'ns-0', (o) => void ((o.metadata as { labels: object }).labels = { team: 'c' }));
+    await until('the new watch to deliver the next change', () => held.get('ns-0') === 'c');
+    assert.equal(lists, 2);
+    stop.abort();
+    await running;
+  } finally {
+    stop.abort();
+    await api.stop();
+  }
+});
+
 test('after the API server answered 503 for a while, the watch is live at its first attempt: waits stay in [T/2, T)', async () => {
   const api = await KubeApiServer.start();
   const stop = new AbortController();

@@ -64,14 +64,46 @@ class FakeKernel implements EipKernel {
   close(): void {}
 }
 
-async function withClaims(
-  claim: Claim, fn: (claims: EipClaims, kernel: FakeKernel) => Promise<void>,
-): Promise<void> {
+/** What a test drives EIP claims with: `confirmed(wanted)` is a pass as a node makes the first in a heartbeat term. */
+interface Claims {
+  claims: EipClaims;
+  kernel: FakeKernel;
+  /** How often the claims read the placement afresh; each waits until `placementRead()` is called. */
+  confirms: () => number;
+  placementRead: () => void;
+  /** Passes asked for. */
+  pokes: () => number;
+  /** A pass, the placement read afresh, and the pass that follows. */
+  confirmed: (wanted: readonly string[]) => Promise<boolean>;
+}
+
+async function withClaims(claim: Claim, fn: (c: Claims) => Promise<void>): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'weft-eip-claims-'));
   const kernel = new FakeKernel();
+  let confirms = 0;
+  let pokes = 0;
+  let read = () => {};
   try {
     const stateFile = join(dir, 'weft-egress.json');
-    await fn(new EipClaims({ kernel, claim, log: silentLogger, iface: 'eth0', stateFile, poke: () => {} }), kernel);
+    const claims = new EipClaims({
+      kernel, claim, log: silentLogger, iface: 'eth0', stateFile,
+      poke: () => void pokes++,
+      confirm: () => {
+        confirms++;
+        return new Promise<void>((resolve) => (read = resolve));
+      },
+    });
+    const placementRead = () => read();
+    await fn({
+      claims, kernel, confirms: () => confirms, placementRead, pokes: () => pokes,
+      confirmed: async (wanted) => {
+        const before = pokes;
+        await claims.reconcile(wanted);
+        placementRead();
+        await until('a pass asked for after the placement was read', () => pokes > before, 5000);
+        return claims.reconcile(wanted);
+      },
+    });
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -82,9 +114,9 @@ const eips = (n: number) => Array.from({ length: n }, (_, i) => `198.51.100.${10
 test('EIP claims: 40 new EIPs are probed together in one window and all written and announced after it', async () => {
   const claim = new Claim(3000);
   claim.renewed(claim.now());
-  await withClaims(claim, async (claims, kernel) => {
+  await withClaims(claim, async ({ claims, kernel, confirmed }) => {
     const wanted = [...eips(39), '2001:db8::100'];
-    assert.equal(await claims.reconcile(wanted), false);
+    assert.equal(await confirmed(wanted), false);
     assert.deepEqual(kernel.probes, [wanted], 'one probe window for all of them');
     assert.deepEqual([...(await kernel.addresses()).keys()].sort(), [...wanted].sort());
     assert.deepEqual(kernel.writes[0]?.sort(), [...wanted].sort(), 'written in one batch');
@@ -96,11 +128,55 @@ test('EIP claims: 40 new EIPs are probed together in one window and all written 
   });
 });
 
+test('EIP claims: a new EIP is claimed only once its placement was read afresh in the heartbeat\'s term, '
+  + 'so a node back from a lapse does not act on a placement the controller changed meanwhile', async () => {
+  let now = 0;
+  const claim = new Claim(3000, () => now);
+  const eip = '198.51.100.100';
+  await withClaims(claim, async ({ claims, kernel, confirms, placementRead, pokes }) => {
+    // Before any renewal nothing is claimed, nor read.
+    await claims.reconcile([eip]);
+    assert.deepEqual([confirms(), kernel.probes.length], [0, 0]);
+
+    claim.renewed(now);
+    await claims.reconcile([eip]);
+    await claims.reconcile([eip]);
+    assert.equal(confirms(), 1, 'one read for the term, however many passes');
+    assert.deepEqual([kernel.probes.length, claims.held.length], [0, 0], 'claimed before the placement was read');
+    const before = pokes();
+    placementRead();
+    await until('a pass asked for', () => pokes() > before, 5000);
+    await claims.reconcile([eip]);
+    assert.deepEqual(claims.held, [eip]);
+
+    // Renewals that keep the claim unbroken start no new term: a second EIP needs no read.
+    now = 1000;
+    claim.renewed(now);
+    await claims.reconcile([eip, '198.51.100.101']);
+    assert.equal(confirms(), 1);
+    assert.deepEqual(claims.held.sort(), [eip, '198.51.100.101']);
+
+    // The claim lapses (no renewal for the liveness timeout): everything goes; the renewal after it starts a new term.
+    now = 5000;
+    await claims.reconcile([eip]);
+    assert.deepEqual(claims.held, []);
+    claim.renewed(now);
+    const probes = kernel.probes.length;
+    await claims.reconcile([eip]);
+    assert.equal(confirms(), 2);
+    assert.deepEqual([kernel.probes.length, claims.held.length], [probes, 0], 'claimed on the placement read in the last term');
+    placementRead();
+    await until('a pass asked for', () => pokes() > before + 1, 5000);
+    await claims.reconcile([eip]);
+    assert.deepEqual(claims.held, [eip]);
+  });
+});
+
 test('EIP claims: a renewal is not held up by a claim\'s probe in progress', async () => {
   const claim = new Claim(3000);
   claim.renewed(claim.now());
-  await withClaims(claim, async (claims, kernel) => {
-    await claims.reconcile(['198.51.100.100']);
+  await withClaims(claim, async ({ claims, kernel, confirmed }) => {
+    await confirmed(['198.51.100.100']);
     let open = () => {};
     kernel.probeGate = new Promise<void>((resolve) => (open = resolve));
     const claiming = claims.reconcile(['198.51.100.100', '198.51.100.101']);
@@ -138,7 +214,7 @@ for (const [latencyMs, livenessMs] of [[1000, 4000], [2000, 5000]] as const) {
           lastSent = Math.max(lastSent, sent);
         },
       } as unknown as KubeHttp;
-      await withClaims(claim, async (claims, kernel) => {
+      await withClaims(claim, async ({ claims, kernel, confirmed }) => {
         kernel.bound = () => lastSent + livenessMs;
         const stop = new AbortController();
         const heartbeat = runHeartbeat({
@@ -151,7 +227,7 @@ for (const [latencyMs, livenessMs] of [[1000, 4000], [2000, 5000]] as const) {
         try {
           const wanted = eips(4);
           await until('the heartbeat to be renewed', () => claim.holding(), 10_000);
-          await claims.reconcile(wanted);
+          await confirmed(wanted);
           await until('the EIPs to be written', async () => (await kernel.addresses()).size === wanted.length, 10_000);
           const from = renewals;
           await until('8 more renewals', () => renewals >= from + 8, 60_000);

@@ -22,6 +22,25 @@ test('claim: nothing may be held before a heartbeat renewal, nor after its deadl
   assert.equal(claim.lifetimeS(), 0);
 });
 
+test('claim: a term is an unbroken span of holding: the first renewal starts one, and so does each after a lapse or a release', () => {
+  let now = 10_000;
+  const claim = new Claim(4000, () => now);
+  assert.equal(claim.term, 0);
+  claim.renewed(now);
+  assert.equal(claim.term, 1);
+  now += 1000;
+  claim.renewed(now);
+  claim.renewed(now - 500);
+  assert.equal(claim.term, 1, 'renewals while holding, or older ones answered late, start none');
+  now += 4000 - KERNEL_SLACK_MS;
+  assert.equal(claim.holding(), false);
+  claim.renewed(now - 100);
+  assert.equal(claim.term, 2, 'the claim had lapsed');
+  claim.release();
+  claim.renewed(now);
+  assert.equal(claim.term, 3, 'after a release');
+});
+
 test('claim: a write is planned whole seconds before the deadline, not floored from when the renewal was answered', () => {
   let now = 0;
   const claim = new Claim(3000, () => now);
