@@ -4,9 +4,9 @@
  * are in place and the first full reconcile finished, else 503; /metrics, Prometheus text.
  */
 import { once } from 'node:events';
-import { createServer } from 'node:http';
 import { ConfigError } from '../errors.ts';
 import type { Logger } from '../log.ts';
+import { http } from '../node-http.ts';
 import type { Metrics } from './metrics.ts';
 
 export interface HealthServerOptions {
@@ -25,7 +25,7 @@ export interface HealthServer {
 
 /** Starts listening; rejects when the address cannot be bound (e.g. the port is taken). */
 export async function startHealthServer(options: HealthServerOptions): Promise<HealthServer> {
-  const server = createServer((req, res) => {
+  const server = http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     const reply = (status: number, body: string, type = 'text/plain; charset=utf-8') => {
       res.writeHead(status, { 'Content-Type': type, 'Content-Length': Buffer.byteLength(body) });

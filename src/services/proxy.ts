@@ -37,7 +37,6 @@
  *   KUBE-SERVICES, its IPVS device) stops weftd at start with an error naming them: two proxies
  *   would translate the same connections.
  */
-import { createServer } from 'node:http';
 import type { Server } from 'node:http';
 import { ConfigError, WeftError } from '../errors.ts';
 import { formatIP } from '../ip/ip.ts';
@@ -51,6 +50,7 @@ import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
 import { KeptTable } from '../nft/kept-table.ts';
 import { requireReadBack } from '../nft/read-back.ts';
 import { NetlinkHandle } from '../netlink/index.ts';
+import { http } from '../node-http.ts';
 import { DatagramPorts } from './conntrack.ts';
 import type { StaleFlows } from './conntrack.ts';
 import { LiveServiceIndex } from './index.ts';
@@ -366,7 +366,7 @@ export class ServiceProxy {
     }
     for (const [port, check] of wanted) {
       if (this.#healthServers.has(port) || this.#stop.signal.aborted) continue;
-      const entry = { server: createServer((_req, res) => {
+      const entry = { server: http.createServer((_req, res) => {
         const { namespace, name, localEndpoints } = entry.check;
         res.writeHead(localEndpoints > 0 ? 200 : 503, {
           'Content-Type': 'application/json', 'X-Content-Type-Options': 'nosniff',

@@ -8,12 +8,12 @@
  * classes turn each object into model instances, which at 5,000 Nodes cost more memory than
  * everything else the source holds (bench-kube). weftd reads a handful of fields of Nodes.
  */
-import { request as httpRequest } from 'node:http';
 import type { ClientRequest, IncomingMessage, RequestOptions } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { ListReader } from '../../k8s/list-reader.ts';
 import type { ApiAccess } from './kubeconfig.ts';
 import { ConfigError } from '../../errors.ts';
+import { http } from '../../node-http.ts';
 
 /** An answer other than 2xx; `statusCode` is what kubeError() maps into the taxonomy. */
 export class ApiHttpError extends Error {
@@ -91,7 +91,7 @@ export class KubeHttp {
     const { url, opts } = await this.#open(method, path, options.query, body ? { 'Content-Type': body.type } : {});
     const timeoutMs = options.timeoutMs ?? 60_000;
     return new Promise<R>((resolve, reject) => {
-      const req: ClientRequest = (url.protocol === 'https:' ? httpsRequest : httpRequest)(
+      const req: ClientRequest = (url.protocol === 'https:' ? httpsRequest : http.request)(
         url,
         { ...opts, timeout: timeoutMs, ...(options.signal ? { signal: options.signal } : {}) },
         (res) => void read(res, req).then(resolve, reject),
@@ -190,7 +190,7 @@ export class KubeHttp {
     this.#open('GET', path, { ...query, watch: 'true' }, {}).then(
       ({ url, opts }) => {
         if (ctl.signal.aborted) return;
-        const req = (url.protocol === 'https:' ? httpsRequest : httpRequest)(url, { ...opts, signal: ctl.signal }, (res) => {
+        const req = (url.protocol === 'https:' ? httpsRequest : http.request)(url, { ...opts, signal: ctl.signal }, (res) => {
           if (res.statusCode !== 200) {
             readBody(res).then((t) => end(new ApiHttpError(res.statusCode ?? 0, t)), end);
             return;

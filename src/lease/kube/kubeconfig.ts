@@ -16,7 +16,7 @@
  * (removed from client-go in v1.26) and OIDC; such a user is refused at start, by name.
  */
 import { readFileSync } from 'node:fs';
-import { Agent as HttpAgent } from 'node:http';
+import type { Agent as HttpAgent } from 'node:http';
 import { Agent as HttpsAgent } from 'node:https';
 import type { RequestOptions } from 'node:https';
 import { isIPv6 } from 'node:net';
@@ -26,6 +26,7 @@ import type { Cluster, User } from '@kubernetes/client-node/dist/config_types.js
 import { ExecAuth } from '@kubernetes/client-node/dist/exec_auth.js';
 import { FileAuth } from '@kubernetes/client-node/dist/file_auth.js';
 import { load } from 'js-yaml';
+import { http } from '../../node-http.ts';
 
 /** What a request to the API needs: the server, and TLS options and credentials (client-node's KubeConfig has both methods). */
 export interface ApiAccess {
@@ -74,7 +75,7 @@ export class Kubeconfig implements ApiAccess {
   private constructor(cluster: Cluster, user: User) {
     this.#cluster = cluster;
     this.#user = user;
-    this.#agent = new URL(cluster.server).protocol === 'http:' ? new HttpAgent() : new HttpsAgent();
+    this.#agent = new URL(cluster.server).protocol === 'http:' ? new http.Agent() : new HttpsAgent();
   }
 
   /**
