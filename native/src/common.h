@@ -193,6 +193,9 @@ struct Failure {
 
 std::string errnoName(int err);
 Napi::Object failureToJs(Napi::Env env, const Failure& f);
+// An Error to throw or reject with: the message names the errno; `errno` is its symbolic name,
+// `detail` the kernel's text (strerror when it gave none).
+Napi::Error failureError(Napi::Env env, const Failure& f);
 
 // ---- requests (read in requests.cc; built in request-build.cc, request-*.cc and tc.cc) -----------
 
