@@ -191,7 +191,9 @@ static int decode_string(const char* p, const char* end, struct buf* out) {
       case 'u':
         if (!hex4(p + 1, end, &cp)) return 0;
         p += 4;
-        if (cp >= 0xd800 && cp < 0xdc00 && end - p > 6 && p[1] == '\\' && p[2] == 'u' && hex4(p + 3, end, &lo) && lo >= 0xdc00 && lo < 0xe000) {
+        // A high surrogate followed by an escaped low one: the pair is one code point.
+        if (cp >= 0xd800 && cp < 0xdc00 && end - p > 6 && p[1] == '\\' && p[2] == 'u' &&
+            hex4(p + 3, end, &lo) && lo >= 0xdc00 && lo < 0xe000) {
           cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
           p += 6;
         }
@@ -402,7 +404,9 @@ int main(void) {
   const char* exit_code = find_key(result, end, "exitCode", 0);
   const char* out = find_key(result, end, "stdout", 0);
   struct buf text = {0};
-  if (!exit_code || *exit_code < '0' || *exit_code > '9' || !out || !decode_string(out, end, &text)) return fail(999, "weft: weftd's answer is not one");
+  if (!exit_code || *exit_code < '0' || *exit_code > '9' || !out || !decode_string(out, end, &text)) {
+    return fail(999, "weft: weftd's answer is not one");
+  }
   if (text.len > 0) {
     fwrite(text.p, 1, text.len, stdout);
     fputc('\n', stdout);

@@ -193,8 +193,11 @@ struct Failure {
 
 std::string errnoName(int err);
 Napi::Object failureToJs(Napi::Env env, const Failure& f);
+// An Error to throw or reject with: the message names the errno; `errno` is its symbolic name,
+// `detail` the kernel's text (strerror when it gave none).
+Napi::Error failureError(Napi::Env env, const Failure& f);
 
-// ---- requests (requests.cc) ----------------------------------------------------------------------
+// ---- requests (read in requests.cc; built in request-build.cc, request-*.cc and tc.cc) -----------
 
 enum class OpKind {
   LinkAddVxlan, LinkAddBridge, LinkAddType, LinkAddVeth, LinkSet, LinkSetHairpin, LinkDel, LinkDelGroup,
@@ -271,7 +274,5 @@ struct Op {
 Op opFromJs(const Napi::Value& v);
 // Builds the netlink message for `op`; on failure returns nullptr and fills `fail`.
 struct nl_msg* buildRequest(const Op& op, Failure& fail);
-// The traffic-control requests (tc.cc): an ifb link, tbf and ingress qdiscs, a redirect filter.
-struct nl_msg* buildTc(const Op& op, Failure& fail);
 
 }  // namespace weft

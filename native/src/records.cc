@@ -370,4 +370,12 @@ Napi::Object failureToJs(Napi::Env env, const Failure& f) {
   return o;
 }
 
+Napi::Error failureError(Napi::Env env, const Failure& f) {
+  std::string name = errnoName(f.err);
+  Napi::Error e = Napi::Error::New(env, f.detail.empty() ? name : name + ": " + f.detail);
+  e.Set("errno", name);
+  e.Set("detail", f.detail.empty() ? std::string(strerror(f.err)) : f.detail);
+  return e;
+}
+
 }  // namespace weft

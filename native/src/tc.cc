@@ -1,7 +1,7 @@
 // Traffic control: the requests that shape a pod's bandwidth as the reference `bandwidth` CNI
 // plugin does (an ifb device, tbf and ingress qdiscs, a u32 filter redirecting to the ifb), and
 // the qdisc and filter messages read back for CHECK.
-#include "common.h"
+#include "request-build.h"
 
 #include <linux/if.h>
 #include <linux/if_ether.h>
@@ -25,24 +25,6 @@ namespace weft {
 
 namespace {
 
-template <typename T, void (*Put)(T*)>
-struct Owned {
-  T* p;
-  explicit Owned(T* ptr) : p(ptr) {}
-  ~Owned() { if (p) Put(p); }
-  Owned(const Owned&) = delete;
-  Owned& operator=(const Owned&) = delete;
-};
-
-// Takes the message by address: it is read only after the builder (the first argument) has run.
-nl_msg* built(int rc, nl_msg** msg, Failure& fail) {
-  if (rc < 0) {
-    fail = {EINVAL, std::string("cannot build request: ") + nl_geterror(rc)};
-    return nullptr;
-  }
-  return *msg;
-}
-
 nl_msg* outOfMemory(nl_msg* msg, Failure& fail) {
   if (msg) nlmsg_free(msg);
   fail = {ENOMEM, "out of memory"};
@@ -52,15 +34,15 @@ nl_msg* outOfMemory(nl_msg* msg, Failure& fail) {
 // `ip link add <name> mtu <mtu> txqueuelen 0 up type ifb`: the queue length is 0 as the
 // reference plugin leaves it, so either path makes the same device.
 nl_msg* buildIfb(const Op& op, Failure& fail) {
-  Owned<rtnl_link, rtnl_link_put> link(rtnl_link_alloc());
+  LinkOwned link(rtnl_link_alloc());
   if (!link.p) return outOfMemory(nullptr, fail);
   rtnl_link_set_name(link.p, op.name.c_str());
   if (op.mtu) rtnl_link_set_mtu(link.p, op.mtu);
   rtnl_link_set_txqlen(link.p, 0);
   if (op.up.value_or(false)) rtnl_link_set_flags(link.p, IFF_UP);
-  if (int rc = rtnl_link_set_type(link.p, "ifb"); rc < 0) return built(rc, nullptr, fail);
+  if (int rc = rtnl_link_set_type(link.p, "ifb"); rc < 0) return fromLibnl(rc, nullptr, fail);
   nl_msg* msg = nullptr;
-  return built(rtnl_link_build_add_request(link.p, NLM_F_CREATE | NLM_F_EXCL, &msg), &msg, fail);
+  return fromLibnl(rtnl_link_build_add_request(link.p, NLM_F_CREATE | NLM_F_EXCL, &msg), &msg, fail);
 }
 
 // `tc qdisc add dev <#index> root handle 1: tbf rate <rate> burst ... limit ...` with the buffer
@@ -73,7 +55,7 @@ nl_msg* buildTbf(const Op& op, Failure& fail) {
   rtnl_tc_set_parent(TC_CAST(q.p), TC_H_ROOT);
   rtnl_tc_set_handle(TC_CAST(q.p), TC_HANDLE(1, 0));
   nl_msg* msg = nullptr;
-  if (!built(rtnl_qdisc_build_add_request(q.p, NLM_F_CREATE | NLM_F_EXCL, &msg), &msg, fail)) return nullptr;
+  if (!fromLibnl(rtnl_qdisc_build_add_request(q.p, NLM_F_CREATE | NLM_F_EXCL, &msg), &msg, fail)) return nullptr;
   tc_tbf_qopt opt = {};
   opt.rate.rate = op.rate > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(op.rate);
   opt.limit = op.limit;
@@ -94,9 +76,9 @@ nl_msg* buildIngress(const Op& op, Failure& fail) {
   rtnl_tc_set_ifindex(TC_CAST(q.p), op.index);
   rtnl_tc_set_parent(TC_CAST(q.p), TC_H_INGRESS);
   rtnl_tc_set_handle(TC_CAST(q.p), TC_HANDLE(0xffff, 0));
-  if (int rc = rtnl_tc_set_kind(TC_CAST(q.p), "ingress"); rc < 0) return built(rc, nullptr, fail);
+  if (int rc = rtnl_tc_set_kind(TC_CAST(q.p), "ingress"); rc < 0) return fromLibnl(rc, nullptr, fail);
   nl_msg* msg = nullptr;
-  return built(rtnl_qdisc_build_add_request(q.p, NLM_F_CREATE | NLM_F_EXCL, &msg), &msg, fail);
+  return fromLibnl(rtnl_qdisc_build_add_request(q.p, NLM_F_CREATE | NLM_F_EXCL, &msg), &msg, fail);
 }
 
 // `tc filter add dev <#index> parent ffff: protocol all prio 1 u32 match u32 0 0 flowid 1:1
@@ -110,7 +92,7 @@ nl_msg* buildRedirect(const Op& op, Failure& fail) {
   rtnl_tc_set_parent(TC_CAST(cls.p), TC_HANDLE(0xffff, 0));
   rtnl_cls_set_prio(cls.p, 1);
   rtnl_cls_set_protocol(cls.p, ETH_P_ALL);
-  if (int rc = rtnl_tc_set_kind(TC_CAST(cls.p), "u32"); rc < 0) return built(rc, nullptr, fail);
+  if (int rc = rtnl_tc_set_kind(TC_CAST(cls.p), "u32"); rc < 0) return fromLibnl(rc, nullptr, fail);
   int rc = rtnl_u32_set_classid(cls.p, TC_HANDLE(1, 1));
   if (rc >= 0) rc = rtnl_u32_set_cls_terminal(cls.p);
   if (rc >= 0) rc = rtnl_u32_add_key_uint32(cls.p, 0, 0, 0, 0);
@@ -124,9 +106,9 @@ nl_msg* buildRedirect(const Op& op, Failure& fail) {
     if (rc >= 0) rc = rtnl_mirred_set_ifindex(act.p, static_cast<uint32_t>(op.target));
     if (rc >= 0) rc = rtnl_u32_add_action(cls.p, act.p);
   }
-  if (rc < 0) return built(rc, nullptr, fail);
+  if (rc < 0) return fromLibnl(rc, nullptr, fail);
   nl_msg* msg = nullptr;
-  return built(rtnl_cls_build_add_request(cls.p, NLM_F_CREATE | NLM_F_EXCL, &msg), &msg, fail);
+  return fromLibnl(rtnl_cls_build_add_request(cls.p, NLM_F_CREATE | NLM_F_EXCL, &msg), &msg, fail);
 }
 
 }  // namespace
