@@ -7,7 +7,7 @@
 import { formatCIDR, formatIP } from '../ip/ip.ts';
 import type { Lease } from '../lease/lease.ts';
 import { vtepMac } from '../backend/plan.ts';
-import type { FdbSpec, NeighSpec, RouteSpec } from '../netlink/handle.ts';
+import type { FdbSpec, NeighSpec, RouteSpec } from '../netlink/specs.ts';
 import { fdbKey, neighKey, routeEqual, routeKey, RTN_BLACKHOLE } from '../netlink/records.ts';
 import { classicForm, diff } from '../reconcile/state.ts';
 import type { KernelState } from '../reconcile/state.ts';

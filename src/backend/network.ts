@@ -88,9 +88,14 @@ export class Network {
           });
         }
         const side = p.side;
-        if (side && side.ops.length > 0) options.log.info('reconciled state outside rtnetlink', { reasons: p.reasons.join(', '), ops: side.ops });
+        if (side && side.ops.length > 0) {
+          options.log.info('reconciled state outside rtnetlink', { reasons: p.reasons.join(', '), ops: side.ops });
+        }
         if (side && side.failures.length > 0) {
-          options.log.warn('changes outside rtnetlink failed; a later pass retries them', { failures: side.failures.length, first: side.failures[0] });
+          options.log.warn('changes outside rtnetlink failed; a later pass retries them', {
+            failures: side.failures.length,
+            first: side.failures[0],
+          });
         }
         // A fast pass that failed is followed by a full pass (or a rebuild), which says what stays refused.
         if (p.nextResyncMs !== undefined) this.#periodChanged(p.nextResyncMs, p.durationMs);

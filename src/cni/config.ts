@@ -92,7 +92,9 @@ function optionalBool(conf: Json, name: string): boolean {
 function optionalSeconds(conf: Json, name: string): number | undefined {
   const v = field(conf, name);
   if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new ConfigError(name, `must be a whole number of seconds, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) {
+    throw new ConfigError(name, `must be a whole number of seconds, got ${JSON.stringify(v)}`);
+  }
   return v;
 }
 

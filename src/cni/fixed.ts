@@ -201,7 +201,8 @@ export class FixedAddresses {
     if (entry.container === id) return { kind: 'repeated' };
     if (entry.container !== null && live(entry.container)) return { kind: 'busy', holder: entry.container };
     const key = `${id}${LINE_BREAK}${ifname}`;
-    const ours = new Set([reservationOf(entry.pod, entry.ifname), ...(entry.container ? [`${entry.container}${LINE_BREAK}${entry.ifname}`] : [])]);
+    const gone = entry.container ? [`${entry.container}${LINE_BREAK}${entry.ifname}`] : [];
+    const ours = new Set([reservationOf(entry.pod, entry.ifname), ...gone]);
     const owners = entry.ips.map((ip) => readOptional(join(this.#store, ip))?.trim());
     if (owners.some((o) => o !== undefined && !ours.has(o))) {
       this.release(entry);
@@ -330,7 +331,10 @@ export function allocateFor(
         case 'claimed':
           return { allocations: allocations as Allocation[], entry: claim.entry };
         case 'busy':
-          throw new CniError(CNI_CODE.TRY_AGAIN_LATER, `pod ${entry.pod}'s fixed addresses are still held by container ${claim.holder}, whose DEL has not come`);
+          throw new CniError(
+            CNI_CODE.TRY_AGAIN_LATER,
+            `pod ${entry.pod}'s fixed addresses are still held by container ${claim.holder}, whose DEL has not come`,
+          );
         case 'lost':
           return { allocations: [], lost: claim.entry };
         case 'repeated':

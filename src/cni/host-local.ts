@@ -131,7 +131,9 @@ export class HostLocalStore {
       subnets.forEach((subnet, i) => {
         const fail = (why: string) => new CniError(CNI_CODE.UNKNOWN, `failed to allocate for range ${i}: ${why}`);
         const range = rangeOf(subnet);
-        const wanted = left.findIndex((ip) => ip.family === range.start.family && ip.value >= range.start.value && ip.value <= range.end.value);
+        const wanted = left.findIndex(
+          (ip) => ip.family === range.start.family && ip.value >= range.start.value && ip.value <= range.end.value,
+        );
         if (wanted >= 0) {
           const [ip] = left.splice(wanted, 1);
           const name = formatIP(ip!);

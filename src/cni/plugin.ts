@@ -107,7 +107,8 @@ function fixedFor(conf: PluginConf, env: Env, bytes: string) {
         const entry = fixed.lookup(pod);
         if (entry === undefined) return bytes;
         const ipam = delegate['ipam'] as Json;
-        const subnets = (ipam['ranges'] as { subnet: string }[][]).map((set, i) => parseCIDR(set[0]!.subnet, `ipam.ranges[${i}][0].subnet`));
+        const ranges = ipam['ranges'] as { subnet: string }[][];
+        const subnets = ranges.map((set, i) => parseCIDR(set[0]!.subnet, `ipam.ranges[${i}][0].subnet`));
         const addresses = entry.ips.map((text) => {
           const ip = parseIP(text, `${dir}/.weft-fixed: ${entry.pod}`);
           const subnet = subnets.find((s) => contains(s, ip) && gatewayOf(s).value !== ip.value);
@@ -119,7 +120,10 @@ function fixedFor(conf: PluginConf, env: Env, bytes: string) {
         }
         const claim = fixed.claim(entry, id, ifname, (c) => loadState(conf.dataDir, c) !== undefined);
         if (claim.kind === 'busy') {
-          throw new CniError(CNI_CODE.TRY_AGAIN_LATER, `pod ${entry.pod}'s fixed addresses are still held by container ${claim.holder}, whose DEL has not come`);
+          throw new CniError(
+            CNI_CODE.TRY_AGAIN_LATER,
+            `pod ${entry.pod}'s fixed addresses are still held by container ${claim.holder}, whose DEL has not come`,
+          );
         }
         if (claim.kind !== 'claimed') return bytes; // lost: new addresses; repeated: the delegate's own error
         claimed = claim.entry;

@@ -59,7 +59,10 @@ export async function ensureBridge(host: NetlinkHandle, plan: BridgePlan, pinned
   }
   const ops: Operation[] = [];
   const pin = !pinned.has(bridge.index);
-  if (pin || !bridge.up) ops.push({ op: 'linkSet', index: bridge.index, changes: { ...(pin ? { mac: bridge.mac } : {}), ...(bridge.up ? {} : { up: true }) } });
+  if (pin || !bridge.up) {
+    const changes = { ...(pin ? { mac: bridge.mac } : {}), ...(bridge.up ? {} : { up: true }) };
+    ops.push({ op: 'linkSet', index: bridge.index, changes });
+  }
   if (plan.isGateway) {
     for (const subnet of plan.ranges) {
       // nodad: the pod's and gateway's IPv6 addresses are unique by allocation.
@@ -218,8 +221,9 @@ async function configure(
     // A reused address may still be in the neighbours' caches with the MAC of the pod before.
     // Not waited for: the packet goes out at once, but closing a packet socket waits for an RCU
     // grace period (synchronize_net, ~13 ms here), which the pod's answer need not.
-    const announced = Promise.all(allocations.map((a) => pod.announce(link.index, formatIP(a.address)).then(() => undefined, (e: unknown) => e as Error)))
-      .then((errors) => errors.find((e) => e !== undefined));
+    const announcing = allocations.map((a) =>
+      pod.announce(link.index, formatIP(a.address)).then(() => undefined, (e: unknown) => e as Error));
+    const announced = Promise.all(announcing).then((errors) => errors.find((e) => e !== undefined));
     return { podMac: mac ?? link.mac, announced };
   })();
   hostSide.catch(() => undefined);

@@ -1,23 +1,20 @@
 /** The kernel, as Weft sees it: typed records and a namespaced handle with iproute2-named verbs. */
 export * from './records.ts';
-export { NetlinkHandle, describe } from './handle.ts';
+export { NetlinkHandle } from './handle.ts';
+export { describe } from './operation.ts';
 export { tryFlock } from './flock.ts';
+export type { ConntrackFilter } from './conntrack.ts';
+export type { RouteFilter } from './dump.ts';
+export type { EventAction, Monitor, MonitorGroup, MonitorOptions, NetlinkEvent } from './monitor.ts';
 export type { LoggedPacket, NflogOptions, NflogReader } from './nflog.ts';
 export type {
   AddrSpec,
-  ConntrackFilter,
-  EventAction,
   FdbSpec,
   LinkChanges,
-  Monitor,
-  MonitorGroup,
-  MonitorOptions,
   NeighSpec,
-  NetlinkEvent,
   Operation,
-  RouteFilter,
   RouteSpec,
   TbfSpec,
   VethSpec,
   VxlanSpec,
-} from './handle.ts';
+} from './specs.ts';

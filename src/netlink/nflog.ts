@@ -1,8 +1,10 @@
 /**
- * The shapes of {@link NetlinkHandle.nflog}: packets nftables logs to an NFLOG group (`log group
- * N prefix "…"`), read over nfnetlink_log (`ulogd`'s source, without ulogd).
+ * NFLOG in {@link NetlinkHandle.nflog}: packets nftables logs to an NFLOG group (`log group N
+ * prefix "…"`), read over nfnetlink_log (`ulogd`'s source, without ulogd), and the binding that
+ * delivers them.
  */
-import type { RawLoggedPacket, RawNflogOptions } from './native.ts';
+import type { RawHandle, RawLoggedPacket, RawNflogOptions } from './native.ts';
+import { rejected } from './operation.ts';
 import type { Family } from './records.ts';
 
 /** One logged packet: the logging rule's prefix and the addresses, protocol and ports of its IP header. */
@@ -36,7 +38,7 @@ export interface NflogReader {
 }
 
 /** The addon's options with the defaults filled in. */
-export function rawNflogOptions(options: NflogOptions): RawNflogOptions {
+function rawNflogOptions(options: NflogOptions): RawNflogOptions {
   return {
     copyRange: options.copyRange ?? 128, queueThreshold: options.queueThreshold ?? 1,
     flushMs: options.flushMs ?? 0, rcvbuf: options.rcvbuf ?? 0,
@@ -44,7 +46,7 @@ export function rawNflogOptions(options: NflogOptions): RawNflogOptions {
 }
 
 /** A batch from the addon as packets, and whether the kernel dropped some before it. */
-export function packetsFromRaw(batch: readonly RawLoggedPacket[]): { packets: LoggedPacket[]; lost: boolean } {
+function packetsFromRaw(batch: readonly RawLoggedPacket[]): { packets: LoggedPacket[]; lost: boolean } {
   const packets: LoggedPacket[] = [];
   let lost = false;
   for (const p of batch) {
@@ -52,4 +54,22 @@ export function packetsFromRaw(batch: readonly RawLoggedPacket[]): { packets: Lo
     else packets.push(p);
   }
   return { packets, lost };
+}
+
+/** Binds `raw` to NFLOG group `group` and hands `listener` each batch; see {@link NetlinkHandle.nflog}. */
+export async function bindNflog(
+  raw: RawHandle,
+  group: number,
+  listener: (packets: LoggedPacket[], lost: boolean) => void,
+  options: NflogOptions,
+): Promise<NflogReader> {
+  try {
+    await raw.nflog(group, (batch) => {
+      const { packets, lost } = packetsFromRaw(batch);
+      listener(packets, lost);
+    }, rawNflogOptions(options));
+  } catch (e) {
+    throw rejected('bind', `NFLOG group ${group}`, e);
+  }
+  return { stop: () => raw.unnflog() };
 }

@@ -16,7 +16,7 @@
  * skipping any id the kernel held for someone else; an id is not handed out again before the
  * count wraps, so a delete of an old object can never hit a new one of the same batch.
  */
-import type { Operation } from '../netlink/handle.ts';
+import type { Operation } from '../netlink/specs.ts';
 import { fdbKey, neighKey, nexthopKey, routeKey, RTN_UNICAST } from '../netlink/records.ts';
 import type { Fdb, Neigh, Nexthop, Route } from '../netlink/records.ts';
 import { fdbReplace, neighReplace, nexthopIdKey, nexthopSpec, routeSpec } from './state.ts';

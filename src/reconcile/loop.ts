@@ -26,7 +26,9 @@
  * RESYNC_COST_FACTOR} times the last full pass took, so the net never costs more than ~1% of a
  * core ({@link resyncPeriodMs}). Any full pass restarts the countdown.
  */
-import type { NetlinkHandle, NetlinkEvent, Monitor, MonitorGroup, Operation } from '../netlink/handle.ts';
+import type { NetlinkHandle } from '../netlink/handle.ts';
+import type { Monitor, MonitorGroup, NetlinkEvent } from '../netlink/monitor.ts';
+import type { Operation } from '../netlink/specs.ts';
 import { fdbKey, IFF_LOWER_UP, neighKey, nexthopEqual, routeEqual, routeKey } from '../netlink/records.ts';
 import type { Link } from '../netlink/records.ts';
 import { replaceOps } from './desired.ts';

@@ -3,7 +3,8 @@
  * apply the difference in one batch. See state.ts for the design notes.
  */
 import type { NetlinkError } from '../errors.ts';
-import type { NetlinkHandle, Operation } from '../netlink/handle.ts';
+import type { NetlinkHandle } from '../netlink/handle.ts';
+import type { Operation } from '../netlink/specs.ts';
 import type { Nexthop } from '../netlink/records.ts';
 import { isOurFdb, isOurNeigh, ordered, ours, scanFdb, scanNeighs, scanNexthops, scanRoutes } from './state.ts';
 import type { SideReport } from './side.ts';

@@ -27,7 +27,7 @@
  */
 import { fdbKey, neighKey, nexthopEqual, NUD_PERMANENT, routeEqual, routeKey } from '../netlink/records.ts';
 import type { Fdb, Neigh, Nexthop, Route } from '../netlink/records.ts';
-import type { Operation } from '../netlink/handle.ts';
+import type { Operation } from '../netlink/specs.ts';
 
 /** The rtm_protocol Weft tags its routes with (iproute2's rt_protos leaves 200-250 unassigned). */
 export const WEFT_RTPROT = 201;

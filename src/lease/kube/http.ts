@@ -168,9 +168,8 @@ export class KubeHttp {
 
   /** `DELETE <path>`; with `preconditions`, refused (409) unless the object still has that resourceVersion. */
   async delete(path: string, options: CallOptions & { preconditions?: { resourceVersion: string } } = {}): Promise<void> {
-    const body = options.preconditions
-      ? { type: 'application/json', text: JSON.stringify({ kind: 'DeleteOptions', apiVersion: 'v1', preconditions: options.preconditions }) }
-      : undefined;
+    const deleteOptions = { kind: 'DeleteOptions', apiVersion: 'v1', preconditions: options.preconditions };
+    const body = options.preconditions ? { type: 'application/json', text: JSON.stringify(deleteOptions) } : undefined;
     await this.#call('DELETE', path, options, body);
   }
 

@@ -5,7 +5,8 @@ import { parseCIDR, parseIP } from '../../../src/ip/ip.ts';
 import type { Lease } from '../../../src/lease/lease.ts';
 import { LeaseTable } from '../../../src/lease/table.ts';
 import { memoryLogger } from '../../../src/log.ts';
-import type { NetlinkHandle, Operation } from '../../../src/netlink/handle.ts';
+import type { NetlinkHandle } from '../../../src/netlink/handle.ts';
+import type { Operation } from '../../../src/netlink/specs.ts';
 
 const VX = 7;
 

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { describe } from '../../../src/netlink/handle.ts';
+import { describe } from '../../../src/netlink/operation.ts';
 import {
   AF_BRIDGE,
   AF_INET6,

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { Operation } from '../../../src/netlink/handle.ts';
+import type { Operation } from '../../../src/netlink/specs.ts';
 import { DesiredState, NEXTHOP_ID_BASE } from '../../../src/reconcile/desired.ts';
 import { WEFT_RTPROT } from '../../../src/reconcile/state.ts';
 import type { KernelState } from '../../../src/reconcile/state.ts';

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { NetlinkHandle, NetlinkEvent } from '../../../src/netlink/handle.ts';
+import type { NetlinkHandle } from '../../../src/netlink/handle.ts';
+import type { NetlinkEvent } from '../../../src/netlink/monitor.ts';
 import { DesiredState } from '../../../src/reconcile/desired.ts';
 import { Reconciler, RESYNC_PERIOD_MAX_MS, resyncPeriodMs } from '../../../src/reconcile/loop.ts';
 import type { PassInfo } from '../../../src/reconcile/loop.ts';
