@@ -284,9 +284,9 @@ test('one listing serves acquire and the watch\'s start, read alongside the conf
       await admin.put(`${PREFIX}/subnets/10.244.51.0-24`).value(value(51));
       const running = s.watch(table, ctl.signal);
       // Timed out once in a full `make test` (not reproduced alone): what the source logged and held goes with it.
-      await until('both peers', () => table.synced && table.size === 2).catch((e: Error) => assert.fail(`${e.message}; synced=${table.synced} `
-        + `peers=${table.leases().map((l) => l.peer).join(',')}; the source logged:\n`
-        + log.records.map((r) => `${r.level} ${r.msg} ${JSON.stringify(r.fields)}`).join('\n')));
+      const held = () => `synced=${table.synced} peers=${table.leases().map((l) => l.peer).join(',')}; the source logged:\n`
+        + log.records.map((r) => `${r.level} ${r.msg} ${JSON.stringify(r.fields)}`).join('\n');
+      await until('both peers', () => table.synced && table.size === 2).catch((e: Error) => assert.fail(`${e.message}; ${held()}`));
       assert.equal(await ranges() - before, 2, 'the configuration and one listing, made while it was read; neither acquire nor the watch listed again');
       ctl.abort();
       await running;
