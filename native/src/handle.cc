@@ -33,6 +33,8 @@ Napi::Function Handle::Define(Napi::Env env) {
                          InstanceMethod<&Handle::MonitorStop>("unmonitor"),
                          InstanceMethod<&Handle::NflogStart>("nflog"),
                          InstanceMethod<&Handle::NflogStop>("unnflog"),
+                         InstanceMethod<&Handle::NftChangesStart>("nftChanges"),
+                         InstanceMethod<&Handle::NftChangesStop>("unnftChanges"),
                          InstanceMethod<&Handle::Close>("close"),
                      });
 }
@@ -78,6 +80,11 @@ void Handle::shutdown() {
   if (nflog_) {
     nflog_->close();
     nflog_ = nullptr;
+  }
+  nftChangesJob_ = nullptr;
+  if (nftChanges_) {
+    nftChanges_->close();
+    nftChanges_ = nullptr;
   }
   if (worker_) {
     // Never waits: the worker runs what was queued (completions still reach JS through tsfn_)

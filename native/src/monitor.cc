@@ -3,8 +3,6 @@
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
 
-#include <cerrno>
-
 namespace weft {
 
 namespace {
@@ -87,34 +85,14 @@ Monitor::Monitor(Napi::Env env, struct nl_sock* sk, uint32_t ownPort, bool fdbAd
 void Monitor::drain() {
   static thread_local std::vector<unsigned char> buf(kBufSize);
   std::vector<Event> batch;
-  int fd = nl_socket_get_fd(sk_);
-  for (int i = 0; i < kMaxDatagramsPerWakeup; i++) {
-    struct iovec iov = {buf.data(), buf.size()};
-    struct msghdr mh = {};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      // The kernel dropped notifications: say so, so the caller resyncs. The socket keeps working.
-      if (errno == ENOBUFS) {
-        batch.push_back(Event{Event::Action::Overrun, std::nullopt});
-        continue;
-      }
-      break;  // EAGAIN: drained
-    }
-    // A datagram larger than the buffer lost its tail: its notifications are as lost as in an
-    // overrun, so say so the same way (the caller resyncs).
-    if (mh.msg_flags & MSG_TRUNC) {
-      batch.push_back(Event{Event::Action::Overrun, std::nullopt});
-      continue;
-    }
-    int len = static_cast<int>(n);
-    for (auto* hdr = reinterpret_cast<struct nlmsghdr*>(buf.data()); nlmsg_ok(hdr, len); hdr = nlmsg_next(hdr, &len)) {
-      if (isOwnEcho(hdr, ownPort_) || (!fdbAdds_ && isFdbAdd(hdr))) continue;
-      if (std::optional<Event> ev = parseNotification(hdr)) batch.push_back(std::move(*ev));
-    }
-  }
+  // An overrun is reported in place, so the caller resyncs after what came before it.
+  receive(
+      buf, kMaxDatagramsPerWakeup,
+      [&](struct nlmsghdr* hdr) {
+        if (isOwnEcho(hdr, ownPort_) || (!fdbAdds_ && isFdbAdd(hdr))) return;
+        if (std::optional<Event> ev = parseNotification(hdr)) batch.push_back(std::move(*ev));
+      },
+      [&]() { batch.push_back(Event{Event::Action::Overrun, std::nullopt}); });
   if (batch.empty() || closed_) return;
   Napi::HandleScope scope(env_);
   callback_.MakeCallback(env_.Global(), {eventsToJs(env_, batch)});

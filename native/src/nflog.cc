@@ -134,28 +134,13 @@ void NflogReader::drain() {
   static thread_local std::vector<unsigned char> buf(kBufSize);
   std::vector<LoggedPacket> batch;
   bool lost = false;
-  int fd = nl_socket_get_fd(sk_);
-  for (int i = 0; i < kMaxDatagramsPerWakeup; i++) {
-    struct iovec iov = {buf.data(), buf.size()};
-    struct msghdr mh = {};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == ENOBUFS) {
-        lost = true;
-        continue;
-      }
-      break;  // EAGAIN: drained
-    }
-    if (mh.msg_flags & MSG_TRUNC) lost = true;
-    int len = static_cast<int>(n);
-    for (auto* hdr = reinterpret_cast<struct nlmsghdr*>(buf.data()); nlmsg_ok(hdr, len); hdr = nlmsg_next(hdr, &len)) {
-      if (NFNL_SUBSYS_ID(hdr->nlmsg_type) != NFNL_SUBSYS_ULOG || NFNL_MSG_TYPE(hdr->nlmsg_type) != NFULNL_MSG_PACKET) continue;
-      if (std::optional<LoggedPacket> p = parsePacket(hdr)) batch.push_back(std::move(*p));
-    }
-  }
+  receive(
+      buf, kMaxDatagramsPerWakeup,
+      [&](struct nlmsghdr* hdr) {
+        if (NFNL_SUBSYS_ID(hdr->nlmsg_type) != NFNL_SUBSYS_ULOG || NFNL_MSG_TYPE(hdr->nlmsg_type) != NFULNL_MSG_PACKET) return;
+        if (std::optional<LoggedPacket> p = parsePacket(hdr)) batch.push_back(std::move(*p));
+      },
+      [&]() { lost = true; });
   if ((batch.empty() && !lost) || closed_) return;
   Napi::HandleScope scope(env_);
   Napi::Array arr = Napi::Array::New(env_, batch.size() + (lost ? 1 : 0));

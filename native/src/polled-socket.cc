@@ -1,5 +1,9 @@
 #include "polled-socket.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 namespace weft {
 
 PolledSocket::PolledSocket(Napi::Env env, struct nl_sock* sk, Napi::Function callback)
@@ -27,6 +31,33 @@ void PolledSocket::close() {
   } else {
     nl_socket_free(sk_);
     delete this;
+  }
+}
+
+void PolledSocket::receive(std::vector<unsigned char>& buf, int maxDatagrams,
+                           const std::function<void(struct nlmsghdr*)>& onMessage, const std::function<void()>& onLost) {
+  int fd = nl_socket_get_fd(sk_);
+  for (int i = 0; i < maxDatagrams; i++) {
+    struct iovec iov = {buf.data(), buf.size()};
+    struct msghdr mh = {};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      // The socket keeps working after an overrun.
+      if (errno == ENOBUFS) {
+        onLost();
+        continue;
+      }
+      break;  // EAGAIN: drained
+    }
+    if (mh.msg_flags & MSG_TRUNC) {
+      onLost();
+      continue;
+    }
+    int len = static_cast<int>(n);
+    for (auto* hdr = reinterpret_cast<struct nlmsghdr*>(buf.data()); nlmsg_ok(hdr, len); hdr = nlmsg_next(hdr, &len)) onMessage(hdr);
   }
 }
 

@@ -19,8 +19,8 @@
  *   and warns with what differed; the other driver's sets are removed again if they reappear;
  *   forwarding switched off by something else is switched back on (flanneld sets it once, at
  *   start). Unlike flanneld's nftables mode, nftables is resynced too. With iptables (as
- *   flanneld) the resync runs every `resyncSeconds`. With nftables, `nft monitor` reports every
- *   change to the ruleset (iptables-nft's too) and the resync runs when one comes; every
+ *   flanneld) the resync runs every `resyncSeconds`. With nftables, the kernel reports every
+ *   change to the ruleset (iptables-nft's too; nft/changes.ts) and the resync runs when one comes; every
  *   `resyncSeconds` only the forwarding sysctls are read, and the whole resync runs every
  *   {@link WATCHED_RESYNC_MS} as a safety net. Comparing the rules means running nft or
  *   iptables-save, which cost ~0.4% of a core every 5 s; an idle node now runs nothing. If the
@@ -39,7 +39,8 @@ import { IptablesDriver, NftablesDriver } from './drivers.ts';
 import type { Driver, DriverName } from './drivers.ts';
 import { wantedRules } from './rules.ts';
 import type { TrafficNetworks, WantedRules } from './rules.ts';
-import { execRunner, nftMonitor, procSysctl, runWatchedChecks } from './runner.ts';
+import { nftChanges } from '../nft/changes.ts';
+import { execRunner, procSysctl, runWatchedChecks } from './runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from './runner.ts';
 
 /** With nftables watched, the whole resync still runs this often, for what no event reports. */
@@ -63,9 +64,9 @@ export interface TrafficRulesOptions {
   /** Runs nft/iptables; default spawns them in this process's namespace. */
   runner?: Runner;
   /**
-   * Reports changes to the ruleset while nftables is in use. Default: `nft monitor` in this
+   * Reports changes to the ruleset while nftables is in use. Default: nft/changes.ts's for this
    * process's namespace when `runner` is the default one, else none (every resync polls); a test
-   * with a runner bound to another namespace passes `nftMonitor(<same prefix>)`.
+   * with a runner bound to another namespace passes `nftChanges(<that namespace's path>)`.
    */
   watch?: RulesetWatcher;
   /** Reads and sets sysctls; default /proc/sys of this process's namespace. */
@@ -267,7 +268,7 @@ export class TrafficRules {
   }
 
   async #resyncLoop(signal: AbortSignal): Promise<void> {
-    const watcher = this.#driver?.name === 'nftables' ? (this.#opts.watch ?? (this.#opts.runner ? undefined : nftMonitor())) : undefined;
+    const watcher = this.#driver?.name === 'nftables' ? (this.#opts.watch ?? (this.#opts.runner ? undefined : nftChanges())) : undefined;
     await runWatchedChecks({
       periodMs: (this.#opts.resyncSeconds ?? 5) * 1000, fullEveryMs: WATCHED_RESYNC_MS, what: 'the traffic rules', log: this.#log,
       ...(watcher ? { watcher } : {}), ...(this.#opts.delay ? { delay: this.#opts.delay } : {}),

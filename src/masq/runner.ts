@@ -113,24 +113,6 @@ export interface RulesetWatch {
 /** Calls `onChange` whenever something changes the ruleset (any table, any program). */
 export type RulesetWatcher = (onChange: () => void) => RulesetWatch;
 
-/**
- * `nft monitor ruleset`, its argv prefixed by `prefix` (e.g. `ip netns exec ns`): one long-lived
- * process that prints a line for every change to the ruleset, iptables-nft's included, so the
- * rules can be checked when they change instead of every few seconds.
- */
-export function nftMonitor(prefix: readonly string[] = []): RulesetWatcher {
-  return (onChange) => {
-    const full = [...prefix, 'nft', 'monitor', 'ruleset'];
-    const child = spawn(full[0]!, full.slice(1), { stdio: ['ignore', 'pipe', 'ignore'] });
-    const ended = new Promise<void>((resolve) => {
-      child.on('error', () => resolve());
-      child.on('close', () => resolve());
-    });
-    child.stdout.on('data', () => onChange());
-    return { ended, stop: () => child.kill() };
-  };
-}
-
 export interface WatchedChecksOptions {
   /** Milliseconds between checks when nothing reports changes (no watcher, or it died). */
   periodMs: number;
@@ -154,9 +136,8 @@ const WATCH_STEADY_MS = 60_000;
 /**
  * The loop that keeps rules repaired: `check(full)` every period, and at once when the watcher
  * reports a change (a full check then). While the watcher lives, the periodic checks are light
- * (`full` false) but for one every `fullEveryMs`. When it dies (`nft monitor` exits when a
- * transaction of 100,000 elements overflows its socket), what it missed is checked at once and
- * it is started again, after a backoff (1 s to 1 min) when it keeps dying; meanwhile every check
+ * (`full` false) but for one every `fullEveryMs`. When it ends (the kernel refused the
+ * subscription), what it missed is checked at once and it is started again, after a backoff (1 s to 1 min) when it keeps dying; meanwhile every check
  * is full. A failed check is logged and tried again next period. Returns when `signal` aborts.
  */
 export async function runWatchedChecks(
@@ -182,7 +163,7 @@ export async function runWatchedChecks(
       watch = undefined;
       if (Date.now() - started >= WATCH_STEADY_MS) backoff.reset();
       const again = backoff.next();
-      options.log.warn(`nft monitor ended; checking ${options.what} now and starting it again`, { afterMs: again });
+      options.log.warn(`the watch of the nftables ruleset ended; checking ${options.what} now and starting it again`, { afterMs: again });
       changed = true;
       wake?.();
       delay(again, signal).then(startWatch, () => {});

@@ -14,7 +14,7 @@
  *   {@link KeptTable.check} lists it again and, when they differ, puts back what differs alone
  *   (ruleset.ts, tableRepair), so the clients of ClientIP affinity's sets stay; the table is
  *   loaded whole when it is gone or the repair fails. The owner calls check from masq/runner.ts's
- *   runWatchedChecks, woken by `nft monitor`. A large table's listing costs seconds of nft's
+ *   runWatchedChecks, woken by nft/changes.ts. A large table's listing costs seconds of nft's
  *   CPU: with a duty cycle ({@link KeptTableOptions.listDutyCycle}) a listing waits until the
  *   ones before took at most that share of the time since, applies meanwhile being covered by one
  *   listing after the last. A check called before that listing stands waits for it; a listing

@@ -17,8 +17,8 @@
  *   drift. Each apply logs (debug) its render and nft times. Changes arriving during an apply are
  *   taken by the next one. The table goes when no policy selects a pod of the node; it stays when
  *   weftd stops (the data plane outlives the agent).
- * - Repair, as the masquerade rules (masq/manager.ts): `nft monitor` reports every change to the
- *   ruleset; the table is then listed and compared with the listing taken right after our own
+ * - Repair, as the masquerade rules (masq/manager.ts): the kernel reports every change to the
+ *   ruleset (nft/changes.ts); the table is then listed and compared with the listing taken right after our own
  *   apply (in the background, so the next change never waits for it), and loaded whole again
  *   when it differs. Every `resyncSeconds` the br_netfilter sysctls are read (and set back to 1
  *   with a warning), every 5 minutes the table is compared anyway.
@@ -37,8 +37,9 @@ import { WeftError } from '../errors.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
 import { BridgeNetfilter } from '../masq/bridge-netfilter.ts';
-import { execRunner, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
+import { execRunner, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
+import { nftChanges } from '../nft/changes.ts';
 import { KeptTable } from '../nft/kept-table.ts';
 import { requireReadBack } from '../nft/read-back.ts';
 import type { PolicyModel } from './model.ts';
@@ -62,7 +63,7 @@ export interface PolicyEnforcerOptions {
   log: Logger;
   /** Runs nft; default spawns it in this process's namespace. */
   runner?: Runner;
-  /** Reports ruleset changes; default `nft monitor` when `runner` is the default. */
+  /** Reports ruleset changes; default nft/changes.ts's for this namespace when `runner` is the default. */
   watch?: RulesetWatcher;
   /** Reads and sets the br_netfilter sysctls; default /proc/sys. */
   sysctl?: Sysctl;
@@ -211,7 +212,7 @@ export class PolicyEnforcer {
   }
 
   async #repairLoop(signal: AbortSignal): Promise<void> {
-    const watcher = this.#options.watch ?? (this.#options.runner ? undefined : nftMonitor());
+    const watcher = this.#options.watch ?? (this.#options.runner ? undefined : nftChanges());
     await runWatchedChecks({
       periodMs: (this.#options.resyncSeconds ?? 5) * 1000, fullEveryMs: FULL_CHECK_MS, what: 'the network policy rules', log: this.#log,
       ...(watcher ? { watcher } : {}),

@@ -12,8 +12,8 @@
  *   service.kubernetes.io/service-proxy-name or service.kubernetes.io/headless (model.ts).
  * - Apply and repair: nft/kept-table.ts, as network policy's table: one render per batch of
  *   changes, one `nft -f` transaction with what differs, the table listed after each apply and
- *   compared when `nft monitor` reports a change to the ruleset (every 5 minutes anyway), and
- *   what differs put back alone. Listings take at most a tenth of the time: at 10,000
+ *   compared when the kernel reports a change to the ruleset (nft/changes.ts; every 5 minutes
+ *   anyway), and what differs put back alone. Listings take at most a tenth of the time: at 10,000
  *   Services one costs nft a second of CPU, which must not follow every endpoint change. The
  *   clients recorded in the affinity sets are the kernel's, not drift: they are left out of the
  *   comparison, and a repair keeps them. The table stays when weftd stops.
@@ -45,8 +45,9 @@ import { Reflector } from '../k8s/reflector.ts';
 import type { KubeHttp } from '../lease/kube/http.ts';
 import type { Logger } from '../log.ts';
 import { BridgeNetfilter } from '../masq/bridge-netfilter.ts';
-import { execRunner, mustRun, NFT_LIST_TABLES, nftMonitor, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
+import { execRunner, mustRun, NFT_LIST_TABLES, procSysctl, requireNft, runWatchedChecks } from '../masq/runner.ts';
 import type { Runner, RulesetWatcher, Sysctl } from '../masq/runner.ts';
+import { nftChanges } from '../nft/changes.ts';
 import { KeptTable } from '../nft/kept-table.ts';
 import { requireReadBack } from '../nft/read-back.ts';
 import { NetlinkHandle } from '../netlink/index.ts';
@@ -80,7 +81,7 @@ export interface ServiceProxyOptions {
   serviceCIDRs?: readonly CIDR[];
   /** Runs nft; default spawns it in this process's namespace. */
   runner?: Runner;
-  /** Reports ruleset changes; default `nft monitor` when `runner` is the default. */
+  /** Reports ruleset changes; default nft/changes.ts's for this namespace when `runner` is the default. */
   watch?: RulesetWatcher;
   /** Reads and sets the br_netfilter sysctls; default /proc/sys. */
   sysctl?: Sysctl;
@@ -343,7 +344,7 @@ export class ServiceProxy {
   }
 
   async #repairLoop(signal: AbortSignal): Promise<void> {
-    const watcher = this.#options.watch ?? (this.#options.runner ? undefined : nftMonitor());
+    const watcher = this.#options.watch ?? (this.#options.runner ? undefined : nftChanges());
     await runWatchedChecks({
       periodMs: FULL_CHECK_MS, fullEveryMs: FULL_CHECK_MS, what: 'the service proxy rules', log: this.#log,
       ...(watcher ? { watcher } : {}),

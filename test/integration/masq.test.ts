@@ -19,7 +19,8 @@ import type { DriverName } from '../../src/masq/drivers.ts';
 import { TrafficRules } from '../../src/masq/manager.ts';
 import type { TrafficRulesOptions } from '../../src/masq/manager.ts';
 import type { TrafficNetworks } from '../../src/masq/rules.ts';
-import { execRunner, nftMonitor, runnerSysctl } from '../../src/masq/runner.ts';
+import { execRunner, runnerSysctl } from '../../src/masq/runner.ts';
+import { nftChanges } from '../../src/nft/changes.ts';
 import type { Runner } from '../../src/masq/runner.ts';
 import { sleep } from '../../src/retry.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
@@ -295,7 +296,7 @@ async function deleteNftRule(node: Netns): Promise<void> {
   await node.exec('nft', 'delete', 'rule', 'inet', 'weft', 'postrouting', 'handle', handle);
 }
 
-test('nftables watched by nft monitor: a change is restored at once, an idle node runs nothing, forwarding is still checked', { skip: needsRoot }, async () => {
+test('nftables watched through the kernel\'s change notices: a change is restored at once, an idle node runs nothing, forwarding is still checked', { skip: needsRoot }, async () => {
   await withNetns(['node'], async (node) => {
     const records = memoryLogger();
     const ac = new AbortController();
@@ -306,7 +307,7 @@ test('nftables watched by nft monitor: a change is restored at once, an idle nod
       commands.push(argv.join(' '));
       return inner(argv, stdin);
     };
-    const rules = manager(node!, 'nftables', { log: records, resyncSeconds: 1, runner, sysctl: runnerSysctl(inner), watch: nftMonitor(prefix) });
+    const rules = manager(node!, 'nftables', { log: records, resyncSeconds: 1, runner, sysctl: runnerSysctl(inner), watch: nftChanges(node!.path) });
     try {
       await rules.start(NETS, { signal: ac.signal });
       // The monitor's first change report is our own apply's; once that check is done, nothing runs.
@@ -347,7 +348,7 @@ test('nftables: a monitor that keeps dying is started again, and the rules are s
       // The first restart waits a backoff of under a second.
       const restored = () => records.records.some((r) => r.msg === 'traffic rules drifted; restored');
       for (let i = 0; i < 30 && (starts < 2 || !restored()); i++) await sleep(100);
-      assert.ok(records.records.some((r) => r.msg === 'nft monitor ended; checking the traffic rules now and starting it again'));
+      assert.ok(records.records.some((r) => r.msg === 'the watch of the nftables ruleset ended; checking the traffic rules now and starting it again'));
       assert.ok(records.records.some((r) => r.msg === 'traffic rules drifted; restored'), 'restored by the periodic check');
       assert.ok(starts >= 2, `the monitor started again (${starts} starts)`);
     } finally {

@@ -14,7 +14,8 @@ import { parseCIDR } from '../../src/ip/ip.ts';
 import { KubeHttp } from '../../src/lease/kube/http.ts';
 import { memoryLogger } from '../../src/log.ts';
 import { BRIDGE_NF_SYSCTLS } from '../../src/masq/bridge-netfilter.ts';
-import { execRunner, nftMonitor, runnerSysctl } from '../../src/masq/runner.ts';
+import { execRunner, runnerSysctl } from '../../src/masq/runner.ts';
+import { nftChanges } from '../../src/nft/changes.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../src/services/render.ts';
 import { tableScript, tableUpdate } from '../../src/nft/ruleset.ts';
 import { HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, ZONE_LABEL } from '../../src/services/model.ts';
@@ -107,7 +108,7 @@ test('the Service proxy translates every Service type and policy on a real kerne
       const inNode = ['ip', 'netns', 'exec', node.name];
       const log = memoryLogger();
       const proxy = new ServiceProxy({
-        http: new KubeHttp(kc), node: 'n1', log, runner: execRunner(inNode), watch: nftMonitor(inNode),
+        http: new KubeHttp(kc), node: 'n1', log, runner: execRunner(inNode), watch: nftChanges(node.path),
         sysctl: runnerSysctl(execRunner(inNode)),
         clusterCIDRs: [parseCIDR('10.244.0.0/16', 'test'), parseCIDR('fd00:244::/32', 'test')],
         serviceCIDRs: [parseCIDR(SERVICE_CIDR, 'test')],

@@ -11,7 +11,8 @@ import type { V1EndpointSlice } from '@kubernetes/client-node';
 import { parseCIDR } from '../../src/ip/ip.ts';
 import { KubeHttp } from '../../src/lease/kube/http.ts';
 import { memoryLogger } from '../../src/log.ts';
-import { execRunner, nftMonitor, runnerSysctl } from '../../src/masq/runner.ts';
+import { execRunner, runnerSysctl } from '../../src/masq/runner.ts';
+import { nftChanges } from '../../src/nft/changes.ts';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
 import { ServiceProxy } from '../../src/services/proxy.ts';
 import { KubeControlPlane, SERVICE_CIDR } from './control-plane.ts';
@@ -119,7 +120,7 @@ export async function udpStaleRun(): Promise<UdpStaleResult> {
       const inNode = ['ip', 'netns', 'exec', node.name];
       const log = memoryLogger();
       const proxy = new ServiceProxy({
-        http: new KubeHttp(kc), node: 'n1', log, runner: execRunner(inNode), watch: nftMonitor(inNode),
+        http: new KubeHttp(kc), node: 'n1', log, runner: execRunner(inNode), watch: nftChanges(node.path),
         sysctl: runnerSysctl(execRunner(inNode)), conntrack: handle,
         clusterCIDRs: [parseCIDR('10.244.0.0/16', 'test')], serviceCIDRs: [parseCIDR(SERVICE_CIDR, 'test')],
       });

@@ -57,7 +57,7 @@ test('a ruleset watch that dies is checked for at once and started again, its ch
   watches[0]!.end();
   await settle();
   assert.deepEqual(checks, [true, true], 'what the dead watch may have missed is checked at once');
-  assert.match(warned[0]!, /nft monitor ended; checking the rules now and starting it again/);
+  assert.match(warned[0]!, /the watch of the nftables ruleset ended; checking the rules now and starting it again/);
   assert.equal(watches.length, 2, 'a second watch is started');
   watches[1]!.onChange();
   await settle();

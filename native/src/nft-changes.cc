@@ -1,0 +1,85 @@
+#include "nft-changes.h"
+#include "worker.h"
+
+#include <arpa/inet.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <netlink/attr.h>
+#include <netlink/msg.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <memory>
+
+namespace weft {
+
+namespace {
+
+constexpr size_t kBufSize = 64 * 1024;
+// Bound the work per wakeup so a flood cannot starve the event loop; libuv polls again.
+constexpr int kMaxDatagramsPerWakeup = 1024;
+
+std::optional<NftGeneration> parseGeneration(struct nlmsghdr* hdr) {
+  struct nlattr* tb[NFTA_GEN_MAX + 1] = {};
+  if (nlmsg_parse(hdr, sizeof(struct nfgenmsg), tb, NFTA_GEN_MAX, nullptr) < 0) return std::nullopt;
+  NftGeneration gen;
+  if (tb[NFTA_GEN_ID]) gen.id = ntohl(nla_get_u32(tb[NFTA_GEN_ID]));
+  if (tb[NFTA_GEN_PROC_PID]) gen.pid = ntohl(nla_get_u32(tb[NFTA_GEN_PROC_PID]));
+  if (tb[NFTA_GEN_PROC_NAME]) gen.process = nla_get_string(tb[NFTA_GEN_PROC_NAME]);
+  return gen;
+}
+
+}  // namespace
+
+Failure nftChangesOpen(int rcvbuf, struct nl_sock** out) {
+  std::unique_ptr<struct nl_sock, void (*)(struct nl_sock*)> sk(nl_socket_alloc(), nl_socket_free);
+  if (!sk) return {ENOMEM, "cannot allocate a netfilter socket"};
+  nl_socket_disable_seq_check(sk.get());
+  int rc = nl_connect(sk.get(), NETLINK_NETFILTER);
+  if (rc < 0) return {errnoFromNl(rc), std::string("connect to nfnetlink: ") + nl_geterror(rc)};
+  rc = nl_socket_add_membership(sk.get(), NFNLGRP_NFTABLES);
+  if (rc < 0) return {errnoFromNl(rc), std::string("join the nftables notification group: ") + nl_geterror(rc)};
+  if (rcvbuf > 0) {
+    // SO_RCVBUFFORCE ignores rmem_max (we are root); fall back to the capped variant.
+    int fd = nl_socket_get_fd(sk.get());
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf) < 0)
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  }
+  nl_socket_set_nonblocking(sk.get());
+  *out = sk.release();
+  return {};
+}
+
+NftChangesReader::NftChangesReader(Napi::Env env, struct nl_sock* sk, Napi::Function callback)
+    : PolledSocket(env, sk, callback) {}
+
+void NftChangesReader::drain() {
+  static thread_local std::vector<unsigned char> buf(kBufSize);
+  std::vector<NftGeneration> batch;
+  bool lost = false;
+  receive(
+      buf, kMaxDatagramsPerWakeup,
+      [&](struct nlmsghdr* hdr) {
+        if (NFNL_SUBSYS_ID(hdr->nlmsg_type) != NFNL_SUBSYS_NFTABLES || NFNL_MSG_TYPE(hdr->nlmsg_type) != NFT_MSG_NEWGEN) return;
+        if (std::optional<NftGeneration> gen = parseGeneration(hdr)) batch.push_back(std::move(*gen));
+      },
+      [&]() { lost = true; });
+  if ((batch.empty() && !lost) || closed_) return;
+  Napi::HandleScope scope(env_);
+  Napi::Array arr = Napi::Array::New(env_, batch.size() + (lost ? 1 : 0));
+  for (size_t i = 0; i < batch.size(); i++) {
+    Napi::Object o = Napi::Object::New(env_);
+    o.Set("generation", batch[i].id);
+    o.Set("pid", batch[i].pid);
+    o.Set("process", batch[i].process);
+    arr.Set(static_cast<uint32_t>(i), o);
+  }
+  if (lost) {
+    Napi::Object o = Napi::Object::New(env_);
+    o.Set("lost", true);
+    arr.Set(static_cast<uint32_t>(batch.size()), o);
+  }
+  callback_.MakeCallback(env_.Global(), {arr});
+}
+
+}  // namespace weft

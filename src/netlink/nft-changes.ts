@@ -1,0 +1,43 @@
+/**
+ * Changes to the nftables ruleset in {@link NetlinkHandle.nftChanges}: each transaction committed
+ * in the handle's namespace, by any program (nft, iptables-nft, firewalld), as the kernel announces
+ * it at the end of the transaction (NFT_MSG_NEWGEN), and the subscription that delivers them.
+ */
+import type { RawHandle, RawNftChange } from './native.ts';
+import { rejected } from './operation.ts';
+
+/** One committed transaction: the ruleset's generation after it and the process that committed it. */
+export interface NftCommit {
+  generation: number;
+  pid: number;
+  /** The committing process's name (its comm, as `ps` shows it). */
+  process: string;
+}
+
+/** A running subscription; see {@link NetlinkHandle.nftChanges}. */
+export interface NftChanges {
+  /** Stops reading; idempotent. */
+  stop(): void;
+}
+
+/** Joins `raw` to the nftables notification group and hands `listener` each batch; see {@link NetlinkHandle.nftChanges}. */
+export async function followNftChanges(
+  raw: RawHandle,
+  listener: (commits: NftCommit[], lost: boolean) => void,
+  rcvbuf?: number,
+): Promise<NftChanges> {
+  try {
+    await raw.nftChanges((batch: RawNftChange[]) => {
+      const commits: NftCommit[] = [];
+      let lost = false;
+      for (const c of batch) {
+        if ('lost' in c) lost = true;
+        else commits.push(c);
+      }
+      listener(commits, lost);
+    }, rcvbuf);
+  } catch (e) {
+    throw rejected('join', 'the nftables notification group', e);
+  }
+  return { stop: () => raw.unnftChanges() };
+}

@@ -1,0 +1,96 @@
+/**
+ * The kernel's notices of nftables transactions on a real kernel: NetlinkHandle.nftChanges reports
+ * each commit in its namespace with the committing process, and none of another namespace; a load
+ * of 100,000 set elements is reported in a handful of batches (its per-element notices skipped or
+ * dropped unread); nft/changes.ts shares one subscription between the watchers of a namespace.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { test } from 'node:test';
+import { NetlinkHandle } from '../../src/netlink/index.ts';
+import type { NftCommit } from '../../src/netlink/index.ts';
+import { nftChanges } from '../../src/nft/changes.ts';
+import { needsRoot, withNetns } from '../support/netns.ts';
+import type { Netns } from '../support/netns.ts';
+import { until } from '../support/until.ts';
+
+/** Runs `nft -f -` in `ns` with `script` on its standard input; resolves with its PID once it succeeded. */
+async function nftScript(ns: Netns, script: string): Promise<number> {
+  const child = spawn('ip', ['netns', 'exec', ns.name, 'nft', '-f', '-'], { stdio: ['pipe', 'ignore', 'inherit'] });
+  child.stdin.end(script);
+  const [code] = await once(child, 'exit');
+  assert.equal(code, 0, `nft -f failed on:\n${script.slice(0, 500)}`);
+  return child.pid!;
+}
+
+test('nftChanges: each commit in the namespace with its process, none of another namespace', { skip: needsRoot }, async () => {
+  await withNetns(['watched', 'other'], async (watched, other) => {
+    const handle = NetlinkHandle.open(watched.path);
+    const commits: NftCommit[] = [];
+    const changes = await handle.nftChanges((c) => commits.push(...c));
+    try {
+      await nftScript(other, 'add table inet elsewhere\n');
+      const first = await nftScript(watched, 'add table inet t\n');
+      const second = await nftScript(watched, 'add chain inet t c\n');
+      await until('both commits', () => commits.length >= 2, 10_000, () => JSON.stringify(commits));
+      assert.deepEqual(commits.map((c) => [c.pid, c.process]), [[first, 'nft'], [second, 'nft']], 'the other namespace\'s commit is not reported');
+      assert.equal(commits[1]!.generation, commits[0]!.generation + 1);
+    } finally {
+      changes.stop();
+      handle.close();
+    }
+  });
+});
+
+test('nftChanges: a transaction of 100,000 set elements is reported in a few batches', { skip: needsRoot }, async () => {
+  await withNetns(['big'], async (ns) => {
+    const handle = NetlinkHandle.open(ns.path);
+    const batches: { commits: NftCommit[]; lost: boolean }[] = [];
+    const changes = await handle.nftChanges((commits, lost) => batches.push({ commits, lost }));
+    try {
+      const elements = Array.from({ length: 100_000 }, (_, i) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255} . ${1 + (i % 60000)}`);
+      const pid = await nftScript(ns, `table inet big {\n\tset s {\n\t\ttype ipv4_addr . inet_service\n\t\telements = { ${elements.join(', ')} }\n\t}\n}\n`);
+      const reported = () => batches.some((b) => b.lost || b.commits.some((c) => c.pid === pid));
+      await until('the load reported', reported, 30_000, () => JSON.stringify(batches.slice(-5)));
+      assert.ok(batches.length < 100, `${batches.length} batches for one transaction`);
+    } finally {
+      changes.stop();
+      handle.close();
+    }
+  });
+});
+
+test('nft/changes: every watcher of a namespace is told, a stopped one no more; a watcher after the last stopped is told again', { skip: needsRoot }, async () => {
+  await withNetns(['shared'], async (ns) => {
+    const watch = nftChanges(ns.path);
+    // A transaction changing nothing (a table added again) commits nothing, and nothing is reported.
+    let tables = 0;
+    const change = () => nftScript(ns, `add table inet t${++tables}\n`);
+    const counts = [0, 0, 0];
+    const a = watch(() => counts[0]!++);
+    const b = nftChanges(ns.path)(() => counts[1]!++);
+    // The subscription is made on the handle's worker: a change reported proves it is in place.
+    await until('the subscription in place', async () => {
+      await change();
+      return counts[0]! > 0 && counts[1]! > 0;
+    }, 10_000);
+    a.stop();
+    await a.ended;
+    const [before0, before1] = [counts[0]!, counts[1]!];
+    await change();
+    await until('the live watcher told', () => counts[1]! > before1, 10_000);
+    assert.equal(counts[0], before0, 'a stopped watcher is not told');
+    b.stop();
+    await b.ended;
+    const c = watch(() => counts[2]!++);
+    try {
+      await until('a new subscription after the last one ended', async () => {
+        await change();
+        return counts[2]! > 0;
+      }, 10_000);
+    } finally {
+      c.stop();
+    }
+  });
+});
