@@ -14,7 +14,7 @@
  *   is this machine's) to the line's `ts`, by nearest rank.
  * - deny_flood_cpu_pct: 1,000 denied TCP connections a second from the client for FLOOD_SECONDS;
  *   node-1's weftd's CPU time over that time (its process, the nft processes it ran and waited
- *   for, and its live children, `nft monitor`), in % of one core. Beside it, the same measured
+ *   for, and any live children), in % of one core. Beside it, the same measured
  *   while nothing arrives, and the lines the flood gave (the kernel lets LOG_RATE a second through
  *   per pod).
  * - trace_agree_pct: then, on the same cluster, trace against real connections for every case of
