@@ -1,4 +1,4 @@
-// Node-API glue for nftChanges and unnftChanges: the socket joined to the nftables notification
+// Node-API glue for nftChanges, unnftChanges and nftChangesListen: the socket joined to the nftables notification
 // group on the worker (inside the namespace), then handed to an NftChangesReader that polls it on
 // the JS thread (nft-changes.cc).
 #include "handle.h"
@@ -54,6 +54,15 @@ Napi::Value Handle::NftChangesStop(const Napi::CallbackInfo& info) {
   }
   nftChangesCallback_.Reset();
   return info.Env().Undefined();
+}
+
+Napi::Value Handle::NftChangesListen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsBoolean()) {
+    Napi::TypeError::New(env, "nftChangesListen(on): a boolean").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  return Napi::Boolean::New(env, nftChanges_ != nullptr && nftChanges_->listen(info[0].As<Napi::Boolean>().Value()));
 }
 
 void Handle::adoptNftChanges(Napi::Env env, NftChangesJob* job) {

@@ -35,6 +35,7 @@ Napi::Function Handle::Define(Napi::Env env) {
                          InstanceMethod<&Handle::NflogStop>("unnflog"),
                          InstanceMethod<&Handle::NftChangesStart>("nftChanges"),
                          InstanceMethod<&Handle::NftChangesStop>("unnftChanges"),
+                         InstanceMethod<&Handle::NftChangesListen>("nftChangesListen"),
                          InstanceMethod<&Handle::Close>("close"),
                      });
 }

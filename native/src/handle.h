@@ -62,6 +62,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
   // handle-nft-changes.cc
   Napi::Value NftChangesStart(const Napi::CallbackInfo& info);
   Napi::Value NftChangesStop(const Napi::CallbackInfo& info);
+  Napi::Value NftChangesListen(const Napi::CallbackInfo& info);
   // handle.cc
   Napi::Value Close(const Napi::CallbackInfo& info);
 

@@ -53,6 +53,11 @@ Failure nftChangesOpen(int rcvbuf, struct nl_sock** out) {
 NftChangesReader::NftChangesReader(Napi::Env env, struct nl_sock* sk, Napi::Function callback)
     : PolledSocket(env, sk, callback) {}
 
+bool NftChangesReader::listen(bool on) {
+  int rc = on ? nl_socket_add_membership(sk_, NFNLGRP_NFTABLES) : nl_socket_drop_membership(sk_, NFNLGRP_NFTABLES);
+  return rc == 0;
+}
+
 void NftChangesReader::drain() {
   static thread_local std::vector<unsigned char> buf(kBufSize);
   std::vector<NftGeneration> batch;

@@ -24,6 +24,9 @@ class NftChangesReader : public PolledSocket {
   // Takes ownership of `sk` and starts polling; `callback` receives arrays of generations, and
   // `{lost: true}` where the kernel dropped notifications because the socket was full.
   NftChangesReader(Napi::Env env, struct nl_sock* sk, Napi::Function callback);
+  // Leaves (false) or joins again (true) the notification group: while out of it, no notice is
+  // queued for this socket, and with no other listener the kernel builds none.
+  bool listen(bool on);
 
  private:
   ~NftChangesReader() override = default;

@@ -110,8 +110,11 @@ export interface RulesetWatch {
   stop(): void;
 }
 
-/** Calls `onChange` whenever something changes the ruleset (any table, any program). */
-export type RulesetWatcher = (onChange: () => void) => RulesetWatch;
+/**
+ * Calls `onChange` whenever something changes the ruleset (any table, any program); with `quiet`,
+ * but for the changes its owner makes through it (nft/changes.ts).
+ */
+export type RulesetWatcher = ((onChange: () => void) => RulesetWatch) & { quiet?<T>(work: () => Promise<T>): Promise<T> };
 
 export interface WatchedChecksOptions {
   /** Milliseconds between checks when nothing reports changes (no watcher, or it died). */

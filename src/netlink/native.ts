@@ -183,6 +183,7 @@ export interface RawHandle {
   unnflog(): void;
   nftChanges(callback: (changes: RawNftChange[]) => void, rcvbuf?: number): Promise<void>;
   unnftChanges(): void;
+  nftChangesListen(on: boolean): boolean;
   close(): void;
 }
 

@@ -18,6 +18,12 @@ export interface NftCommit {
 export interface NftChanges {
   /** Stops reading; idempotent. */
   stop(): void;
+  /**
+   * Leaves (false) or joins again (true) the kernel's notification group: meanwhile nothing is
+   * reported, and with no other listener in the namespace the kernel builds no notice. False when
+   * the kernel refused.
+   */
+  listen(on: boolean): boolean;
 }
 
 /** Joins `raw` to the nftables notification group and hands `listener` each batch; see {@link NetlinkHandle.nftChanges}. */
@@ -39,5 +45,5 @@ export async function followNftChanges(
   } catch (e) {
     throw rejected('join', 'the nftables notification group', e);
   }
-  return { stop: () => raw.unnftChanges() };
+  return { stop: () => raw.unnftChanges(), listen: (on) => raw.nftChangesListen(on) };
 }

@@ -14,26 +14,42 @@ import { NetlinkHandle } from '../netlink/index.ts';
 import type { NftChanges } from '../netlink/index.ts';
 import type { RulesetWatch, RulesetWatcher } from '../masq/runner.ts';
 
+/** A keeper's watcher: told of each change, and able to make its own without being told of it. */
+export type NftChangesWatcher = RulesetWatcher & {
+  /**
+   * Runs `work` (the keeper's own `nft -f`) with the namespace's notices muted: the keeper is not
+   * woken by its own transaction, and with no other listener the kernel builds no notice (100,000
+   * for a large table). The other keepers are told of a change afterwards: one of theirs may have
+   * come meanwhile.
+   */
+  quiet<T>(work: () => Promise<T>): Promise<T>;
+};
+
 interface Subscriber {
+  keeper: object;
   onChange: () => void;
   end: () => void;
 }
 
-/** One namespace's subscription, opened for the first watcher and closed after the last. */
+/** One namespace's subscription, opened for the first watch and closed after the last. */
 class SharedChanges {
   readonly #netnsPath: string;
   readonly #subscribers = new Set<Subscriber>();
   #handle: NetlinkHandle | undefined;
   #changes: Promise<NftChanges> | undefined;
+  /** The subscription once the kernel joined it to the group. */
+  #joined: NftChanges | undefined;
+  /** quiet() calls under way: the group is left while any runs. */
+  #mutes = 0;
 
   constructor(netnsPath: string) {
     this.#netnsPath = netnsPath;
   }
 
-  watch(onChange: () => void): RulesetWatch {
+  watch(keeper: object, onChange: () => void): RulesetWatch {
     let end!: () => void;
     const ended = new Promise<void>((resolve) => (end = resolve));
-    const subscriber = { onChange, end };
+    const subscriber = { keeper, onChange, end };
     this.#subscribers.add(subscriber);
     if (!this.#handle) this.#open();
     return {
@@ -44,6 +60,19 @@ class SharedChanges {
         if (this.#subscribers.size === 0) this.#close();
       },
     };
+  }
+
+  async quiet<T>(keeper: object, work: () => Promise<T>): Promise<T> {
+    const joined = this.#joined;
+    if (!joined) return work();
+    if (this.#mutes++ === 0) joined.listen(false);
+    try {
+      return await work();
+    } finally {
+      // Joined again only while the same subscription lives; one the kernel will not join again ends.
+      if (this.#joined === joined && --this.#mutes === 0 && !joined.listen(true)) this.#fail();
+      for (const s of this.#subscribers) if (s.keeper !== keeper) s.onChange();
+    }
   }
 
   #open(): void {
@@ -57,8 +86,10 @@ class SharedChanges {
       for (const s of this.#subscribers) s.onChange();
     });
     this.#changes = changes;
-    // The subscription failed: every watcher's watch ends, and each starts again after its backoff.
-    changes.catch(() => {
+    // The subscription failed: every watch ends, and each keeper starts again after its backoff.
+    changes.then((joined) => {
+      if (this.#changes === changes) this.#joined = joined;
+    }, () => {
       if (this.#changes === changes) this.#fail();
     });
   }
@@ -75,22 +106,28 @@ class SharedChanges {
     this.#handle?.close();
     this.#handle = undefined;
     this.#changes = undefined;
+    this.#joined = undefined;
+    this.#mutes = 0;
   }
 }
 
 const shared = new Map<string, SharedChanges>();
 
 /**
- * Reports every change to the nftables ruleset of the namespace at `netnsPath` (default: this
- * process's), any program's, Weft's own included; the watch ends only when stopped or when the
- * kernel refuses the subscription.
+ * A keeper's watcher of the nftables ruleset of the namespace at `netnsPath` (default: this
+ * process's): every change, any program's, is reported but the keeper's own made through
+ * {@link NftChangesWatcher.quiet}; a watch ends only when stopped or when the kernel refuses the
+ * subscription. Each keeper calls this once; the keepers of a namespace share one subscription.
  */
-export function nftChanges(netnsPath = ''): RulesetWatcher {
+export function nftChanges(netnsPath = ''): NftChangesWatcher {
   let changes = shared.get(netnsPath);
   if (!changes) {
     changes = new SharedChanges(netnsPath);
     shared.set(netnsPath, changes);
   }
-  const watcher = changes;
-  return (onChange) => watcher.watch(onChange);
+  const namespace = changes;
+  const keeper = {};
+  return Object.assign((onChange: () => void) => namespace.watch(keeper, onChange), {
+    quiet: <T>(work: () => Promise<T>) => namespace.quiet(keeper, work),
+  });
 }

@@ -45,6 +45,11 @@ export interface KeptTableOptions {
   render: () => NftRuleset | undefined;
   /** Whether the inputs are complete (the first apply waits for them). */
   ready: () => boolean;
+  /**
+   * Runs the table's own transactions (`nft -f`) so that the owner's watch of the ruleset is not
+   * woken by them (nft/changes.ts' quiet); default: as they are.
+   */
+  quiet?: <T>(work: () => Promise<T>) => Promise<T>;
   /** How long a chain left unused stays, flushed, before its deletion; default kube-proxy's 1 s. */
   staleChainMs?: number;
   /**
@@ -108,6 +113,10 @@ export class KeptTable {
   constructor(options: KeptTableOptions) {
     this.#options = options;
     this.#synced.promise.catch(() => {});
+  }
+
+  #quiet<T>(work: () => Promise<T>): Promise<T> {
+    return this.#options.quiet ? this.#options.quiet(work) : work();
   }
 
   /** Resolves once the first rules are applied; rejects with {@link fail}'s error. */
@@ -303,7 +312,7 @@ export class KeptTable {
     const before = this.#applied;
     this.#applies++;
     const rendered = performance.now();
-    await mustRun(run, `apply nftables table ${table}`, ['nft', '-f', '-'], script);
+    await this.#quiet(() => mustRun(run, `apply nftables table ${table}`, ['nft', '-f', '-'], script));
     const nftMs = performance.now() - rendered;
     if (update === undefined) {
       this.#staleChains.clear();
@@ -372,7 +381,7 @@ export class KeptTable {
     if (due.length === 0) return false;
     for (const name of due) this.#staleChains.delete(name);
     this.#applies++;
-    const r = await this.#options.run(['nft', '-f', '-'], staleChainsDeletion(this.#options.table, due));
+    const r = await this.#quiet(() => this.#options.run(['nft', '-f', '-'], staleChainsDeletion(this.#options.table, due)));
     if (r.code !== 0) {
       this.#options.log.error(`${this.#options.what}: failed to delete chains no rule uses any more; they stay, empty`, {
         chains: due.slice(0, 10), count: due.length, err: r.stderr.trim(),

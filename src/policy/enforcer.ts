@@ -91,6 +91,8 @@ export class PolicyEnforcer {
   readonly #renderer = new PolicyRenderer();
   /** The table, applied by difference and repaired. */
   readonly #table: KeptTable;
+  /** Reports changes to the ruleset other than the table's own (undefined: none, every check is full). */
+  readonly #watcher: RulesetWatcher | undefined;
   readonly #stop = new AbortController();
   #tasks: Promise<unknown>[] = [];
   /** The model of the last render: verdict logs name its pods and policies. */
@@ -115,8 +117,10 @@ export class PolicyEnforcer {
       ...(options.podWaitMs !== undefined ? { podWaitMs: options.podWaitMs } : {}),
       ...(options.watchSilenceMs ? { watchSilenceMs: options.watchSilenceMs } : {}),
     });
+    this.#watcher = options.watch ?? (options.runner ? undefined : nftChanges());
     this.#table = new KeptTable({
       table: `inet ${NFT_POLICY_TABLE}`, what: 'network policy', log: this.#log, run: this.#run,
+      ...(this.#watcher?.quiet ? { quiet: this.#watcher.quiet } : {}),
       render: () => this.#renderer.render((this.#rendered = this.#inputs.model()), this.#options.node),
       ready: () => this.#inputs.complete,
       applied: (before, now, { whole }) => {
@@ -212,7 +216,7 @@ export class PolicyEnforcer {
   }
 
   async #repairLoop(signal: AbortSignal): Promise<void> {
-    const watcher = this.#options.watch ?? (this.#options.runner ? undefined : nftChanges());
+    const watcher = this.#watcher;
     await runWatchedChecks({
       periodMs: (this.#options.resyncSeconds ?? 5) * 1000, fullEveryMs: FULL_CHECK_MS, what: 'the network policy rules', log: this.#log,
       ...(watcher ? { watcher } : {}),

@@ -135,6 +135,8 @@ export class ServiceProxy {
   readonly #warnings: ObjectWarnings;
   readonly #renderer = new ServiceRenderer();
   readonly #table: KeptTable;
+  /** Reports changes to the ruleset other than the table's own (undefined: none, every check is full). */
+  readonly #watcher: RulesetWatcher | undefined;
   readonly #healthServers = new Map<number, { server: Server; check: HealthCheck }>();
   readonly #stop = new AbortController();
   #tasks: Promise<unknown>[] = [];
@@ -161,8 +163,10 @@ export class ServiceProxy {
       sysctl: options.sysctl ?? procSysctl, run: this.#run, log: this.#log, what: 'service proxy',
       without: 'replies from an endpoint to a client pod of the same node would bypass conntrack and be dropped',
     });
+    this.#watcher = options.watch ?? (options.runner ? undefined : nftChanges());
     this.#table = new KeptTable({
       table: `inet ${NFT_SERVICES_TABLE}`, what: 'service proxy', log: this.#log, run: this.#run,
+      ...(this.#watcher?.quiet ? { quiet: this.#watcher.quiet } : {}),
       render: () => this.#render(),
       ready: () => this.#hostChecked && this.#listed.size === 3,
       listDutyCycle: LIST_DUTY_CYCLE,
@@ -344,7 +348,7 @@ export class ServiceProxy {
   }
 
   async #repairLoop(signal: AbortSignal): Promise<void> {
-    const watcher = this.#options.watch ?? (this.#options.runner ? undefined : nftChanges());
+    const watcher = this.#watcher;
     await runWatchedChecks({
       periodMs: FULL_CHECK_MS, fullEveryMs: FULL_CHECK_MS, what: 'the service proxy rules', log: this.#log,
       ...(watcher ? { watcher } : {}),

@@ -94,3 +94,37 @@ test('nft/changes: every watcher of a namespace is told, a stopped one no more; 
     }
   });
 });
+
+test('nft/changes: a keeper\'s own change made through quiet() wakes the other keepers, not itself; it hears others\' after', {
+  skip: needsRoot,
+}, async () => {
+  await withNetns(['quiet'], async (ns) => {
+    let tables = 0;
+    const change = () => nftScript(ns, `add table inet t${++tables}\n`);
+    const [own, other] = [nftChanges(ns.path), nftChanges(ns.path)];
+    const counts = { own: 0, other: 0 };
+    const watches = [own(() => counts.own++), other(() => counts.other++)];
+    try {
+      await until('the subscription in place', async () => {
+        await change();
+        return counts.own > 0 && counts.other > 0;
+      }, 10_000);
+      // A commit's notice left in the socket would be read after the quiet change: let it arrive first.
+      const settled = { ...counts };
+      await change();
+      await until('the last commit heard', () => counts.own > settled.own && counts.other > settled.other, 10_000);
+      const before = { ...counts };
+      await own.quiet(async () => {
+        await change();
+        // A foreign commit meanwhile is not reported either: the other keeper is told once the work ends.
+        await change();
+      });
+      assert.equal(counts.other, before.other + 1, 'the other keeper is told of a change once');
+      await change();
+      await until('the owner hears a change it did not make', () => counts.own > before.own, 10_000);
+      assert.equal(counts.own, before.own + 1, 'nothing of the quiet work reached the owner');
+    } finally {
+      for (const w of watches) w.stop();
+    }
+  });
+});
