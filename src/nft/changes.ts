@@ -39,7 +39,7 @@ class SharedChanges {
   #changes: Promise<NftChanges> | undefined;
   /** The subscription once the kernel joined it to the group. */
   #joined: NftChanges | undefined;
-  /** quiet() calls under way: the group is left while any runs. */
+  /** quiet() calls under way: the group is left while any runs, by every subscription. */
   #mutes = 0;
 
   constructor(netnsPath: string) {
@@ -62,15 +62,18 @@ class SharedChanges {
     };
   }
 
+  /**
+   * A subscription joined while quiet() runs (weftd's first keeper subscribing during the Service
+   * proxy's first load) leaves the group at once: it would otherwise have the kernel build a
+   * notice for every element of the rest of the load.
+   */
   async quiet<T>(keeper: object, work: () => Promise<T>): Promise<T> {
-    const joined = this.#joined;
-    if (!joined) return work();
-    if (this.#mutes++ === 0) joined.listen(false);
+    if (this.#mutes++ === 0) this.#joined?.listen(false);
     try {
       return await work();
     } finally {
-      // Joined again only while the same subscription lives; one the kernel will not join again ends.
-      if (this.#joined === joined && --this.#mutes === 0 && !joined.listen(true)) this.#fail();
+      // A subscription the kernel will not join again ends (the keepers start another).
+      if (--this.#mutes === 0 && this.#joined && !this.#joined.listen(true)) this.#fail();
       for (const s of this.#subscribers) if (s.keeper !== keeper) s.onChange();
     }
   }
@@ -88,7 +91,9 @@ class SharedChanges {
     this.#changes = changes;
     // The subscription failed: every watch ends, and each keeper starts again after its backoff.
     changes.then((joined) => {
-      if (this.#changes === changes) this.#joined = joined;
+      if (this.#changes !== changes) return;
+      this.#joined = joined;
+      if (this.#mutes > 0) joined.listen(false);
     }, () => {
       if (this.#changes === changes) this.#fail();
     });
@@ -107,7 +112,6 @@ class SharedChanges {
     this.#handle = undefined;
     this.#changes = undefined;
     this.#joined = undefined;
-    this.#mutes = 0;
   }
 }
 

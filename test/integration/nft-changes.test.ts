@@ -34,7 +34,8 @@ test('nftChanges: each commit in the namespace with its process, none of another
       const first = await nftScript(watched, 'add table inet t\n');
       const second = await nftScript(watched, 'add chain inet t c\n');
       await until('both commits', () => commits.length >= 2, 10_000, () => JSON.stringify(commits));
-      assert.deepEqual(commits.map((c) => [c.pid, c.process]), [[first, 'nft'], [second, 'nft']], 'the other namespace\'s commit is not reported');
+      assert.deepEqual(commits.map((c) => [c.pid, c.process]), [[first, 'nft'], [second, 'nft']],
+        'the other namespace\'s commit is not reported');
       assert.equal(commits[1]!.generation, commits[0]!.generation + 1);
     } finally {
       changes.stop();
@@ -50,7 +51,8 @@ test('nftChanges: a transaction of 100,000 set elements is reported in a few bat
     const changes = await handle.nftChanges((commits, lost) => batches.push({ commits, lost }));
     try {
       const elements = Array.from({ length: 100_000 }, (_, i) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255} . ${1 + (i % 60000)}`);
-      const pid = await nftScript(ns, `table inet big {\n\tset s {\n\t\ttype ipv4_addr . inet_service\n\t\telements = { ${elements.join(', ')} }\n\t}\n}\n`);
+      const set = `set s {\n\t\ttype ipv4_addr . inet_service\n\t\telements = { ${elements.join(', ')} }\n\t}`;
+      const pid = await nftScript(ns, `table inet big {\n\t${set}\n}\n`);
       const reported = () => batches.some((b) => b.lost || b.commits.some((c) => c.pid === pid));
       await until('the load reported', reported, 30_000, () => JSON.stringify(batches.slice(-5)));
       assert.ok(batches.length < 100, `${batches.length} batches for one transaction`);
@@ -61,7 +63,9 @@ test('nftChanges: a transaction of 100,000 set elements is reported in a few bat
   });
 });
 
-test('nft/changes: every watcher of a namespace is told, a stopped one no more; a watcher after the last stopped is told again', { skip: needsRoot }, async () => {
+test('nft/changes: every watcher of a namespace is told, a stopped one no more; a watcher after the last stopped is told again', {
+  skip: needsRoot,
+}, async () => {
   await withNetns(['shared'], async (ns) => {
     const watch = nftChanges(ns.path);
     // A transaction changing nothing (a table added again) commits nothing, and nothing is reported.
