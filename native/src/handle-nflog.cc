@@ -68,7 +68,10 @@ Napi::Value Handle::NflogStop(const Napi::CallbackInfo& info) {
 void Handle::adoptNflog(Napi::Env env, NflogJob* job) {
   if (job != nflogJob_) return;
   nflogJob_ = nullptr;
-  if (job->failure || nflogCallback_.IsEmpty() || !worker_) return;
+  if (job->failure || nflogCallback_.IsEmpty() || !worker_) {
+    nflogCallback_.Reset();
+    return;
+  }
   nflog_ = new NflogReader(env, job->sk, job->group, nflogCallback_.Value());
   job->sk = nullptr;
   nflogCallback_.Reset();

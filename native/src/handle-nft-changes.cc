@@ -12,12 +12,13 @@ namespace weft {
 struct NftChangesJob : Job {
   Handle* handle;
   int rcvbuf = 0;
+  bool join = true;
   struct nl_sock* sk = nullptr;
   NftChangesJob(Napi::Env env, Handle* h) : Job(env), handle(h) {}
   ~NftChangesJob() override {
     if (sk) nl_socket_free(sk);
   }
-  void run(Worker&) override { failure = nftChangesOpen(rcvbuf, &sk); }
+  void run(Worker&) override { failure = nftChangesOpen(rcvbuf, join, &sk); }
   Napi::Value result(Napi::Env env) override { return env.Undefined(); }
   // Hands the socket to the handle first.
   void complete(Napi::Env env) override {
@@ -33,13 +34,17 @@ Napi::Value Handle::NftChangesStart(const Napi::CallbackInfo& info) {
     Napi::Error::New(env, "this handle already follows the nftables changes").ThrowAsJavaScriptException();
     return env.Undefined();
   }
-  if (info.Length() < 1 || !info[0].IsFunction() || (info.Length() > 1 && !info[1].IsNumber() && !info[1].IsUndefined())) {
-    Napi::TypeError::New(env, "nftChanges(callback, rcvbuf?): a function and a number").ThrowAsJavaScriptException();
+  auto optional = [&](size_t i, bool (Napi::Value::*is)() const) {
+    return info.Length() <= i || info[i].IsUndefined() || (info[i].*is)();
+  };
+  if (info.Length() < 1 || !info[0].IsFunction() || !optional(1, &Napi::Value::IsNumber) || !optional(2, &Napi::Value::IsBoolean)) {
+    Napi::TypeError::New(env, "nftChanges(callback, rcvbuf?, join?): a function, a number and a boolean").ThrowAsJavaScriptException();
     return env.Undefined();
   }
   auto* job = new NftChangesJob(env, this);
   if (info.Length() > 1 && info[1].IsNumber())
     job->rcvbuf = static_cast<int>(std::clamp<int64_t>(info[1].As<Napi::Number>().Int64Value(), 0, 1 << 30));
+  if (info.Length() > 2 && info[2].IsBoolean()) job->join = info[2].As<Napi::Boolean>().Value();
   Napi::Promise joined = submit(env, job).As<Napi::Promise>();
   nftChangesCallback_ = Napi::Persistent(info[0].As<Napi::Function>());
   nftChangesJob_ = job;
@@ -68,7 +73,10 @@ Napi::Value Handle::NftChangesListen(const Napi::CallbackInfo& info) {
 void Handle::adoptNftChanges(Napi::Env env, NftChangesJob* job) {
   if (job != nftChangesJob_) return;
   nftChangesJob_ = nullptr;
-  if (job->failure || nftChangesCallback_.IsEmpty() || !worker_) return;
+  if (job->failure || nftChangesCallback_.IsEmpty() || !worker_) {
+    nftChangesCallback_.Reset();
+    return;
+  }
   nftChanges_ = new NftChangesReader(env, job->sk, nftChangesCallback_.Value());
   job->sk = nullptr;
   nftChangesCallback_.Reset();

@@ -31,13 +31,13 @@ std::optional<NftGeneration> parseGeneration(struct nlmsghdr* hdr) {
 
 }  // namespace
 
-Failure nftChangesOpen(int rcvbuf, struct nl_sock** out) {
+Failure nftChangesOpen(int rcvbuf, bool join, struct nl_sock** out) {
   std::unique_ptr<struct nl_sock, void (*)(struct nl_sock*)> sk(nl_socket_alloc(), nl_socket_free);
   if (!sk) return {ENOMEM, "cannot allocate a netfilter socket"};
   nl_socket_disable_seq_check(sk.get());
   int rc = nl_connect(sk.get(), NETLINK_NETFILTER);
   if (rc < 0) return {errnoFromNl(rc), std::string("connect to nfnetlink: ") + nl_geterror(rc)};
-  rc = nl_socket_add_membership(sk.get(), NFNLGRP_NFTABLES);
+  rc = join ? nl_socket_add_membership(sk.get(), NFNLGRP_NFTABLES) : 0;
   if (rc < 0) return {errnoFromNl(rc), std::string("join the nftables notification group: ") + nl_geterror(rc)};
   if (rcvbuf > 0) {
     // SO_RCVBUFFORCE ignores rmem_max (we are root); fall back to the capped variant.

@@ -1,7 +1,8 @@
 // Changes to the nftables ruleset, as the kernel announces them: every committed transaction
 // ends with an NFT_MSG_NEWGEN notification on NFNLGRP_NFTABLES naming the new generation and the
 // process that committed it. Only those are decoded; the per-object notifications before them (one
-// per set element: 100,000 for a large table) are skipped unread, where `nft monitor` prints each.
+// per set element: 100,000 for a large table) are received but not decoded, where `nft monitor`
+// prints each.
 #pragma once
 
 #include "polled-socket.h"
@@ -15,9 +16,9 @@ struct NftGeneration {
   std::string process;
 };
 
-// On the worker thread: a non-blocking NETLINK_NETFILTER socket joined to NFNLGRP_NFTABLES, its
-// receive buffer `rcvbuf` bytes when not 0.
-Failure nftChangesOpen(int rcvbuf, struct nl_sock** out);
+// On the worker thread: a non-blocking NETLINK_NETFILTER socket, joined to NFNLGRP_NFTABLES when
+// `join` (else listen(true) joins it later), its receive buffer `rcvbuf` bytes when not 0.
+Failure nftChangesOpen(int rcvbuf, bool join, struct nl_sock** out);
 
 class NftChangesReader : public PolledSocket {
  public:

@@ -52,10 +52,8 @@ void PolledSocket::receive(std::vector<unsigned char>& buf, int maxDatagrams,
       }
       break;  // EAGAIN: drained
     }
-    if (mh.msg_flags & MSG_TRUNC) {
-      onLost();
-      continue;
-    }
+    // A datagram larger than the buffer lost its tail: said as an overrun, its whole messages still read.
+    if (mh.msg_flags & MSG_TRUNC) onLost();
     int len = static_cast<int>(n);
     for (auto* hdr = reinterpret_cast<struct nlmsghdr*>(buf.data()); nlmsg_ok(hdr, len); hdr = nlmsg_next(hdr, &len)) onMessage(hdr);
   }

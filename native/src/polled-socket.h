@@ -27,8 +27,8 @@ class PolledSocket {
   virtual void drain() = 0;
   virtual void beforeClose() {}
   // Reads the datagrams waiting (at most `maxDatagrams`, so a flood cannot starve the event loop:
-  // libuv polls again) into `buf`, handing each netlink message to `onMessage`; `onLost` is called
-  // where the kernel dropped notifications (ENOBUFS) or a datagram lost its tail to the buffer.
+  // libuv polls again) into `buf`, handing each whole netlink message to `onMessage`; `onLost` is
+  // called where the kernel dropped notifications (ENOBUFS) or a datagram lost its tail to the buffer.
   void receive(std::vector<unsigned char>& buf, int maxDatagrams, const std::function<void(struct nlmsghdr*)>& onMessage,
                const std::function<void()>& onLost);
 

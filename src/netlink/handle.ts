@@ -22,7 +22,7 @@ import type { RawHandle } from './native.ts';
 import { bindNflog } from './nflog.ts';
 import type { LoggedPacket, NflogOptions, NflogReader } from './nflog.ts';
 import { followNftChanges } from './nft-changes.ts';
-import type { NftChanges, NftCommit } from './nft-changes.ts';
+import type { NftChanges, NftChangesOptions, NftCommit } from './nft-changes.ts';
 import { failure, rawOp, rejected } from './operation.ts';
 import type { Addr, Family, Fdb, Link, Neigh, Nexthop, Qdisc, Route, TcFilter } from './records.ts';
 import type { AddrSpec, FdbSpec, LinkChanges, NeighSpec, NexthopSpec, Operation, RouteSpec, VethSpec, VxlanSpec } from './specs.ts';
@@ -395,10 +395,11 @@ export class NetlinkHandle {
    * Follows the nftables ruleset of the handle's namespace: calls `listener` with the transactions
    * committed there (by any program), and `lost` when the kernel dropped notifications because the
    * socket was full (a change happened, its details unknown). The per-object notifications of a
-   * transaction are skipped unread, so a load of 100,000 set elements costs a few datagrams here.
+   * transaction are not decoded (or are dropped by the kernel once the socket is full), so a load of
+   * 100,000 set elements costs a few callbacks here.
    * One subscription per handle; keeps the event loop alive until stopped.
    */
-  nftChanges(listener: (commits: NftCommit[], lost: boolean) => void, options: { rcvbuf?: number } = {}): Promise<NftChanges> {
-    return followNftChanges(this.#raw, listener, options.rcvbuf);
+  nftChanges(listener: (commits: NftCommit[], lost: boolean) => void, options: NftChangesOptions = {}): Promise<NftChanges> {
+    return followNftChanges(this.#raw, listener, options);
   }
 }

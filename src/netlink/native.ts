@@ -181,7 +181,7 @@ export interface RawHandle {
   unmonitor(): void;
   nflog(group: number, callback: (packets: RawLoggedPacket[]) => void, options: RawNflogOptions): Promise<void>;
   unnflog(): void;
-  nftChanges(callback: (changes: RawNftChange[]) => void, rcvbuf?: number): Promise<void>;
+  nftChanges(callback: (changes: RawNftChange[]) => void, rcvbuf?: number, join?: boolean): Promise<void>;
   unnftChanges(): void;
   nftChangesListen(on: boolean): boolean;
   close(): void;

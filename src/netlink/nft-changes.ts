@@ -14,6 +14,13 @@ export interface NftCommit {
   process: string;
 }
 
+export interface NftChangesOptions {
+  /** Receive buffer of the socket in bytes; default the system's. */
+  rcvbuf?: number;
+  /** Join the notification group at once (default true); false: once {@link NftChanges.listen} says so. */
+  join?: boolean;
+}
+
 /** A running subscription; see {@link NetlinkHandle.nftChanges}. */
 export interface NftChanges {
   /** Stops reading; idempotent. */
@@ -30,7 +37,7 @@ export interface NftChanges {
 export async function followNftChanges(
   raw: RawHandle,
   listener: (commits: NftCommit[], lost: boolean) => void,
-  rcvbuf?: number,
+  options: NftChangesOptions,
 ): Promise<NftChanges> {
   try {
     await raw.nftChanges((batch: RawNftChange[]) => {
@@ -41,7 +48,7 @@ export async function followNftChanges(
         else commits.push(c);
       }
       listener(commits, lost);
-    }, rcvbuf);
+    }, options.rcvbuf, options.join ?? true);
   } catch (e) {
     throw rejected('join', 'the nftables notification group', e);
   }

@@ -7,8 +7,8 @@
  * `nft monitor ruleset` did this before, one process per keeper, each decoding and printing every
  * object of every transaction: loading 10,000 Services (100,000 set elements) cost each of them
  * more CPU than the load itself, taken from the load on a small node. The kernel's end-of-
- * transaction notice is all a keeper needs; the per-element notices before it are skipped unread
- * (or dropped by the kernel once the socket is full, which says the same: something changed).
+ * transaction notice is all a keeper needs; the per-element notices before it are not decoded
+ * (or are dropped by the kernel once the socket is full, which says the same: something changed).
  */
 import { NetlinkHandle } from '../netlink/index.ts';
 import type { NftChanges } from '../netlink/index.ts';
@@ -63,9 +63,9 @@ class SharedChanges {
   }
 
   /**
-   * A subscription joined while quiet() runs (weftd's first keeper subscribing during the Service
-   * proxy's first load) leaves the group at once: it would otherwise have the kernel build a
-   * notice for every element of the rest of the load.
+   * A subscription opened while quiet() runs (weftd's first keeper subscribing during the Service
+   * proxy's first load) joins the group only once it ends: it would otherwise have the kernel build
+   * a notice for every element of the rest of the load, and be woken by them.
    */
   async quiet<T>(keeper: object, work: () => Promise<T>): Promise<T> {
     if (this.#mutes++ === 0) this.#joined?.listen(false);
@@ -85,15 +85,18 @@ class SharedChanges {
       this.#fail();
       return;
     }
+    const join = this.#mutes === 0;
     const changes = this.#handle.nftChanges(() => {
       for (const s of this.#subscribers) s.onChange();
-    });
+    }, { join });
     this.#changes = changes;
     // The subscription failed: every watch ends, and each keeper starts again after its backoff.
     changes.then((joined) => {
       if (this.#changes !== changes) return;
       this.#joined = joined;
-      if (this.#mutes > 0) joined.listen(false);
+      // As quiet() wants it now; one the kernel will not join ends (the keepers start another).
+      const want = this.#mutes === 0;
+      if (want !== join && !joined.listen(want) && want) this.#fail();
     }, () => {
       if (this.#changes === changes) this.#fail();
     });

@@ -10,6 +10,7 @@ import { once } from 'node:events';
 import { test } from 'node:test';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
 import type { NftCommit } from '../../src/netlink/index.ts';
+import type { RulesetWatch } from '../../src/masq/runner.ts';
 import { nftChanges } from '../../src/nft/changes.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
@@ -129,6 +130,35 @@ test('nft/changes: a keeper\'s own change made through quiet() wakes the other k
       assert.equal(counts.own, before.own + 1, 'nothing of the quiet work reached the owner');
     } finally {
       for (const w of watches) w.stop();
+    }
+  });
+});
+
+test('nft/changes: a subscription opened while quiet() runs joins only after it, so the quiet work never reaches the keeper', {
+  skip: needsRoot,
+}, async () => {
+  await withNetns(['opening'], async (ns) => {
+    let tables = 0;
+    const change = () => nftScript(ns, `add table inet t${++tables}\n`);
+    const own = nftChanges(ns.path);
+    let heard = 0;
+    let watch: RulesetWatch | undefined;
+    // The groups of the namespace's netfilter sockets (`/proc/net/netlink`, protocol 12): the subscription's once made.
+    const sockets = async () => (await ns.exec('cat', '/proc/net/netlink')).split('\n').map((l) => l.trim().split(/\s+/))
+      .filter((c) => c[1] === '12').map((c) => c[3]);
+    try {
+      await own.quiet(async () => {
+        watch = own(() => heard++);
+        await until('the subscription\'s socket made', async () => (await sockets()).length > 0, 10_000);
+        await change();
+      });
+      // NFNLGRP_NFTABLES is group 7: bit 6 of the mask.
+      await until('the subscription joined once the quiet work ended', async () => (await sockets()).includes('00000040'), 10_000);
+      await change();
+      await until('the change after the quiet work heard', () => heard > 0, 10_000);
+      assert.equal(heard, 1, 'the change made during the quiet work was not reported');
+    } finally {
+      watch?.stop();
     }
   });
 });
