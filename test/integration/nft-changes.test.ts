@@ -151,6 +151,7 @@ test('nft/changes: a subscription opened while quiet() runs joins only after it,
         watch = own(() => heard++);
         await until('the subscription\'s socket made', async () => (await sockets()).length > 0, 10_000);
         await change();
+        assert.ok(!(await sockets()).includes('00000040'), 'the subscription stays out of the group while quiet() runs');
       });
       // NFNLGRP_NFTABLES is group 7: bit 6 of the mask.
       await until('the subscription joined once the quiet work ended', async () => (await sockets()).includes('00000040'), 10_000);
