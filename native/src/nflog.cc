@@ -132,25 +132,7 @@ void NflogReader::beforeClose() {
 
 void NflogReader::drain() {
   static thread_local std::vector<unsigned char> buf(kBufSize);
-  std::vector<LoggedPacket> batch;
-  bool lost = false;
-  receive(
-      buf, kMaxDatagramsPerWakeup,
-      [&](struct nlmsghdr* hdr) {
-        if (NFNL_SUBSYS_ID(hdr->nlmsg_type) != NFNL_SUBSYS_ULOG || NFNL_MSG_TYPE(hdr->nlmsg_type) != NFULNL_MSG_PACKET) return;
-        if (std::optional<LoggedPacket> p = parsePacket(hdr)) batch.push_back(std::move(*p));
-      },
-      [&]() { lost = true; });
-  if ((batch.empty() && !lost) || closed_) return;
-  Napi::HandleScope scope(env_);
-  Napi::Array arr = Napi::Array::New(env_, batch.size() + (lost ? 1 : 0));
-  for (size_t i = 0; i < batch.size(); i++) arr.Set(static_cast<uint32_t>(i), packetToJs(env_, batch[i]));
-  if (lost) {
-    Napi::Object o = Napi::Object::New(env_);
-    o.Set("lost", true);
-    arr.Set(static_cast<uint32_t>(batch.size()), o);
-  }
-  callback_.MakeCallback(env_.Global(), {arr});
+  deliverNfnl<LoggedPacket>(buf, kMaxDatagramsPerWakeup, NFNL_SUBSYS_ULOG, NFULNL_MSG_PACKET, parsePacket, packetToJs);
 }
 
 }  // namespace weft

@@ -29,6 +29,14 @@ std::optional<NftGeneration> parseGeneration(struct nlmsghdr* hdr) {
   return gen;
 }
 
+Napi::Object generationToJs(Napi::Env env, const NftGeneration& gen) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("generation", gen.id);
+  o.Set("pid", gen.pid);
+  o.Set("process", gen.process);
+  return o;
+}
+
 }  // namespace
 
 Failure nftChangesOpen(int rcvbuf, bool join, struct nl_sock** out) {
@@ -60,31 +68,7 @@ bool NftChangesReader::listen(bool on) {
 
 void NftChangesReader::drain() {
   static thread_local std::vector<unsigned char> buf(kBufSize);
-  std::vector<NftGeneration> batch;
-  bool lost = false;
-  receive(
-      buf, kMaxDatagramsPerWakeup,
-      [&](struct nlmsghdr* hdr) {
-        if (NFNL_SUBSYS_ID(hdr->nlmsg_type) != NFNL_SUBSYS_NFTABLES || NFNL_MSG_TYPE(hdr->nlmsg_type) != NFT_MSG_NEWGEN) return;
-        if (std::optional<NftGeneration> gen = parseGeneration(hdr)) batch.push_back(std::move(*gen));
-      },
-      [&]() { lost = true; });
-  if ((batch.empty() && !lost) || closed_) return;
-  Napi::HandleScope scope(env_);
-  Napi::Array arr = Napi::Array::New(env_, batch.size() + (lost ? 1 : 0));
-  for (size_t i = 0; i < batch.size(); i++) {
-    Napi::Object o = Napi::Object::New(env_);
-    o.Set("generation", batch[i].id);
-    o.Set("pid", batch[i].pid);
-    o.Set("process", batch[i].process);
-    arr.Set(static_cast<uint32_t>(i), o);
-  }
-  if (lost) {
-    Napi::Object o = Napi::Object::New(env_);
-    o.Set("lost", true);
-    arr.Set(static_cast<uint32_t>(batch.size()), o);
-  }
-  callback_.MakeCallback(env_.Global(), {arr});
+  deliverNfnl<NftGeneration>(buf, kMaxDatagramsPerWakeup, NFNL_SUBSYS_NFTABLES, NFT_MSG_NEWGEN, parseGeneration, generationToJs);
 }
 
 }  // namespace weft
