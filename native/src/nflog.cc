@@ -105,13 +105,7 @@ Failure nflogOpen(uint16_t group, uint32_t copyRange, uint32_t queueThreshold, u
   nfnl_log_set_flush_timeout(log.get(), (flushMs + 9) / 10);  // in hundredths of a second
   rc = nfnl_log_create(sk.get(), log.get());
   if (rc < 0) return {errnoFromNl(rc), "bind NFLOG group " + std::to_string(group) + ": " + nl_geterror(rc)};
-  if (rcvbuf > 0) {
-    // SO_RCVBUFFORCE ignores rmem_max (we are root); fall back to the capped variant.
-    int fd = nl_socket_get_fd(sk.get());
-    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf) < 0)
-      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-  }
-  nl_socket_set_nonblocking(sk.get());
+  readyForPolling(sk.get(), rcvbuf);
   *out = sk.release();
   return {};
 }

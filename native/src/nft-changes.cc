@@ -6,7 +6,6 @@
 #include <linux/netfilter/nfnetlink.h>
 #include <netlink/attr.h>
 #include <netlink/msg.h>
-#include <sys/socket.h>
 
 #include <cerrno>
 #include <memory>
@@ -47,13 +46,7 @@ Failure nftChangesOpen(int rcvbuf, bool join, struct nl_sock** out) {
   if (rc < 0) return {errnoFromNl(rc), std::string("connect to nfnetlink: ") + nl_geterror(rc)};
   rc = join ? nl_socket_add_membership(sk.get(), NFNLGRP_NFTABLES) : 0;
   if (rc < 0) return {errnoFromNl(rc), std::string("join the nftables notification group: ") + nl_geterror(rc)};
-  if (rcvbuf > 0) {
-    // SO_RCVBUFFORCE ignores rmem_max (we are root); fall back to the capped variant.
-    int fd = nl_socket_get_fd(sk.get());
-    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf) < 0)
-      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-  }
-  nl_socket_set_nonblocking(sk.get());
+  readyForPolling(sk.get(), rcvbuf);
   *out = sk.release();
   return {};
 }

@@ -381,6 +381,12 @@ Failure Worker::openMonitorSocket(const std::vector<int>& groups, int rcvbuf, st
       return nlFailure(rc);
     }
   }
+  readyForPolling(sk, rcvbuf);
+  *out = sk;
+  return {};
+}
+
+void readyForPolling(struct nl_sock* sk, int rcvbuf) {
   if (rcvbuf > 0) {
     // SO_RCVBUFFORCE ignores rmem_max (we are root); fall back to the capped variant.
     int fd = nl_socket_get_fd(sk);
@@ -388,8 +394,6 @@ Failure Worker::openMonitorSocket(const std::vector<int>& groups, int rcvbuf, st
       setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   }
   nl_socket_set_nonblocking(sk);
-  *out = sk;
-  return {};
 }
 
 }  // namespace weft

@@ -83,4 +83,8 @@ class Worker {
 // libnl's NLE_* code to the nearest errno, for failures that never reached the kernel.
 int errnoFromNl(int nlerr);
 
+// A notification socket made ready for the JS thread's poll: its receive buffer `rcvbuf` bytes
+// when not 0 (past rmem_max: weftd runs as root), and non-blocking.
+void readyForPolling(struct nl_sock* sk, int rcvbuf);
+
 }  // namespace weft
