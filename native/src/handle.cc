@@ -33,9 +33,7 @@ Napi::Function Handle::Define(Napi::Env env) {
                          InstanceMethod<&Handle::MonitorStop>("unmonitor"),
                          InstanceMethod<&Handle::NflogStart>("nflog"),
                          InstanceMethod<&Handle::NflogStop>("unnflog"),
-                         InstanceMethod<&Handle::NftChangesStart>("nftChanges"),
-                         InstanceMethod<&Handle::NftChangesStop>("unnftChanges"),
-                         InstanceMethod<&Handle::NftChangesListen>("nftChangesListen"),
+                         InstanceMethod<&Handle::NftGeneration>("nftGeneration"),
                          InstanceMethod<&Handle::Close>("close"),
                      });
 }
@@ -81,11 +79,6 @@ void Handle::shutdown() {
   if (nflog_) {
     nflog_->close();
     nflog_ = nullptr;
-  }
-  nftChangesJob_ = nullptr;
-  if (nftChanges_) {
-    nftChanges_->close();
-    nftChanges_ = nullptr;
   }
   if (worker_) {
     // Never waits: the worker runs what was queued (completions still reach JS through tsfn_)

@@ -8,7 +8,6 @@
 #include "job.h"
 #include "monitor.h"
 #include "nflog.h"
-#include "nft-changes.h"
 #include "worker.h"
 
 #include <atomic>
@@ -18,7 +17,6 @@ namespace weft {
 
 struct MonitorJob;  // handle-monitor.cc
 struct NflogJob;    // handle-nflog.cc
-struct NftChangesJob;  // handle-nft-changes.cc
 
 class Handle : public Napi::ObjectWrap<Handle> {
  public:
@@ -30,8 +28,6 @@ class Handle : public Napi::ObjectWrap<Handle> {
   void adoptMonitor(Napi::Env env, MonitorJob* job);
   // Called on the JS thread when an NFLOG socket has been bound on the worker.
   void adoptNflog(Napi::Env env, NflogJob* job);
-  // Called on the JS thread when the nftables notification socket has been made on the worker.
-  void adoptNftChanges(Napi::Env env, NftChangesJob* job);
 
  private:
   static void onEnvCleanup(void* arg);
@@ -59,10 +55,8 @@ class Handle : public Napi::ObjectWrap<Handle> {
   // handle-nflog.cc
   Napi::Value NflogStart(const Napi::CallbackInfo& info);
   Napi::Value NflogStop(const Napi::CallbackInfo& info);
-  // handle-nft-changes.cc
-  Napi::Value NftChangesStart(const Napi::CallbackInfo& info);
-  Napi::Value NftChangesStop(const Napi::CallbackInfo& info);
-  Napi::Value NftChangesListen(const Napi::CallbackInfo& info);
+  // handle-nft-generation.cc
+  Napi::Value NftGeneration(const Napi::CallbackInfo& info);
   // handle.cc
   Napi::Value Close(const Napi::CallbackInfo& info);
 
@@ -79,9 +73,6 @@ class Handle : public Napi::ObjectWrap<Handle> {
   NflogReader* nflog_ = nullptr;  // frees itself on close()
   Napi::FunctionReference nflogCallback_;
   NflogJob* nflogJob_ = nullptr;
-  NftChangesReader* nftChanges_ = nullptr;  // frees itself on close()
-  Napi::FunctionReference nftChangesCallback_;
-  NftChangesJob* nftChangesJob_ = nullptr;
 };
 
 }  // namespace weft

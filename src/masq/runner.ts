@@ -139,8 +139,8 @@ const WATCH_STEADY_MS = 60_000;
 /**
  * The loop that keeps rules repaired: `check(full)` every period, and at once when the watcher
  * reports a change (a full check then). While the watcher lives, the periodic checks are light
- * (`full` false) but for one every `fullEveryMs`. When it ends (the kernel refused the
- * subscription), what it missed is checked at once and it is started again, after a backoff
+ * (`full` false) but for one every `fullEveryMs`. When it ends (the ruleset's generation
+ * could not be read), what it missed is checked at once and it is started again, after a backoff
  * (1 s to 1 min) when it keeps dying; meanwhile every check is full. A failed check is logged
  * and tried again next period. Returns when `signal` aborts.
  */

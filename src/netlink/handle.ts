@@ -21,8 +21,6 @@ import { loadAddon } from './native.ts';
 import type { RawHandle } from './native.ts';
 import { bindNflog } from './nflog.ts';
 import type { LoggedPacket, NflogOptions, NflogReader } from './nflog.ts';
-import { followNftChanges } from './nft-changes.ts';
-import type { NftChanges, NftChangesOptions, NftCommit } from './nft-changes.ts';
 import { failure, rawOp, rejected } from './operation.ts';
 import type { Addr, Family, Fdb, Link, Neigh, Nexthop, Qdisc, Route, TcFilter } from './records.ts';
 import type { AddrSpec, FdbSpec, LinkChanges, NeighSpec, NexthopSpec, Operation, RouteSpec, VethSpec, VxlanSpec } from './specs.ts';
@@ -392,14 +390,14 @@ export class NetlinkHandle {
   }
 
   /**
-   * Follows the nftables ruleset of the handle's namespace: calls `listener` with the transactions
-   * committed there (by any program), and `lost` when the kernel dropped notifications because the
-   * socket was full (a change happened, its details unknown). The per-object notifications of a
-   * transaction are not decoded (or are dropped by the kernel once the socket is full), so a load of
-   * 100,000 set elements costs a few callbacks here.
-   * One subscription per handle; keeps the event loop alive until stopped.
+   * The nftables ruleset's generation in the handle's namespace (NFT_MSG_GETGEN): the kernel
+   * advances it by one with every transaction committed there, whichever program commits it.
    */
-  nftChanges(listener: (commits: NftCommit[], lost: boolean) => void, options: NftChangesOptions = {}): Promise<NftChanges> {
-    return followNftChanges(this.#raw, listener, options);
+  async nftGeneration(): Promise<number> {
+    try {
+      return await this.#raw.nftGeneration();
+    } catch (e) {
+      throw rejected('read', 'the nftables generation', e);
+    }
   }
 }

@@ -7,7 +7,6 @@ export type { ConntrackFilter } from './conntrack.ts';
 export type { RouteFilter } from './dump.ts';
 export type { EventAction, Monitor, MonitorGroup, MonitorOptions, NetlinkEvent } from './monitor.ts';
 export type { LoggedPacket, NflogOptions, NflogReader } from './nflog.ts';
-export type { NftChanges, NftChangesOptions, NftCommit } from './nft-changes.ts';
 export type {
   AddrSpec,
   FdbSpec,

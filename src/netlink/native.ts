@@ -146,9 +146,6 @@ export type RawLoggedPacket =
   | { prefix: string; family: 4 | 6; src: string; dst: string; protocol: number; sport: number; dport: number }
   | { lost: true };
 
-/** A transaction committed to the nftables ruleset, or `{lost: true}` where the kernel dropped notifications (socket full). */
-export type RawNftChange = { generation: number; pid: number; process: string } | { lost: true };
-
 export interface RawNflogOptions {
   copyRange: number;
   queueThreshold: number;
@@ -181,9 +178,7 @@ export interface RawHandle {
   unmonitor(): void;
   nflog(group: number, callback: (packets: RawLoggedPacket[]) => void, options: RawNflogOptions): Promise<void>;
   unnflog(): void;
-  nftChanges(callback: (changes: RawNftChange[]) => void, rcvbuf?: number, join?: boolean): Promise<void>;
-  unnftChanges(): void;
-  nftChangesListen(on: boolean): boolean;
+  nftGeneration(): Promise<number>;
   close(): void;
 }
 

@@ -1,26 +1,37 @@
 /**
  * What tells the keepers of Weft's nftables rules (the masquerade rules, network policy, the
- * Service proxy) that the ruleset changed, so they check it then instead of every few seconds:
- * the kernel's announcement of each committed transaction, any program's
- * (NetlinkHandle.nftChanges), one subscription per namespace shared by all of them.
+ * Service proxy) that the ruleset changed, so they check it then instead of every few seconds: the
+ * ruleset's generation (NetlinkHandle.nftGeneration), which the kernel advances with every
+ * transaction committed in the namespace by any program, read every second by one reader per
+ * namespace that all its keepers share.
  *
- * `nft monitor ruleset` did this before, one process per keeper, each decoding and printing every
- * object of every transaction: loading 10,000 Services (100,000 set elements) cost each of them
- * more CPU than the load itself, taken from the load on a small node. The kernel's end-of-
- * transaction notice is all a keeper needs; the per-element notices before it are not decoded
- * (or are dropped by the kernel once the socket is full, which says the same: something changed).
+ * DESIGN NOTES
+ *
+ * - Read, not subscribed. While any socket on the host, in any namespace, is a member of
+ *   NFNLGRP_NFTABLES, the kernel builds a notice for every object of every transaction in every
+ *   namespace: it keeps one mask of members per netlink protocol, not one per namespace. For a
+ *   table of 10,000 Services that is 100,000 notices, about 0.3 s of kernel time added to the load
+ *   on an idle machine (measured with a member in another namespace) and more under load, paid by
+ *   every namespace's nft. `nft monitor` (one per keeper at first) and then a subscription of
+ *   weftd's own both had that cost; the subscription could leave the group for its own loads, not
+ *   for anyone else's. Reading the generation is one small request a second.
+ * - quiet(work) tells a keeper's own transaction apart: the generation is read before and after
+ *   it. One step, with nothing unreported before it, is the keeper's own; anything more (another
+ *   program's commit before or during the work) is reported to the keeper as well. The other
+ *   keepers are told in any case.
  */
 import { NetlinkHandle } from '../netlink/index.ts';
-import type { NftChanges } from '../netlink/index.ts';
 import type { RulesetWatch, RulesetWatcher } from '../masq/runner.ts';
+
+/** How often the generation is read while a keeper watches. */
+const READ_EVERY_MS = 1000;
 
 /** A keeper's watcher: told of each change, and able to make its own without being told of it. */
 export type NftChangesWatcher = RulesetWatcher & {
   /**
-   * Runs `work` (the keeper's own `nft -f`) with the namespace's notices muted: the keeper is not
-   * woken by its own transaction, and with no other listener the kernel builds no notice (100,000
-   * for a large table). The other keepers are told of a change afterwards: one of theirs may have
-   * come meanwhile.
+   * Runs `work` (the keeper's own `nft -f`, one transaction) so that the keeper is not told of it;
+   * the other keepers are told once it ends, and the keeper too when another program committed
+   * meanwhile.
    */
   quiet<T>(work: () => Promise<T>): Promise<T>;
 };
@@ -31,16 +42,19 @@ interface Subscriber {
   end: () => void;
 }
 
-/** One namespace's subscription, opened for the first watch and closed after the last. */
+/** One namespace's reader, running from the first watch to the end of the last. */
 class SharedChanges {
   readonly #netnsPath: string;
   readonly #subscribers = new Set<Subscriber>();
   #handle: NetlinkHandle | undefined;
-  #changes: Promise<NftChanges> | undefined;
-  /** The subscription once the kernel joined it to the group. */
-  #joined: NftChanges | undefined;
-  /** quiet() calls under way: the group is left while any runs, by every subscription. */
+  #timer: NodeJS.Timeout | undefined;
+  #reading = false;
+  /** The generation last reported or accounted for; undefined until the first read. */
+  #seen: number | undefined;
+  /** quiet() calls under way: the periodic read reports nothing meanwhile. */
   #mutes = 0;
+  /** Advanced by every quiet() start and end: a periodic read that spans one is dropped. */
+  #epoch = 0;
 
   constructor(netnsPath: string) {
     this.#netnsPath = netnsPath;
@@ -62,44 +76,59 @@ class SharedChanges {
     };
   }
 
-  /**
-   * A subscription opened while quiet() runs (weftd's first keeper subscribing during the Service
-   * proxy's first load) joins the group only once it ends: it would otherwise have the kernel build
-   * a notice for every element of the rest of the load, and be woken by them.
-   */
   async quiet<T>(keeper: object, work: () => Promise<T>): Promise<T> {
-    if (this.#mutes++ === 0) this.#joined?.listen(false);
+    const handle = this.#handle;
+    this.#mutes++;
+    this.#epoch++;
+    const known = this.#seen;
+    const before = handle && (await this.#read(handle));
     try {
       return await work();
     } finally {
-      // A subscription the kernel will not join again ends (the keepers start another).
-      if (--this.#mutes === 0 && this.#joined && !this.#joined.listen(true)) this.#fail();
-      for (const s of this.#subscribers) if (s.keeper !== keeper) s.onChange();
+      const after = handle && before !== undefined ? await this.#read(handle) : undefined;
+      this.#mutes--;
+      this.#epoch++;
+      // Unknown before the first read: nothing was reported yet that could have been missed.
+      const ownOnly = before !== undefined && after !== undefined && (known === undefined || before === known)
+        && ((after - before) >>> 0) <= 1;
+      if (after !== undefined && this.#handle === handle) this.#seen = after;
+      for (const s of this.#subscribers) if (s.keeper !== keeper || !ownOnly) s.onChange();
     }
   }
 
   #open(): void {
+    let handle: NetlinkHandle;
     try {
-      this.#handle = NetlinkHandle.open(this.#netnsPath);
+      handle = NetlinkHandle.open(this.#netnsPath);
     } catch {
       this.#fail();
       return;
     }
-    const join = this.#mutes === 0;
-    const changes = this.#handle.nftChanges(() => {
-      for (const s of this.#subscribers) s.onChange();
-    }, { join });
-    this.#changes = changes;
-    // The subscription failed: every watch ends, and each keeper starts again after its backoff.
-    changes.then((joined) => {
-      if (this.#changes !== changes) return;
-      this.#joined = joined;
-      // As quiet() wants it now; one the kernel will not join ends (the keepers start another).
-      const want = this.#mutes === 0;
-      if (want !== join && !joined.listen(want) && want) this.#fail();
-    }, () => {
-      if (this.#changes === changes) this.#fail();
-    });
+    this.#handle = handle;
+    this.#seen = undefined;
+    const poll = async () => {
+      if (this.#mutes > 0 || this.#reading) return;
+      this.#reading = true;
+      const epoch = this.#epoch;
+      const generation = await this.#read(handle);
+      this.#reading = false;
+      if (generation === undefined || this.#handle !== handle || this.#epoch !== epoch) return;
+      const changed = this.#seen !== undefined && generation !== this.#seen;
+      this.#seen = generation;
+      if (changed) for (const s of this.#subscribers) s.onChange();
+    };
+    void poll();
+    this.#timer = setInterval(() => void poll(), READ_EVERY_MS);
+  }
+
+  /** The generation; undefined when it cannot be read, every watch then ended (the keepers start others). */
+  async #read(handle: NetlinkHandle): Promise<number | undefined> {
+    try {
+      return await handle.nftGeneration();
+    } catch {
+      if (this.#handle === handle) this.#fail();
+      return undefined;
+    }
   }
 
   #fail(): void {
@@ -109,12 +138,12 @@ class SharedChanges {
     for (const s of subscribers) s.end();
   }
 
-  /** Closing the handle ends the subscription with it (one still being made is dropped). */
   #close(): void {
+    clearInterval(this.#timer);
+    this.#timer = undefined;
     this.#handle?.close();
     this.#handle = undefined;
-    this.#changes = undefined;
-    this.#joined = undefined;
+    this.#reading = false;
   }
 }
 
@@ -122,9 +151,9 @@ const shared = new Map<string, SharedChanges>();
 
 /**
  * A keeper's watcher of the nftables ruleset of the namespace at `netnsPath` (default: this
- * process's): every change, any program's, is reported but the keeper's own made through
- * {@link NftChangesWatcher.quiet}; a watch ends only when stopped or when the kernel refuses the
- * subscription. Each keeper calls this once; the keepers of a namespace share one subscription.
+ * process's): every change, any program's, is reported within a second but the keeper's own made
+ * through {@link NftChangesWatcher.quiet}; a watch ends only when stopped or when the generation
+ * cannot be read. Each keeper calls this once; the keepers of a namespace share one reader.
  */
 export function nftChanges(netnsPath = ''): NftChangesWatcher {
   let changes = shared.get(netnsPath);

@@ -1,64 +1,59 @@
 /**
- * The kernel's notices of nftables transactions on a real kernel: NetlinkHandle.nftChanges reports
- * each commit in its namespace with the committing process, and none of another namespace; a load
- * of 100,000 set elements is reported in a handful of batches (its per-element notices skipped or
- * dropped unread); nft/changes.ts shares one subscription between the watchers of a namespace.
+ * The nftables ruleset's generation on a real kernel: NetlinkHandle.nftGeneration advances by one
+ * with each commit in its namespace and not with another namespace's; nft/changes.ts reads it for
+ * every watcher of a namespace, joins no notification group (whose members make the kernel build a
+ * notice per set element in every namespace), and keeps a keeper's own quiet() change from it.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
-import type { NftCommit } from '../../src/netlink/index.ts';
-import type { RulesetWatch } from '../../src/masq/runner.ts';
 import { nftChanges } from '../../src/nft/changes.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 import { until } from '../support/until.ts';
 
-/** Runs `nft -f -` in `ns` with `script` on its standard input; resolves with its PID once it succeeded. */
+/** Runs `nft -f -` in `ns` with `script` on its standard input; resolves with its exit code. */
 async function nftScript(ns: Netns, script: string): Promise<number> {
-  const child = spawn('ip', ['netns', 'exec', ns.name, 'nft', '-f', '-'], { stdio: ['pipe', 'ignore', 'inherit'] });
+  const child = spawn('ip', ['netns', 'exec', ns.name, 'nft', '-f', '-'], { stdio: ['pipe', 'ignore', 'ignore'] });
   child.stdin.end(script);
   const [code] = await once(child, 'exit');
-  assert.equal(code, 0, `nft -f failed on:\n${script.slice(0, 500)}`);
-  return child.pid!;
+  return code as number;
 }
 
-test('nftChanges: each commit in the namespace with its process, none of another namespace', { skip: needsRoot }, async () => {
-  await withNetns(['watched', 'other'], async (watched, other) => {
-    const handle = NetlinkHandle.open(watched.path);
-    const commits: NftCommit[] = [];
-    const changes = await handle.nftChanges((c) => commits.push(...c));
-    try {
-      await nftScript(other, 'add table inet elsewhere\n');
-      const first = await nftScript(watched, 'add table inet t\n');
-      const second = await nftScript(watched, 'add chain inet t c\n');
-      await until('both commits', () => commits.length >= 2, 10_000, () => JSON.stringify(commits));
-      assert.deepEqual(commits.map((c) => [c.pid, c.process]), [[first, 'nft'], [second, 'nft']],
-        'the other namespace\'s commit is not reported');
-      assert.equal(commits[1]!.generation, commits[0]!.generation + 1);
-    } finally {
-      changes.stop();
-      handle.close();
-    }
-  });
-});
+/** A table added: one committed transaction. */
+async function commit(ns: Netns, table: string): Promise<void> {
+  assert.equal(await nftScript(ns, `add table inet ${table}\n`), 0, `nft could not add table ${table}`);
+}
 
-test('nftChanges: a transaction of 100,000 set elements is reported in a few batches', { skip: needsRoot }, async () => {
-  await withNetns(['big'], async (ns) => {
-    const handle = NetlinkHandle.open(ns.path);
-    const batches: { commits: NftCommit[]; lost: boolean }[] = [];
-    const changes = await handle.nftChanges((commits, lost) => batches.push({ commits, lost }));
+/** Counts the generation reads completed by every NetlinkHandle from now on; `restore` puts the method back. */
+function countReads(): { reads: () => number; restore: () => void } {
+  const original = NetlinkHandle.prototype.nftGeneration;
+  let reads = 0;
+  NetlinkHandle.prototype.nftGeneration = async function (this: NetlinkHandle) {
+    const generation = await original.call(this);
+    reads++;
+    return generation;
+  };
+  return { reads: () => reads, restore: () => (NetlinkHandle.prototype.nftGeneration = original) };
+}
+
+test('nftGeneration: one step per commit in the namespace, none for another namespace or a refused transaction', {
+  skip: needsRoot,
+}, async () => {
+  await withNetns(['counted', 'other'], async (counted, other) => {
+    const handle = NetlinkHandle.open(counted.path);
     try {
-      const elements = Array.from({ length: 100_000 }, (_, i) => `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255} . ${1 + (i % 60000)}`);
-      const set = `set s {\n\t\ttype ipv4_addr . inet_service\n\t\telements = { ${elements.join(', ')} }\n\t}`;
-      const pid = await nftScript(ns, `table inet big {\n\t${set}\n}\n`);
-      const reported = () => batches.some((b) => b.lost || b.commits.some((c) => c.pid === pid));
-      await until('the load reported', reported, 30_000, () => JSON.stringify(batches.slice(-5)));
-      assert.ok(batches.length < 100, `${batches.length} batches for one transaction`);
+      const start = await handle.nftGeneration();
+      await commit(counted, 't');
+      assert.equal(await handle.nftGeneration(), start + 1);
+      await commit(other, 'elsewhere');
+      assert.notEqual(await nftScript(counted, 'add chain inet missing c\n'), 0, 'a chain in a missing table is refused');
+      assert.equal(await handle.nftGeneration(), start + 1, 'the other namespace\'s commit and the refused one do not count');
+      await commit(counted, 'u');
+      assert.equal(await handle.nftGeneration(), start + 2);
     } finally {
-      changes.stop();
       handle.close();
     }
   });
@@ -69,14 +64,13 @@ test('nft/changes: every watcher of a namespace is told, a stopped one no more; 
 }, async () => {
   await withNetns(['shared'], async (ns) => {
     const watch = nftChanges(ns.path);
-    // A transaction changing nothing (a table added again) commits nothing, and nothing is reported.
     let tables = 0;
-    const change = () => nftScript(ns, `add table inet t${++tables}\n`);
+    const change = () => commit(ns, `t${++tables}`);
     const counts = [0, 0, 0];
     const a = watch(() => counts[0]!++);
     const b = nftChanges(ns.path)(() => counts[1]!++);
-    // The subscription is made on the handle's worker: a change reported proves it is in place.
-    await until('the subscription in place', async () => {
+    // The first read sets what later ones compare with: a change reported proves it was made.
+    await until('the first read made', async () => {
       await change();
       return counts[0]! > 0 && counts[1]! > 0;
     }, 10_000);
@@ -90,7 +84,7 @@ test('nft/changes: every watcher of a namespace is told, a stopped one no more; 
     await b.ended;
     const c = watch(() => counts[2]!++);
     try {
-      await until('a new subscription after the last one ended', async () => {
+      await until('a new reader after the last one ended', async () => {
         await change();
         return counts[2]! > 0;
       }, 10_000);
@@ -100,66 +94,71 @@ test('nft/changes: every watcher of a namespace is told, a stopped one no more; 
   });
 });
 
-test('nft/changes: a keeper\'s own change made through quiet() wakes the other keepers, not itself; it hears others\' after', {
-  skip: needsRoot,
-}, async () => {
-  await withNetns(['quiet'], async (ns) => {
-    let tables = 0;
-    const change = () => nftScript(ns, `add table inet t${++tables}\n`);
-    const [own, other] = [nftChanges(ns.path), nftChanges(ns.path)];
-    const counts = { own: 0, other: 0 };
-    const watches = [own(() => counts.own++), other(() => counts.other++)];
+test('nft/changes: a watch joins no notification group', { skip: needsRoot }, async () => {
+  await withNetns(['groupless'], async (ns) => {
+    let heard = 0;
+    const watch = nftChanges(ns.path)(() => heard++);
+    // The groups of the namespace's netfilter sockets (`/proc/net/netlink`, protocol 12).
+    const groups = async () => (await ns.exec('cat', '/proc/net/netlink')).split('\n').map((l) => l.trim().split(/\s+/))
+      .filter((c) => c[1] === '12').map((c) => c[3]);
     try {
-      await until('the subscription in place', async () => {
-        await change();
-        return counts.own > 0 && counts.other > 0;
+      let tables = 0;
+      await until('a change reported', async () => {
+        await commit(ns, `t${++tables}`);
+        return heard > 0;
       }, 10_000);
-      // A commit's notice left in the socket would be read after the quiet change: let it arrive first.
-      const settled = { ...counts };
-      await change();
-      await until('the last commit heard', () => counts.own > settled.own && counts.other > settled.other, 10_000);
-      const before = { ...counts };
-      await own.quiet(async () => {
-        await change();
-        // A foreign commit meanwhile is not reported either: the other keeper is told once the work ends.
-        await change();
-      });
-      assert.equal(counts.other, before.other + 1, 'the other keeper is told of a change once');
-      await change();
-      await until('the owner hears a change it did not make', () => counts.own > before.own, 10_000);
-      assert.equal(counts.own, before.own + 1, 'nothing of the quiet work reached the owner');
+      assert.deepEqual((await groups()).filter((g) => g !== '00000000'), [], 'no netfilter socket of the namespace is in a group');
     } finally {
-      for (const w of watches) w.stop();
+      watch.stop();
     }
   });
 });
 
-test('nft/changes: a subscription opened while quiet() runs joins only after it, so the quiet work never reaches the keeper', {
-  skip: needsRoot,
-}, async () => {
-  await withNetns(['opening'], async (ns) => {
+test('nft/changes: a keeper\'s own change made through quiet() wakes the other keepers, not itself; one with another '
+  + 'program\'s commit wakes it too', { skip: needsRoot }, async () => {
+  await withNetns(['quiet'], async (ns) => {
     let tables = 0;
-    const change = () => nftScript(ns, `add table inet t${++tables}\n`);
-    const own = nftChanges(ns.path);
-    let heard = 0;
-    let watch: RulesetWatch | undefined;
-    // The groups of the namespace's netfilter sockets (`/proc/net/netlink`, protocol 12): the subscription's once made.
-    const sockets = async () => (await ns.exec('cat', '/proc/net/netlink')).split('\n').map((l) => l.trim().split(/\s+/))
-      .filter((c) => c[1] === '12').map((c) => c[3]);
+    const change = () => commit(ns, `t${++tables}`);
+    const [own, other] = [nftChanges(ns.path), nftChanges(ns.path)];
+    const counts = { own: 0, other: 0 };
+    const watches = [own(() => counts.own++), other(() => counts.other++)];
+    const { reads, restore } = countReads();
     try {
-      await own.quiet(async () => {
-        watch = own(() => heard++);
-        await until('the subscription\'s socket made', async () => (await sockets()).length > 0, 10_000);
+      await until('the first read made', async () => {
         await change();
-        assert.ok(!(await sockets()).includes('00000040'), 'the subscription stays out of the group while quiet() runs');
-      });
-      // NFNLGRP_NFTABLES is group 7: bit 6 of the mask.
-      await until('the subscription joined once the quiet work ended', async () => (await sockets()).includes('00000040'), 10_000);
+        return counts.own > 0 && counts.other > 0;
+      }, 10_000);
+      // Every change so far reported: a read started after the last one has ended.
+      const readsSettled = reads();
+      await until('the changes so far read', () => reads() >= readsSettled + 2, 10_000);
+      const before = { ...counts };
+      await own.quiet(change);
+      assert.equal(counts.other, before.other + 1, 'the other keeper is told of the change once the work ends');
+      // Two periodic reads after the work: a leak of the keeper's own change would have been reported by them.
+      const readsAfter = reads();
+      await until('two reads after the quiet work', () => reads() >= readsAfter + 2, 10_000);
+      assert.equal(counts.own, before.own, 'the keeper is not told of its own change');
       await change();
-      await until('the change after the quiet work heard', () => heard > 0, 10_000);
-      assert.equal(heard, 1, 'the change made during the quiet work was not reported');
+      await until('the keeper hears a change it did not make', () => counts.own > before.own, 10_000);
+
+      const mixed = { ...counts };
+      await own.quiet(async () => {
+        await change();
+        await change();
+      });
+      assert.equal(counts.own, mixed.own + 1, 'a commit beside the keeper\'s own is reported to it');
+      assert.equal(counts.other, mixed.other + 1);
+
+      // Another program's commit just after a read, not yet reported when the quiet work starts: the keeper is told.
+      const readsBefore = reads();
+      await until('a read', () => reads() > readsBefore, 10_000);
+      const unreported = { ...counts };
+      await change();
+      await own.quiet(change);
+      assert.equal(counts.own, unreported.own + 1, 'a commit before the keeper\'s own, not yet reported, is reported to it');
     } finally {
-      watch?.stop();
+      restore();
+      for (const w of watches) w.stop();
     }
   });
 });
