@@ -38,12 +38,13 @@ Failure nftGeneration(uint32_t& id) {
   int rc = nl_connect(sk.get(), NETLINK_NETFILTER);
   if (rc < 0) return {errnoFromNl(rc), std::string("connect to nfnetlink: ") + nl_geterror(rc)};
   std::unique_ptr<struct nl_msg, void (*)(struct nl_msg*)> msg(
-      nfnlmsg_alloc_simple(NFNL_SUBSYS_NFTABLES, NFT_MSG_GETGEN, NLM_F_REQUEST | NLM_F_ACK, AF_UNSPEC, 0), nlmsg_free);
+      nfnlmsg_alloc_simple(NFNL_SUBSYS_NFTABLES, NFT_MSG_GETGEN, NLM_F_REQUEST, AF_UNSPEC, 0), nlmsg_free);
   if (!msg) return {ENOMEM, "cannot allocate an nftables request"};
   Answer answer;
   nl_socket_modify_cb(sk.get(), NL_CB_VALID, NL_CB_CUSTOM, onMessage, &answer);
   rc = nl_send_auto(sk.get(), msg.get());
-  if (rc >= 0) rc = nl_wait_for_ack(sk.get());
+  // One answer: the NEWGEN message, or an error message that makes this fail.
+  if (rc >= 0) rc = nl_recvmsgs_default(sk.get());
   if (rc < 0) return {errnoFromNl(rc), std::string("read the nftables generation: ") + nl_geterror(rc)};
   if (!answer.found) return {EPROTO, "the kernel answered without an nftables generation"};
   id = answer.id;

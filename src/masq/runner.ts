@@ -105,7 +105,7 @@ export function runnerSysctl(run: Runner): Sysctl {
 
 /** A running watch of the node's ruleset: {@link RulesetWatcher}'s handle. */
 export interface RulesetWatch {
-  /** Resolves when the watch ended by itself (the watching process died); then poll instead. */
+  /** Resolves when the watch ended by itself (the ruleset's generation could not be read); then poll instead. */
   readonly ended: Promise<void>;
   stop(): void;
 }
@@ -130,7 +130,7 @@ export interface WatchedChecksOptions {
   delay?: (ms: number, signal: AbortSignal) => Promise<void>;
 }
 
-/** Changes that arrive together (one transaction prints a line per object) are checked once. */
+/** Changes reported together (a program's commits in a row, or one keeper's apply told to the others) are checked once. */
 const SETTLE_MS = 100;
 
 /** A watch that ran this long before it died is started again without waiting. */

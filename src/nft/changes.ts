@@ -29,9 +29,9 @@ const READ_EVERY_MS = 1000;
 /** A keeper's watcher: told of each change, and able to make its own without being told of it. */
 export type NftChangesWatcher = RulesetWatcher & {
   /**
-   * Runs `work` (the keeper's own `nft -f`, one transaction) so that the keeper is not told of it;
-   * the other keepers are told once it ends, and the keeper too when another program committed
-   * meanwhile.
+   * Runs `work` (the keeper's own `nft -f`: one transaction, rejecting when nft refused it) so
+   * that the keeper is not told of it; the other keepers are told once it ends, and the keeper too
+   * when another program committed meanwhile.
    */
   quiet<T>(work: () => Promise<T>): Promise<T>;
 };
@@ -82,15 +82,20 @@ class SharedChanges {
     this.#epoch++;
     const known = this.#seen;
     const before = handle && (await this.#read(handle));
+    let committed = true;
     try {
       return await work();
+    } catch (e) {
+      committed = false;
+      throw e;
     } finally {
       const after = handle && before !== undefined ? await this.#read(handle) : undefined;
       this.#mutes--;
       this.#epoch++;
-      // Unknown before the first read: nothing was reported yet that could have been missed.
+      // Unknown before the first read: nothing was reported yet that could have been missed. A
+      // transaction that committed nothing (nft refused it, or it changed nothing) leaves room for none.
       const ownOnly = before !== undefined && after !== undefined && (known === undefined || before === known)
-        && ((after - before) >>> 0) <= 1;
+        && ((after - before) >>> 0) === (committed ? 1 : 0);
       if (after !== undefined && this.#handle === handle) this.#seen = after;
       for (const s of this.#subscribers) if (s.keeper !== keeper || !ownOnly) s.onChange();
     }
@@ -111,8 +116,9 @@ class SharedChanges {
       this.#reading = true;
       const epoch = this.#epoch;
       const generation = await this.#read(handle);
+      if (this.#handle !== handle) return;
       this.#reading = false;
-      if (generation === undefined || this.#handle !== handle || this.#epoch !== epoch) return;
+      if (generation === undefined || this.#epoch !== epoch) return;
       const changed = this.#seen !== undefined && generation !== this.#seen;
       this.#seen = generation;
       if (changed) for (const s of this.#subscribers) s.onChange();

@@ -46,8 +46,8 @@ export interface KeptTableOptions {
   /** Whether the inputs are complete (the first apply waits for them). */
   ready: () => boolean;
   /**
-   * Runs the table's own transactions (`nft -f`) so that the owner's watch of the ruleset is not
-   * woken by them (nft/changes.ts' quiet); default: as they are.
+   * Runs the table's own transactions (`nft -f`, one each, rejecting when nft refused it) so that
+   * the owner's watch of the ruleset is not woken by them (nft/changes.ts' quiet); default: as they are.
    */
   quiet?: <T>(work: () => Promise<T>) => Promise<T>;
   /** How long a chain left unused stays, flushed, before its deletion; default kube-proxy's 1 s. */
@@ -381,12 +381,17 @@ export class KeptTable {
     if (due.length === 0) return false;
     for (const name of due) this.#staleChains.delete(name);
     this.#applies++;
-    const r = await this.#quiet(() => this.#options.run(['nft', '-f', '-'], staleChainsDeletion(this.#options.table, due)));
-    if (r.code !== 0) {
+    const table = this.#options.table;
+    try {
+      // Thrown inside quiet(): a refused transaction committed nothing, which the watcher must know.
+      const script = staleChainsDeletion(table, due);
+      await this.#quiet(() => mustRun(this.#options.run, `delete unused chains of ${table}`, ['nft', '-f', '-'], script));
+      this.#options.log.debug(`${this.#options.what}: deleted chains no rule uses any more`, { count: due.length });
+    } catch (e) {
       this.#options.log.error(`${this.#options.what}: failed to delete chains no rule uses any more; they stay, empty`, {
-        chains: due.slice(0, 10), count: due.length, err: r.stderr.trim(),
+        chains: due.slice(0, 10), count: due.length, err: e,
       });
-    } else this.#options.log.debug(`${this.#options.what}: deleted chains no rule uses any more`, { count: due.length });
+    }
     return true;
   }
 

@@ -156,6 +156,16 @@ test('nft/changes: a keeper\'s own change made through quiet() wakes the other k
       await change();
       await own.quiet(change);
       assert.equal(counts.own, unreported.own + 1, 'a commit before the keeper\'s own, not yet reported, is reported to it');
+
+      // The keeper's transaction refused (nothing committed): another program's commit meanwhile is reported to it.
+      const refused = { ...counts };
+      await assert.rejects(own.quiet(async () => {
+        await change();
+        assert.notEqual(await nftScript(ns, 'add chain inet missing c\n'), 0, 'a chain in a missing table is refused');
+        throw new Error('nft refused the keeper\'s script');
+      }), /refused the keeper/);
+      assert.equal(counts.own, refused.own + 1, 'a commit beside the keeper\'s refused one is reported to it');
+      assert.equal(counts.other, refused.other + 1);
     } finally {
       restore();
       for (const w of watches) w.stop();
