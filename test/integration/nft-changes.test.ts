@@ -10,6 +10,7 @@ import { once } from 'node:events';
 import { test } from 'node:test';
 import { NetlinkHandle } from '../../src/netlink/index.ts';
 import { nftChanges } from '../../src/nft/changes.ts';
+import { countGenerationReads } from '../support/nft-reads.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 import { until } from '../support/until.ts';
@@ -25,18 +26,6 @@ async function nftScript(ns: Netns, script: string): Promise<number> {
 /** A table added: one committed transaction. */
 async function commit(ns: Netns, table: string): Promise<void> {
   assert.equal(await nftScript(ns, `add table inet ${table}\n`), 0, `nft could not add table ${table}`);
-}
-
-/** Counts the generation reads completed by every NetlinkHandle from now on; `restore` puts the method back. */
-function countReads(): { reads: () => number; restore: () => void } {
-  const original = NetlinkHandle.prototype.nftGeneration;
-  let reads = 0;
-  NetlinkHandle.prototype.nftGeneration = async function (this: NetlinkHandle) {
-    const generation = await original.call(this);
-    reads++;
-    return generation;
-  };
-  return { reads: () => reads, restore: () => (NetlinkHandle.prototype.nftGeneration = original) };
 }
 
 test('nftGeneration: one step per commit in the namespace, none for another namespace or a refused transaction', {
@@ -122,7 +111,7 @@ test('nft/changes: a keeper\'s own change made through quiet() wakes the other k
     const [own, other] = [nftChanges(ns.path), nftChanges(ns.path)];
     const counts = { own: 0, other: 0 };
     const watches = [own(() => counts.own++), other(() => counts.other++)];
-    const { reads, restore } = countReads();
+    const { reads, restore } = countGenerationReads();
     try {
       await until('the first read made', async () => {
         await change();
