@@ -112,7 +112,7 @@ export interface RulesetWatch {
 
 /**
  * Calls `onChange` whenever something changes the ruleset (any table, any program); with `quiet`,
- * but for the changes its owner makes through it (nft/changes.ts).
+ * but for the changes the keepers make through it, each to its own table (nft/changes.ts).
  */
 export type RulesetWatcher = ((onChange: () => void) => RulesetWatch) & { quiet?<T>(work: () => Promise<T>): Promise<T> };
 

@@ -16,9 +16,10 @@
  *   weftd's own both had that cost; the subscription could leave the group for its own loads, not
  *   for anyone else's. Reading the generation is one small request a second.
  * - quiet(work) tells a keeper's own transaction apart: the generation is read before and after
- *   it. One step, with nothing unreported before it, is the keeper's own; anything more (another
- *   program's commit before or during the work) is reported to the keeper as well. The other
- *   keepers are told in any case.
+ *   it. One step, with nothing unreported before it, is the keeper's own, which touched its own
+ *   table only, so no keeper is told; anything more (another program's commit before or during
+ *   the work) is reported to every keeper. A policy apply thus no longer has the Service proxy
+ *   list its table (seconds of nft at 10,000 Services).
  */
 import { NetlinkHandle } from '../netlink/index.ts';
 import type { RulesetWatch, RulesetWatcher } from '../masq/runner.ts';
@@ -26,18 +27,17 @@ import type { RulesetWatch, RulesetWatcher } from '../masq/runner.ts';
 /** How often the generation is read while a keeper watches. */
 const READ_EVERY_MS = 1000;
 
-/** A keeper's watcher: told of each change, and able to make its own without being told of it. */
+/** A keeper's watcher: told of each change, and able to make its own without any keeper being told of it. */
 export type NftChangesWatcher = RulesetWatcher & {
   /**
-   * Runs `work` (the keeper's own `nft -f`: one transaction, rejecting when nft refused it) so
-   * that the keeper is not told of it; the other keepers are told once it ends, and the keeper too
-   * when another program committed meanwhile.
+   * Runs `work` (the keeper's own `nft -f`: one transaction on its own table, rejecting when nft
+   * refused it) so that no keeper is told of it; when another program committed before it (not yet
+   * reported) or during it, every keeper is told once it ends.
    */
   quiet<T>(work: () => Promise<T>): Promise<T>;
 };
 
 interface Subscriber {
-  keeper: object;
   onChange: () => void;
   end: () => void;
 }
@@ -60,10 +60,10 @@ class SharedChanges {
     this.#netnsPath = netnsPath;
   }
 
-  watch(keeper: object, onChange: () => void): RulesetWatch {
+  watch(onChange: () => void): RulesetWatch {
     let end!: () => void;
     const ended = new Promise<void>((resolve) => (end = resolve));
-    const subscriber = { keeper, onChange, end };
+    const subscriber = { onChange, end };
     this.#subscribers.add(subscriber);
     if (!this.#handle) this.#open();
     return {
@@ -76,7 +76,7 @@ class SharedChanges {
     };
   }
 
-  async quiet<T>(keeper: object, work: () => Promise<T>): Promise<T> {
+  async quiet<T>(work: () => Promise<T>): Promise<T> {
     const handle = this.#handle;
     this.#mutes++;
     this.#epoch++;
@@ -97,7 +97,8 @@ class SharedChanges {
       const ownOnly = before !== undefined && after !== undefined && (known === undefined || before === known)
         && ((after - before) >>> 0) === (committed ? 1 : 0);
       if (after !== undefined && this.#handle === handle) this.#seen = after;
-      for (const s of this.#subscribers) if (s.keeper !== keeper || !ownOnly) s.onChange();
+      // The keeper's transaction touched its own table only: none of the others' has news.
+      if (!ownOnly) for (const s of this.#subscribers) s.onChange();
     }
   }
 
@@ -157,7 +158,7 @@ const shared = new Map<string, SharedChanges>();
 
 /**
  * A keeper's watcher of the nftables ruleset of the namespace at `netnsPath` (default: this
- * process's): every change, any program's, is reported within a second but the keeper's own made
+ * process's): every change, any program's, is reported within a second but the keepers' own made
  * through {@link NftChangesWatcher.quiet}; a watch ends only when stopped or when the generation
  * cannot be read. Each keeper calls this once; the keepers of a namespace share one reader.
  */
@@ -168,8 +169,7 @@ export function nftChanges(netnsPath = ''): NftChangesWatcher {
     shared.set(netnsPath, changes);
   }
   const namespace = changes;
-  const keeper = {};
-  return Object.assign((onChange: () => void) => namespace.watch(keeper, onChange), {
-    quiet: <T>(work: () => Promise<T>) => namespace.quiet(keeper, work),
+  return Object.assign((onChange: () => void) => namespace.watch(onChange), {
+    quiet: <T>(work: () => Promise<T>) => namespace.quiet(work),
   });
 }
