@@ -36,12 +36,15 @@ export interface Driver {
 export class NftablesDriver implements Driver {
   readonly name = 'nftables' as const;
   readonly #run: Runner;
+  /** Runs our own transactions so that no keeper's watch is woken by them (nft/changes.ts). */
+  readonly #quiet: <T>(work: () => Promise<T>) => Promise<T>;
   /** `nft list table inet weft` as the kernel printed it right after our last apply, and that apply's script. */
   #golden: Promise<{ script: string; listing: string }> | undefined;
   #unavailable: Promise<string | undefined> | undefined;
 
-  constructor(run: Runner) {
+  constructor(run: Runner, quiet?: <T>(work: () => Promise<T>) => Promise<T>) {
     this.#run = run;
+    this.#quiet = quiet ?? ((work) => work());
   }
 
   /** Asked once per driver: whether nft works does not change while weftd runs. */
@@ -63,7 +66,7 @@ export class NftablesDriver implements Driver {
   async apply(want: WantedRules): Promise<void> {
     const script = nftScript(want);
     this.#golden = undefined;
-    await mustRun(this.#run, `apply nftables table inet ${NFT_TABLE}`, ['nft', '-f', '-'], script);
+    await this.#quiet(() => mustRun(this.#run, `apply nftables table inet ${NFT_TABLE}`, ['nft', '-f', '-'], script));
     // Listed now but not waited for: the apply is done, and only drift() needs the listing.
     const golden = this.#list().then((listing) => ({ script, listing: listing ?? '' }));
     golden.catch(() => {});
@@ -99,7 +102,7 @@ export class NftablesDriver implements Driver {
 
   async remove(): Promise<void> {
     this.#golden = undefined;
-    await mustRun(this.#run, 'remove nftables tables', ['nft', '-f', '-'], nftRemoveScript());
+    await this.#quiet(() => mustRun(this.#run, 'remove nftables tables', ['nft', '-f', '-'], nftRemoveScript()));
   }
 
   async present(): Promise<boolean> {

@@ -97,6 +97,8 @@ export class TrafficRules {
   readonly #opts: TrafficRulesOptions;
   readonly #log: Logger;
   readonly #drivers: Record<DriverName, Driver>;
+  /** Watches the nftables ruleset for the nftables driver's checks (undefined: every check is full). */
+  readonly #watcher: RulesetWatcher | undefined;
   readonly #iptables: IptablesDriver;
   #driver: Driver | undefined;
   #want: WantedRules | undefined;
@@ -111,8 +113,9 @@ export class TrafficRules {
     this.#opts = opts;
     this.#log = opts.log.child({ component: 'traffic-rules' });
     const run = opts.runner ?? execRunner();
+    this.#watcher = opts.watch ?? (opts.runner ? undefined : nftChanges());
     this.#iptables = new IptablesDriver(run);
-    this.#drivers = { nftables: new NftablesDriver(run), iptables: this.#iptables };
+    this.#drivers = { nftables: new NftablesDriver(run, this.#watcher?.quiet), iptables: this.#iptables };
   }
 
   /** The driver in use after {@link start}. */
@@ -268,7 +271,7 @@ export class TrafficRules {
   }
 
   async #resyncLoop(signal: AbortSignal): Promise<void> {
-    const watcher = this.#driver?.name === 'nftables' ? (this.#opts.watch ?? (this.#opts.runner ? undefined : nftChanges())) : undefined;
+    const watcher = this.#driver?.name === 'nftables' ? this.#watcher : undefined;
     await runWatchedChecks({
       periodMs: (this.#opts.resyncSeconds ?? 5) * 1000, fullEveryMs: WATCHED_RESYNC_MS, what: 'the traffic rules', log: this.#log,
       ...(watcher ? { watcher } : {}), ...(this.#opts.delay ? { delay: this.#opts.delay } : {}),

@@ -332,6 +332,10 @@ test('nftables watched through the ruleset\'s generation: a change is restored w
       // Light periodic checks do not look at the rules, and the full one is minutes away: only the watch restores them.
       await deleteNftRule(node!);
       await until('the drift restored', () => records.records.some((r) => r.msg === 'traffic rules drifted; restored'), 15_000);
+      // The restore went through the watcher's quiet(): it wakes no check of its own (a full check lists the chains).
+      const fromRestore = commands.length;
+      await readsPass(3);
+      assert.deepEqual(commands.slice(fromRestore).filter((c) => c.endsWith('nft list chains')), [], 'the restore wakes no check');
       await assertOneSet(node!, 'nftables');
     } finally {
       restore();
