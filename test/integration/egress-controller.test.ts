@@ -59,7 +59,10 @@ async function cluster(pool: string[]): Promise<{ renewing: Set<string>; stop: (
   const beating = new AbortController();
   const beat = (async () => {
     while (!beating.signal.aborted) {
-      for (const n of renewing) await cp.mergePatch(`${LEASES}/${heartbeatName(n)}`, { spec: { renewTime: microTime(Date.now()) } });
+      // Every node at once: renewed one after the other, the last renewals of a loaded machine can reach the
+      // controller in different passes, and heartbeats cleared together then do not go quiet together.
+      const renewTime = microTime(Date.now());
+      await Promise.all([...renewing].map((n) => cp.mergePatch(`${LEASES}/${heartbeatName(n)}`, { spec: { renewTime } })));
       await sleep(100, beating.signal).catch(() => undefined);
     }
   })();
