@@ -310,6 +310,8 @@ test('nftables watched through the ruleset\'s generation: a change is restored w
       commands.push(argv.join(' '));
       return inner(argv, stdin);
     };
+    // What ran from index `from` on (a function: the assertion below narrows `commands` itself to never[]).
+    const since = (from: number) => commands.slice(from);
     const { reads, restore } = countGenerationReads();
     const readsPass = async (n: number) => {
       const from = reads();
@@ -335,7 +337,7 @@ test('nftables watched through the ruleset\'s generation: a change is restored w
       // The restore went through the watcher's quiet(): it wakes no check of its own (a full check lists the chains).
       const fromRestore = commands.length;
       await readsPass(3);
-      assert.deepEqual(commands.slice(fromRestore).filter((c) => c.endsWith('nft list chains')), [], 'the restore wakes no check');
+      assert.deepEqual(since(fromRestore).filter((c) => c.endsWith('nft list chains')), [], 'the restore wakes no check');
       await assertOneSet(node!, 'nftables');
     } finally {
       restore();
