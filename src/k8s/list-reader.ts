@@ -9,6 +9,15 @@
  * Only brackets and quotes are looked at: the text between them is skipped by a regular
  * expression and a string's body by indexOf, since a loop over every character costs five times
  * JSON.parse under weftd's baseline compiler (bin/weftd's --max-opt=1).
+ *
+ * Even so, that scan took three times as long as JSON.parse of the whole list (10,000 Services:
+ * 0.43 s against 0.12 s). So once an item was read, the items after it in the same chunk are found
+ * by a mark (0.1 s for the same list): `},{"metadata":` when the first item starts with key
+ * `metadata`, as the API server's do. indexOf finds the next mark, and the text from the item's
+ * opening brace up to it goes to JSON.parse. The parse is the check: text from an item's opening
+ * brace is whole JSON only when it ends at that item's own closing brace, so a mark nested deeper
+ * in the item fails it. Then (and for the last item of a chunk, cut by its end) the scan takes
+ * over again; after a failed parse, for the rest of the list.
  */
 import { StringDecoder } from 'node:string_decoder';
 
@@ -32,6 +41,9 @@ export class ListReader {
   /** The document without its items, and the item being read. */
   #rest = '';
   #item = '';
+  /** `},{"<the first item's first key>":`, the end of an item followed by the next; undefined: not known, or not to be used. */
+  #mark: string | undefined;
+  #marked = false;
 
   constructor(onItem: (item: unknown) => void) {
     this.#onItem = onItem;
@@ -67,9 +79,16 @@ export class ListReader {
       } else {
         this.#depth--;
         if (this.#depth === ITEMS && this.#inItems && c === 0x7d) {
-          this.#onItem(JSON.parse(this.#item + text.slice(from, i + 1)));
+          const item = this.#item + text.slice(from, i + 1);
+          this.#onItem(JSON.parse(item));
           this.#item = '';
+          if (!this.#marked) this.#learnMark(item);
           from = i + 1;
+          if (this.#mark !== undefined) {
+            from = this.#marks(text, from);
+            i = from;
+            continue;
+          }
         } else if (this.#depth === DOCUMENT && this.#inItems) {
           this.#inItems = false;
           from = i;
@@ -79,6 +98,36 @@ export class ListReader {
     }
     if (this.#inItems && this.#depth >= ITEM) this.#item += text.slice(from);
     else if (!this.#inItems) this.#rest += text.slice(from);
+  }
+
+  /** The mark of the first item's first key, when it starts as the API server writes it (`{"key":`). */
+  #learnMark(item: string): void {
+    this.#marked = true;
+    const key = /^\{"([^"\\]*)":/.exec(item)?.[1];
+    if (key !== undefined) this.#mark = `},{"${key}":`;
+  }
+
+  /**
+   * From `at`, just after an item's closing brace: hands on each whole item found by the mark (see
+   * the module comment); returns the index after the last one's closing brace.
+   */
+  #marks(text: string, at: number): number {
+    const mark = this.#mark!;
+    while (text.charCodeAt(at) === 0x2c && text.charCodeAt(at + 1) === 0x7b) {
+      const end = text.indexOf(mark, at + 1);
+      if (end === -1) break;
+      let item: unknown;
+      try {
+        item = JSON.parse(text.slice(at + 1, end + 1));
+      } catch {
+        // The mark was inside the item: the scan finds its end, and reads the rest of the list.
+        this.#mark = undefined;
+        break;
+      }
+      this.#onItem(item);
+      at = end + 1;
+    }
+    return at;
   }
 
   /**

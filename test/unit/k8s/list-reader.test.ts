@@ -46,3 +46,22 @@ test('a list cut short, or an item that is not JSON, is a SyntaxError', () => {
   assert.throws(() => read(text.slice(0, text.length - 5), 16), SyntaxError);
   assert.throws(() => read('{"items":[{"a":tru}]}', 4), SyntaxError);
 });
+
+test('items found by their first key\'s mark: one nesting the mark, or starting with another key, are read whole all the same', () => {
+  const mark = (name: string) => ({ metadata: { name }, spec: { note: '},{"metadata":' } });
+  const lists = [
+    // The second item nests the mark: the text up to it is no whole item, and the scan reads on.
+    [mark('a'), { metadata: { name: 'b' }, spec: { list: [{ x: 1 }, { metadata: { name: 'inner' } }] } }, mark('c'), mark('d')],
+    // Items whose first key differs from the first item's.
+    [mark('a'), { spec: {}, metadata: { name: 'b' } }, mark('c'), { kind: 'X' }, mark('e')],
+    // An item of an empty object after the first.
+    [mark('a'), {}, mark('c')],
+  ];
+  for (const items of lists) {
+    const text = JSON.stringify({ kind: 'List', metadata: { resourceVersion: '3' }, items });
+    for (const size of [1, 5, 40, text.length]) {
+      const rest = { kind: 'List', metadata: { resourceVersion: '3' }, items: [] };
+      assert.deepEqual(read(text, size), { items, rest }, `pieces of ${size}`);
+    }
+  }
+});
