@@ -114,7 +114,7 @@ export interface RulesetWatch {
  * Calls `onChange` whenever something changes the ruleset (any table, any program); with `quiet`,
  * but for the changes the keepers make through it, each to its own table (nft/changes.ts).
  */
-export type RulesetWatcher = ((onChange: () => void) => RulesetWatch) & { quiet?<T>(work: () => Promise<T>): Promise<T> };
+export type RulesetWatcher = ((onChange: () => void) => RulesetWatch) & { quiet?<T>(work: () => Promise<T>, commits?: number): Promise<T> };
 
 export interface WatchedChecksOptions {
   /** Milliseconds between checks when nothing reports changes (no watcher, or it died). */

@@ -30,11 +30,11 @@ const READ_EVERY_MS = 1000;
 /** A keeper's watcher: told of each change, and able to make its own without any keeper being told of it. */
 export type NftChangesWatcher = RulesetWatcher & {
   /**
-   * Runs `work` (the keeper's own `nft -f`: one transaction on its own table, rejecting when nft
-   * refused it) so that no keeper is told of it; when another program committed before it (not yet
-   * reported) or during it, every keeper is told once it ends.
+   * Runs `work` (the keeper's own `nft -f`: `commits` transactions, default one, on its own table,
+   * rejecting when nft refused any) so that no keeper is told of it; when another program committed
+   * before it (not yet reported) or during it, every keeper is told once it ends.
    */
-  quiet<T>(work: () => Promise<T>): Promise<T>;
+  quiet<T>(work: () => Promise<T>, commits?: number): Promise<T>;
 };
 
 interface Subscriber {
@@ -76,7 +76,7 @@ class SharedChanges {
     };
   }
 
-  async quiet<T>(work: () => Promise<T>): Promise<T> {
+  async quiet<T>(work: () => Promise<T>, commits = 1): Promise<T> {
     const handle = this.#handle;
     this.#mutes++;
     this.#epoch++;
@@ -92,10 +92,10 @@ class SharedChanges {
       const after = handle && before !== undefined ? await this.#read(handle) : undefined;
       this.#mutes--;
       this.#epoch++;
-      // Unknown before the first read: nothing was reported yet that could have been missed. A
-      // transaction that committed nothing (nft refused it, or it changed nothing) leaves room for none.
+      // Unknown before the first read: nothing was reported yet that could have been missed. Refused
+      // work is counted as committing nothing (of two side by side, the other may have: every keeper is then told).
       const ownOnly = before !== undefined && after !== undefined && (known === undefined || before === known)
-        && ((after - before) >>> 0) === (committed ? 1 : 0);
+        && ((after - before) >>> 0) === (committed ? commits : 0);
       if (after !== undefined && this.#handle === handle) this.#seen = after;
       // The keeper's transaction touched its own table only: none of the others' has news.
       if (!ownOnly) for (const s of this.#subscribers) s.onChange();
@@ -170,6 +170,6 @@ export function nftChanges(netnsPath = ''): NftChangesWatcher {
   }
   const namespace = changes;
   return Object.assign((onChange: () => void) => namespace.watch(onChange), {
-    quiet: <T>(work: () => Promise<T>) => namespace.quiet(work),
+    quiet: <T>(work: () => Promise<T>, commits?: number) => namespace.quiet(work, commits),
   });
 }

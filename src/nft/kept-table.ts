@@ -5,7 +5,9 @@
  *
  * - Apply: the owner bumps a generation with every change and kicks; one render of the whole
  *   model then goes out in one `nft -f` transaction holding only what differs from the last one
- *   (ruleset.ts, tableUpdate), the whole table after a failure or a drift. Changes arriving during
+ *   (ruleset.ts, tableUpdate), the whole table after a failure or a drift; a large table the kernel
+ *   does not hold yet in two transactions side by side (ruleset.ts, coldLoadPieces: each half
+ *   of its data sets' elements is read by an nft of its own). Changes arriving during
  *   an apply are taken by the next one; a failed apply is retried with backoff. Callers can wait
  *   for an apply covering their change ({@link KeptTable.appliedThrough}).
  * - Repair: right after an apply that sent something, the table is listed (in the background, so
@@ -31,7 +33,7 @@ import type { Runner } from '../masq/runner.ts';
 import { Backoff, sleep } from '../retry.ts';
 import { shapeDrift, ShapeReader } from './listing.ts';
 import type { ShapeDrift, TableShape } from './listing.ts';
-import { goneChains, staleChainsDeletion, tableRepair, tableScriptPieces, tableUpdate } from './ruleset.ts';
+import { coldLoadPieces, goneChains, staleChainsDeletion, tableRepair, tableScriptPieces, tableUpdate } from './ruleset.ts';
 import type { NftRuleset } from './ruleset.ts';
 
 export interface KeptTableOptions {
@@ -49,7 +51,7 @@ export interface KeptTableOptions {
    * Runs the table's own transactions (`nft -f`, one each, rejecting when nft refused it) so that
    * the owner's watch of the ruleset is not woken by them (nft/changes.ts' quiet); default: as they are.
    */
-  quiet?: <T>(work: () => Promise<T>) => Promise<T>;
+  quiet?: <T>(work: () => Promise<T>, commits?: number) => Promise<T>;
   /** How long a chain left unused stays, flushed, before its deletion; default kube-proxy's 1 s. */
   staleChainMs?: number;
   /**
@@ -115,8 +117,8 @@ export class KeptTable {
     this.#synced.promise.catch(() => {});
   }
 
-  #quiet<T>(work: () => Promise<T>): Promise<T> {
-    return this.#options.quiet ? this.#options.quiet(work) : work();
+  #quiet<T>(work: () => Promise<T>, commits = 1): Promise<T> {
+    return this.#options.quiet ? this.#options.quiet(work, commits) : work();
   }
 
   /** Resolves once the first rules are applied; rejects with {@link fail}'s error. */
@@ -303,16 +305,21 @@ export class KeptTable {
     }
     // A whole load is made as nft reads it (see tableScriptPieces).
     let bytes = update?.length ?? 0;
-    const script = update ?? (function* counted() {
-      for (const piece of tableScriptPieces(table, next)) {
+    function* counted(pieces: Iterable<string>) {
+      for (const piece of pieces) {
         bytes += piece.length;
         yield piece;
       }
-    })();
+    }
     const before = this.#applied;
     this.#applies++;
     const rendered = performance.now();
-    await this.#quiet(() => mustRun(run, `apply nftables table ${table}`, ['nft', '-f', '-'], script));
+    const scripts = update !== undefined ? [update] : (await this.#coldLoad(next)) ?? [tableScriptPieces(table, next)];
+    await this.#quiet(async () => {
+      const runs = await Promise.allSettled(scripts.map((s) =>
+        mustRun(run, `apply nftables table ${table}`, ['nft', '-f', '-'], typeof s === 'string' ? s : counted(s))));
+      for (const r of runs) if (r.status === 'rejected') throw r.reason;
+    }, scripts.length);
     const nftMs = performance.now() - rendered;
     if (update === undefined) {
       this.#staleChains.clear();
@@ -320,6 +327,7 @@ export class KeptTable {
     } else this.#flushed(goneChains(this.#applied, next));
     this.#options.log.debug(`${this.#options.what}: rules applied`, {
       render_ms: Math.round(rendered - started), nft_ms: Math.round(nftMs), bytes, whole: update === undefined, repair: repair !== '',
+      transactions: scripts.length,
     });
     this.#applied = next;
     this.#appliedKnown = true;
@@ -355,6 +363,15 @@ export class KeptTable {
       chains: chains.filter((c) => applied.chains.has(c)), sets: names(drift.changed, /^(set|map) /),
       flushChains: foreign, deleteSets: drift.extra.filter((k) => /^(set|map) /.test(k)),
     });
+  }
+
+  /** A whole load's two scripts side by side (ruleset.ts, coldLoadPieces) when it is large and the kernel holds no such table. */
+  async #coldLoad(next: NftRuleset | undefined): Promise<Iterable<string>[] | undefined> {
+    const pieces = coldLoadPieces(this.#options.table, next);
+    if (!pieces) return undefined;
+    const [family] = this.#options.table.split(' ');
+    const listed = await this.#options.run(['nft', 'list', 'tables', family!]);
+    return listed.code === 0 && !listed.stdout.split('\n').includes(`table ${this.#options.table}`) ? pieces : undefined;
   }
 
   /** Takes `chains` as flushed now, and has them deleted once they have been for {@link KeptTableOptions.staleChainMs}. */

@@ -126,6 +126,13 @@ test('nft/changes: a keeper\'s own change made through quiet() wakes no keeper; 
       const readsAfter = reads();
       await until('two reads after the quiet work', () => reads() >= readsAfter + 2, 10_000);
       assert.deepEqual(counts, before, 'no keeper is told of a keeper\'s own change (to its own table)');
+      // Two transactions of the keeper's own (a large table's first load, side by side), as many as it says.
+      await own.quiet(async () => {
+        await Promise.all([change(), change()]);
+      }, 2);
+      const readsAfterTwo = reads();
+      await until('two reads after the two transactions', () => reads() >= readsAfterTwo + 2, 10_000);
+      assert.deepEqual(counts, before, 'no keeper is told of as many own transactions as quiet() was given');
       await change();
       await until('the keepers hear a change no keeper made', () => counts.own > before.own && counts.other > before.other, 10_000);
 

@@ -25,7 +25,7 @@ import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
 import { ServiceAgent } from '../support/service-agent.ts';
 import type { ProbeResult } from '../support/service-agent.ts';
-import { endpoint, serviceModel, serviceObject, sliceObject } from '../support/services.ts';
+import { endpoint, normalizedListing, serviceModel, serviceObject, sliceObject } from '../support/services.ts';
 import { until } from '../support/until.ts';
 
 const NS = 'svc';
@@ -377,13 +377,6 @@ test('--cleanup-traffic-rules removes the table, and is a no-op without one', { 
   });
 });
 
-/** A listing of the table as sets: its blocks and each block's elements in sorted order (the kernel's order is its own). */
-function normalized(listing: string): string {
-  const blocks = listing.split(/\n(?=\t(?:set|map|chain) )/).slice(1).map((b) => b.replace(/\n}\n?$/, '').trim());
-  const sortElements = (_: string, e: string) => `elements = { ${e.split(/,\s*/).map((x) => x.trim()).sort().join(', ')} }`;
-  return blocks.map((b) => b.replace(/elements = \{([^}]*)\}/, sortElements)).sort().join('\n');
-}
-
 test('each update loads into the table an earlier transaction left, chains and endpoint maps shared by many Services', { skip: needsRoot }, async () => {
   await withNetns(['node'], async (node) => {
     const run = execRunner(['ip', 'netns', 'exec', node.name]);
@@ -422,7 +415,7 @@ test('each update loads into the table an earlier transaction left, chains and e
         return execRunner(['ip', 'netns', 'exec', check.name])(['nft', 'list', 'table', table.split(' ')[0]!, NFT_SERVICES_TABLE]);
       });
       const updated = (await run(['nft', 'list', 'table', 'inet', NFT_SERVICES_TABLE])).stdout;
-      assert.equal(normalized(updated), normalized(fresh.stdout), 'the update leaves what a fresh load would');
+      assert.equal(normalizedListing(updated), normalizedListing(fresh.stdout), 'the update leaves what a fresh load would');
     }
   });
 });

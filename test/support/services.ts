@@ -49,3 +49,10 @@ export function indexOf(services: readonly Service[], slices: readonly EndpointS
   }
   return { services: new Map(services.map((s) => [`${s.namespace}/${s.name}`, s])), slices: bySlices };
 }
+
+/** A listing of a table as sets: its blocks and each block's elements in sorted order (the kernel's order is its own). */
+export function normalizedListing(listing: string): string {
+  const blocks = listing.split(/\n(?=\t(?:set|map|chain) )/).slice(1).map((b) => b.replace(/\n}\n?$/, '').trim());
+  const sortElements = (_: string, e: string) => `elements = { ${e.split(/,\s*/).map((x) => x.trim()).sort().join(', ')} }`;
+  return blocks.map((b) => b.replace(/elements = \{([^}]*)\}/, sortElements)).sort().join('\n');
+}
