@@ -96,7 +96,9 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
   const part: Part = { service: s, slices, chains: [], sets: [], shared: [], claims: [], counted: [] };
   const owner = `${s.namespace}/${s.name}`;
   const clusterCIDR = (f: Family) => options.clusterCIDRs.find((c) => c.ip.family === f);
-  // kube-proxy's count: this node's ready endpoints (address and port), terminating ones not.
+  // kube-proxy's count: this node's ready endpoints (address and port), terminating ones not;
+  // only a health check node port answers it.
+  const healthPort = s.type === 'LoadBalancer' && s.externalLocal ? s.healthCheckNodePort : undefined;
   const readyHere = new Set<string>();
   for (const clusterIP of s.clusterIPs) {
     const f = clusterIP.family;
@@ -107,7 +109,7 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
       const targets = targetsOf(p, f, slices, options.node);
       const all = clusterTargets(targets, s.topologyAware ? options.zone : undefined);
       const local = usable(targets.filter((t) => t.local));
-      for (const t of targets) if (t.local && t.endpoint.ready) readyHere.add(hostPort(t));
+      if (healthPort !== undefined) for (const t of targets) if (t.local && t.endpoint.ready) readyHere.add(hostPort(t));
       // Hairpin: only endpoints on this node's bridge, in the cluster network, can reach
       // themselves through it (a host-network endpoint's own connection stays on the node).
       const cidr = clusterCIDR(f);
@@ -170,7 +172,8 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
       // under the Service's own keys in the maps they look up.
       const destination = (t: Target) => [formatIP(t.ip), t.port].join(' . ');
       const allTo = all.map(destination);
-      const localTo = local.map(destination);
+      // Only the Local policies send to this node's endpoints alone.
+      const localTo = s.internalLocal || s.externalLocal ? local.map(destination) : [];
       type Uses = { all: boolean; local: boolean };
       // Under one key, this node's endpoints are numbered after all endpoints (0 to N-1): both groups
       // may share a map (as many of each), and a slot given twice would fail the whole transaction.
@@ -210,8 +213,8 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
       }
     }
   }
-  if (s.type === 'LoadBalancer' && s.externalLocal && s.healthCheckNodePort !== undefined) {
-    part.health = { port: s.healthCheckNodePort, namespace: s.namespace, name: s.name, localEndpoints: readyHere.size };
+  if (healthPort !== undefined) {
+    part.health = { port: healthPort, namespace: s.namespace, name: s.name, localEndpoints: readyHere.size };
   }
   return part;
 }
