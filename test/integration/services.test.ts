@@ -316,12 +316,17 @@ test('the Service proxy translates every Service type and policy on a real kerne
         await t.test('the table is put back when something else deletes or changes it', async () => {
           const drift = () => log.records.filter((r) => /changed by something else/.test(r.msg)).length;
           assert.equal(drift(), 0, 'our own changes and the clients in the affinity sets are not drift');
+          const deleted = log.records.length;
           await node.exec('nft', 'delete', 'table', 'inet', NFT_SERVICES_TABLE);
           // From pa: pc, the endpoint, cannot reach itself here (it is labelled another node's, so no hairpin masquerade).
           await eventually(agents.pa, '10.96.0.31', 'TCP', 80, answered);
-          // A change made before the repair has listed what it loaded would be taken as the proxy's own (kept-table.ts).
-          await until('the reloaded table is listed for the repair', () =>
-            log.records.filter((r) => /rules applied|listed the applied rules/.test(r.msg)).at(-1)?.msg.includes('listed') ?? false);
+          // A change made before the repair has listed what it loaded would be taken as the proxy's own (kept-table.ts). The
+          // table answers as soon as nft has loaded it, which may be before the proxy logs the apply: the listing must follow that log.
+          await until('the reloaded table is listed for the repair', () => {
+            const since = log.records.slice(deleted).map((r) => r.msg);
+            const reloaded = since.findIndex((m) => /rules applied/.test(m));
+            return reloaded !== -1 && since.slice(reloaded + 1).some((m) => /listed the applied rules/.test(m));
+          });
           await node.exec('nft', 'flush', 'map', 'inet', NFT_SERVICES_TABLE, 'services4');
           await eventually(agents.pa, '10.96.0.31', 'TCP', 80, answered);
         });
