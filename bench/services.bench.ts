@@ -21,7 +21,8 @@
  * - svc_conn_rate_ratio, svc_throughput_ratio: connection setup rate (connect and reset, 4 at a
  *   time) and iperf3 throughput to the cluster IP against the server pod's own address, both
  *   measured at once (bench/support/traffic.ts) so the load of this shared machine weighs on both
- *   alike, with 10,000 Services; medians of ROUNDS rounds' ratios.
+ *   alike, with 10,000 Services; medians of ROUNDS rounds' ratios (five: one run's three rounds of
+ *   connection rate read 1.25, 0.80 and 0.75, the two at once sharing this machine's two cores).
  * - svc_update_p99_ms: once both weftds have settled again, an endpoint of
  *   one of the 10,000 Services is given a new address (SAMPLES times); the time from the API write
  *   (a merge patch: its answer and the watch event's delivery to weftd included) to weftd's log of
@@ -61,7 +62,7 @@ import { median, percentile } from './support/stats.ts';
 import { connRates, iperf } from './support/traffic.ts';
 
 const SECONDS = Number(process.env.WEFT_BENCH_SECONDS ?? 5);
-const ROUNDS = Number(process.env.WEFT_BENCH_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.WEFT_BENCH_ROUNDS ?? 5);
 const SAMPLES = Number(process.env.WEFT_BENCH_SAMPLES ?? 30);
 const CONNECTS = Number(process.env.WEFT_BENCH_CONNECTS ?? 500);
 const CONNECT_ROUNDS = 5;
