@@ -15,6 +15,8 @@
 
 #include <cerrno>
 #include <memory>
+#include <optional>
+#include <vector>
 
 namespace weft {
 
@@ -124,9 +126,29 @@ void NflogReader::beforeClose() {
   }
 }
 
+// Calls back with an array of the packets read, and `{lost: true}` after them where the kernel
+// dropped some; nothing when there is neither.
 void NflogReader::drain() {
   static thread_local std::vector<unsigned char> buf(kBufSize);
-  deliverNfnl<LoggedPacket>(buf, kMaxDatagramsPerWakeup, NFNL_SUBSYS_ULOG, NFULNL_MSG_PACKET, parsePacket, packetToJs);
+  std::vector<LoggedPacket> batch;
+  bool lost = false;
+  receive(
+      buf, kMaxDatagramsPerWakeup,
+      [&](struct nlmsghdr* hdr) {
+        if (NFNL_SUBSYS_ID(hdr->nlmsg_type) != NFNL_SUBSYS_ULOG || NFNL_MSG_TYPE(hdr->nlmsg_type) != NFULNL_MSG_PACKET) return;
+        if (std::optional<LoggedPacket> packet = parsePacket(hdr)) batch.push_back(std::move(*packet));
+      },
+      [&]() { lost = true; });
+  if ((batch.empty() && !lost) || closed_) return;
+  Napi::HandleScope scope(env_);
+  Napi::Array arr = Napi::Array::New(env_, batch.size() + (lost ? 1 : 0));
+  for (size_t i = 0; i < batch.size(); i++) arr.Set(static_cast<uint32_t>(i), packetToJs(env_, batch[i]));
+  if (lost) {
+    Napi::Object o = Napi::Object::New(env_);
+    o.Set("lost", true);
+    arr.Set(static_cast<uint32_t>(batch.size()), o);
+  }
+  callback_.MakeCallback(env_.Global(), {arr});
 }
 
 }  // namespace weft

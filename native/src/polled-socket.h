@@ -5,7 +5,6 @@
 
 #include "common.h"
 
-#include <linux/netfilter/nfnetlink.h>
 #include <uv.h>
 
 #include <functional>
@@ -32,33 +31,6 @@ class PolledSocket {
   // called where the kernel dropped notifications (ENOBUFS) or a datagram lost its tail to the buffer.
   void receive(std::vector<unsigned char>& buf, int maxDatagrams, const std::function<void(struct nlmsghdr*)>& onMessage,
                const std::function<void()>& onLost);
-  // As receive(), for the nfnetlink messages of subsystem `subsys` and type `type`: calls back with
-  // an array of what `parse` made of them, as `toJs` makes it, and `{lost: true}` after them where
-  // the kernel dropped some. Nothing when there is neither.
-  template <typename T>
-  void deliverNfnl(std::vector<unsigned char>& buf, int maxDatagrams, int subsys, int type,
-                   std::optional<T> (*parse)(struct nlmsghdr*), Napi::Object (*toJs)(Napi::Env, const T&)) {
-    std::vector<T> batch;
-    bool lost = false;
-    receive(
-        buf, maxDatagrams,
-        [&](struct nlmsghdr* hdr) {
-          if (NFNL_SUBSYS_ID(hdr->nlmsg_type) != subsys || NFNL_MSG_TYPE(hdr->nlmsg_type) != type) return;
-          if (std::optional<T> item = parse(hdr)) batch.push_back(std::move(*item));
-        },
-        [&]() { lost = true; });
-    if ((batch.empty() && !lost) || closed_) return;
-    Napi::HandleScope scope(env_);
-    Napi::Array arr = Napi::Array::New(env_, batch.size() + (lost ? 1 : 0));
-    for (size_t i = 0; i < batch.size(); i++) arr.Set(static_cast<uint32_t>(i), toJs(env_, batch[i]));
-    if (lost) {
-      Napi::Object o = Napi::Object::New(env_);
-      o.Set("lost", true);
-      arr.Set(static_cast<uint32_t>(batch.size()), o);
-    }
-    callback_.MakeCallback(env_.Global(), {arr});
-  }
-
   Napi::Env env_;
   struct nl_sock* sk_;
   Napi::FunctionReference callback_;
