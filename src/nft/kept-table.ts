@@ -314,12 +314,14 @@ export class KeptTable {
     const before = this.#applied;
     this.#applies++;
     const rendered = performance.now();
-    const scripts = update !== undefined ? [update] : (await this.#coldLoad(next)) ?? [tableScriptPieces(table, next)];
-    await this.#quiet(async () => {
-      const runs = await Promise.allSettled(scripts.map((s) =>
-        mustRun(run, `apply nftables table ${table}`, ['nft', '-f', '-'], typeof s === 'string' ? s : counted(s))));
-      for (const r of runs) if (r.status === 'rejected') throw r.reason;
-    }, scripts.length);
+    const load = (script: string | Iterable<string>) =>
+      mustRun(run, `apply nftables table ${table}`, ['nft', '-f', '-'], typeof script === 'string' ? script : counted(script));
+    const transactions = update === undefined && (await this.#loadSideBySide(next, load)) ? 2 : 1;
+    if (transactions === 1) {
+      // After a failed part, at once and not at the next retry: one transaction deleting what a part made.
+      bytes = update?.length ?? 0;
+      await this.#quiet(() => load(update ?? tableScriptPieces(table, next)));
+    }
     const nftMs = performance.now() - rendered;
     if (update === undefined) {
       this.#staleChains.clear();
@@ -327,7 +329,7 @@ export class KeptTable {
     } else this.#flushed(goneChains(this.#applied, next));
     this.#options.log.debug(`${this.#options.what}: rules applied`, {
       render_ms: Math.round(rendered - started), nft_ms: Math.round(nftMs), bytes, whole: update === undefined, repair: repair !== '',
-      transactions: scripts.length,
+      transactions,
     });
     this.#applied = next;
     this.#appliedKnown = true;
@@ -365,13 +367,26 @@ export class KeptTable {
     });
   }
 
-  /** A whole load's two scripts side by side (ruleset.ts, coldLoadPieces) when it is large and the kernel holds no such table. */
-  async #coldLoad(next: NftRuleset | undefined): Promise<Iterable<string>[] | undefined> {
-    const pieces = coldLoadPieces(this.#options.table, next);
-    if (!pieces) return undefined;
-    const [family] = this.#options.table.split(' ');
-    const listed = await this.#options.run(['nft', 'list', 'tables', family!]);
-    return listed.code === 0 && !listed.stdout.split('\n').includes(`table ${this.#options.table}`) ? pieces : undefined;
+  /**
+   * A whole load's two parts side by side (ruleset.ts, coldLoadPieces) where the table is large and
+   * the kernel holds none; false when not so, or when a part failed (each failure logged).
+   */
+  async #loadSideBySide(next: NftRuleset | undefined, load: (script: Iterable<string>) => Promise<string>): Promise<boolean> {
+    const { table, run, log, what } = this.#options;
+    const parts = coldLoadPieces(table, next);
+    if (!parts) return false;
+    const listed = await run(['nft', 'list', 'tables', table.split(' ')[0]!]);
+    if (listed.code !== 0 || listed.stdout.split('\n').includes(`table ${table}`)) return false;
+    try {
+      await this.#quiet(async () => {
+        const failed = (await Promise.allSettled(parts.map(load))).flatMap((r) => (r.status === 'rejected' ? [r.reason] : []));
+        for (const e of failed) log.warn(`${what}: a part of the table's load side by side failed; loading it whole`, { err: e });
+        if (failed.length > 0) throw failed[0];
+      }, parts.length);
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   /** Takes `chains` as flushed now, and has them deleted once they have been for {@link KeptTableOptions.staleChainMs}. */

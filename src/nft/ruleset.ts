@@ -142,13 +142,18 @@ const COLD_SPLIT_ELEMENTS = 20_000;
  * where the whole took 1.3-1.5 s. The first makes the table as {@link tableScriptPieces} does,
  * without deleting it first and with the first half of each data set's elements (verdict maps and
  * interval sets stay whole); the second declares the table and those sets alike (`add`, which
- * leaves a set declared the same way as it is) and adds the other halves. Undefined when the data
- * sets hold fewer than COLD_SPLIT_ELEMENTS elements: a second nft is then not worth its start.
+ * leaves a set declared the same way as it is) and adds the other halves. The first also creates
+ * (`create`: refused when it exists) its first regular chain, which the second never makes: a
+ * table made meanwhile by anything but the second part fails the first whole, rather than being
+ * merged into. Undefined when the data sets hold fewer than COLD_SPLIT_ELEMENTS elements (a second
+ * nft is then not worth its start), or there is no regular chain.
  */
 export function coldLoadPieces(table: string, ruleset: NftRuleset | undefined): [Iterable<string>, Iterable<string>] | undefined {
   const split = (s: NftSet) => !isVerdictMap(s) && !s.interval && s.elements.length > 1;
   const sets = ruleset?.sets.filter(split) ?? [];
   if (!ruleset || sets.reduce((n, s) => n + s.elements.length, 0) < COLD_SPLIT_ELEMENTS) return undefined;
+  const guard = [...ruleset.chains].find(([, rules]) => !isBase(rules))?.[0];
+  if (guard === undefined) return undefined;
   const half = (s: NftSet) => s.elements.length >> 1;
   const first = { ...ruleset, sets: ruleset.sets.map((s) => (split(s) ? { ...s, elements: s.elements.slice(0, half(s)) } : s)) };
   function* second() {
@@ -160,7 +165,11 @@ export function coldLoadPieces(table: string, ruleset: NftRuleset | undefined): 
       }
     }
   }
-  return [tablePieces(table, first), second()];
+  function* guarded() {
+    yield `add table ${table}\ncreate chain ${table} ${guard}\n`;
+    yield* tablePieces(table, first);
+  }
+  return [guarded(), second()];
 }
 
 /** {@link tableScriptPieces} as one text. */

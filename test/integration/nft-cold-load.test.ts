@@ -117,3 +117,45 @@ test('the table keeper loads a large table in two transactions where none is, an
     assert.equal(await listing(run), loaded, 'the stray element is gone with the table it was in');
   });
 });
+
+test('a part of a load side by side that fails, or a table made after the check, has the keeper load the table whole at once', {
+  skip: needsRoot,
+}, async () => {
+  const ruleset = rules(2_200);
+  await withNetns(['node', 'whole'], async (node, whole) => {
+    await load(inNetns(whole), tableScript(TABLE, ruleset));
+    const expected = await listing(inNetns(whole));
+    const run = inNetns(node);
+    const keep = async (runner: Runner) => {
+      const log = memoryLogger();
+      const table = new KeptTable({ table: TABLE, what: 'test', log, run: runner, render: () => ruleset, ready: () => true });
+      try {
+        await table.appliedThrough(table.bump());
+      } finally {
+        await table.stop();
+      }
+      return log.records;
+    };
+    const script = (stdin: Parameters<Runner>[1]) => (typeof stdin === 'string' ? stdin : [...stdin ?? []].join(''));
+    // The second part (no chain of its own) refused; the first commits.
+    const refusing: Runner = async (argv, stdin, stdout) => {
+      const text = script(stdin);
+      if (argv[1] === '-f' && text.startsWith('add table') && !text.includes('create chain')) {
+        return { code: 1, stdout: '', stderr: 'Error: refused by the test' };
+      }
+      return run(argv, text, stdout);
+    };
+    let records = await keep(refusing);
+    assert.ok(records.some((r) => r.level === 'warn' && /side by side failed/.test(r.msg)), 'the failed part is logged');
+    assert.equal(records.find((r) => r.msg === 'test: rules applied')?.fields?.transactions, 1, 'then one transaction');
+    assert.equal(await listing(run), expected, 'the table is whole at once, not half until a retry');
+
+    // A table there that the check did not see (made after it): the first part's chain exists, so it is refused, not merged into.
+    await load(run, `add element ${TABLE} cluster-ips4 { 10.96.255.1 }\n`);
+    const blind: Runner = async (argv, stdin, stdout) =>
+      (argv[1] === 'list' && argv[2] === 'tables' ? { code: 0, stdout: '', stderr: '' } : run(argv, script(stdin), stdout));
+    records = await keep(blind);
+    assert.ok(records.some((r) => r.level === 'warn' && /side by side failed/.test(r.msg)), 'the refused part is logged');
+    assert.equal(await listing(run), expected, 'the table is replaced whole: the stray element is gone');
+  });
+});

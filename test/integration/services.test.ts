@@ -323,9 +323,9 @@ test('the Service proxy translates every Service type and policy on a real kerne
           // A change made before the repair has listed what it loaded would be taken as the proxy's own (kept-table.ts). The
           // table answers as soon as nft has loaded it, which may be before the proxy logs the apply: the listing must follow that log.
           await until('the reloaded table is listed for the repair', () => {
-            const since = log.records.slice(deleted).map((r) => r.msg);
-            const reloaded = since.findIndex((m) => /rules applied/.test(m));
-            return reloaded !== -1 && since.slice(reloaded + 1).some((m) => /listed the applied rules/.test(m));
+            const since = log.records.slice(deleted);
+            const reloaded = since.findIndex((r) => /rules applied/.test(r.msg) && r.fields?.whole === true);
+            return reloaded !== -1 && since.slice(reloaded + 1).some((r) => /listed the applied rules/.test(r.msg));
           });
           await node.exec('nft', 'flush', 'map', 'inet', NFT_SERVICES_TABLE, 'services4');
           await eventually(agents.pa, '10.96.0.31', 'TCP', 80, answered);

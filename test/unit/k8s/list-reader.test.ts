@@ -65,3 +65,29 @@ test('items found by their first key\'s mark: one nesting the mark, or starting 
     }
   }
 });
+
+test('after the first item, a list\'s items are found by their mark: the scan\'s work does not grow with the items', () => {
+  const items = (n: number) => Array.from({ length: n }, (_, i) => ({
+    metadata: { name: `s${i}`, namespace: 'ns' }, spec: { ports: [{ port: 80 + i }], note: 'a },{"metadata": inside a string' },
+  }));
+  const list = (n: number) => JSON.stringify({ kind: 'List', metadata: { resourceVersion: '9' }, items: items(n) });
+  for (const size of [7, 13, 64, 200, list(50).length]) {
+    assert.deepEqual(read(list(50), size), { items: items(50), rest: { kind: 'List', metadata: { resourceVersion: '9' }, items: [] } });
+  }
+  /** The regular expression searches made reading `text` whole: the scan makes one per bracket and string. */
+  const scans = (text: string) => {
+    const exec = RegExp.prototype.exec;
+    let n = 0;
+    RegExp.prototype.exec = function counted(this: RegExp, s: string) {
+      n++;
+      return exec.call(this, s);
+    };
+    try {
+      read(text, text.length);
+    } finally {
+      RegExp.prototype.exec = exec;
+    }
+    return n;
+  };
+  assert.equal(scans(list(50)), scans(list(3)), 'the items between the first and the last are not scanned');
+});
