@@ -161,7 +161,7 @@ export function coldLoadPieces(table: string, ruleset: NftRuleset | undefined): 
     for (const s of sets) {
       yield `add ${s.kind} ${table} ${s.name} { ${setBody({ ...s, elements: [] }).join('; ')}; }\n`;
       for (let i = half(s); i < s.elements.length; i += ELEMENTS_PER_LINE) {
-        yield `add element ${table} ${s.name} { ${s.elements.slice(i, Math.min(i + ELEMENTS_PER_LINE, s.elements.length)).join(', ')} }\n`;
+        yield `add element ${table} ${s.name} { ${s.elements.slice(i, i + ELEMENTS_PER_LINE).join(', ')} }\n`;
       }
     }
   }
