@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseCIDR } from '../../src/ip/ip.ts';
 import { memoryLogger } from '../../src/log.ts';
+import type { LogRecord } from '../../src/log.ts';
 import { execRunner } from '../../src/masq/runner.ts';
 import type { Runner } from '../../src/masq/runner.ts';
 import { KeptTable } from '../../src/nft/kept-table.ts';
@@ -57,6 +58,18 @@ async function listing(run: Runner): Promise<string> {
   return normalizedListing(r.stdout);
 }
 
+/** A table keeper's first apply of `ruleset` through `run`; what it logged. */
+async function firstApply(run: Runner, ruleset: NftRuleset): Promise<LogRecord[]> {
+  const log = memoryLogger();
+  const table = new KeptTable({ table: TABLE, what: 'test', log, run, render: () => ruleset, ready: () => true });
+  try {
+    await table.appliedThrough(table.bump());
+  } finally {
+    await table.stop();
+  }
+  return log.records;
+}
+
 test('a large table loaded in two parts leaves what one whole load leaves, whichever part commits first', { skip: needsRoot }, async () => {
   const ruleset = rules(2_200);
   assert.equal(coldLoadPieces(TABLE, rules(100)), undefined, 'a small table goes whole');
@@ -87,16 +100,7 @@ test('the table keeper loads a large table in two transactions where none is, an
       scripts.push(text);
       return run(argv, text, stdout);
     };
-    const keep = async () => {
-      const log = memoryLogger();
-      const table = new KeptTable({ table: TABLE, what: 'test', log, run: counting, render: () => ruleset, ready: () => true });
-      try {
-        await table.appliedThrough(table.bump());
-      } finally {
-        await table.stop();
-      }
-      return log.records.find((r) => r.msg === 'test: rules applied');
-    };
+    const keep = async () => (await firstApply(counting, ruleset)).find((r) => r.msg === 'test: rules applied');
     const cold = await keep();
     assert.equal(cold?.fields?.transactions, 2, 'no table yet: two transactions');
     assert.equal(scripts.length, 2);
@@ -126,16 +130,7 @@ test('a part of a load side by side that fails, or a table made after the check,
     await load(inNetns(whole), tableScript(TABLE, ruleset));
     const expected = await listing(inNetns(whole));
     const run = inNetns(node);
-    const keep = async (runner: Runner) => {
-      const log = memoryLogger();
-      const table = new KeptTable({ table: TABLE, what: 'test', log, run: runner, render: () => ruleset, ready: () => true });
-      try {
-        await table.appliedThrough(table.bump());
-      } finally {
-        await table.stop();
-      }
-      return log.records;
-    };
+    const keep = (runner: Runner) => firstApply(runner, ruleset);
     const script = (stdin: Parameters<Runner>[1]) => (typeof stdin === 'string' ? stdin : [...stdin ?? []].join(''));
     // The second part (no chain of its own) refused; the first commits.
     const refusing: Runner = async (argv, stdin, stdout) => {
