@@ -19,10 +19,11 @@
  *   as many to the pod's own address (printed beside): one round at a busy moment of this shared
  *   machine moved a single median by half (93 against 151 µs, the pod's own address 100 and 88).
  * - svc_conn_rate_ratio, svc_throughput_ratio: connection setup rate (connect and reset, 4 at a
- *   time) and iperf3 throughput to the cluster IP against the server pod's own address, both
- *   measured at once (bench/support/traffic.ts) so the load of this shared machine weighs on both
- *   alike, with 10,000 Services; medians of ROUNDS rounds' ratios (five: one run's three rounds of
- *   connection rate read 1.25, 0.80 and 0.75, the two at once sharing this machine's two cores).
+ *   time) and iperf3 throughput to the cluster IP against the server pod's own address, with
+ *   10,000 Services; medians of ROUNDS rounds' ratios. The two are taken in turn
+ *   (bench/support/traffic.ts: windows of 250 ms for the rate, runs of 1 s for iperf3), so drifts
+ *   in this shared machine's load weigh on both alike. Taken at once, the two processes shared the
+ *   two cores as the scheduler happened to: single rounds' rate ratios read 0.56-1.37.
  * - svc_update_p99_ms: once both weftds have settled again, an endpoint of
  *   one of the 10,000 Services is given a new address (SAMPLES times); the time from the API write
  *   (a merge patch: its answer and the watch event's delivery to weftd included) to weftd's log of
@@ -59,7 +60,7 @@ import { Agent } from '../test/support/netpol-agent.ts';
 import { endpoint, serviceObject, sliceObject } from '../test/support/services.ts';
 import { procStatus } from './support/weftd.ts';
 import { median, percentile } from './support/stats.ts';
-import { connRates, iperf } from './support/traffic.ts';
+import { connRates, connRatesInTurn, iperfInTurn } from './support/traffic.ts';
 
 const SECONDS = Number(process.env.WEFT_BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.WEFT_BENCH_ROUNDS ?? 5);
@@ -241,9 +242,9 @@ try {
   const gbps: [number, number][] = [];
   for (let r = 0; r < ROUNDS; r++) {
     const order = r % 2 === 0 ? [server.ip, BENCH_IP] : [BENCH_IP, server.ip];
-    const rate = await connRates(client.ns, order, SECONDS);
-    // Two servers at once: the pod's own address on 5202, the Service's port 5201 translated to 5201.
-    const tput = await Promise.all(order.map((ip) => iperf(server.ns, client.ns, server.ip, ip, SECONDS, ip === BENCH_IP ? 5201 : 5202)));
+    const rate = await connRatesInTurn(client.ns, order, SECONDS);
+    // The Service's port 5201 is translated to the pod's 5201.
+    const tput = await iperfInTurn(client.ns, order.map((ip) => ({ server: server.ns, bind: server.ip, ip, port: 5201 })), SECONDS);
     rates.push((r % 2 === 0 ? rate : rate.reverse()) as [number, number]);
     gbps.push((r % 2 === 0 ? tput : tput.reverse()) as [number, number]);
   }
