@@ -6,9 +6,9 @@
  * - Apply: the owner bumps a generation with every change and kicks; one render of the whole
  *   model then goes out in one `nft -f` transaction holding only what differs from the last one
  *   (ruleset.ts, tableUpdate), the whole table after a failure or a drift; a large table the kernel
- *   does not hold yet in two transactions side by side (ruleset.ts, coldLoadPieces: each half
- *   of its data sets' elements is read by an nft of its own). Changes arriving during
- *   an apply are taken by the next one; a failed apply is retried with backoff. Callers can wait
+ *   does not hold yet in two transactions side by side (cold-load.ts: each half of its data
+ *   sets' elements is read by an nft of its own). Changes arriving during an apply are taken by
+ *   the next one; a failed apply is retried with backoff. Callers can wait
  *   for an apply covering their change ({@link KeptTable.appliedThrough}).
  * - Repair: right after an apply that sent something, the table is listed (in the background, so
  *   the next change never waits for it) as `nft -j` prints it, read into a digest per chain, set
@@ -33,7 +33,8 @@ import type { Runner } from '../masq/runner.ts';
 import { Backoff, sleep } from '../retry.ts';
 import { shapeDrift, ShapeReader } from './listing.ts';
 import type { ShapeDrift, TableShape } from './listing.ts';
-import { coldLoadPieces, goneChains, staleChainsDeletion, tableRepair, tableScriptPieces, tableUpdate } from './ruleset.ts';
+import { loadSideBySide } from './cold-load.ts';
+import { goneChains, staleChainsDeletion, tableRepair, tableScriptPieces, tableUpdate } from './ruleset.ts';
 import type { NftRuleset } from './ruleset.ts';
 
 export interface KeptTableOptions {
@@ -316,7 +317,8 @@ export class KeptTable {
     const rendered = performance.now();
     const load = (script: string | Iterable<string>) =>
       mustRun(run, `apply nftables table ${table}`, ['nft', '-f', '-'], typeof script === 'string' ? script : counted(script));
-    const transactions = update === undefined && (await this.#loadSideBySide(next, load)) ? 2 : 1;
+    const sideBySide = update === undefined && (await loadSideBySide(this.#options, next, load, (work, n) => this.#quiet(work, n)));
+    const transactions = sideBySide ? 2 : 1;
     if (transactions === 1) {
       // After a failed part, at once and not at the next retry: one transaction deleting what a part made.
       bytes = update?.length ?? 0;
@@ -367,27 +369,7 @@ export class KeptTable {
     });
   }
 
-  /**
-   * A whole load's two parts side by side (ruleset.ts, coldLoadPieces) where the table is large and
-   * the kernel holds none; false when not so, or when a part failed (each failure logged).
-   */
-  async #loadSideBySide(next: NftRuleset | undefined, load: (script: Iterable<string>) => Promise<string>): Promise<boolean> {
-    const { table, run, log, what } = this.#options;
-    const parts = coldLoadPieces(table, next);
-    if (!parts) return false;
-    const listed = await run(['nft', 'list', 'tables', table.split(' ')[0]!]);
-    if (listed.code !== 0 || listed.stdout.split('\n').includes(`table ${table}`)) return false;
-    try {
-      await this.#quiet(async () => {
-        const failed = (await Promise.allSettled(parts.map(load))).flatMap((r) => (r.status === 'rejected' ? [r.reason] : []));
-        for (const e of failed) log.warn(`${what}: a part of the table's load side by side failed; loading it whole`, { err: e });
-        if (failed.length > 0) throw failed[0];
-      }, parts.length);
-      return true;
-    } catch {
-      return false;
-    }
-  }
+
 
   /** Takes `chains` as flushed now, and has them deleted once they have been for {@link KeptTableOptions.staleChainMs}. */
   #flushed(chains: readonly string[]): void {

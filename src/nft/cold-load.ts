@@ -1,0 +1,41 @@
+/**
+ * A large table the kernel does not hold yet, loaded as two transactions side by side (see
+ * ruleset.ts, coldLoadPieces): nft reads and checks each half of the data sets' elements on a CPU
+ * of its own while weftd's thread waits. For nft/kept-table.ts's whole loads.
+ */
+import type { Logger } from '../log.ts';
+import { parseNftTables } from '../masq/rules.ts';
+import { NFT_LIST_TABLES } from '../masq/runner.ts';
+import type { Runner } from '../masq/runner.ts';
+import { coldLoadPieces } from './ruleset.ts';
+import type { NftRuleset } from './ruleset.ts';
+
+/**
+ * Loads `next` into `table` as two parts side by side where it is large and the kernel holds no
+ * such table; false when not so, or when a part failed (each failure logged), the caller then
+ * loading it whole. `quiet` runs the parts as the table's own `commits` transactions (KeptTable's
+ * quiet). The tables are read with `list chains`: nft 1.0.6's `list tables` reads every set's
+ * elements first (2 s with a 10,000-Service table in place, weftd started again).
+ */
+export async function loadSideBySide(
+  options: { table: string; run: Runner; log: Logger; what: string },
+  next: NftRuleset | undefined,
+  load: (script: Iterable<string>) => Promise<string>,
+  quiet: (work: () => Promise<void>, commits: number) => Promise<void>,
+): Promise<boolean> {
+  const { table, run, log, what } = options;
+  const parts = coldLoadPieces(table, next);
+  if (!parts) return false;
+  const listed = await run([...NFT_LIST_TABLES, table.split(' ')[0]!]);
+  if (listed.code !== 0 || parseNftTables(listed.stdout).has(table)) return false;
+  try {
+    await quiet(async () => {
+      const failed = (await Promise.allSettled(parts.map(load))).flatMap((r) => (r.status === 'rejected' ? [r.reason] : []));
+      for (const e of failed) log.warn(`${what}: a part of the table's load side by side failed; loading it whole`, { err: e });
+      if (failed.length > 0) throw failed[0];
+    }, parts.length);
+    return true;
+  } catch {
+    return false;
+  }
+}
