@@ -57,10 +57,10 @@ export class ListReader {
     let from = 0;
     let i = this.#inString ? this.#stringEnd(text, 0) : 0;
     while (i < text.length) {
+      // test(), not exec(): no match array for each of the ~150 brackets and quotes of a slice.
       this.#structural.lastIndex = i;
-      const m = this.#structural.exec(text);
-      if (!m) break;
-      i = m.index;
+      if (!this.#structural.test(text)) break;
+      i = this.#structural.lastIndex - 1;
       const c = text.charCodeAt(i);
       if (c === 0x22) {
         this.#inString = true;

@@ -187,20 +187,29 @@ export class ServiceRenderer {
     return c;
   }
 
-  /** Adds elements (the first render, which sends everything, keeps no account of what came). */
-  #addElements(set: string, elements: Iterable<string>): void {
-    const c = this.#contentsOf(set);
-    for (const element of elements) {
-      c.elements.add(element);
-      if (this.#touched && !c.gone.delete(element)) c.added.add(element);
-    }
+  /** Adds an element (the first render, which sends everything, keeps no account of what came). */
+  #addElement(c: Contents, element: string): void {
+    c.elements.add(element);
+    if (this.#touched && !c.gone.delete(element)) c.added.add(element);
   }
 
-  #removeElements(set: string, elements: Iterable<string>): void {
-    const c = this.#contentsOf(set);
-    for (const element of elements) {
-      c.elements.delete(element);
-      if (this.#touched && !c.added.delete(element)) c.gone.add(element);
+  #removeElement(c: Contents, element: string): void {
+    c.elements.delete(element);
+    if (this.#touched && !c.added.delete(element)) c.gone.add(element);
+  }
+
+  /**
+   * A claim's elements (its key's, its endpoints') added to their sets or removed. Indexed loops,
+   * as in the rest of a first render's path: under weftd's baseline compiler each step of an
+   * iterator (for-of, spread, array destructuring) allocates, and a first render of 10,000
+   * Services takes 100,000 such steps here.
+   */
+  #claimElements(claim: Claim, put: (c: Contents, element: string) => void): void {
+    put(this.#contentsOf(claim.map), claim.element);
+    for (let k = 0; k < claim.endpoints.length; k++) {
+      const c = this.#contentsOf(claim.endpoints[k]![0]);
+      const elements = claim.endpoints[k]![1];
+      for (let j = 0; j < elements.length; j++) put(c, elements[j]!);
     }
   }
 
@@ -208,44 +217,53 @@ export class ServiceRenderer {
   #putClaims(owner: string, old: readonly Claim[], next: readonly Claim[]): void {
     const holder = (claims: readonly Claim[] | undefined) => claims?.reduce((a, b) => (b.owner < a.owner ? b : a));
     const before = new Map<string, Claim | undefined>();
-    for (const c of [...old, ...next]) if (!before.has(c.id)) before.set(c.id, holder(this.#claims.get(c.id)));
-    for (const id of new Set(old.map((c) => c.id))) {
-      const left = this.#claims.get(id)!.filter((c) => c.owner !== owner);
+    const note = (c: Claim) => {
+      if (!before.has(c.id)) before.set(c.id, holder(this.#claims.get(c.id)));
+    };
+    for (let k = 0; k < old.length; k++) note(old[k]!);
+    for (let k = 0; k < next.length; k++) note(next[k]!);
+    for (let k = 0; k < old.length; k++) {
+      const id = old[k]!.id;
+      // Gone already when the Service gave this key twice.
+      const claims = this.#claims.get(id);
+      if (!claims) continue;
+      const left = claims.filter((c) => c.owner !== owner);
       if (left.length > 0) this.#claims.set(id, left);
       else this.#claims.delete(id);
     }
-    for (const c of next) {
+    for (let k = 0; k < next.length; k++) {
+      const c = next[k]!;
       const claims = this.#claims.get(c.id);
       // A Service claiming a key twice (an address given twice): its first claim stands.
       if (!claims) this.#claims.set(c.id, [c]);
       else if (!claims.some((x) => x.owner === owner)) claims.push(c);
     }
-    for (const [id, was] of before) {
+    before.forEach((was, id) => {
       const now = holder(this.#claims.get(id));
-      if (was === now) continue;
-      if (was) {
-        this.#removeElements(was.map, [was.element]);
-        for (const [map, elements] of was.endpoints) this.#removeElements(map, elements);
-      }
-      if (now) {
-        this.#addElements(now.map, [now.element]);
-        for (const [map, elements] of now.endpoints) this.#addElements(map, elements);
-      }
-    }
+      if (was === now) return;
+      if (was) this.#claimElements(was, (c, element) => this.#removeElement(c, element));
+      if (now) this.#claimElements(now, (c, element) => this.#addElement(c, element));
+    });
   }
 
   /** Counts a part's entries of the counted sets in (1) or out (-1): an element while any part names it. */
   #count(part: Part, by: 1 | -1): void {
-    for (const [set, elements] of part.counted) for (const element of elements) {
+    for (let k = 0; k < part.counted.length; k++) {
+      // Indexed, not destructured: destructuring an array takes an iterator's steps too.
+      const set = part.counted[k]![0];
+      const elements = part.counted[k]![1];
       let counts = this.#counted.get(set);
       if (!counts) this.#counted.set(set, (counts = new Map()));
-      const n = (counts.get(element) ?? 0) + by;
-      if (n === 0) {
-        counts.delete(element);
-        this.#removeElements(set, [element]);
-      } else {
-        counts.set(element, n);
-        if (n === 1 && by === 1) this.#addElements(set, [element]);
+      for (let j = 0; j < elements.length; j++) {
+        const element = elements[j]!;
+        const n = (counts.get(element) ?? 0) + by;
+        if (n === 0) {
+          counts.delete(element);
+          this.#removeElement(this.#contentsOf(set), element);
+        } else {
+          counts.set(element, n);
+          if (n === 1 && by === 1) this.#addElement(this.#contentsOf(set), element);
+        }
       }
     }
   }
@@ -255,6 +273,8 @@ export class ServiceRenderer {
    * of those of its last render, noting the names of those that differ.
    */
   #replace(old: Part | undefined, next: Part | undefined): void {
+    // Most parts have none (only affinity and source ranges make them).
+    if (!old?.chains.length && !next?.chains.length && !old?.sets.length && !next?.sets.length) return;
     const had = new Map(old?.chains);
     for (const [name] of had) this.#chains.delete(name);
     for (const [name, rules] of next?.chains ?? []) {

@@ -38,7 +38,9 @@
 import { contains, formatCIDR, formatIP } from '../ip/ip.ts';
 import type { Family, IP } from '../ip/ip.ts';
 import type { NftSet } from '../nft/ruleset.ts';
-import { addrType, clusterTargets, endpointMap, endpointName, flat, hostPort, l3, pick, targetsOf, usable } from './endpoints.ts';
+import {
+  addrType, clusterTargets, endpointElement, endpointMap, endpointName, flat, hostPort, l3, pick, targetsOf, usable,
+} from './endpoints.ts';
 import type { Target, Via } from './endpoints.ts';
 import type { EndpointSlice, Service, ServicePort } from './model.ts';
 import type { HealthCheck, RenderOptions } from './render-types.ts';
@@ -99,7 +101,7 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
   // kube-proxy's count: this node's ready endpoints (address and port), terminating ones not;
   // only a health check node port answers it.
   const healthPort = s.type === 'LoadBalancer' && s.externalLocal ? s.healthCheckNodePort : undefined;
-  const readyHere = new Set<string>();
+  const readyHere = healthPort !== undefined ? new Set<string>() : undefined;
   for (const clusterIP of s.clusterIPs) {
     const f = clusterIP.family;
     part.counted.push([`cluster-ips${f}`, [formatIP(clusterIP)]]);
@@ -109,7 +111,7 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
       const targets = targetsOf(p, f, slices, options.node);
       const all = clusterTargets(targets, s.topologyAware ? options.zone : undefined);
       const local = usable(targets.filter((t) => t.local));
-      if (healthPort !== undefined) for (const t of targets) if (t.local && t.endpoint.ready) readyHere.add(hostPort(t));
+      if (readyHere) for (const t of targets) if (t.local && t.endpoint.ready) readyHere.add(hostPort(t));
       // Hairpin: only endpoints on this node's bridge, in the cluster network, can reach
       // themselves through it (a host-network endpoint's own connection stays on the node).
       const cidr = clusterCIDR(f);
@@ -170,19 +172,15 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
       }
       // Shared chains, named after the counts and policies that make their rules; the endpoints
       // under the Service's own keys in the maps they look up.
-      const destination = (t: Target) => [formatIP(t.ip), t.port].join(' . ');
-      const allTo = all.map(destination);
-      // Only the Local policies send to this node's endpoints alone.
-      const localTo = s.internalLocal || s.externalLocal ? local.map(destination) : [];
       type Uses = { all: boolean; local: boolean };
       // Under one key, this node's endpoints are numbered after all endpoints (0 to N-1): both groups
       // may share a map (as many of each), and a slot given twice would fail the whole transaction.
       const localSlots = (uses: Uses) => (uses.all ? all.length : 0);
       const endpoints = (via: Via, uses: Uses, ip?: IP): [string, string[]][] => {
         const key = via === 'addr' ? `${formatIP(ip!)} . ${p.port}` : `${p.nodePort}`;
-        const group = (targets: string[], from: number): [string, string[]] =>
-          [endpointMap(via, f, proto, targets.length), targets.map((to, j) => flat(key, ' . ', from + j, ' : ', to))];
-        return [...(uses.all ? [group(allTo, 0)] : []), ...(uses.local && local.length > 0 ? [group(localTo, localSlots(uses))] : [])];
+        const group = (targets: Target[], from: number): [string, string[]] =>
+          [endpointMap(via, f, proto, targets.length), targets.map((t, j) => endpointElement(key, from + j, t))];
+        return [...(uses.all ? [group(all, 0)] : []), ...(uses.local && local.length > 0 ? [group(local, localSlots(uses))] : [])];
       };
       /** A shared chain choosing among all endpoints, this node's, or both, by `via`'s key. */
       const share = (name: string, via: Via, uses: Uses, rules: (toAll: string, toLocal: string | undefined) => string[]) => {
@@ -213,7 +211,7 @@ export function renderService(s: Service, slices: readonly EndpointSlice[], opti
       }
     }
   }
-  if (healthPort !== undefined) {
+  if (healthPort !== undefined && readyHere) {
     part.health = { port: healthPort, namespace: s.namespace, name: s.name, localEndpoints: readyHere.size };
   }
   return part;

@@ -89,6 +89,24 @@ test('two slices holding one endpoint during churn give it once', () => {
   ]);
 });
 
+test('endpoints in any order, in slices in any order, are numbered by address then port; the readier of a pair is kept', () => {
+  const terminating = { ready: false, serving: true, terminating: true };
+  const slices = [
+    webSlice([endpoint('10.244.3.2', 'n2'), endpoint('10.244.1.2', 'n1', terminating), endpoint('10.244.2.2', 'n2')], 'web-2'),
+    webSlice([endpoint('10.244.1.2', 'n1'), endpoint('10.244.2.2', 'n2', terminating)], 'web-1'),
+  ];
+  const { ruleset } = render([web()], slices);
+  assert.deepEqual(endpointSlots(ruleset, 4), [
+    'endpoints4-tcp-3: 10.96.0.10 . 80 . 0 : 10.244.1.2 . 8080',
+    'endpoints4-tcp-3: 10.96.0.10 . 80 . 1 : 10.244.2.2 . 8080',
+    'endpoints4-tcp-3: 10.96.0.10 . 80 . 2 : 10.244.3.2 . 8080',
+  ]);
+  // Both copies ready or both not: the first slice's (by name) stands; its conditions decide.
+  const notReady = render([web()], [webSlice([endpoint('10.244.1.2', 'n1', terminating)], 'web-1'),
+    webSlice([endpoint('10.244.1.2', 'n1', { ready: false, serving: false, terminating: true })], 'web-2')]);
+  assert.deepEqual(endpointSlots(notReady.ruleset, 4), ['endpoints4-tcp-1: 10.96.0.10 . 80 . 0 : 10.244.1.2 . 8080']);
+});
+
 test('NodePort, externalIPs and load balancer IPs go through external chains, which masquerade (externalTrafficPolicy Cluster)', () => {
   const lb = web({ type: 'LoadBalancer', ports: [{ port: 80, nodePort: 30080 }], externalIPs: ['198.51.100.50'] },
     { loadBalancer: { ingress: [{ ip: '198.51.100.200' }] } });
