@@ -278,6 +278,11 @@ export function heldText(entries: readonly FixedEntry[]): string {
   return ` (${parked.length} kept for pods that may come back, see .weft-fixed: ${shown}${parked.length > 5 ? '; ...' : ''})`;
 }
 
+/** An ADD's error while another container of its pod still holds the fixed addresses (its DEL has not come): try again later. */
+export function heldElsewhere(pod: string, holder: string): CniError {
+  return new CniError(CNI_CODE.TRY_AGAIN_LATER, `pod ${pod}'s fixed addresses are still held by container ${holder}, whose DEL has not come`);
+}
+
 /** `e`, naming the entries of `store` that hold addresses when it is a full range's error. */
 export function explainFull(e: unknown, store: string): unknown {
   if (!(e instanceof CniError) || !/no IP addresses available/.test(e.message)) return e;
@@ -331,10 +336,7 @@ export function allocateFor(
         case 'claimed':
           return { allocations: allocations as Allocation[], entry: claim.entry };
         case 'busy':
-          throw new CniError(
-            CNI_CODE.TRY_AGAIN_LATER,
-            `pod ${entry.pod}'s fixed addresses are still held by container ${claim.holder}, whose DEL has not come`,
-          );
+          throw heldElsewhere(entry.pod, claim.holder);
         case 'lost':
           return { allocations: [], lost: claim.entry };
         case 'repeated':

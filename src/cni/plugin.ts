@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { contains, formatIP, gatewayOf, parseCIDR, parseIP } from '../ip/ip.ts';
 import { parseSubnetEnv } from '../subnetenv/subnetenv.ts';
 import { HOST_LOCAL_STORE } from './bridge.ts';
-import { BLIND_PARK_MS, FixedAddresses, configuredGraceMs, explainFull } from './fixed.ts';
+import { BLIND_PARK_MS, FixedAddresses, configuredGraceMs, explainFull, heldElsewhere } from './fixed.ts';
 import type { FixedEntry } from './fixed.ts';
 import { requestedOf } from './requests.ts';
 import { parseArgs, podOfArgs } from './args.ts';
@@ -119,12 +119,7 @@ function fixedFor(conf: PluginConf, env: Env, bytes: string) {
           return bytes;
         }
         const claim = fixed.claim(entry, id, ifname, (c) => loadState(conf.dataDir, c) !== undefined);
-        if (claim.kind === 'busy') {
-          throw new CniError(
-            CNI_CODE.TRY_AGAIN_LATER,
-            `pod ${entry.pod}'s fixed addresses are still held by container ${claim.holder}, whose DEL has not come`,
-          );
-        }
+        if (claim.kind === 'busy') throw heldElsewhere(entry.pod, claim.holder);
         if (claim.kind !== 'claimed') return bytes; // lost: new addresses; repeated: the delegate's own error
         claimed = claim.entry;
         const runtimeConfig = { ...(isJson(delegate['runtimeConfig']) ? delegate['runtimeConfig'] : {}), mac: entry.mac };
