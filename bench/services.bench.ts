@@ -13,8 +13,8 @@
  *
  * - connect_100_us, connect_10000_us: the median time of a TCP connect (SYN to SYN-ACK, the first
  *   packet's dispatch by the rules included) from the client to the bench Service's cluster IP,
- *   with 100 and with 10,000 Services in the table (at 10,000 once both weftds have settled:
- *   nothing applied or listed for 3 s); connect_flat_ratio is their ratio. Each is the median of
+ *   with 100 and with 10,000 Services in the table (each once both weftds have settled: nothing
+ *   applied, listed or run by nft for 3 s); connect_flat_ratio is their ratio. Each is the median of
  *   CONNECT_ROUNDS rounds' medians of CONNECTS sequential connections, the rounds alternating with
  *   as many to the pod's own address (printed beside): one round at a busy moment of this shared
  *   machine moved a single median by half (93 against 151 µs, the pod's own address 100 and 88).
@@ -51,9 +51,10 @@
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { formatIP } from '../src/ip/ip.ts';
-import { Cluster } from '../test/support/cluster.ts';
+import { childrenOf, Cluster } from '../test/support/cluster.ts';
 import type { ClusterNode } from '../test/support/cluster.ts';
 import type { Netns } from '../test/support/netns.ts';
 import { Agent } from '../test/support/netpol-agent.ts';
@@ -158,16 +159,31 @@ async function waitFor(what: string, cond: () => Promise<boolean>, timeoutMs = 3
   }
 }
 
+/** Whether node's weftd runs nft (an apply, or a listing of its table, which it logs only once done). */
+function runningNft(node: ClusterNode): boolean {
+  return childrenOf(node.daemon.proc.pid!).some((pid) => {
+    try {
+      return readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'nft';
+    } catch {
+      return false;
+    }
+  });
+}
+
 /**
- * Resolves once neither node's weftd has applied rules or listed its table for 3 s: 10,000
- * Services arrive in many batches, each applied and then listed for the repair (seconds of nft and
- * weftd CPU each), which would weigh on whatever is measured meanwhile.
+ * Resolves once neither node's weftd has applied rules, listed its table or run nft for 3 s:
+ * 10,000 Services arrive in many batches, each applied and then listed for the repair (seconds of
+ * nft and weftd CPU each), which would weigh on whatever is measured meanwhile. A listing of the
+ * 10,000 takes up to 4 s of nft and is logged at its end: a 3-s gap between log lines could fall
+ * inside one (top showed a run's connects at 10,000 beside the last listing's nft).
  */
 async function settled(): Promise<void> {
-  const busy = () => c.nodes.map((n) => (n.daemon.log().match(/service proxy: (rules applied|listed)/g) ?? []).length).join();
+  const busy = () => c.nodes.map((n) => `${(n.daemon.log().match(/service proxy: (rules applied|listed)/g) ?? []).length}`
+    + (runningNft(n) ? ' nft' : '')).join();
   for (let seen = busy(), quiet = performance.now(); performance.now() - quiet < 3000;) {
     await sleep(200);
-    if (busy() !== seen) [seen, quiet] = [busy(), performance.now()];
+    const now = busy();
+    if (now !== seen || now.includes('nft')) [seen, quiet] = [now, performance.now()];
   }
 }
 
@@ -199,6 +215,7 @@ try {
   await filler(0, 99);
   await waitFor('100 Services in the table', () => hasElement(node2, 'services4', `${clusterIP(98)} . tcp . 80`));
   await waitFor('the bench Service answering', async () => (await connRates(client.ns, [BENCH_IP], 1))[0]! > 0);
+  await settled();
   console.log(`load before the connects at 100 Services: ${await loadavg()}`);
   const { service: connect100, pod: direct100 } = await connectPairUs(client.ns, BENCH_IP, server.ip);
 

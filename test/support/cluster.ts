@@ -99,7 +99,8 @@ export function spawnWeftd(ns: Netns, args: readonly string[], env: Record<strin
 }
 
 /** The children of every thread of process `pid` (none when it is gone). */
-function childrenOf(pid: number): number[] {
+/** The processes `pid` started that still run. */
+export function childrenOf(pid: number): number[] {
   try {
     return readdirSync(`/proc/${pid}/task`).flatMap((tid) =>
       readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').split(' ').filter(Boolean).map(Number));
