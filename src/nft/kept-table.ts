@@ -8,8 +8,8 @@
  *   (ruleset.ts, tableUpdate), the whole table after a failure or a drift; a large table the kernel
  *   does not hold yet in two transactions side by side (cold-load.ts: each half of its data
  *   sets' elements is read by an nft of its own). Changes arriving during an apply are taken by
- *   the next one; a failed apply is retried with backoff. Callers can wait
- *   for an apply covering their change ({@link KeptTable.appliedThrough}).
+ *   the next one; a failed apply is retried with backoff. Callers can wait for an apply covering
+ *   their change ({@link KeptTable.appliedThrough}).
  * - Repair: right after an apply that sent something, the table is listed (in the background, so
  *   the next change never waits for it) as `nft -j` prints it, read into a digest per chain, set
  *   and map (listing.ts: sets compared as sets, the clients the kernel records left out);
@@ -318,8 +318,7 @@ export class KeptTable {
     const load = (script: string | Iterable<string>) =>
       mustRun(run, `apply nftables table ${table}`, ['nft', '-f', '-'], typeof script === 'string' ? script : counted(script));
     const sideBySide = update === undefined && (await loadSideBySide(this.#options, next, load, (work, n) => this.#quiet(work, n)));
-    const transactions = sideBySide ? 2 : 1;
-    if (transactions === 1) {
+    if (!sideBySide) {
       // After a failed part, at once and not at the next retry: one transaction deleting what a part made.
       bytes = update?.length ?? 0;
       await this.#quiet(() => load(update ?? tableScriptPieces(table, next)));
@@ -331,7 +330,7 @@ export class KeptTable {
     } else this.#flushed(goneChains(this.#applied, next));
     this.#options.log.debug(`${this.#options.what}: rules applied`, {
       render_ms: Math.round(rendered - started), nft_ms: Math.round(nftMs), bytes, whole: update === undefined, repair: repair !== '',
-      transactions,
+      transactions: sideBySide ? 2 : 1,
     });
     this.#applied = next;
     this.#appliedKnown = true;
@@ -368,8 +367,6 @@ export class KeptTable {
       flushChains: foreign, deleteSets: drift.extra.filter((k) => /^(set|map) /.test(k)),
     });
   }
-
-
 
   /** Takes `chains` as flushed now, and has them deleted once they have been for {@link KeptTableOptions.staleChainMs}. */
   #flushed(chains: readonly string[]): void {

@@ -254,15 +254,16 @@ export class ServiceRenderer {
       const elements = part.counted[k]![1];
       let counts = this.#counted.get(set);
       if (!counts) this.#counted.set(set, (counts = new Map()));
+      const c = this.#contentsOf(set);
       for (let j = 0; j < elements.length; j++) {
         const element = elements[j]!;
         const n = (counts.get(element) ?? 0) + by;
         if (n === 0) {
           counts.delete(element);
-          this.#removeElement(this.#contentsOf(set), element);
+          this.#removeElement(c, element);
         } else {
           counts.set(element, n);
-          if (n === 1 && by === 1) this.#addElement(this.#contentsOf(set), element);
+          if (n === 1 && by === 1) this.#addElement(c, element);
         }
       }
     }
