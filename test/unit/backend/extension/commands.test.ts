@@ -58,6 +58,15 @@ function alive(pid: number): boolean {
   }
 }
 
+/**
+ * Resolves once `pid` has died. A killed process closes its files (which settles the call) before
+ * it becomes a zombie, so right after the call it may still be on its way out; one that was never
+ * killed lives its 30 s, past the test's time limit.
+ */
+async function died(pid: number): Promise<void> {
+  while (alive(pid)) await new Promise((r) => setTimeout(r, 10));
+}
+
 // Each background child would hold the output open for 30 s: the test's own time limit is what
 // fails without the fix, no assertion here rests on the machine being fast. The commands' time
 // (2 s) leaves a loaded machine's shell room to write the pid file and its output before it runs
@@ -68,7 +77,7 @@ test('past its time, a command and the child it left in the background are kille
     const e = await run.then(() => assert.fail('it ran on'), (x: unknown) => x);
     assert.ok(e instanceof CommandError, String(e));
     assert.match(e.message, /timed out after 2000 ms: its process group was killed; output: working$/);
-    assert.equal(alive(Number(await readFile(join(dir, 'pids'), 'utf8'))), false, 'the background child is gone');
+    await died(Number(await readFile(join(dir, 'pids'), 'utf8')));
   });
 });
 
@@ -79,7 +88,7 @@ test('past its time, a group that ignores SIGTERM gets SIGKILL; a command that e
   for (const text of ['trap "" TERM\nsleep 30 &\n', '(trap "" TERM; exec sleep 30) &\n']) {
     await withScript(`${text}echo $! > "$DIR/pids"\nsleep 30\n`, async (script, dir) => {
       await assert.rejects(runCommand('t', script, { DIR: dir }, '', { timeoutMs: 2000 }), /timed out after 2000 ms/);
-      assert.equal(alive(Number(await readFile(join(dir, 'pids'), 'utf8'))), false, text);
+      await died(Number(await readFile(join(dir, 'pids'), 'utf8')));
     });
   }
   await withScript('sleep 30 &\necho $! > "$DIR/pids"\necho started\n', async (script, dir) => {
