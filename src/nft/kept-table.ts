@@ -33,7 +33,7 @@ import type { Runner } from '../masq/runner.ts';
 import { Backoff, sleep } from '../retry.ts';
 import { shapeDrift, ShapeReader } from './listing.ts';
 import type { ShapeDrift, TableShape } from './listing.ts';
-import { loadSideBySide } from './cold-load.ts';
+import { listTables, loadSideBySide } from './cold-load.ts';
 import { goneChains, staleChainsDeletion, tableRepair, tableScriptPieces, tableUpdate } from './ruleset.ts';
 import type { NftRuleset } from './ruleset.ts';
 
@@ -294,6 +294,8 @@ export class KeptTable {
   async #apply(): Promise<boolean> {
     const { table, run } = this.#options;
     const started = performance.now();
+    // Nothing known loaded: a whole load follows, perhaps side by side (cold-load.ts), which asks first whether the table is there.
+    const tables = this.#appliedKnown ? undefined : listTables(run, table);
     const next = this.#options.render();
     const deleted = this.#appliedKnown && await this.#deleteStaleChains(next);
     const repair = this.#appliedKnown ? this.#repairScript() : '';
@@ -317,7 +319,7 @@ export class KeptTable {
     const rendered = performance.now();
     const load = (script: string | Iterable<string>) =>
       mustRun(run, `apply nftables table ${table}`, ['nft', '-f', '-'], typeof script === 'string' ? script : counted(script));
-    const sideBySide = update === undefined && (await loadSideBySide(this.#options, next, load, (work, n) => this.#quiet(work, n)));
+    const sideBySide = tables !== undefined && (await loadSideBySide(this.#options, tables, next, load, (work, n) => this.#quiet(work, n)));
     if (!sideBySide) {
       // After a failed part, at once and not at the next retry: one transaction deleting what a part made.
       bytes = update?.length ?? 0;
