@@ -99,14 +99,24 @@ export interface ServiceProxyOptions {
 type Stored<T> = T | Invalid;
 
 /**
+ * kube-proxy's trace in `nft list chains`' output: its nftables tables, or its iptables chain
+ * KUBE-SERVICES in table nat as iptables-nft writes it.
+ */
+function nftTrace(listing: string): string | undefined {
+  const table = /^table (ip6?) kube-proxy\b/m.exec(listing)?.[1];
+  if (table) return `nftables table ${table} kube-proxy`;
+  // The chain line among the nat table's lines, each of which starts with a tab.
+  const chain = /^table (ip6?) nat \{\n(?:\t.*\n)*?\tchain KUBE-SERVICES \{/m.exec(listing)?.[1];
+  return chain && `iptables chain KUBE-SERVICES (${chain} nat)`;
+}
+
+/**
  * Why kube-proxy seems to run on this node, or undefined: its nftables tables, its iptables chain
- * (through iptables-nft, seen by nft, or iptables-legacy), its IPVS device.
+ * (through iptables-nft, seen in one `nft list chains`, or iptables-legacy), its IPVS device.
  */
 export async function kubeProxyTrace(run: Runner): Promise<string | undefined> {
   const found = await Promise.all([
-    run(NFT_LIST_TABLES).then((r) => /^table (ip6?) kube-proxy\b/m.exec(r.stdout)?.[1]).then((f) => f && `nftables table ${f} kube-proxy`),
-    ...['ip', 'ip6'].map((family) => run(['nft', 'list', 'chain', family, 'nat', 'KUBE-SERVICES'])
-      .then((r) => (r.code === 0 ? `iptables chain KUBE-SERVICES (${family} nat)` : undefined))),
+    run(NFT_LIST_TABLES).then((r) => nftTrace(r.stdout)),
     run(['iptables-legacy', '-w', '-t', 'nat', '-S', 'KUBE-SERVICES'])
       .then((r) => (r.code === 0 ? 'iptables-legacy chain KUBE-SERVICES (nat)' : undefined)),
     run(['ip6tables-legacy', '-w', '-t', 'nat', '-S', 'KUBE-SERVICES'])
@@ -226,13 +236,18 @@ export class ServiceProxy {
    * this order is thrown once every check has ended (none leaves a scratch table behind).
    */
   async #checkHost(): Promise<void> {
+    // requireNft and kubeProxyTrace both read `nft list chains`: one run answers both (a spawn costs weftd's thread ~10 ms).
+    let chains: ReturnType<Runner> | undefined;
+    const run: Runner = (argv, stdin, stdout) => (stdin === undefined && !stdout && argv.join(' ') === NFT_LIST_TABLES.join(' ')
+      ? (chains ??= this.#run(argv))
+      : this.#run(argv, stdin, stdout));
     const [nft, readBack, trace] = await Promise.allSettled([
-      requireNft(this.#run, '--service-proxy', 'the Service proxy'),
+      requireNft(run, '--service-proxy', 'the Service proxy'),
       requireReadBack({
-        run: this.#run, flag: '--service-proxy', what: 'the Service proxy', table: `inet ${NFT_SERVICES_TABLE}`,
+        run, flag: '--service-proxy', what: 'the Service proxy', table: `inet ${NFT_SERVICES_TABLE}`,
         sample: sampleRuleset(this.#renderOptions()),
       }),
-      kubeProxyTrace(this.#run),
+      kubeProxyTrace(run),
     ]);
     for (const r of [nft, readBack, trace]) if (r.status === 'rejected') throw r.reason;
     const found = (trace as PromiseFulfilledResult<string | undefined>).value;

@@ -19,7 +19,7 @@ import { nftChanges } from '../../src/nft/changes.ts';
 import { NFT_SERVICES_TABLE, ServiceRenderer } from '../../src/services/render.ts';
 import { tableScript, tableUpdate } from '../../src/nft/ruleset.ts';
 import { HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL, ZONE_LABEL } from '../../src/services/model.ts';
-import { removeServiceRules, ServiceProxy } from '../../src/services/proxy.ts';
+import { kubeProxyTrace, removeServiceRules, ServiceProxy } from '../../src/services/proxy.ts';
 import { KubeControlPlane, SERVICE_CIDR } from '../support/control-plane.ts';
 import { needsRoot, withNetns } from '../support/netns.ts';
 import type { Netns } from '../support/netns.ts';
@@ -382,7 +382,26 @@ test('--cleanup-traffic-rules removes the table, and is a no-op without one', { 
   });
 });
 
-test('each update loads into the table an earlier transaction left, chains and endpoint maps shared by many Services', { skip: needsRoot }, async () => {
+test('kube-proxy\'s chain as iptables-nft writes it: found in table nat only, either family, by one nft listing', {
+  skip: needsRoot,
+}, async () => {
+  await withNetns(['node'], async (node) => {
+    const run = execRunner(['ip', 'netns', 'exec', node.name]);
+    assert.equal(await kubeProxyTrace(run), undefined);
+    // kube-proxy's iptables mode makes KUBE-SERVICES in table filter too: not a trace alone.
+    await node.exec('iptables-nft', '-w', '-t', 'filter', '-N', 'KUBE-SERVICES');
+    await node.exec('iptables-nft', '-w', '-t', 'nat', '-N', 'KUBE-POSTROUTING');
+    assert.equal(await kubeProxyTrace(run), undefined);
+    await node.exec('ip6tables-nft', '-w', '-t', 'nat', '-N', 'KUBE-SERVICES');
+    assert.equal(await kubeProxyTrace(run), 'iptables chain KUBE-SERVICES (ip6 nat)');
+    await node.exec('iptables-nft', '-w', '-t', 'nat', '-N', 'KUBE-SERVICES');
+    assert.equal(await kubeProxyTrace(run), 'iptables chain KUBE-SERVICES (ip nat)');
+  });
+});
+
+test('each update loads into the table an earlier transaction left, chains and endpoint maps shared by many Services', {
+  skip: needsRoot,
+}, async () => {
   await withNetns(['node'], async (node) => {
     const run = execRunner(['ip', 'netns', 'exec', node.name]);
     const table = `inet ${NFT_SERVICES_TABLE}`;

@@ -32,8 +32,17 @@ function node(present: { tables?: string; commands?: string[]; version?: string;
 
 test('kube-proxy is found by its nftables tables, its iptables chain (nft or legacy) and its IPVS device', async () => {
   assert.equal(await kubeProxyTrace(node({})), undefined);
-  assert.equal(await kubeProxyTrace(node({ tables: 'table inet weft {\n}\ntable ip6 kube-proxy {\n\tchain services {\n\t}\n}\n' })), 'nftables table ip6 kube-proxy');
-  assert.equal(await kubeProxyTrace(node({ commands: ['nft list chain ip nat KUBE-SERVICES'] })), 'iptables chain KUBE-SERVICES (ip nat)');
+  const kubeProxy = 'table inet weft {\n}\ntable ip6 kube-proxy {\n\tchain services {\n\t}\n}\n';
+  assert.equal(await kubeProxyTrace(node({ tables: kubeProxy })), 'nftables table ip6 kube-proxy');
+  // As iptables-nft writes kube-proxy's chain, among others; in table filter it is not looked for.
+  const chain = (name: string) => `\tchain ${name} {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t}\n`;
+  const nat = (family: string, chains: string[]) => `table ${family} nat {\n${chains.map(chain).join('')}}\n`;
+  const filter = 'table ip filter {\n\tchain KUBE-SERVICES {\n\t}\n}\n';
+  assert.equal(await kubeProxyTrace(node({ tables: filter + nat('ip', ['POSTROUTING', 'KUBE-SERVICES']) })),
+    'iptables chain KUBE-SERVICES (ip nat)');
+  assert.equal(await kubeProxyTrace(node({ tables: nat('ip', ['POSTROUTING']) + nat('ip6', ['KUBE-SERVICES']) })),
+    'iptables chain KUBE-SERVICES (ip6 nat)');
+  assert.equal(await kubeProxyTrace(node({ tables: filter + nat('ip', ['POSTROUTING', 'KUBE-SERVICES-X']) })), undefined);
   const legacy = node({ commands: ['iptables-legacy -w -t nat -S KUBE-SERVICES'] });
   assert.equal(await kubeProxyTrace(legacy), 'iptables-legacy chain KUBE-SERVICES (nat)');
   assert.equal(await kubeProxyTrace(node({ commands: ['ip link show kube-ipvs0'] })), 'the IPVS device kube-ipvs0');
@@ -45,12 +54,19 @@ test('a node running kube-proxy, or without nft, refuses --service-proxy naming 
   const proxy = (runner: Runner) => new ServiceProxy({ http: new KubeHttp(kc), node: 'n1', log: silentLogger, clusterCIDRs: [], runner });
   const stop = new AbortController();
   stop.abort();
-  await assert.rejects(proxy(node({ tables: 'table ip kube-proxy {\n\tchain services {\n\t}\n}\n' })).start(stop.signal), (e: unknown) => {
+  const runs: string[] = [];
+  const found = node({ tables: 'table ip kube-proxy {\n\tchain services {\n\t}\n}\n' });
+  const recorded: Runner = (argv, stdin, stdout) => {
+    runs.push(argv.join(' '));
+    return found(argv, stdin, stdout);
+  };
+  await assert.rejects(proxy(recorded).start(stop.signal), (e: unknown) => {
     assert.ok(e instanceof ConfigError);
     assert.equal(e.field, '--service-proxy');
     assert.match(e.message, /kube-proxy runs on this node \(nftables table ip kube-proxy\)/);
     return true;
   });
+  assert.equal(runs.filter((r) => r.startsWith('nft list chain')).length, 1, `the checks list the chains once: ${runs.join('; ')}`);
   const noNft: Runner = async () => ({ code: 127, stdout: '', stderr: 'spawn nft ENOENT' });
   await assert.rejects(proxy(noNft).start(stop.signal), /nft list chains: spawn nft ENOENT/);
 });
@@ -113,7 +129,8 @@ test('the watches list while the host is checked, and no rule is applied before 
   });
   await new Promise<void>((resolve) => api.listen(0, '127.0.0.1', resolve));
   const kc = new KubeConfig();
-  kc.loadFromClusterAndUser({ name: 'c', server: `http://127.0.0.1:${(api.address() as AddressInfo).port}`, skipTLSVerify: true }, { name: 'u' });
+  const server = `http://127.0.0.1:${(api.address() as AddressInfo).port}`;
+  kc.loadFromClusterAndUser({ name: 'c', server, skipTLSVerify: true }, { name: 'u' });
   const calls: string[] = [];
   const host = node({});
   const runner: Runner = async (argv, stdin) => {
