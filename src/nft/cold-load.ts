@@ -39,8 +39,9 @@ export async function loadSideBySide(
 ): Promise<boolean> {
   const { table, log, what } = options;
   const parts = coldLoadPieces(table, next);
+  if (!parts) return false;
   const held = await tables;
-  if (!parts || held === undefined || held.has(table)) return false;
+  if (held === undefined || held.has(table)) return false;
   try {
     await quiet(async () => {
       const failed = (await Promise.allSettled(parts.map(load))).flatMap((r) => (r.status === 'rejected' ? [r.reason] : []));
